@@ -1,0 +1,31 @@
+# Two entry points (README): `make all` runs the study, `make test` runs the tests.
+# Both build a fresh .venv from the pinned pyproject when it is missing or stale.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all test lint bench clean-results
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+all: $(STAMP)
+	$(BIN)/snakemake --cores 8 all
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/snakemake --lint
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_sim.py
+
+clean-results:
+	rm -rf results reports

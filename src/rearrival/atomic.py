@@ -1,0 +1,35 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of either.
+
+Every result in rearrival (plans, run records, tables) is written through here, so a
+killed job leaves no partial output that a later stage could mistake for a result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory and rename, so readers never see half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Pretty, key-sorted JSON so the same data always gives the same bytes."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,44 @@
+"""The ``rearrival`` command line: one verb per pipeline stage (SPEC section 2).
+
+Each area of the library registers its own verbs from ``rearrival.commands``; heavy
+imports happen inside the verbs so ``--help`` and small verbs stay fast. Any library
+error that names a file and a fix becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from rearrival.commands import ALL_AREAS
+from rearrival.errors import RearrivalError
+
+app = typer.Typer(
+    name="rearrival",
+    help="Preregistered experiments on tool waiting and re-arrival in compile-time-static "
+    "LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+for register in ALL_AREAS:
+    register(app)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the rearrival version and the measured profile it uses by default."""
+    from rearrival import __version__
+    from rearrival.profile import measured_profile
+
+    typer.echo(f"rearrival {__version__} (profile {measured_profile().version})")
+
+
+def main() -> None:
+    """Console entry point: clear one-line errors instead of tracebacks for bad input."""
+    try:
+        app()
+    except RearrivalError as exc:
+        typer.echo(f"rearrival: error: {exc}", err=True)
+        sys.exit(2)
