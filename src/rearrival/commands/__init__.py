@@ -1,10 +1,19 @@
 """CLI verbs grouped by area; each module owns its verbs and registers them on the app.
 
-core: plan, simulate, tools build · measure: run, channels, decide, emulate-server ·
-pipeline: audit, prereg · search: search, advise · report: tables · rbln: rbln patch
+plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
+decide: decide · pipeline: audit, prereg · search: search, advise · report: tables ·
+rbln: rbln patch/compile
 """
 
-from rearrival.commands import core, measure, pipeline, rbln, report, search
+from rearrival.commands import decide, measure, pipeline, plans, rbln, report, search, simulate
 
-ALL_AREAS = (core.register, measure.register, pipeline.register, search.register,
-             report.register, rbln.register)
+ALL_AREAS = (
+    plans.register,
+    simulate.register,
+    measure.register,
+    decide.register,
+    pipeline.register,
+    search.register,
+    report.register,
+    rbln.register,
+)

@@ -1,4 +1,4 @@
-"""CLI verbs of the core area (registered by rearrival.cli)."""
+"""CLI verbs of the decide area (registered by rearrival.cli)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,38 @@
+"""Shared fixtures: small hand-made plans that every area's tests can run quickly."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rearrival.plans import Plan, PlanMeta, Session
+
+
+def random_plan(rng: random.Random, n: int, *, max_gen: int = 40, max_wait_s: float = 2.0,
+                zero_wait_share: float = 0.2) -> Plan:
+    """A plan with short generations so step-by-step references stay fast in tests."""
+    sessions = []
+    for i in range(n):
+        wait = 0.0 if rng.random() < zero_wait_share else rng.uniform(0.0, max_wait_s)
+        sessions.append(Session(
+            session=i,
+            prompt_tokens=rng.randint(1, 1600),
+            gen_tokens=rng.randint(1, max_gen),
+            followup_gen_tokens=rng.randint(1, max_gen),
+            appended_tokens=8,
+            tool_wait_s=wait,
+            tool_name="aggregate",
+        ))
+    return Plan(tuple(sessions), PlanMeta(seed=None, n=n))
+
+
+@pytest.fixture
+def make_random_plan():
+    return random_plan
+
+
+@pytest.fixture
+def small_plan() -> Plan:
+    """Four sessions with paper-sized prompts and short generations."""
+    return random_plan(random.Random(7), 4, max_gen=24)
