@@ -1,0 +1,192 @@
+"""The study definition (SPEC section 11): config/config.yaml as typed, checked objects.
+
+The schema (config/schema.yaml) checks types; this module checks what a schema cannot
+(bucket sets holding their batch_size, studies naming defined configurations) and expands
+each study into its plans and conditions, so the Snakefile and every stage agree on one
+list of files without repeating the rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rearrival.errors import RearrivalError
+
+SELECTED = "selected"  # the configuration chosen by the search stage
+
+
+class StudyConfigError(RearrivalError):
+    """The study definition is inconsistent; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A compile-time configuration: bucket set, batch size (max-num-seqs), KV slots."""
+
+    name: str
+    buckets: tuple[int, ...]
+    batch_size: int
+    slots: int
+
+    def label(self) -> str:
+        inner = ",".join(map(str, self.buckets))
+        return f"{{{inner}}}/{self.batch_size}/{self.slots}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"buckets": list(self.buckets), "batch_size": self.batch_size,
+                "slots": self.slots}
+
+
+def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configuration:
+    """Check the one rule every stage relies on: batch_size is the largest bucket."""
+    buckets = tuple(sorted(int(b) for b in raw["buckets"]))
+    batch_size = int(raw["batch_size"])
+    if buckets[-1] != batch_size:
+        raise StudyConfigError(
+            f"{where}: {name}.buckets {list(buckets)} must contain batch_size {batch_size} "
+            "as its largest bucket; add it or change batch_size")
+    return Configuration(name, buckets, batch_size, int(raw.get("slots", batch_size)))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One configuration under one workload variant; runs on every plan of a replicate."""
+
+    configuration: str
+    variant: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.configuration}-{self.variant}"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    kind: str
+    description: str
+    n: tuple[int, ...]
+    configurations: tuple[str, ...]
+    variants: tuple[str, ...]
+    seed_block: int
+    rule: str = "fixed"
+    amends: str | None = None
+    repeats: int = 1
+
+    @property
+    def baseline(self) -> str:
+        """The first configuration is the denominator of every ratio in the study."""
+        return self.configurations[0]
+
+    @property
+    def uses_selected(self) -> bool:
+        return SELECTED in self.configurations
+
+    def conditions(self) -> tuple[Condition, ...]:
+        return tuple(Condition(c, v) for c in self.configurations for v in self.variants)
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """The whole validated study definition."""
+
+    source: str
+    backend: str
+    study_seed: int
+    replicates: int
+    tool_table: str
+    configurations: dict[str, Configuration]
+    studies: dict[str, Study]
+    decision: dict[str, Any] = field(default_factory=dict)
+    injection: dict[str, Any] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=dict)
+    emulated_http: dict[str, Any] = field(default_factory=dict)
+    rbln: dict[str, Any] = field(default_factory=dict)
+
+    def study(self, name: str) -> Study:
+        if name not in self.studies:
+            raise StudyConfigError(f"{self.source}: no study '{name}' under studies; "
+                                   f"defined: {', '.join(self.studies)}")
+        return self.studies[name]
+
+
+def _study(name: str, raw: dict[str, Any], configurations: dict[str, Configuration],
+           where: str) -> Study:
+    for config_name in raw["configurations"]:
+        if config_name != SELECTED and config_name not in configurations:
+            raise StudyConfigError(
+                f"{where}: studies.{name}.configurations names '{config_name}', which is not "
+                f"under configurations; define it or use one of {', '.join(configurations)}")
+    kind = raw["kind"]
+    repeats = int(raw.get("repeats", 2)) if kind == "repeats" else 1
+    return Study(
+        name=name, kind=kind, description=str(raw.get("description", "")),
+        n=tuple(int(n) for n in raw["n"]),
+        configurations=tuple(raw["configurations"]),
+        variants=tuple(raw["variants"]), seed_block=int(raw["seed_block"]),
+        rule=str(raw.get("rule", "fixed")), amends=raw.get("amends"), repeats=repeats,
+    )
+
+
+def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
+    """Build the typed study definition from a schema-valid mapping."""
+    configurations = {name: make_configuration(name, value, f"{source}: configurations")
+                      for name, value in raw["configurations"].items()}
+    studies = {name: _study(name, value, configurations, source)
+               for name, value in raw["studies"].items()}
+    blocks: dict[int, str] = {}
+    for study in studies.values():
+        if study.seed_block in blocks:
+            raise StudyConfigError(
+                f"{source}: studies.{study.name}.seed_block {study.seed_block} is also used by "
+                f"{blocks[study.seed_block]}; give every study its own block so seeds differ")
+        blocks[study.seed_block] = study.name
+        if study.amends is not None and study.amends not in studies:
+            raise StudyConfigError(f"{source}: studies.{study.name}.amends names unknown study "
+                                   f"'{study.amends}'")
+    return StudyConfig(
+        source=source, backend=raw["backend"], study_seed=int(raw["study_seed"]),
+        replicates=int(raw["replicates"]), tool_table=str(raw.get("tool_table", "default")),
+        configurations=configurations, studies=studies,
+        decision=dict(raw.get("decision", {})), injection=dict(raw.get("injection", {})),
+        search=dict(raw.get("search", {})), emulated_http=dict(raw.get("emulated_http", {})),
+        rbln=dict(raw.get("rbln", {})),
+    )
+
+
+def config_schema_path() -> Path:
+    """The schema shipped beside the study definition (config/schema.yaml)."""
+    return Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+
+
+def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
+    """Schema check with the failing key path in the message, then fill defaults.
+
+    jsonschema's best match names the key (e.g. ``$.studies.grid.n[0]``); snakemake's own
+    validate then fills the documented defaults exactly as the Snakefile does.
+    """
+    import jsonschema
+    from snakemake.utils import validate
+
+    schema = yaml.safe_load(schema_path.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
+    if error is not None:
+        raise StudyConfigError(f"{source}: key {error.json_path}: {error.message}; "
+                               f"see {schema_path} for allowed values")
+    validate(raw, str(schema_path))
+
+
+def load_study_config(path: str | Path, schema_path: Path | None = None) -> StudyConfig:
+    """Read, schema-validate and cross-check a config file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
+    validate_against_schema(raw, str(path), schema_path or config_schema_path())
+    return study_config_from_mapping(raw, str(path))
