@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +36,22 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_json(path: Path, data: Any) -> None:
     """Pretty, key-sorted JSON so the same data always gives the same bytes."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """Build a directory under a temporary sibling name and rename it into place at the end.
+
+    A job killed halfway leaves only a hidden ``.name.*.tmp`` sibling, never a directory a
+    later stage could read as finished; an existing directory is replaced only on success.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield staging
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)

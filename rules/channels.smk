@@ -1,0 +1,16 @@
+# Stage 6: cost on two channels (paper II-D) for every complete run of a study:
+# A from the step log and the prefill model, B from client in-flight intervals.
+
+
+rule channels:
+    input:
+        replicate_run_dirs,
+    output:
+        "results/channels/{study}.parquet",
+    log:
+        "logs/channels/{study}.log",
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study channels --config {params.config_file:q} --study {wildcards.study:q}"
+        " --runs results/runs/{wildcards.study:q} --out {output:q} > {log:q} 2>&1"

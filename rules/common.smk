@@ -1,0 +1,71 @@
+# Helpers shared by every rule file: the study definition as typed objects and the file
+# lists derived from it. No science here: rearrival.studies expands the config.
+from rearrival.studies import study_config_from_mapping
+
+STUDY = study_config_from_mapping(config, workflow.configfiles[0])
+STUDY_NAMES = list(STUDY.studies)
+CONFIG_FILE = workflow.configfiles[0]
+
+
+wildcard_constraints:
+    study="[a-z0-9_]+",
+    n="[0-9]+",
+    rep="[0-9]+",
+    shard="[0-9]+",
+
+
+def plan_files(study):
+    """Every plan of a study: one per N and replicate."""
+    s = STUDY.study(study)
+    return [
+        f"results/plans/{study}/n{n}_r{rep}.parquet"
+        for n in s.n
+        for rep in range(STUDY.replicates)
+    ]
+
+
+def replicate_run_dirs(wildcards):
+    """The run directories (one per N and replicate) a study's channels stage reads."""
+    s = STUDY.study(wildcards.study)
+    return [
+        f"results/runs/{wildcards.study}/n{n}_r{rep}"
+        for n in s.n
+        for rep in range(STUDY.replicates)
+    ]
+
+
+def study_plans(wildcards):
+    return plan_files(wildcards.study)
+
+
+def prereg_inputs(wildcards):
+    """A study whose configurations include the search's pick, or that amends another
+    study, is registered only after that result exists (amendments apply to later runs)."""
+    s = STUDY.study(wildcards.study)
+    inputs = {"predictions": f"results/predictions/{wildcards.study}.parquet"}
+    if s.amends:
+        inputs["amended"] = f"results/decisions/{s.amends}.csv"
+    return inputs
+
+
+def selected_input(wildcards):
+    """Studies that compare the search's pick need its result before predicting."""
+    if STUDY.study(wildcards.study).uses_selected:
+        return "results/search/selected.json"
+    return []
+
+
+def compile_inputs(wildcards):
+    """On real hardware every configuration of the study is compiled first."""
+    if config["backend"] != "rbln":
+        return []
+    return [f"results/compile/{wildcards.study}.json"]
+
+
+def final_targets():
+    return [
+        *[f"results/decisions/{name}.csv" for name in STUDY_NAMES],
+        "results/search/summary.json",
+        "results/injection/gaps.parquet",
+        "reports/report.html",
+    ]

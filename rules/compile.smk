@@ -1,0 +1,18 @@
+# Stage 4 (backend rbln only): compile every configuration of a study with optimum-rbln
+# into content-addressed artifacts; an existing artifact is reused, not recompiled.
+
+
+rule compile:
+    input:
+        selected=selected_input,
+    output:
+        "results/compile/{study}.json",
+    log:
+        "logs/compile/{study}.log",
+    resources:
+        device=1,
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study compile --config {params.config_file:q} --study {wildcards.study:q}"
+        " --out {output:q} > {log:q} 2>&1"

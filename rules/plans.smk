@@ -1,0 +1,14 @@
+# Stage 1: input plans, one per N and replicate, seeded from (study seed, study block, N,
+# replicate). Fixed inputs only; every condition of a replicate runs the same plan.
+
+
+rule plans:
+    output:
+        directory("results/plans/{study}"),
+    log:
+        "logs/plans/{study}.log",
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study plans --config {params.config_file:q} --study {wildcards.study:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,17 @@
+# Stage 2: predictions of the simulator (paper Section IV) for every plan and condition,
+# made before any run of the study and committed by the preregistration stage.
+
+
+rule predict:
+    input:
+        plans="results/plans/{study}",
+        selected=selected_input,
+    output:
+        "results/predictions/{study}.parquet",
+    log:
+        "logs/predict/{study}.log",
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study predict --config {params.config_file:q} --study {wildcards.study:q}"
+        " --plans {input.plans:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,25 @@
+# Stage 3: predictions and decision criteria committed to git (GitPython) before any run
+localrules:
+    preregister,
+
+
+# they judge (SPEC 9). Amending studies wait for the decision they amend. Commits are
+# serialised through the `git` resource so two jobs never race for the index.
+
+
+rule preregister:
+    input:
+        unpack(prereg_inputs),
+        plans="results/plans/{study}",
+    output:
+        "results/prereg/{study}.json",
+    log:
+        "logs/prereg/{study}.log",
+    resources:
+        git=1,
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study prereg --config {params.config_file:q} --study {wildcards.study:q}"
+        " --plans {input.plans:q} --predictions {input.predictions:q} --out {output:q}"
+        " > {log:q} 2>&1"

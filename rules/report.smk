@@ -1,0 +1,18 @@
+# Stage 8: every paper table (CSV, Markdown, LaTeX), the figures and one HTML report,
+# rendered from results only; `rearrival tables` re-renders without rerunning anything.
+
+
+rule report:
+    input:
+        decisions=expand("results/decisions/{study}.csv", study=STUDY_NAMES),
+        search="results/search/summary.json",
+        injection="results/injection/gaps.parquet",
+    output:
+        html=report("reports/report.html", category="Report"),
+    log:
+        "logs/report.log",
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival tables --config {params.config_file:q} --results results --out reports"
+        " > {log:q} 2>&1"

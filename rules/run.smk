@@ -1,0 +1,37 @@
+# Stage 5: measurement. One job runs every condition of one replicate (one plan) in a
+# seeded shuffled order, each on a fresh server; it refuses to start unless the study's
+# preregistration is committed. Real-device runs never overlap (`device` resource).
+
+
+rule run_replicate:
+    input:
+        plans="results/plans/{study}",
+        prereg="results/prereg/{study}.json",
+        selected=selected_input,
+        compiled=compile_inputs,
+    output:
+        directory("results/runs/{study}/n{n}_r{rep}"),
+    log:
+        "logs/runs/{study}/n{n}_r{rep}.log",
+    resources:
+        device=1 if config["backend"] == "rbln" else 0,
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
+        " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule injection:
+    output:
+        "results/injection/gaps.parquet",
+    log:
+        "logs/injection.log",
+    resources:
+        device=1 if config["backend"] == "rbln" else 0,
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival study injection --config {params.config_file:q} --out {output:q}"
+        " > {log:q} 2>&1"

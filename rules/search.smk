@@ -1,0 +1,45 @@
+# Configuration search (paper V-A, SPEC 12): candidates sharded into jobs so a cluster
+# executor can spread them, merged into one ranking; the pick feeds later studies.
+
+
+rule search_plans:
+    output:
+        directory("results/search/plans"),
+    log:
+        "logs/search/plans.log",
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival search plans --config {params.config_file:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule search_shard:
+    input:
+        "results/search/plans",
+    output:
+        "results/search/shards/shard_{shard}.parquet",
+    log:
+        "logs/search/shard_{shard}.log",
+    params:
+        config_file=CONFIG_FILE,
+        shards=config["search"]["shards"],
+    shell:
+        "rearrival search shard --config {params.config_file:q} --plans {input:q}"
+        " --shard {wildcards.shard} --shards {params.shards} --out {output:q} > {log:q} 2>&1"
+
+
+rule search_merge:
+    input:
+        expand("results/search/shards/shard_{shard}.parquet",
+               shard=range(config["search"]["shards"])),
+    output:
+        scores="results/search/scores.parquet",
+        selected="results/search/selected.json",
+        summary="results/search/summary.json",
+    log:
+        "logs/search/merge.log",
+    params:
+        config_file=CONFIG_FILE,
+    shell:
+        "rearrival search merge --config {params.config_file:q} --out-dir results/search"
+        " {input:q} > {log:q} 2>&1"
