@@ -1,0 +1,185 @@
+"""The observation patch against the real vllm-rbln 0.11.1 wheel from PyPI (SPEC 6).
+
+The wheel is downloaded once into pytest's cache. These tests skip only when the
+package registry cannot be reached; any other download failure is a failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import logging
+import py_compile
+import shutil
+import stat
+import subprocess
+import sys
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rearrival import patch
+from rearrival.steplog import parse_step_log
+
+WHEEL = "vllm_rbln-0.11.1-py3-none-any.whl"
+CLI = str(Path(sys.executable).with_name("rearrival"))
+
+
+def _registry_reachable() -> bool:
+    try:
+        with urllib.request.urlopen("https://pypi.org/simple/vllm-rbln/", timeout=10):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def wheel(pytestconfig: pytest.Config) -> Path:
+    cache = Path(pytestconfig.cache.mkdir("vllm_rbln_wheel"))
+    path = cache / WHEEL
+    if not path.is_file():
+        if not _registry_reachable():
+            pytest.skip("PyPI unreachable: cannot download vllm-rbln==0.11.1")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                        "vllm-rbln==0.11.1", "-d", str(cache)], check=True)
+    return path
+
+
+@pytest.fixture
+def site(wheel: Path, tmp_path: Path) -> Path:
+    """The wheel unpacked as an installed site-packages directory would hold it."""
+    root = tmp_path / "site-packages"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(root)
+    return root
+
+
+def _target_sha(site: Path) -> str:
+    return hashlib.sha256((site / patch.TARGET).read_bytes()).hexdigest()
+
+
+def _decoder_body(tree: ast.Module) -> list[ast.stmt]:
+    """Statements of the block in preprocess_for_decoder holding select_bucket_size."""
+    cls = next(n for n in tree.body
+               if isinstance(n, ast.ClassDef) and n.name == "RBLNOptimumDecoderMixin")
+    func = next(n for n in cls.body
+                if isinstance(n, ast.FunctionDef) and n.name == "preprocess_for_decoder")
+    for node in ast.walk(func):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and any(
+                isinstance(s, ast.Assign) and "select_bucket_size" in ast.unparse(s)
+                for s in body):
+            return body
+    raise AssertionError("select_bucket_size assignment not found")
+
+
+def _selection_index(body: list[ast.stmt]) -> int:
+    return next(i for i, s in enumerate(body) if "select_bucket_size" in ast.unparse(s))
+
+
+def test_wheel_holds_the_published_original(site: Path) -> None:
+    status = patch.patch_status(site)
+    assert (status.state, status.version, status.sha256) == (
+        "original", "0.11.1", patch.SHA256_ORIGINAL)
+
+
+def test_apply_inserts_one_debug_line_right_after_bucket_selection(site: Path) -> None:
+    original = (site / patch.TARGET).read_text()
+    status = patch.apply_patch(site)
+    assert status.state == "patched" and status.sha256 == patch.SHA256_PATCHED
+    assert _target_sha(site) == patch.SHA256_PATCHED
+    py_compile.compile(str(site / patch.TARGET), doraise=True, cfile=str(site / "x.pyc"))
+    patched = (site / patch.TARGET).read_text()
+    assert len(patched.splitlines()) - len(original.splitlines()) == 5
+
+    tree = ast.parse(patched)
+    body = _decoder_body(tree)
+    index = _selection_index(body)
+    assert len(body) == index + 2, "the log statement is the only addition, directly after"
+    logged = body[index + 1]
+    assert isinstance(logged, ast.Expr) and ast.unparse(logged.value.func) == "logger.debug"
+
+    # Control flow untouched: without the new statement the trees are identical.
+    del body[index + 1]
+    assert ast.dump(tree) == ast.dump(ast.parse(original))
+
+
+def test_emitted_line_reads_back_through_the_step_log_parser(site: Path) -> None:
+    """Run the inserted statement with a real logger in vllm-rbln's format, parse it."""
+    patch.apply_patch(site)
+    body = _decoder_body(ast.parse((site / patch.TARGET).read_text()))
+    index = _selection_index(body)
+    statement = compile(ast.Module(body=[body[index + 1]], type_ignores=[]), "patch", "exec")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(
+        "[vllm-rbln] %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"))
+    logger = logging.getLogger("vllm_rbln.test_patch")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        for n, b in [(3, 4), (1, 1), (8, 8)]:
+            exec(statement, {"logger": logger, "request_nums": n, "padded_batch_size": b})
+        logger.setLevel(logging.INFO)  # the line is DEBUG: invisible at the default level
+        exec(statement, {"logger": logger, "request_nums": 2, "padded_batch_size": 2})
+    finally:
+        logger.removeHandler(handler)
+    assert parse_step_log(stream.getvalue()) == [(3, 4), (1, 1), (8, 8)]
+
+
+def test_revert_restores_the_original_bytes_and_mode(site: Path, wheel: Path) -> None:
+    target = site / patch.TARGET
+    before_bytes, before_mode = target.read_bytes(), stat.S_IMODE(target.stat().st_mode)
+    patch.apply_patch(site)
+    assert stat.S_IMODE(target.stat().st_mode) == before_mode
+    assert patch.apply_patch(site).state == "patched"  # repeating apply is a no-op
+    status = patch.revert_patch(site)
+    assert status.state == "original" and status.sha256 == patch.SHA256_ORIGINAL
+    assert target.read_bytes() == before_bytes
+    assert stat.S_IMODE(target.stat().st_mode) == before_mode
+    assert patch.revert_patch(site).state == "original"
+
+
+def test_wrong_version_is_refused_and_nothing_changes(site: Path) -> None:
+    metadata = next(site.glob("vllm_rbln-*.dist-info")) / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 0.11.1", "Version: 0.11.0", 1))
+    with pytest.raises(patch.PatchError, match=r"0\.11\.0.*install vllm-rbln==0\.11\.1"):
+        patch.apply_patch(site)
+    assert _target_sha(site) == patch.SHA256_ORIGINAL
+
+
+def test_unexpected_hash_is_refused_by_apply_and_revert(site: Path) -> None:
+    target = site / patch.TARGET
+    target.write_bytes(target.read_bytes() + b"# local edit\n")
+    edited = target.read_bytes()
+    assert patch.patch_status(site).state == "modified"
+    with pytest.raises(patch.PatchError, match="neither the original"):
+        patch.apply_patch(site)
+    with pytest.raises(patch.PatchError, match=r"reinstall vllm-rbln==0\.11\.1"):
+        patch.revert_patch(site)
+    assert target.read_bytes() == edited
+
+
+def test_cli_apply_check_revert_and_one_line_errors(site: Path, tmp_path: Path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CLI, "rbln", "patch", *args, "--site-packages", str(site)],
+                              capture_output=True, text=True, check=False)
+
+    applied = cli("apply")
+    assert applied.returncode == 0 and applied.stdout.startswith("patched sha256=")
+    checked = cli("check")
+    assert f"sha256={patch.SHA256_PATCHED}" in checked.stdout
+    assert cli("revert").stdout.startswith(f"original sha256={patch.SHA256_ORIGINAL}")
+
+    shutil.rmtree(next(site.glob("vllm_rbln-*.dist-info")))
+    refused = cli("apply")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "version is unknown" in refused.stderr
+
+    nowhere = subprocess.run([CLI, "rbln", "patch", "check", "--site-packages",
+                              str(tmp_path / "none")], capture_output=True, text=True,
+                             check=False)
+    assert nowhere.returncode == 2 and "no 'vllm_rbln' package there" in nowhere.stderr
