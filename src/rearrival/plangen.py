@@ -87,11 +87,11 @@ def generate_plan(n: int, *, study_seed: int, replicate: int, block: int = 0,
                   tool_table: ToolTable | None = None, spec: PlanSpec | None = None) -> Plan:
     """N sessions of one replicate: L0, G0, G1 uniform, one capped tool wait each.
 
-    The plan seed comes from (study seed, replicate, block) and each session's seed from
-    (plan seed, session index). N is deliberately left out of both (SPEC section 3 lists
-    it): a plan of N+k sessions then extends the N-session plan unchanged, so plans of
-    different N within one replicate and block are nested, not independent. The stored
-    ``meta.seed`` plus N reproduce the plan. Per session: L0, G0, G1, tool, quantile.
+    The plan seed comes from (study seed, replicate, N, block) as SPEC section 3 fixes,
+    so plans of different N are independent draws rather than prefixes of one another
+    (the mechanisms sweep compares N, and nested plans would correlate its points). Each
+    session's seed comes from (plan seed, session index), so sessions never share
+    generator state. The stored ``meta.seed`` reproduces the plan.
     """
     _check_arg("--n", n, 1)
     _check_arg("--study-seed", study_seed, 0)
@@ -99,7 +99,7 @@ def generate_plan(n: int, *, study_seed: int, replicate: int, block: int = 0,
     _check_arg("--block", block, 0)
     table = tool_table or default_tool_table()
     spec = spec or PlanSpec()
-    seed = derive_seed(study_seed, replicate, None, block, "sessions")
+    seed = derive_seed(study_seed, replicate, n, block, "sessions")
     sessions, capped = [], 0
     for i in range(n):
         rng = random.Random(session_seed(seed, i))

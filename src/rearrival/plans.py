@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from rearrival.atomic import atomic_write_bytes
 from rearrival.errors import RearrivalError
 
-GENERATOR_VERSION = "rearrival-plans/1"
+GENERATOR_VERSION = "rearrival-plans/2"
 APPENDED_TOKENS = 8
 VARIANTS = ("wait", "control", "equal")
 
