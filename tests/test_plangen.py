@@ -53,7 +53,7 @@ def test_meta_records_provenance() -> None:
     plan = generate_plan(4, study_seed=7, replicate=2, block=1)
     m = plan.meta
     assert (m.n, m.study_seed, m.replicate, m.block, m.variant) == (4, 7, 2, 1, "wait")
-    assert m.seed == derive_seed(7, 2, None, 1, "sessions")
+    assert m.seed == derive_seed(7, 2, 4, 1, "sessions")
     assert m.tool_table == default_tool_table().source
 
 
