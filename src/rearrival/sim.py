@@ -1,0 +1,514 @@
+"""The predictor simulator (SPEC section 5, paper Section IV): cost of a plan on a configuration.
+
+Given the fixed inputs of a replicate (prompt, generation lengths and tool wait per
+session) and a compile-time configuration (bucket set, batch_size, KV slots), it replays
+admission, prefill, decode, completion, re-arrival and KV eviction/reuse in time order,
+and reports the device time D (decode + prefill), the prefill interference W, the
+decode histogram h(n) and reuse. Re-arrival times are recomputed from completion times
+because a configuration change moves them (paper Section III-D), unless the
+fixed-arrival variant pins them (Table XI).
+
+Semantics (SPEC 5 items 1-5; the KV rules live in ``rearrival.kvslots``):
+
+1. Requests enter a FIFO waiting queue in arrival order; simultaneous arrivals in session
+   index order. Arrivals are seen at step boundaries: an arrival at ``a`` counts at the
+   first boundary ``t >= a - 1e-12``.
+2. A step is one prefill or one decode. If a request waits, fewer than batch_size run and
+   a slot can be had, the head of the queue is admitted and its prefill owns the step.
+   If a request waits and fewer than batch_size run but no slot is free or evictable,
+   the deferred releases are applied and one decode step runs instead (with nothing
+   running, admission is retried at once). Otherwise all running requests decode one
+   token at bucket b(n); with nothing running, time jumps to the next arrival.
+3. Admission secures a slot first (evicting the oldest evictable by allocation order),
+   then looks up the session's surviving KV: C = profile.reusable_tokens(P, L1) with P
+   the prompt the earlier prefill wrote; q = L1 - C is computed at cost T(q).
+4. Prefill emits the first token; a request generating G tokens then needs G-1 decode
+   steps. A first request's follow-up arrives at completion + tool wait.
+5. D = sum of decode step times + sum of prefill times; W = sum over prefills of
+   (requests running at admission) x T(q), in session-seconds, never added to D.
+
+Variants: (a) ``fixed_arrivals`` gives each session's re-arrival time; a follow-up still
+cannot be sent before the response it extends exists, so it arrives at
+max(fixed time, first request's completion). (b) ``dummy_block="pre-evict"``: before every
+decode step with 0 < running < batch_size, if no slot is free, the oldest evictable slot
+is evicted and left free (measured stack, Supplementary S9). (c) ``release``: "deferred"
+(paper's base simulator) or "immediate" (measured stack).
+
+Choices where the SPEC is silent (identical in ``sim_reference``): a reuse hit is a
+re-arrival with C > 0 (a surviving slot with a prompt under 128 tokens reuses nothing,
+which a server's cached-token counter cannot tell from a miss); deferred releases are
+applied after every admission's slot choice, including one that took a free slot; a hit
+copies the prefix into the new slot and leaves the source slot cached with its old
+allocation order; decode steps run back to back with no prefill in between and the same
+n form one stretch.
+
+The event core advances whole stretches of identical decode steps at once: n only
+changes at a completion, an arrival or an admission, so it jumps straight to the next
+such boundary. ``rearrival.sim_reference`` is the plain per-step version used by the tests
+and the benchmark to check this one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Any
+
+from rearrival.errors import RearrivalError
+from rearrival.kvslots import NO_OWNER, RELEASES, SlotPool
+from rearrival.profile import Profile, measured_profile, select_bucket
+
+DUMMY_BLOCKS = ("off", "pre-evict")
+ARRIVAL_TOLERANCE_S = 1e-12
+SUMMARY_KEYS = (
+    "decode_steps", "prefill_steps", "padding_ratio", "reuse_hits", "re_arrivals",
+    "computed_prefill_tokens", "decode_s", "prefill_s", "device_s", "interference_s",
+    "makespan_s", "histogram",
+)
+
+
+class SimConfigError(RearrivalError, ValueError):
+    """A simulator configuration that cannot run; the message names the field and the fix."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, ...]:
+    if isinstance(value, Mapping):
+        keys = sorted(value)
+        if keys != list(range(len(keys))):
+            raise SimConfigError("SimConfig field 'fixed_arrivals': mapping keys must be the "
+                                 "session indices 0..N-1, one per session")
+        value = [value[k] for k in keys]
+    try:
+        times = tuple(float(v) for v in value)
+    except (TypeError, ValueError) as exc:
+        raise SimConfigError("SimConfig field 'fixed_arrivals': give one re-arrival time in "
+                             f"seconds per session ({exc})") from exc
+    if not all(math.isfinite(v) and v >= 0 for v in times):
+        raise SimConfigError("SimConfig field 'fixed_arrivals': every time must be a finite "
+                             "number of seconds >= 0")
+    return times
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One configuration (bucket set, batch_size, KV slots) plus the simulator variant.
+
+    ``slots`` defaults to batch_size (eager attention allocates one slot per sequence of
+    the batch); after construction it is always an int. ``fixed_arrivals`` (variant (a))
+    is stored as a tuple of per-session re-arrival times in seconds, session order.
+    """
+
+    buckets: tuple[int, ...] = (1, 2, 4, 8)
+    batch_size: int = 8
+    slots: int | None = None
+    release: str = "deferred"
+    dummy_block: str = "off"
+    fixed_arrivals: Mapping[int, float] | Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            buckets = tuple(self.buckets)
+        except TypeError as exc:
+            raise SimConfigError("SimConfig field 'buckets' (--buckets) must be a list of "
+                                 "integers such as 1,2,4,8") from exc
+        if not buckets or not all(_is_int(b) and b > 0 for b in buckets):
+            raise SimConfigError(f"SimConfig field 'buckets' (--buckets) {buckets!r} must be "
+                                 "positive integers such as 1,2,4,8")
+        if list(buckets) != sorted(set(buckets)):
+            raise SimConfigError(f"SimConfig field 'buckets' (--buckets) {buckets!r} must be "
+                                 "sorted ascending without repeats, e.g. 1,2,4,8")
+        if not _is_int(self.batch_size) or self.batch_size < 1:
+            raise SimConfigError(f"SimConfig field 'batch_size' (--batch-size) "
+                                 f"{self.batch_size!r} must be a positive integer")
+        if buckets[-1] != self.batch_size:
+            raise SimConfigError(
+                f"SimConfig field 'buckets' (--buckets) {','.join(map(str, buckets))} must "
+                f"have batch_size {self.batch_size} as its largest bucket; add "
+                f"{self.batch_size} and drop larger buckets, or set --batch-size to "
+                f"{buckets[-1]}")
+        slots = self.batch_size if self.slots is None else self.slots
+        if not _is_int(slots) or slots < 1:
+            raise SimConfigError(f"SimConfig field 'slots' (--slots) {slots!r} must be a "
+                                 "positive integer (default: batch_size)")
+        if self.release not in RELEASES:
+            raise SimConfigError(f"SimConfig field 'release' (--release) {self.release!r}: "
+                                 f"use one of {', '.join(RELEASES)}")
+        if self.dummy_block not in DUMMY_BLOCKS:
+            raise SimConfigError(f"SimConfig field 'dummy_block' (--dummy-block) "
+                                 f"{self.dummy_block!r}: use one of {', '.join(DUMMY_BLOCKS)}")
+        fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
+        object.__setattr__(self, "buckets", buckets)
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "fixed_arrivals", fixed)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request's outcome. ``turn`` is 0 (first request) or 1 (re-arrival).
+
+    ``evicted_slot``/``evicted_session``/``evicted_turn`` name the KV this admission
+    destroyed to get its slot (None when it took a free slot); ``running_at_admission`` is
+    the K of W (requests decoding while this prefill ran).
+    """
+
+    session: int
+    turn: int
+    arrival_s: float
+    admit_s: float
+    first_token_s: float
+    complete_s: float
+    prompt_tokens: int
+    cached_tokens: int
+    computed_tokens: int
+    prefill_s: float
+    slot: int
+    evicted_slot: int | None
+    evicted_session: int | None
+    evicted_turn: int | None
+    running_at_admission: int
+
+    @property
+    def hit(self) -> bool:
+        return self.cached_tokens > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Stretch:
+    """Consecutive decode steps with the same n and no prefill between them."""
+
+    n: int
+    b: int
+    steps: int
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """KV destroyed: by an admission securing its slot, or by the dummy-block rule."""
+
+    time_s: float
+    slot: int
+    session: int
+    turn: int
+    cause: str  # "admission" | "pre-evict"
+
+
+# Column order of the per-request arrays both simulators fill, indexed by request id
+# rid = 2 * session + turn (the RequestRecord fields after session and turn).
+REQUEST_COLUMNS = ("arrival_s", "admit_s", "first_token_s", "complete_s", "prompt_tokens",
+                   "cached_tokens", "computed_tokens", "prefill_s", "slot", "evicted_slot",
+                   "evicted_tag", "running_at_admission")
+
+
+class SimResult:
+    """Outcome of one simulation; records are built on first access (the search only
+    reads the scalars, 112,000 times)."""
+
+    __slots__ = ("_columns", "_eviction_rows", "_records", "_stretch_rows", "config",
+                 "decode_s", "device_s", "histogram_nb", "interference_s", "makespan_s",
+                 "prefill_s", "sessions")
+
+    def __init__(self, config: SimConfig, sessions: int, histogram_nb: dict[tuple[int, int], int],
+                 decode_s: float, prefill_s: float, interference_s: float, makespan_s: float,
+                 columns: tuple[list[Any], ...], stretch_rows: list[list[Any]],
+                 eviction_rows: list[tuple[float, int, int, str]]) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.histogram_nb = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
+        self.decode_s = decode_s
+        self.prefill_s = prefill_s
+        self.device_s = decode_s + prefill_s
+        self.interference_s = interference_s
+        self.makespan_s = makespan_s
+        self._columns = columns
+        self._stretch_rows = stretch_rows
+        self._eviction_rows = eviction_rows
+        self._records: tuple[RequestRecord, ...] | None = None
+
+    @property
+    def decode_steps(self) -> int:
+        return sum(self.histogram_nb.values())
+
+    @property
+    def prefill_steps(self) -> int:
+        return 2 * self.sessions
+
+    @property
+    def padding_ratio(self) -> float:
+        """sum(b - n) / sum(b) over decode steps (0 when nothing decoded)."""
+        padded = sum(b * steps for (_, b), steps in self.histogram_nb.items())
+        used = sum(n * steps for (n, _), steps in self.histogram_nb.items())
+        return (padded - used) / padded if padded else 0.0
+
+    @property
+    def re_arrivals(self) -> int:
+        return self.sessions
+
+    @property
+    def reuse_hits(self) -> int:
+        cached = self._columns[REQUEST_COLUMNS.index("cached_tokens")]
+        return sum(1 for rid in range(1, 2 * self.sessions, 2) if cached[rid] > 0)
+
+    @property
+    def computed_prefill_tokens(self) -> int:
+        """Re-arrival computed prefill tokens, sum of q = L1 - C over follow-ups (SPEC 5.5).
+
+        First requests never reuse anything; their tokens are in ``total_computed_tokens``.
+        """
+        computed = self._columns[REQUEST_COLUMNS.index("computed_tokens")]
+        return sum(computed[1::2])
+
+    @property
+    def total_computed_tokens(self) -> int:
+        """Computed prefill tokens of every request (first requests and re-arrivals)."""
+        return sum(self._columns[REQUEST_COLUMNS.index("computed_tokens")])
+
+    @property
+    def requests(self) -> tuple[RequestRecord, ...]:
+        """Per-request records in (session, turn) order."""
+        if self._records is None:
+            cols = self._columns
+            records = []
+            for rid in range(2 * self.sessions):
+                row = [col[rid] for col in cols]
+                tag = row[10]
+                evicted = tag != NO_OWNER
+                records.append(RequestRecord(
+                    rid >> 1, rid & 1, *row[:9], row[9] if evicted else None,
+                    tag >> 1 if evicted else None, tag & 1 if evicted else None, row[11]))
+            self._records = tuple(records)
+        return self._records
+
+    @property
+    def stretches(self) -> tuple[Stretch, ...]:
+        """Decode stretches in time order, for timelines and step reconstruction."""
+        buckets = self.config.buckets
+        return tuple(Stretch(n, select_bucket(n, buckets), steps, start, end)
+                     for n, steps, start, end in self._stretch_rows)
+
+    @property
+    def evictions(self) -> tuple[Eviction, ...]:
+        """Every KV eviction in time order (admissions and dummy-block pre-evictions)."""
+        return tuple(Eviction(time, slot, tag >> 1, tag & 1, cause)
+                     for time, slot, tag, cause in self._eviction_rows)
+
+    def summary(self) -> dict[str, Any]:
+        """The SPEC section 5 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
+        return {
+            "decode_steps": self.decode_steps,
+            "prefill_steps": self.prefill_steps,
+            "padding_ratio": self.padding_ratio,
+            "reuse_hits": self.reuse_hits,
+            "re_arrivals": self.re_arrivals,
+            "computed_prefill_tokens": self.computed_prefill_tokens,
+            "decode_s": self.decode_s,
+            "prefill_s": self.prefill_s,
+            "device_s": self.device_s,
+            "interference_s": self.interference_s,
+            "makespan_s": self.makespan_s,
+            "histogram": {f"{n}->{b}": steps for (n, b), steps in self.histogram_nb.items()},
+        }
+
+
+_STEP_TABLES: dict[tuple[int, tuple[int, ...], int], tuple[Profile, list[float], list[int]]] = {}
+
+
+def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[int]]:
+    """Decode step time and bucket for each n in 0..batch_size, cached per configuration.
+
+    The search simulates every candidate on 54 plans, so the 2,077 tables are built once.
+    """
+    key = (id(profile), config.buckets, config.batch_size)
+    entry = _STEP_TABLES.get(key)
+    if entry is None or entry[0] is not profile:
+        buckets = [0] + [select_bucket(n, config.buckets)
+                         for n in range(1, config.batch_size + 1)]
+        times = [0.0] + [profile.decode_step_s(n, buckets[n])
+                         for n in range(1, config.batch_size + 1)]
+        if len(_STEP_TABLES) > 50_000:
+            _STEP_TABLES.clear()
+        entry = _STEP_TABLES[key] = (profile, times, buckets)
+    return entry[1], entry[2]
+
+
+def plan_arrays(plan: Any, config: SimConfig) -> tuple[list[int], list[int], list[float]]:
+    """Per request id (2*session + turn): prompt tokens and generation; per session: wait."""
+    sessions = plan.sessions
+    count = len(sessions)
+    if config.fixed_arrivals is not None and len(config.fixed_arrivals) != count:
+        raise SimConfigError(f"SimConfig field 'fixed_arrivals' has "
+                             f"{len(config.fixed_arrivals)} times for a plan of {count} "
+                             "sessions; give one re-arrival time per session")
+    prompt = [0] * (2 * count)
+    gen = [0] * (2 * count)
+    wait = [0.0] * count
+    for i, s in enumerate(sessions):
+        prompt[2 * i] = s.prompt_tokens
+        prompt[2 * i + 1] = s.prompt_tokens + s.gen_tokens + s.appended_tokens
+        gen[2 * i] = s.gen_tokens
+        gen[2 * i + 1] = s.followup_gen_tokens
+        wait[i] = s.tool_wait_s
+    return prompt, gen, wait
+
+
+def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> SimResult:
+    """Predict one plan on one configuration (paper Section IV); see the module docstring.
+
+    ``plan`` is a ``rearrival.plans.Plan`` (anything with ``.sessions``); ``profile``
+    defaults to the measured RBLN-CA25 profile.
+    """
+    if profile is None:
+        profile = measured_profile()
+    prompt, gen, wait = plan_arrays(plan, config)
+    step_s, bucket_of = step_table(config, profile)
+    count = len(wait)
+    requests = 2 * count
+    batch = config.batch_size
+    fixed = config.fixed_arrivals
+    eps = ARRIVAL_TOLERANCE_S
+
+    pool = SlotPool(config.slots, config.release)
+    admit = pool.admit
+    finish = pool.finish
+    can_secure = pool.can_secure
+    release_deferred = pool.release_deferred
+    pre_evict = pool.pre_evict if config.dummy_block == "pre-evict" else None
+    reusable = profile.reusable_tokens
+    prefill_time = profile.prefill_s
+
+    arrival = [0.0] * requests
+    admit_s = [0.0] * requests
+    first_s = [0.0] * requests
+    complete_s = [0.0] * requests
+    cached = [0] * requests
+    computed = [0] * requests
+    prefill_s = [0.0] * requests
+    slot_of = [0] * requests
+    evicted_slot = [NO_OWNER] * requests
+    evicted_tag = [NO_OWNER] * requests
+    running_at = [0] * requests
+
+    waiting = deque(range(0, requests, 2))  # every session starts at t = 0, index order
+    arrivals: list[tuple[float, int]] = []  # heap of (follow-up arrival time, session)
+    running: list[int] = []
+    finish_at: list[int] = []  # decode clock at which each running request completes
+    hist = [0] * (batch + 1)
+    stretches: list[list[Any]] = []
+    evictions: list[tuple[float, int, int, str]] = []
+    t = 0.0
+    clock = 0  # decode steps so far
+    prefill_total = 0.0
+    interference = 0.0
+    merge = False  # the previous event was a decode stretch
+
+    while True:
+        while arrivals and arrivals[0][0] <= t + eps:
+            waiting.append(2 * heappop(arrivals)[1] + 1)
+        nrun = len(running)
+        if waiting and nrun < batch:
+            if can_secure():
+                rid = waiting.popleft()
+                tokens = prompt[rid]
+                slot, victim, reuse, _ = admit(rid >> 1, rid, tokens, reusable)
+                q = tokens - reuse
+                cost = prefill_time(q)
+                if victim != NO_OWNER:
+                    evicted_slot[rid] = slot
+                    evicted_tag[rid] = victim
+                    evictions.append((t, slot, victim, "admission"))
+                admit_s[rid] = t
+                cached[rid] = reuse
+                computed[rid] = q
+                prefill_s[rid] = cost
+                slot_of[rid] = slot
+                running_at[rid] = nrun
+                interference += nrun * cost
+                prefill_total += cost
+                t += cost
+                first_s[rid] = t
+                merge = False
+                if gen[rid] > 1:
+                    running.append(rid)
+                    finish_at.append(clock + gen[rid] - 1)
+                else:
+                    complete_s[rid] = t
+                    finish(slot)
+                    if not rid & 1:
+                        session = rid >> 1
+                        when = t + wait[session] if fixed is None else max(fixed[session], t)
+                        arrival[rid + 1] = when
+                        heappush(arrivals, (when, session))
+                continue
+            release_deferred()
+            if not nrun:
+                continue
+        elif not nrun:
+            if not arrivals:
+                break
+            t = arrivals[0][0]
+            continue
+
+        if pre_evict is not None and nrun < batch:
+            freed = pre_evict()
+            if freed is not None:
+                evictions.append((t, freed[0], freed[1], "pre-evict"))
+        dt = step_s[nrun]
+        next_done = min(finish_at)
+        if waiting and nrun < batch and can_secure():
+            k = 1  # a slot was released or pre-evicted for this step: admit right after it
+        else:
+            k = next_done - clock
+            if arrivals:
+                # first boundary t + j*dt that sees the arrival, by the exact test
+                # the next loop applies (arrival <= boundary + eps)
+                due = arrivals[0][0]
+                j = int((due - t) / dt)
+                if j < 1:
+                    j = 1
+                while j > 1 and due <= t + (j - 1) * dt + eps:
+                    j -= 1
+                while due > t + j * dt + eps:
+                    j += 1
+                if j < k:
+                    k = j
+        start = t
+        t = t + k * dt
+        clock += k
+        hist[nrun] += k
+        if merge and stretches[-1][0] == nrun:
+            last = stretches[-1]
+            last[1] += k
+            last[3] = t
+        else:
+            stretches.append([nrun, k, start, t])
+            merge = True
+        if clock == next_done:
+            still, still_at = [], []
+            for rid, done_at in zip(running, finish_at, strict=True):
+                if done_at == clock:
+                    complete_s[rid] = t
+                    finish(slot_of[rid])
+                    if not rid & 1:
+                        session = rid >> 1
+                        when = t + wait[session] if fixed is None else max(fixed[session], t)
+                        arrival[rid + 1] = when
+                        heappush(arrivals, (when, session))
+                else:
+                    still.append(rid)
+                    still_at.append(done_at)
+            running, finish_at = still, still_at
+
+    histogram = {(n, bucket_of[n]): hist[n] for n in range(1, batch + 1) if hist[n]}
+    decode_total = sum(hist[n] * step_s[n] for n in range(1, batch + 1))
+    columns = (arrival, admit_s, first_s, complete_s, prompt, cached, computed, prefill_s,
+               slot_of, evicted_slot, evicted_tag, running_at)
+    return SimResult(config, count, histogram, decode_total, prefill_total, interference, t,
+                     columns, stretches, evictions)
