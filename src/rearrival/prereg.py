@@ -103,10 +103,11 @@ class RegisteredPlan:
     n: int
     seed: int | None
     sha256: str
+    variant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"replicate": self.replicate, "n": self.n, "seed": self.seed,
-                "sha256": self.sha256}
+                "sha256": self.sha256, "variant": self.variant}
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,17 @@ class PlanRegistry:
 
     ``validation`` marks a study whose plan seeds must be new (paper Section II-D: the
     validation measurements "used new seeds not used in any earlier measurement").
+    ``sha256`` is ``Plan.sha256()`` of the plan file a run reads, i.e. the manifest's
+    ``plan_sha256``; an entry with ``variant`` set applies only to runs of that workload
+    variant (per-variant plan files), one without applies to every variant.
     """
 
     validation: bool
     plans: tuple[RegisteredPlan, ...]
 
     def to_json(self) -> dict[str, Any]:
-        ordered = sorted(self.plans, key=lambda p: (p.n, p.replicate, p.sha256))
+        ordered = sorted(self.plans, key=lambda p: (p.n, p.replicate, p.variant or "",
+                                                    p.sha256))
         return {"validation": self.validation, "plans": [p.to_json() for p in ordered]}
 
 
@@ -146,7 +151,7 @@ def parse_plan_registry(data: bytes | Mapping[str, Any], source: str) -> PlanReg
     entries = raw.get("plans")
     if not isinstance(entries, list):
         raise PreregError(f"{source}: field plans must be a list of "
-                          "{replicate, n, seed, sha256} objects")
+                          "{replicate, n, seed, sha256, variant} objects")
     return PlanRegistry(raw["validation"],
                         tuple(_registered_plan(e, f"{source}: plans[{i}]")
                               for i, e in enumerate(entries)))
@@ -165,7 +170,11 @@ def _registered_plan(entry: Any, where: str) -> RegisteredPlan:
     sha = entry.get("sha256")
     if not isinstance(sha, str) or not _SHA256_RE.match(sha):
         raise PreregError(f"{where}.sha256: must be 64 lowercase hex digits (Plan.sha256())")
-    return RegisteredPlan(entry["replicate"], entry["n"], seed, sha)
+    variant = entry.get("variant")
+    if variant is not None and not isinstance(variant, str):
+        raise PreregError(f"{where}.variant: must be a variant name (wait, control, equal) "
+                          "or null")
+    return RegisteredPlan(entry["replicate"], entry["n"], seed, sha, variant)
 
 
 def open_repo(repo_dir: str | Path) -> Any:
