@@ -2,10 +2,20 @@
 
 plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
 decide: decide · pipeline: audit, prereg · search: search, advise · report: tables ·
-rbln: rbln patch/compile
+rbln: rbln patch/compile · study: the pipeline stages the Snakefile calls
 """
 
-from rearrival.commands import decide, measure, pipeline, plans, rbln, report, search, simulate
+from rearrival.commands import (
+    decide,
+    measure,
+    pipeline,
+    plans,
+    rbln,
+    report,
+    search,
+    simulate,
+    study,
+)
 
 ALL_AREAS = (
     plans.register,
@@ -16,4 +26,5 @@ ALL_AREAS = (
     search.register,
     report.register,
     rbln.register,
+    study.register,
 )

@@ -1,0 +1,110 @@
+"""CLI verbs of the study stages (`rearrival study ...`): what each Snakemake rule calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
+StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
+Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
+Predictions = Annotated[Path, typer.Option("--predictions", help="Predictions Parquet.")]
+Out = Annotated[Path, typer.Option("--out", help="Output file or directory.")]
+Selected = Annotated[Path, typer.Option(
+    "--selected", help="Search result; read only by studies comparing 'selected'.")]
+Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
+
+DEFAULT_CONFIG = Path("config/config.yaml")
+DEFAULT_SELECTED = Path("results/search/selected.json")
+DEFAULT_REPO = Path(".")
+
+
+def _config(path: Path):
+    from rearrival.studies import load_study_config
+
+    return load_study_config(path)
+
+
+def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
+    """Write every input plan of a study (one per N and replicate)."""
+    from rearrival.experiments import make_plans
+
+    for path in make_plans(_config(config), study, out):
+        typer.echo(str(path))
+
+
+def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
+            selected: Selected = DEFAULT_SELECTED) -> None:
+    """Simulate every plan under every condition of a study (paper Section IV)."""
+    from rearrival.experiments import predict as run_predict
+
+    frame = run_predict(_config(config), study, plans, out, selected)
+    typer.echo(f"{out}: {len(frame)} predictions")
+
+
+def prereg(study: StudyName, plans: Plans, predictions: Predictions, out: Out,
+           config: Config = DEFAULT_CONFIG, selected: Selected = DEFAULT_SELECTED,
+           repo: Repo = DEFAULT_REPO) -> None:
+    """Commit the study's design, criteria, plan hashes and predictions to git."""
+    from rearrival.experiments import preregister
+
+    record = preregister(_config(config), study, plans_dir=plans,
+                         predictions_path=predictions, repo_dir=repo,
+                         records_dir=out.parent, selected_path=selected)
+    typer.echo(f"{study}: registered at {record['commit']} ({record['committed_at']})")
+
+
+def run(study: StudyName,
+        n: Annotated[int, typer.Option("--n", min=1, help="Concurrent sessions N.")],
+        replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
+        plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
+        selected: Selected = DEFAULT_SELECTED, repo: Repo = DEFAULT_REPO) -> None:
+    """Run every condition of one replicate in its seeded shuffled order."""
+    from rearrival.experiments import run_replicate
+
+    for path in run_replicate(_config(config), study, n, replicate, plans_dir=plans,
+                              out_dir=out, repo_dir=repo, selected_path=selected):
+        typer.echo(str(path))
+
+
+def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
+    """Prefill injection: background inter-token gaps per injected prefill size."""
+    from rearrival.experiments import injection as run_injection
+
+    frame = run_injection(_config(config), out)
+    typer.echo(f"{out}: {len(frame)} gaps")
+
+
+def channels(study: StudyName,
+             runs: Annotated[Path, typer.Option("--runs", help="The study's runs directory.")],
+             out: Out, config: Config = DEFAULT_CONFIG) -> None:
+    """Channel A and B (and reuse, steps, padding) for every run of a study."""
+    from rearrival.experiments import collect_channels
+
+    _config(config).study(study)
+    frame = collect_channels(runs, out)
+    typer.echo(f"{out}: {len(frame)} runs")
+
+
+def decide(study: StudyName,
+           channels: Annotated[Path, typer.Option("--channels", help="Channel table.")],
+           predictions: Predictions,
+           prereg: Annotated[Path, typer.Option("--prereg", help="Prereg record JSON.")],
+           out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
+    """Apply the registered decision rules to the study's replicate-summed ratios."""
+    from rearrival.experiments import decide as run_decide
+
+    run_decide(_config(config), study, channels_path=channels, predictions_path=predictions,
+               prereg_path=prereg, repo_dir=repo, out=out)
+    typer.echo(str(out))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `study` group with one verb per pipeline stage."""
+    study_app = typer.Typer(help="Pipeline stages of one study (called by the Snakefile).",
+                            no_args_is_help=True)
+    for verb in (plans, predict, prereg, run, injection, channels, decide):
+        study_app.command(verb.__name__)(verb)
+    app.add_typer(study_app, name="study")
