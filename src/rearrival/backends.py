@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rearrival.records import finish_manifest, manifest_template, write_run
+from rearrival.records import finish_manifest, manifest_template, new_run_id, write_run
 
 if TYPE_CHECKING:
     from rearrival.experiments import RunRequest
@@ -48,7 +48,10 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
         plan_path=str(run.plan_path), plan_sha256=run.plan.sha256(),
         plan_seed=run.plan.meta.seed, run_seed=run.seed,
         condition_order=run.condition_order, time_scale=settings.time_scale,
-        prereg=run.prereg)
+        prereg=run.prereg,
+        # N is part of the id: one study runs the same condition at several N
+        run_id=new_run_id(run.study, f"n{run.plan.n}-{run.label}", run.replicate,
+                          settings.backend))
     manifest["configuration"]["name"] = configuration.name
     return manifest
 
