@@ -65,6 +65,7 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
     result = run_emulated(run.plan, buckets=configuration.buckets,
                           batch_size=configuration.batch_size, slots=configuration.slots,
                           variant=run.variant, seed=run.seed)
+    manifest["software"]["emulator_truth"] = result.truth_version
     return write_run(out, requests=result.requests, steps=result.steps,
                      metrics=result.metrics, manifest=finish_manifest(manifest),
                      server_log=result.server_log, tokens=result.tokens)

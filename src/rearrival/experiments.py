@@ -464,7 +464,7 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
         frames.append(run_injection(
             background_sessions=int(settings.get("background_sessions", 4)),
             injected_prompt_tokens=int(size),
-            inject_at_s=float(settings.get("inject_at_s", 0.5)),
+            inject_at_s=float(settings.get("inject_at_s", 1.2)),
             gen_tokens=int(settings.get("background_gen_tokens", 256)),
             buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed))
     frame = pd.concat(frames, ignore_index=True)
