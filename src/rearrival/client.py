@@ -18,14 +18,17 @@ ends the run with status ``failed``/``partial`` and the reason, never ``complete
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pandas as pd
 
 from rearrival.errors import RearrivalError
 from rearrival.plans import Plan, Session
@@ -374,9 +377,152 @@ def replay_sync(plan: Plan, url: str, *, variant: str = "wait",
     return asyncio.run(replay(plan, url, variant=variant, options=options))
 
 
+# --- run records -------------------------------------------------------------------------
+
+
+def requests_frame(run: ClientRun) -> pd.DataFrame:
+    """requests.parquet rows (SPEC 7); prefill_s is unknown over HTTP, so NaN."""
+    rows = run.requests
+    return pd.DataFrame({
+        "session": pd.array([r.session for r in rows], dtype="int64"),
+        "turn": pd.array([r.turn for r in rows], dtype="int64"),
+        "send_s": pd.array([r.send_s for r in rows], dtype="float64"),
+        "first_token_s": pd.array([r.first_token_s for r in rows], dtype="float64"),
+        "complete_s": pd.array([r.complete_s for r in rows], dtype="float64"),
+        "prompt_tokens": pd.array([r.prompt_tokens for r in rows], dtype="int64"),
+        "cached_tokens": pd.array([r.cached_tokens for r in rows], dtype="Int64"),
+        "computed_tokens": pd.array([r.computed_tokens for r in rows], dtype="Int64"),
+        "generated_tokens": pd.array([r.generated_tokens for r in rows], dtype="int64"),
+        "prefill_s": pd.array([math.nan] * len(rows), dtype="float64"),
+    })
+
+
+def tokens_frame(run: ClientRun) -> pd.DataFrame:
+    """Every token's arrival at the client (session, turn, index, t_s), for timelines."""
+    rows = [(r.session, r.turn, i, t) for r in run.requests
+            for i, t in enumerate(r.token_times_s)]
+    return pd.DataFrame(rows, columns=["session", "turn", "index", "t_s"]).astype(
+        {"session": "int64", "turn": "int64", "index": "int64", "t_s": "float64"})
+
+
+def steps_from_log(log_text: str) -> pd.DataFrame:
+    """steps.parquet from the ``[BUCKET]`` lines: decode steps only, times unknown (NaN).
+
+    A real server log has no per-step times at useful resolution (paper III-C: 1 s) and
+    no prefill line, so prefill is priced from the requests' computed tokens instead.
+    """
+    from rearrival.steplog import parse_step_log
+
+    pairs = parse_step_log(log_text)
+    return pd.DataFrame({
+        "step": pd.array(range(len(pairs)), dtype="int64"),
+        "kind": ["decode"] * len(pairs),
+        "n": pd.array([n for n, _ in pairs], dtype="int64"),
+        "b": pd.array([b for _, b in pairs], dtype="Int64"),
+        "start_s": pd.array([math.nan] * len(pairs), dtype="float64"),
+        "end_s": pd.array([math.nan] * len(pairs), dtype="float64"),
+    })
+
+
+def _outcome(run: ClientRun, steps: pd.DataFrame) -> tuple[str, str | None]:
+    """The run's status: the client's, unless the step log does not cover the requests.
+
+    Every generated token after the first comes from one decode step, so the decode
+    steps must advance exactly sum(generated - 1) request-tokens; anything else means
+    DEBUG logging was off, the patch is missing, or the log slice is wrong.
+    """
+    if run.status != "complete":
+        return run.status, run.reason
+    if len(run.requests) != run.expected_requests:
+        return "partial", (f"{len(run.requests)} of {run.expected_requests} requests "
+                           "finished")
+    advances = sum(r.generated_tokens - 1 for r in run.requests)
+    logged = int(steps["n"].sum())
+    if logged != advances:
+        return "failed", (f"server log holds {len(steps)} [BUCKET] steps advancing {logged} "
+                          f"tokens, but the requests needed {advances}; run the server with "
+                          "VLLM_LOGGING_LEVEL=DEBUG and the observation patch applied "
+                          "(`rearrival rbln patch apply`)")
+    return "complete", None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where a run directory was written and whether it is usable."""
+
+    path: Path
+    status: str
+    reason: str | None
+
+
+def write_client_run(out: Path, run: ClientRun, *, manifest: dict[str, Any],
+                     server_log: str | None) -> RunOutcome:
+    """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
+    from rearrival.records import finish_manifest, write_run
+    from rearrival.steplog import StepLogError
+
+    try:
+        steps = steps_from_log(server_log or "")
+        status, reason = _outcome(run, steps)
+    except StepLogError as exc:
+        steps = steps_from_log("")
+        status, reason = ("failed", str(exc)) if run.status == "complete" else (
+            run.status, run.reason)
+    metrics = {"before": dict(run.metrics_before), "after": dict(run.metrics_after)}
+    write_run(out, requests=requests_frame(run), steps=steps, metrics=metrics,
+              manifest=finish_manifest(manifest, status=status, reason=reason),
+              server_log=server_log, tokens=tokens_frame(run))
+    return RunOutcome(out, status, reason)
+
+
+async def _get_json(url: str) -> Any:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        text = await _get_text(http, url)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise ClientError(f"GET {url}: not JSON; point --url at `rearrival emulate-server`") \
+            from None
+
+
 async def fetch_server_log(url: str, *, since_bytes: int = 0) -> str:
     """The emulate-server's step log (``/rearrival/log``) from byte offset ``since_bytes``."""
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         text = await _get_text(http, f"{url.rstrip('/')}/rearrival/log")
     return text.encode()[since_bytes:].decode(errors="replace")
+
+
+async def server_configuration(url: str) -> dict[str, Any]:
+    """What an emulate-server serves (buckets, batch_size, slots, seed, time_scale)."""
+    return dict(await _get_json(f"{url.rstrip('/')}/rearrival/config"))
+
+
+def check_configuration(served: dict[str, Any], configuration: dict[str, Any],
+                        url: str) -> None:
+    """Refuse to label a run with a configuration the server does not serve."""
+    for key in ("buckets", "batch_size", "slots"):
+        if served.get(key) != configuration[key]:
+            raise ClientError(f"--url {url}: the server serves {key}={served.get(key)}, the run "
+                              f"asks for {configuration[key]}; restart emulate-server with the "
+                              "run's configuration or omit --url to start a fresh one")
+
+
+async def replay_url(plan: Plan, url: str, out: Path, *, variant: str,
+                     options: ReplayOptions, manifest: dict[str, Any]) -> RunOutcome:
+    """Replay against an already running emulate-server and write the run directory.
+
+    The step log is the slice of the server's log written during this replay, so steps
+    of earlier runs on the same server never leak into this one.
+    """
+    try:
+        offset: int | None = len((await fetch_server_log(url)).encode())
+    except ClientError:
+        offset = None  # the replay reports the unreachable server as the run's reason
+    run = await replay(plan, url, variant=variant, options=options)
+    log = None
+    if offset is not None:
+        with contextlib.suppress(ClientError):
+            log = await fetch_server_log(url, since_bytes=offset)
+    return write_client_run(out, run, manifest=manifest, server_log=log)

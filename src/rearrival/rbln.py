@@ -30,10 +30,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
 from rearrival.errors import RearrivalError
+
+if TYPE_CHECKING:
+    from rearrival.client import ReplayOptions, RunOutcome
+    from rearrival.plans import Plan
 
 STACK_VERSION = "0.11.1"
 INSTALL_HINT = (f"install the RBLN stack (optimum-rbln=={STACK_VERSION}, "
@@ -220,8 +224,10 @@ def vllm_serve_argv(artifact: Path, *, batch_size: int, port: int, host: str = "
 
 
 def serve_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: DEBUG logging so the ``[BUCKET]`` lines are written."""
-    return {**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG", **(extra or {})}
+    """The server's environment: DEBUG logging so the ``[BUCKET]`` lines are written, and
+    unbuffered output so a killed server still leaves every line in the captured log."""
+    return {**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1",
+            **(extra or {})}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -329,3 +335,69 @@ def running_server(argv: Sequence[str], url: str, log_path: Path, *,
         yield server
     finally:
         server.stop()
+
+
+# --- one measured run ----------------------------------------------------------------------
+
+
+def run_with_server(plan: Plan, out: Path, *, argv: Sequence[str], url: str, variant: str,
+                    options: ReplayOptions, manifest: dict[str, Any], log_path: Path,
+                    env: Mapping[str, str] | None = None, ready_timeout_s: float = 900.0,
+                    grace_s: float = 15.0) -> RunOutcome:
+    """Start a fresh server, replay the plan through the client, stop it, write the run.
+
+    The run's step log is the part of the server log written after readiness, so
+    warm-up steps are never priced. The whole log (start-up included) stays at
+    ``log_path`` for diagnosis.
+    """
+    from rearrival.client import ClientRun, replay_sync, write_client_run
+
+    with running_server(argv, url, log_path, env=env, ready_timeout_s=ready_timeout_s,
+                        grace_s=grace_s) as server:
+        offset = log_path.stat().st_size
+        run = replay_sync(plan, url, variant=variant, options=options)
+        alive = server.alive()
+    if run.status == "complete" and not alive:
+        run = ClientRun(run.requests, run.metrics_before, run.metrics_after, "partial",
+                        f"server exited during the run; read {log_path}", run.model,
+                        run.expected_requests)
+    log = log_path.read_bytes()[offset:].decode(errors="replace")
+    return write_client_run(out, run, manifest=manifest, server_log=log)
+
+
+def run_rbln(plan: Plan, out: Path, *, artifact: Path, buckets: Sequence[int],
+             batch_size: int, slots: int | None, variant: str, options: ReplayOptions,
+             manifest: dict[str, Any], site_packages: Path | None = None,
+             dev_dir: Path = Path("/dev"), ready_timeout_s: float = 900.0) -> RunOutcome:
+    """One run on real hardware: checks the stack, the patch and the artifact first.
+
+    Everything that can be wrong before the device is touched fails fast in one line,
+    so no run directory is written for a run that never started.
+    """
+    from rearrival.patch import patch_status
+
+    require_stack(["vllm", "vllm_rbln"], dev_dir=dev_dir)
+    status = patch_status(site_packages)
+    if status.state != "patched":
+        raise RblnError(f"{status.path}: observation patch is not applied (state "
+                        f"{status.state}); run `rearrival rbln patch apply` first")
+    if slots is not None and slots != batch_size:
+        raise RblnError(f"--slots {slots}: on the eager path the artifact has exactly "
+                        f"batch_size={batch_size} KV slots; compile another batch size instead")
+    if not artifact.is_dir():
+        raise RblnError(f"--artifact {artifact}: no compiled model there; build it with "
+                        "`rearrival rbln compile`")
+    record = artifact.with_name(f"{artifact.name}.json")
+    if record.is_file():
+        compiled = json.loads(record.read_text())["config"]
+        if compiled["buckets"] != list(buckets) or compiled["batch_size"] != batch_size:
+            raise RblnError(f"--artifact {artifact}: compiled for buckets {compiled['buckets']} "
+                            f"batch {compiled['batch_size']}, not {list(buckets)} batch "
+                            f"{batch_size}; pass the matching artifact")
+    port = free_port()
+    argv = vllm_serve_argv(artifact, batch_size=batch_size, port=port, seed=options.seed)
+    manifest = manifest | {"patch_sha256": status.sha256}
+    return run_with_server(plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
+                           variant=variant, options=options, manifest=manifest,
+                           log_path=out.with_name(f"{out.name}.server.log"), env=serve_env(),
+                           ready_timeout_s=ready_timeout_s)

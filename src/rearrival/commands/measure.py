@@ -11,6 +11,8 @@ import typer
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("channels")(channels)
+    app.command("run")(run)
+    app.command("emulate-server")(emulate_server)
 
 
 # --- channels (rearrival.channels; SPEC sections 7-8) ---------------------------------------
@@ -45,3 +47,177 @@ def channels(
             typer.echo(f"{run_dir}: A={values['a_s']:.6f} s (decode {values['a_decode_s']:.6f}"
                        f" + prefill {values['a_prefill_s']:.6f}) B={values['b_s']:.6f} s "
                        f"r={values['r_s']:.6f} s")
+
+
+# --- run and emulate-server (rearrival.client, rearrival.emulate_server; SPEC 6-7) ----------
+
+
+def _buckets(text: str) -> tuple[int, ...]:
+    from rearrival.errors import RearrivalError
+
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise RearrivalError(f"--buckets '{text}': use comma-separated integers in ascending "
+                             "order, e.g. 1,2,4,8") from None
+
+
+def _rearrival_argv() -> list[str]:
+    """This interpreter running the rearrival CLI (no reliance on PATH or a shell)."""
+    import sys
+
+    return [sys.executable, "-c", "import sys; from rearrival.cli import main; "
+            "sys.argv[0] = 'rearrival'; main()"]
+
+
+def run(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file (.parquet|.json).")],
+    out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
+    backend: Annotated[str, typer.Option(
+        "--backend", help="emulated (in process), emulated-http or rbln.")] = "emulated",
+    buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
+    batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
+    slots: Annotated[int | None, typer.Option(
+        "--slots", help="KV slots; default batch_size.")] = None,
+    variant: Annotated[str, typer.Option("--variant", help="wait, control or equal.")] = "wait",
+    url: Annotated[str | None, typer.Option(
+        "--url", help="emulated-http: a running emulate-server; default: start a fresh one.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Run seed (server and sampler).")] = 0,
+    time_scale: Annotated[float | None, typer.Option(
+        "--time-scale", help="Wall s per plan s (emulated-http; default 0.05).")] = None,
+    study: Annotated[str, typer.Option("--study", help="Study name in the manifest.")] = "adhoc",
+    replicate: Annotated[int | None, typer.Option(
+        "--replicate", help="Replicate index; default: the plan's.")] = None,
+    condition: Annotated[str | None, typer.Option(
+        "--condition", help="Condition label; default: backend/buckets/batch/variant.")] = None,
+    artifact: Annotated[Path | None, typer.Option(
+        "--artifact", help="rbln: compiled model directory (rearrival rbln compile).")] = None,
+    site_packages: Annotated[Path | None, typer.Option(
+        "--site-packages", help="rbln: where the patched vllm_rbln is installed.")] = None,
+) -> None:
+    """Run one condition of one plan on one backend and write its run directory (SPEC 7).
+
+    emulated runs the virtual-time twin in process; emulated-http and rbln replay the
+    plan through the async client (token-id prompts, streaming) against a fresh server.
+    A run cut short is still written, marked failed/partial with its reason, and the
+    command exits non-zero.
+    """
+    import asyncio
+    import os
+
+    from rearrival.client import ReplayOptions, replay_url
+    from rearrival.errors import RearrivalError
+    from rearrival.plans import load_plan
+    from rearrival.records import BACKENDS, finish_manifest, manifest_template, write_run
+
+    if backend not in BACKENDS:
+        raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
+    sizes = _buckets(buckets)
+    plan = load_plan(plan_path)
+    plan.variant(variant)  # validates the variant name before anything starts
+    served = None
+    if backend == "emulated-http" and url is not None:
+        from rearrival.client import server_configuration
+
+        served = asyncio.run(server_configuration(url))
+    scale = _time_scale(backend, time_scale, served, url)
+    label = condition or (f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:"
+                          f"s{slots or batch_size}:{variant}")
+    manifest = manifest_template(
+        study=study, backend=backend, buckets=sizes, batch_size=batch_size, slots=slots,
+        variant=variant, condition=label,
+        replicate=replicate if replicate is not None else (plan.meta.replicate or 0),
+        n=plan.n, plan_path=str(plan_path), plan_sha256=plan.sha256(),
+        plan_seed=plan.meta.seed, run_seed=seed, condition_order=[label], time_scale=scale)
+    if backend == "emulated":
+        from rearrival.emulate import run_emulated
+
+        result = run_emulated(plan, buckets=sizes, batch_size=batch_size, slots=slots,
+                              variant=variant, seed=seed)
+        write_run(out, requests=result.requests, steps=result.steps, metrics=result.metrics,
+                  manifest=finish_manifest(manifest), server_log=result.server_log,
+                  tokens=result.tokens)
+        typer.echo(f"{out} complete")
+        return
+    options = ReplayOptions(seed=seed, time_scale=scale)
+    if backend == "rbln":
+        from rearrival.rbln import RblnError, run_rbln
+
+        if artifact is None:
+            raise RblnError("--artifact is required for --backend rbln; compile one with "
+                            "`rearrival rbln compile`")
+        outcome = run_rbln(plan, out, artifact=artifact, buckets=sizes, batch_size=batch_size,
+                           slots=slots, variant=variant, options=options, manifest=manifest,
+                           site_packages=site_packages)
+    elif url is not None and served is not None:
+        from rearrival.client import check_configuration
+
+        check_configuration(served, manifest["configuration"], url)
+        outcome = asyncio.run(replay_url(plan, url, out, variant=variant, options=options,
+                                         manifest=manifest))
+    else:
+        from rearrival.rbln import free_port, run_with_server
+
+        port = free_port()
+        argv = [*_rearrival_argv(), "emulate-server", "--host", "127.0.0.1", "--port",
+                str(port), "--buckets", ",".join(map(str, sizes)), "--batch-size",
+                str(batch_size), "--seed", str(seed), "--time-scale", str(scale),
+                *(["--slots", str(slots)] if slots is not None else [])]
+        outcome = run_with_server(plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
+                                  variant=variant, options=options, manifest=manifest,
+                                  log_path=out.with_name(f"{out.name}.server.log"),
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                  ready_timeout_s=60, grace_s=5)
+    if outcome.status != "complete":
+        raise RearrivalError(f"run {outcome.status}: {outcome.reason}; the record at "
+                             f"{outcome.path} is marked '{outcome.status}' and is never used "
+                             "by a decision")
+    typer.echo(f"{out} complete")
+
+
+def _time_scale(backend: str, asked: float | None, served: dict | None,
+                url: str | None) -> float:
+    """Wall seconds per plan second: 1 for the in-process twin and real hardware, the
+    server's own scale for a running emulate-server, else 0.05 for a fresh one."""
+    from rearrival.errors import RearrivalError
+
+    if backend == "emulated":
+        return 1.0
+    if served is not None:
+        if asked is not None and asked != served["time_scale"]:
+            raise RearrivalError(f"--time-scale {asked}: the server at {url} runs at "
+                                 f"{served['time_scale']}; omit --time-scale or restart it")
+        return float(served["time_scale"])
+    if asked is not None:
+        return asked
+    return 0.05 if backend == "emulated-http" else 1.0
+
+
+def emulate_server(
+    port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")],
+    host: Annotated[str, typer.Option("--host", help="Address (keep it loopback).")] = (
+        "127.0.0.1"),
+    buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
+    batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
+    slots: Annotated[int | None, typer.Option(
+        "--slots", help="KV slots; default batch_size.")] = None,
+    time_scale: Annotated[float, typer.Option(
+        "--time-scale", help="Wall seconds per emulated second (0.05 = 20x faster).")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Engine noise and generated ids.")] = 0,
+    log: Annotated[Path | None, typer.Option(
+        "--log", help="Append the step log here; default: stdout.")] = None,
+) -> None:
+    """Serve the emulated engine over HTTP like vLLM until SIGTERM (SPEC 6 emulated-http).
+
+    OpenAI-compatible /v1/completions (token-id prompts, streaming), /v1/models,
+    /health, Prometheus /metrics, and a [BUCKET] line per decode step in the log.
+    """
+    import asyncio
+
+    from rearrival.emulate import EngineConfig
+    from rearrival.emulate_server import ServerOptions, serve
+
+    options = ServerOptions(EngineConfig(_buckets(buckets), batch_size, slots), seed=seed,
+                            time_scale=time_scale, log_path=log)
+    asyncio.run(serve(options, host, port))

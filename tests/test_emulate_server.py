@@ -1,0 +1,251 @@
+"""The emulated-http backend: the engine behind a real HTTP server (SPEC section 6).
+
+The oracle is the in-process emulated backend: with the same plan and seed, a replay
+through ``rearrival emulate-server`` (a subprocess on loopback) and the real client must
+give the same reuse, the same decode steps (every (n, b) pair) and the same token
+counts. That holds when the engine sees the same event order, which the plan below
+makes robust against the real network's timing:
+
+- all first requests arrive within the first prefill (about 0.28 emulated seconds, or
+  56 ms of wall time at time scale 0.2; real first sends spread over a few ms), and the
+  scheduler runs every waiting prefill before any decode, so the first phase always is
+  three prefills then decode steps of 3, 2, 1 requests;
+- tool waits 1 s apart put each re-arrival in an idle engine (the previous one needs
+  about 0.5 s), so what survives in the KV slots depends only on the order of
+  completions, which the distinct generation lengths fix.
+
+The eviction case uses two sessions in two slots, where every eviction has exactly
+one candidate: the first request to finish loses its slot as the dummy padding block
+while the other decodes alone; the other re-arrives first (shorter wait) and reuses its
+prefix; the first re-arrives last and recomputes everything, while the hit counter
+still reports its prefix. Both outcomes are independent of which first send won.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rearrival import rbln
+from rearrival.channels import channels
+from rearrival.client import ReplayOptions, parse_counters, replay_url
+from rearrival.emulate import EngineConfig, run_emulated
+from rearrival.emulate_server import EmulateServer, ServerOptions
+from rearrival.plans import Plan, PlanMeta, Session
+from rearrival.records import manifest_template, read_run
+from rearrival.steplog import parse_step_log
+
+CLI = str(Path(sys.executable).with_name("rearrival"))
+TIME_SCALE = 0.2
+SEED = 11
+
+
+ALL_SLOTS_SURVIVE = ((1600, 10, 12, 1.5), (1500, 15, 9, 2.5), (1400, 20, 14, 3.5))
+ONE_EVICTED = ((1600, 10, 12, 3.5), (1500, 15, 9, 1.5))
+
+
+def robust_plan(rows: tuple[tuple[int, int, int, float], ...] = ALL_SLOTS_SURVIVE) -> Plan:
+    """Sessions (prompt, first generation, follow-up generation, tool wait)."""
+    return Plan(tuple(
+        Session(session=i, prompt_tokens=p, gen_tokens=g0, followup_gen_tokens=g1,
+                appended_tokens=8, tool_wait_s=w, tool_name="aggregate")
+        for i, (p, g0, g1, w) in enumerate(rows)), PlanMeta(seed=5, n=len(rows)))
+
+
+def _manifest(plan: Plan, backend: str, slots: int | None) -> dict:
+    return manifest_template(
+        study="test", backend=backend, buckets=[1, 2, 4, 8], batch_size=8, slots=slots,
+        variant="wait", condition="c", replicate=0, n=plan.n, plan_path="plan.json",
+        plan_sha256=plan.sha256(), plan_seed=plan.meta.seed, run_seed=SEED,
+        condition_order=["c"], time_scale=TIME_SCALE)
+
+
+def _server_argv(port: int, slots: int | None) -> list[str]:
+    return [CLI, "emulate-server", "--host", "127.0.0.1", "--port", str(port), "--buckets",
+            "1,2,4,8", "--batch-size", "8", "--seed", str(SEED), "--time-scale",
+            str(TIME_SCALE), *(["--slots", str(slots)] if slots else [])]
+
+
+@pytest.mark.parametrize(("rows", "slots"), [(ALL_SLOTS_SURVIVE, None), (ONE_EVICTED, 2)])
+def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots) -> None:
+    plan = robust_plan(rows)
+    port = rbln.free_port()
+    url = f"http://127.0.0.1:{port}"
+    out = tmp_path / "http-run"
+    with rbln.running_server(_server_argv(port, slots), url, tmp_path / "server.log",
+                             ready_timeout_s=60, grace_s=5):
+        outcome = asyncio.run(replay_url(
+            plan, url, out, variant="wait",
+            options=ReplayOptions(seed=SEED, time_scale=TIME_SCALE),
+            manifest=_manifest(plan, "emulated-http", slots)))
+    assert (outcome.status, outcome.reason) == ("complete", None)
+    http = read_run(out)
+    emulated = run_emulated(plan, buckets=(1, 2, 4, 8), batch_size=8, slots=slots, seed=SEED)
+
+    ours = http.requests.set_index(["session", "turn"]).sort_index()
+    theirs = emulated.requests.set_index(["session", "turn"]).sort_index()
+    for column in ("prompt_tokens", "cached_tokens", "computed_tokens", "generated_tokens"):
+        assert ours[column].tolist() == theirs[column].tolist(), column
+
+    decode = emulated.steps[emulated.steps["kind"] == "decode"]
+    assert parse_step_log(http.server_log) == list(zip(decode["n"], decode["b"], strict=True))
+    assert http.steps["n"].tolist() == decode["n"].tolist()
+
+    def delta(metrics: dict, name: str) -> float:
+        return metrics["after"][name] - metrics["before"][name]
+
+    for name in ("vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
+        assert delta(http.metrics, name) == delta(emulated.metrics, name), name
+    assert delta(http.metrics, "vllm:prompt_tokens_cached_total") == ours["cached_tokens"].sum()
+    reused = int((ours.xs(1, level="turn")["cached_tokens"] > 0).sum())
+    assert reused == emulated.counts["reuse_hits"]
+    if slots == 2:  # eviction happened: reuse lost, and the hit counter says otherwise
+        assert ours["cached_tokens"].tolist() == [0, 0, 0, 1408]
+        assert (delta(http.metrics, "vllm:prefix_cache_hits_total")
+                > delta(http.metrics, "vllm:prompt_tokens_cached_total"))
+    else:
+        assert reused == plan.n
+
+    values = channels(http)
+    assert values["b_s"] > values["a_s"] > 0
+    twin = channels(read_back(plan, emulated, tmp_path))
+    assert values["a_s"] == pytest.approx(twin["a_s"])
+
+
+def read_back(plan: Plan, emulated, tmp_path: Path):
+    """The in-process run written and read through the same records contract."""
+    from rearrival.records import finish_manifest, write_run
+
+    out = tmp_path / "emulated-run"
+    write_run(out, requests=emulated.requests, steps=emulated.steps, metrics=emulated.metrics,
+              manifest=finish_manifest(_manifest(plan, "emulated", None)),
+              server_log=emulated.server_log)
+    return read_run(out)
+
+
+# --- protocol, against the app in process ------------------------------------------------
+
+
+async def _with_server(options: ServerOptions, body, log=None):
+    """Run the aiohttp app on a free loopback port for the duration of ``body(url)``."""
+    from aiohttp import web
+
+    server = EmulateServer(options, log=log)
+    runner = web.AppRunner(server.app(), shutdown_timeout=1.0)
+    await runner.setup()
+    port = rbln.free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        return await body(f"http://127.0.0.1:{port}", server)
+    finally:
+        await runner.cleanup()
+
+
+FAST = ServerOptions(EngineConfig((1, 2, 4, 8), 8), seed=1, time_scale=0.01)
+
+
+def test_streaming_and_plain_completions_speak_the_openai_shape() -> None:
+    import aiohttp
+
+    prompt = list(range(1000, 1300))
+
+    async def body(url: str, _server) -> tuple[list, dict, dict]:
+        async with aiohttp.ClientSession() as http:
+            payload = {"model": "m", "prompt": prompt, "max_tokens": 5, "stream": True,
+                       "ignore_eos": True, "stream_options": {"include_usage": True}}
+            async with http.post(f"{url}/v1/completions", json=payload) as resp:
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                raw = (await resp.read()).decode()
+            payload |= {"stream": False}
+            async with http.post(f"{url}/v1/completions", json=payload) as resp:
+                plain = await resp.json()
+            async with http.get(f"{url}/v1/models") as resp:
+                models = await resp.json()
+        return raw, plain, models
+
+    raw, plain, models = asyncio.run(_with_server(FAST, body))
+    events = [line[len("data: "):] for line in raw.split("\n\n") if line]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    streamed = [t for c in chunks for choice in c["choices"] for t in choice["token_ids"]]
+    assert len(streamed) == 5 and chunks[4]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 5
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    # Same prompt, same ids (greedy-like); the repeat shares the cached prefix.
+    assert plain["choices"][0]["token_ids"] == streamed
+    assert plain["usage"]["prompt_tokens_details"]["cached_tokens"] == 256
+    assert models["data"][0]["id"]
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    ({"prompt": "hello", "max_tokens": 4}, "list of token ids"),
+    ({"prompt": [1, 2, -3], "max_tokens": 4}, "list of token ids"),
+    ({"prompt": [1, 2, 3], "max_tokens": 0}, "max_tokens"),
+    ({"prompt": [1] * 8190, "max_tokens": 10}, "exceeds max_seq_len"),
+])
+def test_bad_completion_requests_get_400_naming_the_field(payload: dict, message: str) -> None:
+    import aiohttp
+
+    async def body(url: str, _server) -> tuple[int, dict]:
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{url}/v1/completions", json=payload) as resp:
+            return resp.status, await resp.json()
+
+    status, error = asyncio.run(_with_server(FAST, body))
+    assert status == 400 and message in error["error"]["message"]
+
+
+def test_hit_counter_over_reports_after_eviction_but_cached_tokens_do_not() -> None:
+    """One slot: B's admission evicts A, so A's re-arrival recomputes everything while
+    prefix_cache_hits still counts A's prefix (paper II-D: why reuse is read from
+    prompt_tokens_cached_total)."""
+    import aiohttp
+
+    options = ServerOptions(EngineConfig((1,), 1, 1), seed=2, time_scale=0.01)
+    a, b = list(range(2000, 2400)), list(range(5000, 5400))
+
+    async def body(url: str, _server) -> tuple[dict, dict, list[int]]:
+        cached = []
+        async with aiohttp.ClientSession() as http:
+            before = parse_counters(await (await http.get(f"{url}/metrics")).text())
+            for prompt in (a, b, [*a, 7, 7, 7]):
+                async with http.post(f"{url}/v1/completions",
+                                     json={"prompt": prompt, "max_tokens": 3}) as resp:
+                    reply = await resp.json()
+                cached.append(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
+            after = parse_counters(await (await http.get(f"{url}/metrics")).text())
+        return before, after, cached
+
+    before, after, cached = asyncio.run(_with_server(options, body))
+    assert cached == [0, 0, 0]
+    assert after["vllm:prompt_tokens_cached_total"] - before[
+        "vllm:prompt_tokens_cached_total"] == 0
+    assert after["vllm:prefix_cache_hits_total"] == 384  # floor(400/128)*128, over-reported
+    assert after["vllm:prefix_cache_queries_total"] == 400 + 400 + 403
+
+
+def test_decode_steps_reach_the_log_as_bucket_lines(tmp_path: Path) -> None:
+    import aiohttp
+
+    log_file = tmp_path / "steps.log"
+
+    async def body(url: str, _server) -> str:
+        async with aiohttp.ClientSession() as http:
+            await asyncio.gather(*[
+                (await http.post(f"{url}/v1/completions",
+                                 json={"prompt": [3000 + i, 1, 2], "max_tokens": 4})).read()
+                for i in range(3)])
+            return await (await http.get(f"{url}/rearrival/log")).text()
+
+    with log_file.open("a") as handle:
+        served = asyncio.run(_with_server(FAST, body, log=handle))
+    pairs = parse_step_log(served)
+    assert sum(n for n, _ in pairs) == 3 * (4 - 1)  # every token after the first
+    assert all(b == min(x for x in (1, 2, 4, 8) if x >= n) for n, b in pairs)
+    assert parse_step_log(log_file) == pairs
