@@ -146,12 +146,16 @@ def appended_ids(key: str, session: Session) -> list[int]:
 
 
 def parse_counters(text: str) -> dict[str, float]:
-    """Every ``vllm:*_total`` counter sample, summed over label sets (engines, models)."""
+    """Every ``vllm:*_total`` counter sample, summed over label sets (engines, models).
+
+    Untyped samples count too: a ``# TYPE`` line naming the family without ``_total``
+    leaves the parser unable to type the sample, yet it is the same counter.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.type != "counter":
+        if family.type not in ("counter", "unknown", "untyped"):
             continue
         for sample in family.samples:
             if sample.name.startswith("vllm:") and sample.name.endswith("_total"):

@@ -80,13 +80,17 @@ class ServerOptions:
 
 
 class _Counters:
-    """Prometheus view of the engine's cumulative counters (private registry per server)."""
+    """Prometheus view of the counters as of the last delivered step (private registry).
+
+    The engine counts a step when it schedules it; the server publishes the counts when
+    the step ends in wall time, as a real server would.
+    """
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+        self.published = dict(engine.counters)
 
     def collect(self) -> Any:
-        for name, value in self._engine.counters.items():
+        for name, value in self.published.items():
             family = CounterMetricFamily(name.removesuffix("_total"),
                                          METRIC_HELP.get(name, name), labels=["model_name"])
             family.add_metric([MODEL_NAME], value)
@@ -162,8 +166,9 @@ class EmulateServer:
         self._log = log
         self._log_seen = 0
         self._ids = itertools.count()
+        self._counters = _Counters(self.engine)
         self._registry = CollectorRegistry()
-        self._registry.register(_Counters(self.engine))
+        self._registry.register(self._counters)
         self._wake = asyncio.Event()
         self._origin = 0.0
         self._failure: str | None = None
@@ -214,6 +219,7 @@ class EmulateServer:
     def _deliver(self, outcome: StepOutcome) -> None:
         """Hand a finished step's effects to the waiting handlers, at its end time."""
         self._emit_log()
+        self._counters.published = dict(self.engine.counters)
         if outcome.admission is not None:
             self.live[str(outcome.admission.request_id)].cached_tokens = \
                 outcome.admission.cached_tokens

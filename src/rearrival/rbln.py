@@ -365,7 +365,7 @@ def run_with_server(plan: Plan, out: Path, *, argv: Sequence[str], url: str, var
     return write_client_run(out, run, manifest=manifest, server_log=log)
 
 
-def run_rbln(plan: Plan, out: Path, *, artifact: Path, buckets: Sequence[int],
+def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[int],
              batch_size: int, slots: int | None, variant: str, options: ReplayOptions,
              manifest: dict[str, Any], site_packages: Path | None = None,
              dev_dir: Path = Path("/dev"), ready_timeout_s: float = 900.0) -> RunOutcome:
@@ -384,7 +384,7 @@ def run_rbln(plan: Plan, out: Path, *, artifact: Path, buckets: Sequence[int],
     if slots is not None and slots != batch_size:
         raise RblnError(f"--slots {slots}: on the eager path the artifact has exactly "
                         f"batch_size={batch_size} KV slots; compile another batch size instead")
-    if not artifact.is_dir():
+    if artifact is None or not artifact.is_dir():
         raise RblnError(f"--artifact {artifact}: no compiled model there; build it with "
                         "`rearrival rbln compile`")
     record = artifact.with_name(f"{artifact.name}.json")

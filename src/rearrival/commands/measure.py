@@ -118,9 +118,12 @@ def run(
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
     if backend == "emulated-http" and url is not None:
-        from rearrival.client import server_configuration
+        from rearrival.client import ClientError, server_configuration
 
-        served = asyncio.run(server_configuration(url))
+        try:
+            served = asyncio.run(server_configuration(url))
+        except ClientError:
+            served = None  # unreachable: the replay records the failure as the run's reason
     scale = _time_scale(backend, time_scale, served, url)
     label = condition or (f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:"
                           f"s{slots or batch_size}:{variant}")
@@ -142,18 +145,16 @@ def run(
         return
     options = ReplayOptions(seed=seed, time_scale=scale)
     if backend == "rbln":
-        from rearrival.rbln import RblnError, run_rbln
+        from rearrival.rbln import run_rbln
 
-        if artifact is None:
-            raise RblnError("--artifact is required for --backend rbln; compile one with "
-                            "`rearrival rbln compile`")
         outcome = run_rbln(plan, out, artifact=artifact, buckets=sizes, batch_size=batch_size,
                            slots=slots, variant=variant, options=options, manifest=manifest,
                            site_packages=site_packages)
-    elif url is not None and served is not None:
+    elif url is not None:
         from rearrival.client import check_configuration
 
-        check_configuration(served, manifest["configuration"], url)
+        if served is not None:
+            check_configuration(served, manifest["configuration"], url)
         outcome = asyncio.run(replay_url(plan, url, out, variant=variant, options=options,
                                          manifest=manifest))
     else:

@@ -1,0 +1,317 @@
+"""The async replay client and the `run` verb (SPEC sections 6-7, paper Section II-C/D).
+
+Protocol properties are checked against a tiny recording aiohttp server; faults (HTTP
+500, a truncated stream, a wrong token count, an unreachable URL, a server killed
+mid-run) must each end as one clear reason in a run marked incomplete, never complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from rearrival import client, rbln
+from rearrival.client import ClientError, ReplayOptions, replay, replay_url
+from rearrival.plans import Plan, PlanMeta, Session, write_plan
+from rearrival.records import RunRecordError, manifest_template, read_run
+
+CLI = str(Path(sys.executable).with_name("rearrival"))
+FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
+
+
+def plan_of(rows: list[tuple[int, int, int, float]], seed: int | None = 4) -> Plan:
+    return Plan(tuple(
+        Session(session=i, prompt_tokens=p, gen_tokens=g0, followup_gen_tokens=g1,
+                appended_tokens=8, tool_wait_s=w, tool_name="aggregate")
+        for i, (p, g0, g1, w) in enumerate(rows)), PlanMeta(seed=seed, n=len(rows)))
+
+
+PLAN = plan_of([(40, 3, 4, 2.0), (30, 5, 2, 0.0)])
+
+Behaviour = Callable[[web.Request, dict[str, Any], int], Awaitable[web.StreamResponse]]
+
+
+async def good_stream(request: web.Request, body: dict[str, Any],
+                      _index: int) -> web.StreamResponse:
+    """A well-behaved streaming server: ids from the prompt length, usage, [DONE]."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for k in range(body["max_tokens"]):
+        chunk = {"choices": [{"index": 0, "text": "x", "token_ids": [len(body["prompt"]) + k]}]}
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": body["max_tokens"],
+             "prompt_tokens_details": {"cached_tokens": 16}}
+    await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+def fake_app(behaviour: Behaviour, seen: list[dict[str, Any]]) -> web.Application:
+    metrics = ("# TYPE vllm:prompt_tokens_cached_total counter\n"
+               "vllm:prompt_tokens_cached_total 32.0\n")
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake"}]})
+
+    async def scrape(_request: web.Request) -> web.Response:
+        return web.Response(text=metrics)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        seen.append(body)
+        return await behaviour(request, body, len(seen) - 1)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", scrape)
+    return app
+
+
+def replay_against(behaviour: Behaviour, plan: Plan = PLAN,
+                   variant: str = "wait") -> tuple[client.ClientRun, list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> client.ClientRun:
+        runner = web.AppRunner(fake_app(behaviour, seen), shutdown_timeout=0.5)
+        await runner.setup()
+        port = rbln.free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            return await replay(plan, f"http://127.0.0.1:{port}", variant=variant,
+                                options=FAST)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main()), seen
+
+
+def manifest_for(plan: Plan, backend: str = "emulated-http") -> dict[str, Any]:
+    return manifest_template(
+        study="test", backend=backend, buckets=[1, 2, 4, 8], batch_size=8, slots=None,
+        variant="wait", condition="c", replicate=0, n=plan.n, plan_path="p.json",
+        plan_sha256=plan.sha256(), plan_seed=plan.meta.seed, run_seed=9,
+        condition_order=["c"], time_scale=FAST.time_scale)
+
+
+# --- prompts and protocol ------------------------------------------------------------------
+
+
+def test_prompt_ids_are_deterministic_and_never_share_a_prefix() -> None:
+    key = client.plan_key(PLAN)
+    first = [client.first_prompt_ids(key, s) for s in PLAN.sessions]
+    assert first == [client.first_prompt_ids(key, s) for s in PLAN.sessions]
+    assert [len(ids) for ids in first] == [40, 30]
+    assert first[0][0] != first[1][0]  # different at position 0: no common prefix at all
+    other = client.first_prompt_ids(client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)),
+                                    PLAN.sessions[0])
+    assert other[1:] != first[0][1:]  # another plan seed, other ids
+    assert client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=None)).startswith("sha:")
+    assert len(client.appended_ids(key, PLAN.sessions[0])) == 8
+
+
+def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> None:
+    run, seen = replay_against(good_stream)
+    assert run.status == "complete" and run.reason is None and run.model == "fake"
+    for body in seen:
+        assert body["temperature"] == 0 and body["seed"] == 9 and body["ignore_eos"] is True
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        assert all(type(t) is int for t in body["prompt"])
+    key = client.plan_key(PLAN)
+    by_prompt = {tuple(b["prompt"]): b for b in seen}
+    for s in PLAN.sessions:
+        first_ids = client.first_prompt_ids(key, s)
+        first = by_prompt[tuple(first_ids)]
+        assert first["max_tokens"] == s.gen_tokens
+        generated = [len(first_ids) + k for k in range(s.gen_tokens)]
+        followup = first_ids + generated + client.appended_ids(key, s)
+        assert by_prompt[tuple(followup)]["max_tokens"] == s.followup_gen_tokens
+        assert len(followup) == s.followup_prompt_tokens
+
+    records = {(r.session, r.turn): r for r in run.requests}
+    assert len(records) == 4
+    for (session, turn), r in records.items():
+        assert r.send_s <= r.first_token_s <= r.complete_s
+        assert list(r.token_times_s) == sorted(r.token_times_s)
+        assert r.generated_tokens == len(r.token_ids) == (
+            PLAN.sessions[session].gen_tokens if turn == 0
+            else PLAN.sessions[session].followup_gen_tokens)
+        assert r.cached_tokens == 16 and r.computed_tokens == r.prompt_tokens - 16
+    # The follow-up waits the planned tool time (in plan seconds) after the completion.
+    assert records[(0, 1)].send_s >= records[(0, 0)].complete_s + 2.0
+    assert run.cached_tokens_total == 0.0  # a static counter: before == after
+
+
+def test_control_variant_sends_the_followup_without_waiting() -> None:
+    run, _ = replay_against(good_stream, plan_of([(40, 3, 4, 500.0)]), variant="control")
+    assert run.status == "complete" and len(run.requests) == 2
+
+
+def test_counters_are_summed_over_labels_and_only_vllm_counters_kept() -> None:
+    text = ("# TYPE vllm:prompt_tokens_cached_total counter\n"
+            'vllm:prompt_tokens_cached_total{engine="0"} 100.0\n'
+            'vllm:prompt_tokens_cached_total{engine="1"} 28.0\n'
+            "vllm:prefix_cache_hits_total 7\n"  # untyped: still a counter sample
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 9.0\n")
+    assert client.parse_counters(text) == {"vllm:prompt_tokens_cached_total": 128.0,
+                                           "vllm:prefix_cache_hits_total": 7.0}
+
+
+def test_replay_options_are_validated() -> None:
+    with pytest.raises(ClientError, match="--time-scale"):
+        ReplayOptions(time_scale=0)
+    with pytest.raises(ClientError, match="read_timeout_s"):
+        ReplayOptions(read_timeout_s=-1)
+
+
+# --- faults --------------------------------------------------------------------------------
+
+
+async def server_error(request: web.Request, body: dict[str, Any],
+                       index: int) -> web.StreamResponse:
+    return web.json_response({"error": {"message": "engine dead"}}, status=500)
+
+
+async def truncates_followups(request: web.Request, body: dict[str, Any],
+                              index: int) -> web.StreamResponse:
+    if len(body["prompt"]) <= 40:  # first requests are fine
+        return await good_stream(request, body, index)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    chunk = {"choices": [{"index": 0, "text": "x", "token_ids": [1]}]}
+    await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    return response  # ends the body without [DONE]
+
+
+async def ignores_max_tokens(request: web.Request, body: dict[str, Any],
+                             index: int) -> web.StreamResponse:
+    return await good_stream(request, body | {"max_tokens": 1}, index)
+
+
+@pytest.mark.parametrize(("behaviour", "status", "reason"), [
+    (server_error, "failed", "returned HTTP 500: .*engine dead"),
+    (truncates_followups, "partial", "without 'data: \\[DONE\\]' after 1 tokens"),
+    (ignores_max_tokens, "failed", "server generated 1 tokens, the plan needs"),
+])
+def test_faults_end_the_run_incomplete_with_one_reason(tmp_path: Path, behaviour: Behaviour,
+                                                       status: str, reason: str) -> None:
+    run, _ = replay_against(behaviour)
+    assert run.status == status and "\n" not in (run.reason or "")
+    assert run.reason is not None and __import__("re").search(reason, run.reason)
+    outcome = client.write_client_run(tmp_path / "run", run, manifest=manifest_for(PLAN),
+                                      server_log="")
+    assert outcome.status == status
+    with pytest.raises(RunRecordError, match=f"status is '{status}'"):
+        read_run(tmp_path / "run")
+    kept = read_run(tmp_path / "run", require_complete=False)
+    assert kept.manifest["reason"] == run.reason
+    assert len(kept.requests) == len(run.requests)
+
+
+def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{rbln.free_port()}"
+    outcome = asyncio.run(replay_url(PLAN, url, tmp_path / "run", variant="wait",
+                                     options=FAST, manifest=manifest_for(PLAN)))
+    assert outcome.status == "failed" and f"cannot reach {url}" in (outcome.reason or "")
+    record = read_run(tmp_path / "run", require_complete=False)
+    assert record.requests.empty and record.metrics == {"before": {}, "after": {}}
+
+
+def test_step_log_that_misses_decode_steps_makes_the_run_unusable(tmp_path: Path) -> None:
+    run, _ = replay_against(good_stream)
+    outcome = client.write_client_run(
+        tmp_path / "run", run, manifest=manifest_for(PLAN),
+        server_log="INFO started\n[BUCKET] request_nums=2 padded_batch_size=2\n")
+    assert outcome.status == "failed" and "VLLM_LOGGING_LEVEL=DEBUG" in (outcome.reason or "")
+
+
+def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
+    """Kill the emulate-server while both sessions sit in their tool wait."""
+    plan = plan_of([(300, 4, 4, 3.0), (260, 6, 3, 3.0)])
+    port = rbln.free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [CLI, "emulate-server", "--host", "127.0.0.1", "--port", str(port), "--buckets",
+            "1,2,4,8", "--batch-size", "8", "--time-scale", "0.25"]
+    options = ReplayOptions(seed=1, time_scale=0.25, read_timeout_s=10)
+
+    async def kill_after_first_responses(server: rbln.ServerProcess) -> None:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            while True:
+                text = await (await http.get(f"{url}/metrics")).text()
+                if client.parse_counters(text)["vllm:generation_tokens_total"] >= 10:
+                    break
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # let the last chunks reach the client; waits last 0.75 s
+        os.killpg(server.process.pid, signal.SIGKILL)
+
+    async def main(server: rbln.ServerProcess) -> client.RunOutcome:
+        killer = asyncio.create_task(kill_after_first_responses(server))
+        outcome = await replay_url(plan, url, tmp_path / "run", variant="wait",
+                                   options=options, manifest=manifest_for(plan))
+        await killer
+        return outcome
+
+    with rbln.running_server(argv, url, tmp_path / "server.log", ready_timeout_s=60,
+                             grace_s=2) as server:
+        outcome = asyncio.run(main(server))
+    assert outcome.status == "partial"
+    assert f"cannot connect to {url}/v1/completions" in (outcome.reason or "")
+    record = read_run(tmp_path / "run", require_complete=False)
+    assert sorted(record.requests["turn"]) == [0, 0]
+
+
+# --- the run verb --------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, check=False)
+
+
+def test_run_rbln_without_the_stack_fails_fast_saying_what_to_install(tmp_path: Path) -> None:
+    plan_path = write_plan(PLAN, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "rbln", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "install the RBLN stack" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_verb_against_an_unreachable_url_keeps_a_failed_record(tmp_path: Path) -> None:
+    plan_path = write_plan(PLAN, tmp_path / "plan.json")
+    url = f"http://127.0.0.1:{rbln.free_port()}"
+    done = cli("run", str(plan_path), "--backend", "emulated-http", "--url", url,
+               "--time-scale", "0.01", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "run failed: cannot reach" in done.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["backend"] == "emulated-http"
+
+
+def test_run_verb_emulated_http_with_a_fresh_server_writes_a_complete_run(
+        tmp_path: Path) -> None:
+    plan = plan_of([(300, 4, 5, 1.0), (200, 3, 2, 2.0)])
+    plan_path = write_plan(plan, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "emulated-http", "--time-scale", "0.05",
+               "--seed", "2", "--study", "s", "--replicate", "1", "--out",
+               str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    record = read_run(tmp_path / "run")
+    manifest = record.manifest
+    assert (manifest["backend"], manifest["time_scale"], manifest["replicate"]) == (
+        "emulated-http", 0.05, 1)
+    assert manifest["seeds"] == {"plan": 4, "run": 2} and manifest["patch_sha256"] is None
+    assert sorted(record.requests["generated_tokens"]) == [2, 3, 4, 5]
+    assert int(record.steps["n"].sum()) == (4 - 1) + (5 - 1) + (3 - 1) + (2 - 1)
+    assert (tmp_path / "run.server.log").is_file()
