@@ -1,0 +1,295 @@
+"""The report stage (SPEC 13) on a tiny but real results tree.
+
+The tree is built with the pipeline's own stage functions (plans, predictions, emulated
+runs, channel tables, decisions, injection) for a small study definition, without git:
+the prereg records are written by hand because the report only reads their shas.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from rearrival.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
+from rearrival.report import build_report
+from rearrival.report_tables import Column, Part, Table, display, table_csv, tex_escape
+from rearrival.studies import Configuration, load_study_config
+
+PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV",
+                "S1", "S8", "S9")
+SRC = Path(__file__).resolve().parents[1] / "src" / "rearrival"
+
+TINY_CONFIG = {
+    "backend": "emulated",
+    "study_seed": 4242,
+    "replicates": 2,
+    "configurations": {
+        "baseline": {"buckets": [1, 2, 4], "batch_size": 4},
+        "grid3": {"buckets": [1, 2, 3, 4], "batch_size": 4},
+        "slots8": {"buckets": [1, 2, 4, 8], "batch_size": 8},
+        "sat12": {"buckets": [1, 4, 12], "batch_size": 12},
+    },
+    "studies": {
+        "grid": {"kind": "comparison", "description": "grid", "n": [4],
+                 "configurations": ["baseline", "grid3"], "variants": ["control", "wait"],
+                 "seed_block": 1},
+        "slots": {"kind": "comparison", "description": "slots", "n": [5],
+                  "configurations": ["baseline", "slots8"], "variants": ["wait"],
+                  "seed_block": 2},
+        "validation": {"kind": "validation", "description": "validation", "n": [5, 6],
+                       "configurations": ["baseline", "slots8"], "variants": ["wait"],
+                       "seed_block": 3, "rule": "fixed"},
+        "saturation": {"kind": "saturation", "description": "saturation", "n": [5],
+                       "configurations": ["baseline", "slots8", "sat12"],
+                       "variants": ["wait"], "seed_block": 4},
+        "repeats": {"kind": "repeats", "description": "repeats", "n": [5],
+                    "configurations": ["baseline"], "variants": ["wait"], "repeats": 2,
+                    "seed_block": 5},
+    },
+    "decision": {"confirmatory_n": [5], "exploratory_n": [6], "bootstrap_resamples": 200},
+    "injection": {"background_sessions": 2, "background_gen_tokens": 24,
+                  "injected_prompt_tokens": [256, 1024], "inject_at_s": 0.2},
+}
+
+
+def _short_plans(plans_dir: Path) -> None:
+    """Shorten generations so the emulated runs take milliseconds (inputs stay valid)."""
+    from rearrival.plans import load_plan, write_plan
+
+    for path in sorted(plans_dir.glob("*.parquet")):
+        plan = load_plan(path)
+        sessions = tuple(replace(s, gen_tokens=min(s.gen_tokens, 40),
+                                 followup_gen_tokens=min(s.followup_gen_tokens, 40),
+                                 tool_wait_s=min(s.tool_wait_s, 1.5)) for s in plan.sessions)
+        write_plan(replace(plan, sessions=sessions), path)
+
+
+def build_tree(root: Path) -> Path:
+    """results/ with plans, predictions, runs, channels, decisions, prereg, injection."""
+    from rearrival import experiments as ex
+    from rearrival.decisions import criteria_from_config, decide_study
+
+    config_path = root / "config.yaml"
+    config_path.write_text(yaml.safe_dump(TINY_CONFIG))
+    cfg = load_study_config(config_path)
+    results = root / "results"
+    for name, study in cfg.studies.items():
+        plans_dir = results / "plans" / name
+        ex.make_plans(cfg, name, plans_dir)
+        _short_plans(plans_dir)
+        predictions = results / "predictions" / f"{name}.parquet"
+        ex.predict(cfg, name, plans_dir, predictions)
+        commit = f"{sum(map(ord, name)):040x}"
+        prereg = {"study": name, "commit": commit, "committed_at": "2026-01-01T00:00:00+00:00"}
+        (results / "prereg").mkdir(parents=True, exist_ok=True)
+        (results / "prereg" / f"{name}.json").write_text(
+            json.dumps(prereg | {"history": [prereg]}))
+        for n in study.n:
+            for replicate in range(cfg.replicates):
+                plan = ex.read_study_plan(plans_dir, n, replicate)
+                slots = ex.run_slots(cfg, study, n, replicate)
+                for slot in slots:
+                    run = ex.RunRequest(
+                        study=name, plan=plan, plan_path=ex.plan_file(plans_dir, n, replicate),
+                        configuration=cfg.configurations[slot.configuration],
+                        variant=slot.variant, label=slot.label, replicate=replicate,
+                        seed=slot.seed, condition_order=[s.label for s in slots], prereg=prereg)
+                    ex.measure(cfg, run, results / "runs" / name / f"n{n}_r{replicate}"
+                               / slot.label)
+        channels = results / "channels" / f"{name}.parquet"
+        ex.collect_channels(results / "runs" / name, channels)
+        decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
+                     results / "decisions" / f"{name}.csv")
+    ex.injection(cfg, results / "injection" / "gaps.parquet")
+    return config_path
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    build_tree(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def rendered(tree) -> Path:
+    out = tree / "reports"
+    build_report(tree / "config.yaml", tree / "results", out)
+    return out
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=False, dtype=str)
+
+
+def test_every_table_in_three_formats_with_run_ids(rendered):
+    index = json.loads((rendered / "tables" / "index.json").read_text())
+    for table in PAPER_TABLES:
+        files = [rendered / "tables" / f"table_{table}.{suffix}" for suffix in ("csv", "md",
+                                                                                 "tex")]
+        assert all(f.is_file() and f.stat().st_size > 0 for f in files), table
+        assert index["tables"][table] == [str(f.relative_to(rendered)) for f in files]
+    for table in ("III", "VI", "IX", "X", "XI", "XII", "XIII", "S1", "S9"):
+        frame = _csv(rendered / "tables" / f"table_{table}.csv")
+        assert len(frame) > 0 and "run_ids" in frame, table
+        from_runs = frame[frame["run_ids"] != ""]
+        assert len(from_runs) > 0, table
+        # every id names a run directory's manifest under results/runs
+        for run_id in " ".join(from_runs["run_ids"]).split():
+            assert re.fullmatch(r"[A-Za-z0-9._-]+\.r\d+\.emulated\.[0-9a-f]{8}", run_id)
+    assert (rendered / "report.html").is_file()
+
+
+def test_tables_are_computed_from_records(tree, rendered):
+    """Table III's sums equal the channel table's sums for the same runs (oracle)."""
+    channels = pd.read_parquet(tree / "results" / "channels" / "slots.parquet")
+    table = _csv(rendered / "tables" / "table_III.csv")
+    for row in table[table["part"].str.startswith("slots")].to_dict("records"):
+        runs = channels[channels["run_id"].isin(row["run_ids"].split())]
+        assert len(runs) == TINY_CONFIG["replicates"]
+        assert float(row["a_prefill_s"]) == pytest.approx(runs["a_prefill_s"].sum(), rel=1e-12)
+        assert row["reuse"] == f"{runs['reuse_hits'].sum()}/{runs['re_arrivals'].sum()}"
+        assert int(row["total_tokens"]) == runs["total_computed_tokens"].sum()
+
+
+def test_a_table_changes_when_one_run_changes(tree, rendered, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tree / "results", results)
+    path = results / "channels" / "slots.parquet"
+    channels = pd.read_parquet(path)
+    target = channels.index[channels["configuration"] == "slots8"][0]
+    channels.loc[target, "a_s"] += 1.0
+    channels.loc[target, "a_prefill_s"] += 1.0
+    channels.loc[target, "reuse_hits"] = 0
+    channels.to_parquet(path, index=False)
+    out = tmp_path / "reports"
+    build_report(tree / "config.yaml", results, out)
+    before = _csv(rendered / "tables" / "table_III.csv")
+    after = _csv(out / "tables" / "table_III.csv")
+    changed = after["run_ids"].str.contains(channels.loc[target, "run_id"], regex=False)
+    assert (after[changed]["a_prefill_s"] != before[changed]["a_prefill_s"]).all()
+    assert (after[changed]["reuse"] != before[changed]["reuse"]).all()
+    assert after[~changed].equals(before[~changed])
+
+
+def test_same_results_same_bytes(tree, rendered, tmp_path):
+    out = tmp_path / "again"
+    build_report(tree / "config.yaml", tree / "results", out)
+    for path in rendered.rglob("*"):
+        if path.is_file():
+            assert (out / path.relative_to(rendered)).read_bytes() == path.read_bytes(), path
+
+
+def test_html_states_the_backend_and_never_calls_emulation_hardware(rendered):
+    html = (rendered / "report.html").read_text()
+    assert "Backend: emulated" in html
+    assert "not hardware measurements" in html
+    assert "real hardware" not in html
+    assert "TraceLab" in html  # the tool table source is stated at the top
+    assert html.count("<svg") >= 5  # figures are inline
+    assert "<img" not in html and "src=\"http" not in html  # self-contained
+    assert f"{sum(map(ord, 'validation')):040x}" in html  # prereg shas per study
+
+
+def test_hardware_runs_are_labelled_as_measurements(tree, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tree / "results", results)
+    for path in (results / "channels").glob("*.parquet"):
+        frame = pd.read_parquet(path)
+        frame["backend"] = "rbln"
+        frame.to_parquet(path, index=False)
+    build_report(tree / "config.yaml", results, tmp_path / "reports")
+    html = (tmp_path / "reports" / "report.html").read_text()
+    assert "real hardware" in html and "emulated substrate" not in html
+
+
+def test_absent_results_are_reported_not_fatal(rendered):
+    """The tiny tree has no search: S8 says so, the rest still renders."""
+    s8 = (rendered / "tables" / "table_S8.md").read_text()
+    assert "not produced" in s8 and "results/search/summary.json" in s8
+    index = json.loads((rendered / "tables" / "index.json").read_text())
+    assert any("results/search/summary.json" in line for line in index["not_produced"])
+    assert "search" not in index["figures"]
+    assert "Not produced" in (rendered / "report.html").read_text()
+
+
+def test_templates_and_code_hold_no_paper_numbers():
+    sources = [*sorted((SRC / "templates").glob("*.j2")), SRC / "report.py",
+               SRC / "report_tables.py", SRC / "report_figures.py", SRC / "analysis.py"]
+    assert sources[0].suffix == ".j2"
+    for path in sources:
+        text = path.read_text()
+        for literal in ("8.25", "9.72", "0.9941", "0.0377", "17,024", "0.9066", "1.47",
+                        "0.0169", "0.0172", "9 of 24"):
+            assert literal not in text, f"{path.name} holds paper literal {literal}"
+
+
+def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(small_plan):
+    """Oracle: pinning re-arrivals at the times the full simulator computes changes
+    nothing, so the fixed-arrival path differs only through the arrivals it is given."""
+    from rearrival.sim import SimConfig, simulate
+
+    conf = Configuration("baseline", (1, 2, 4), 4, 4)
+    full = simulate(small_plan, SimConfig(buckets=(1, 2, 4), batch_size=4))
+    arrivals = [r.arrival_s for r in full.requests if r.turn == 1]
+    assert fixed_arrival_device_s(small_plan, conf, "wait", arrivals) == pytest.approx(
+        full.device_s, rel=1e-12)
+    later = [a + 5.0 for a in arrivals]
+    assert fixed_arrival_device_s(small_plan, conf, "wait", later) != full.device_s
+
+
+def test_observed_rearrivals_name_the_run_when_incomplete():
+    requests = pd.DataFrame({"session": [0, 0, 1], "turn": [0, 1, 0],
+                             "send_s": [0.0, 2.5, 0.0]})
+    assert observed_rearrivals(requests, 1, "run x") == [2.5]
+    with pytest.raises(AnalysisError, match=r"run x.*session 1"):
+        observed_rearrivals(requests, 2, "run x")
+
+
+def test_formats_escape_and_keep_full_precision():
+    table = Table("T", "a_b & c", "50% of {x}", (
+        Part("p", (Column("v", "value", "f2"), Column("run_ids", "runs", "ids")),
+             ({"v": 1 / 3, "run_ids": "a b"},)),))
+    assert table_csv(table).splitlines() == ["part,v,run_ids", f"p,{1 / 3!r},a b"]
+    assert display(1 / 3, "f2") == "0.33" and display(0.125, "pct2") == "12.50%"
+    assert display("a b c", "ids") == "3 run(s)" and display(None, "f4") == ""
+    assert tex_escape("a_b & 50%") == r"a\_b \& 50\%"
+
+
+def test_cli_tables_renders_and_reruns_nothing(tree, tmp_path):
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+
+    before = {p: p.stat().st_mtime_ns for p in (tree / "results").rglob("*") if p.is_file()}
+    out = tmp_path / "cli"
+    result = CliRunner().invoke(app, ["tables", "--config", str(tree / "config.yaml"),
+                                      "--results", str(tree / "results"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "report.html").is_file()
+    after = {p: p.stat().st_mtime_ns for p in (tree / "results").rglob("*") if p.is_file()}
+    assert after == before
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")
+def test_report_renders_headless(rendered, tmp_path):
+    png = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'ud'}",
+                    f"--screenshot={png}", "--window-size=1280,2000",
+                    (rendered / "report.html").as_uri()], check=True, timeout=60,
+                   capture_output=True)
+    assert png.is_file() and png.stat().st_size > 0
+
