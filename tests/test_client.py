@@ -315,3 +315,14 @@ def test_run_verb_emulated_http_with_a_fresh_server_writes_a_complete_run(
     assert sorted(record.requests["generated_tokens"]) == [2, 3, 4, 5]
     assert int(record.steps["n"].sum()) == (4 - 1) + (5 - 1) + (3 - 1) + (2 - 1)
     assert (tmp_path / "run.server.log").is_file()
+
+
+def test_run_verb_emulated_backend_writes_the_in_process_twin(tmp_path: Path) -> None:
+    plan_path = write_plan(PLAN, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "emulated", "--slots", "4", "--variant",
+               "control", "--seed", "3", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    manifest = read_run(tmp_path / "run").manifest
+    assert (manifest["backend"], manifest["variant"], manifest["status"]) == (
+        "emulated", "control", "complete")
+    assert manifest["configuration"] == {"buckets": [1, 2, 4, 8], "batch_size": 8, "slots": 4}

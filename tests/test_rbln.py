@@ -143,7 +143,8 @@ def test_bad_compile_configs_are_refused(batch_size: int, buckets: tuple[int, ..
 
 def test_vllm_serve_argv_is_a_list_carrying_the_spec_flags() -> None:
     argv = rbln.vllm_serve_argv(Path("/a/b c;rm -rf x"), batch_size=8, port=8011)
-    assert argv[:3] == ["vllm", "serve", "/a/b c;rm -rf x"]  # one argument, never a shell
+    assert Path(argv[0]).name == "vllm"
+    assert argv[1:3] == ["serve", "/a/b c;rm -rf x"]  # one argument, never a shell
     pairs = dict(itertools.pairwise(argv))
     assert pairs["--max-num-seqs"] == "8" and pairs["--block-size"] == "8192"
     assert pairs["--port"] == "8011" and pairs["--host"] == "127.0.0.1"
@@ -198,3 +199,49 @@ def test_launcher_refuses_a_missing_command(tmp_path: Path) -> None:
             rbln.running_server(["no-such-vllm", "serve"], "http://127.0.0.1:1",
                                 tmp_path / "x.log"):
         pass
+
+
+def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pre-flight check fails in one line before a server or run directory exists."""
+    from rearrival import patch
+    from rearrival.client import ReplayOptions
+    from rearrival.plans import Plan, Session
+
+    plan = Plan((Session(0, 100, 4, 4, 8, 1.0, "aggregate"),))
+    fake = tmp_path / "fake"
+    for module in ("vllm", "vllm_rbln"):
+        (fake / module).mkdir(parents=True)
+        (fake / module / "__init__.py").write_text("")
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    out = tmp_path / "run"
+
+    def attempt(artifact: Path | None = None, slots: int | None = None) -> None:
+        rbln.run_rbln(plan, out, artifact=artifact, buckets=(1, 2, 4, 8), batch_size=8,
+                      slots=slots, variant="wait", options=ReplayOptions(), manifest={},
+                      dev_dir=devices, ready_timeout_s=5)
+
+    with pytest.raises(rbln.RblnError, match="'vllm' is not importable"):
+        attempt()
+    monkeypatch.syspath_prepend(str(fake))
+    with pytest.raises(rbln.RblnError, match="no RBLN device"):
+        attempt()
+    (devices / "rbln0").touch()
+    state = {"state": "original"}
+    monkeypatch.setattr(patch, "patch_status", lambda _site=None: patch.PatchStatus(
+        tmp_path, tmp_path / patch.TARGET, "0.11.1", "ab" * 32, state["state"]))
+    with pytest.raises(rbln.RblnError, match="rearrival rbln patch apply"):
+        attempt()
+    state["state"] = "patched"
+    with pytest.raises(rbln.RblnError, match="exactly batch_size=8 KV slots"):
+        attempt(slots=4)
+    with pytest.raises(rbln.RblnError, match="rearrival rbln compile"):
+        attempt(artifact=tmp_path / "missing")
+    artifact = tmp_path / "artifacts" / "qwen.b8"
+    artifact.mkdir(parents=True)
+    (artifact.parent / "qwen.b8.json").write_text(json.dumps(
+        {"config": {"buckets": [1, 2, 4, 6, 8], "batch_size": 8}}))
+    with pytest.raises(rbln.RblnError, match=r"compiled for buckets \[1, 2, 4, 6, 8\]"):
+        attempt(artifact=artifact)
+    assert not out.exists()

@@ -206,6 +206,14 @@ def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
 # --- serve -------------------------------------------------------------------------------
 
 
+def vllm_executable() -> str:
+    """The ``vllm`` entry point of this interpreter's environment, else the one on PATH."""
+    import sys
+
+    beside = Path(sys.executable).with_name("vllm")
+    return str(beside) if beside.is_file() else "vllm"
+
+
 def vllm_serve_argv(artifact: Path, *, batch_size: int, port: int, host: str = "127.0.0.1",
                     max_seq_len: int = 8192, seed: int = 0) -> list[str]:
     """``vllm serve`` for one run (SPEC section 6).
@@ -213,7 +221,7 @@ def vllm_serve_argv(artifact: Path, *, batch_size: int, port: int, host: str = "
     Block size = max_seq_len is the eager path's one-slot-per-sequence layout (paper
     II-A); prompt-token details make vLLM report per-request cached tokens.
     """
-    return ["vllm", "serve", str(artifact),
+    return [vllm_executable(), "serve", str(artifact),
             "--max-num-seqs", str(batch_size),
             "--block-size", str(max_seq_len),
             "--max-model-len", str(max_seq_len),
