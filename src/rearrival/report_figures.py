@@ -95,12 +95,15 @@ def histogram_figure(res: Results, study: Study) -> Figure:
             points = [(k, c) for (k, bb), c in sums.histogram.items() if bb == b]
             if points:
                 ax.bar([p[0] for p in points], [p[1] for p in points], color=colour[b],
-                       label=f"b={b}", width=0.8)
+                       width=0.8)
         ax.set_title(f"{label}\n{sums.decode_steps} steps, padding "
                      f"{sums.padding_ratio or 0:.3f}", fontsize=8)
         ax.set_xlabel("running requests n")
     axes[0][0].set_ylabel("decode steps (sum over replicates)")
-    axes[0][-1].legend(fontsize=7, title="bucket", title_fontsize=7)
+    from matplotlib.patches import Patch
+
+    fig.legend(handles=[Patch(color=colour[b], label=f"b={b}") for b in buckets], fontsize=7,
+               title="bucket", title_fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     backend = study_backend(res, [study])
     return Figure(fid, title,
                   f"Decode-step histogram h(n) at N={n} for every condition of study "
@@ -253,12 +256,24 @@ def timeline_figure(res: Results) -> Figure:
 # --- predicted vs observed --------------------------------------------------------------
 
 
+def configuration_change(row: dict[str, Any]) -> bool:
+    """A comparison of two configurations under one workload variant (the kind the
+    validation judges), not a tool-wait vs control contrast on one configuration."""
+    if row.get("kind") == "validation":
+        return True
+    variant = f"-{row.get('variant')}"
+    reference, changed = str(row.get("reference")), str(row.get("changed"))
+    return reference.endswith(variant) and changed.endswith(variant) and reference != changed
+
+
 def prediction_figure(res: Results) -> Figure:
     fid, title = "pred-vs-obs", "Predicted vs observed cost ratios"
     points = []
     for study in res.studies("validation", "comparison"):
         notes: list[str] = []
         for row in decision_records(res, study, notes):
+            if not configuration_change(row):
+                continue
             if row.get("ratio_obs_a") is not None and row.get("ratio_pred") is not None:
                 points.append((row["ratio_pred"], row["ratio_obs_a"], row.get("verdict"),
                                f"{study.name} N={row['n']} {row['comparison']}"))
@@ -291,9 +306,10 @@ def prediction_figure(res: Results) -> Figure:
     backend = study_backend(res, res.studies("validation", "comparison"))
     return Figure(fid, title,
                   f"Replicate-summed cost ratios, prediction against channel-A observation, "
-                  f"for every comparison with runs ({len(points)} points; colour = verdict, "
-                  f"grey = descriptive mechanism comparisons). Grey band: prediction error "
-                  f"within {tolerance:g}; dashed box: both inside [{low:g}, {high:g}]. "
+                  f"for every configuration comparison with runs ({len(points)} points; colour "
+                  f"= verdict, grey = descriptive intervention studies). Grey band: "
+                  f"prediction error within {tolerance:g}; dashed box: both inside "
+                  f"[{low:g}, {high:g}]. "
                   f"Backend: {backend}.",
                   to_svg(fig, fid), backend)
 
@@ -308,9 +324,13 @@ def search_figure(res: Results) -> Figure:
         return _absent(fid, title, "results/search/scores.parquet not produced.")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    for i, (batch, group) in enumerate(scores.groupby("batch_size")):
-        ax.scatter(group["rank"], group["score"], s=4,
-                   color=BUCKET_COLOURS[i % len(BUCKET_COLOURS)], label=f"batch {batch}")
+    groups = list(scores.groupby("batch_size"))
+    colours = {batch: BUCKET_COLOURS[i % len(BUCKET_COLOURS)] for i, (batch, _) in
+               enumerate(groups)}
+    # Largest group first so the smaller batch sizes stay visible on top of it.
+    for batch, group in sorted(groups, key=lambda item: -len(item[1])):
+        ax.scatter(group["rank"], group["score"], s=4, color=colours[batch],
+                   label=f"batch {batch} ({len(group)})")
     best = scores.sort_values("rank").iloc[0]
     ax.scatter([best["rank"]], [best["score"]], marker="*", s=120, color="black",
                label=f"selected {best['id']}", zorder=3)

@@ -1171,8 +1171,9 @@ def table_s9(res: Results) -> Table:
                     for r in judged)
         better = sum(closer(r["error_base"], r["error_dummy"], "dummy") == "dummy"
                      for r in judged)
-        notes.append(f"The dummy-block simulator had a larger absolute error in {worse} and a "
-                     f"smaller one in {better} of {len(judged)} comparisons.")
+        notes.append(f"The dummy-block simulator had a larger absolute error than the base "
+                     f"simulator in {worse}, a smaller one in {better} and the same in "
+                     f"{len(judged) - worse - better} of {len(judged)} comparisons.")
     return Table("S9", "Dummy-block rule in the simulator",
                  "Replicate-summed predicted channel-A ratios and errors against observation "
                  "for the base simulator (deferred release, no dummy block), the dummy-block "
