@@ -1,9 +1,152 @@
-"""CLI verbs of the search area (registered by rearrival.cli)."""
+"""CLI verbs of the search area (registered by rearrival.cli): search (plans, shard, merge,
+or everything at once) and advise (SPEC section 12, paper Sections V-A and V-D)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+DEFAULT_CONFIG = Path("config/config.yaml")
+ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
+
+
+def _load(config: Path):
+    from rearrival.search import SearchSettings
+    from rearrival.studies import load_study_config
+
+    cfg = load_study_config(config)
+    return cfg, SearchSettings.from_config(cfg)
+
+
+def search(
+    ctx: typer.Context,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Output directory (plans/, scores.parquet, selected.json, "
+        "summary.json); needed when no subcommand is given.")] = None,
+    config: ConfigOption = DEFAULT_CONFIG,
+    workers: Annotated[int, typer.Option("--workers", min=1,
+                                         help="Worker processes.")] = 2,
+) -> None:
+    """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
+    the merge in one process; subcommands split the same work into jobs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rearrival.search import SearchError, run_search
+    from rearrival.studies import load_study_config
+
+    if out is None:
+        raise SearchError("option --out is missing: give the directory for the search "
+                          "results, e.g. `rearrival search --out results/search`")
+    summary = run_search(load_study_config(config), out, workers)
+    selected = summary["selected"]
+    typer.echo(f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
+               f"evaluation score {selected['evaluation_score']:.4f}")
+
+
+def plans(
+    out: Annotated[Path, typer.Option("--out", help="Directory to write (search/, "
+                                      "evaluation/); replaced as a whole.")],
+    config: ConfigOption = DEFAULT_CONFIG,
+) -> None:
+    """Write the search and evaluation input plans (N x seeds x blocks each, disjoint seeds)."""
+    from rearrival.search import make_plans, write_plans
+
+    cfg, settings = _load(config)
+    made = make_plans(cfg, settings)
+    write_plans(made, out)
+    typer.echo(f"{out}: {len(made)} plans")
+
+
+def shard(
+    plans_dir: Annotated[Path, typer.Option("--plans", help="Output of `search plans`.")],
+    index: Annotated[int, typer.Option("--shard", min=0, help="This shard (0..S-1).")],
+    out: Annotated[Path, typer.Option("--out", help="Shard Parquet file to write.")],
+    config: ConfigOption = DEFAULT_CONFIG,
+    shards: Annotated[int | None, typer.Option(
+        "--shards", min=1, help="Shard count (default: search.shards of the config).")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1,
+                                         help="Worker processes.")] = 1,
+) -> None:
+    """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
+    from rearrival.experiments import write_frame
+    from rearrival.search import baseline_of, read_plans, run_shard, search_candidates
+
+    cfg, settings = _load(config)
+    count = shards or settings.shards
+    frame = run_shard(search_candidates(settings), read_plans(plans_dir, settings), index,
+                      count, baseline_of(cfg), workers)
+    write_frame(frame, out)
+    typer.echo(f"{out}: shard {index}/{count}, {frame['candidate'].nunique()} candidates, "
+               f"{len(frame)} rows")
+
+
+def merge(
+    shard_files: Annotated[list[Path], typer.Argument(help="Every shard file.")],
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Directory for scores.parquet, "
+                                          "selected.json and summary.json.")],
+    config: ConfigOption = DEFAULT_CONFIG,
+) -> None:
+    """Merge shard files into one ranking; the bytes do not depend on the shard count."""
+    import pandas as pd
+
+    from rearrival.search import (
+        SearchError,
+        baseline_of,
+        combine_shards,
+        search_candidates,
+        write_outputs,
+    )
+
+    cfg, settings = _load(config)
+    frames = []
+    for path in shard_files:
+        try:
+            frames.append((str(path), pd.read_parquet(path)))
+        except (OSError, ValueError) as exc:
+            raise SearchError(f"{path}: not a readable shard file ({exc}); re-run "
+                              "`rearrival search shard`") from exc
+    summary = write_outputs(combine_shards(frames), search_candidates(settings),
+                            baseline_of(cfg), settings, out_dir)
+    typer.echo(f"{out_dir}: selected {summary['selected']['id']}")
+
+
+def advise(
+    config: ConfigOption = DEFAULT_CONFIG,
+    n: Annotated[int, typer.Option("--n", min=1, help="Concurrency of the generated "
+                                   "inputs (ignored with --plans).")] = 8,
+    plans_dir: Annotated[Path | None, typer.Option(
+        "--plans", help="Directory of plan files (.parquet/.json) to diagnose instead of "
+        "the config's evaluation inputs at --n.")] = None,
+    search_dir: Annotated[Path | None, typer.Option(
+        "--search", help="Finished search (selected.json); default: run the search now.")]
+    = None,
+    workers: Annotated[int, typer.Option("--workers", min=1,
+                                         help="Worker processes for the search.")] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of "
+                                          "Markdown.")] = False,
+) -> None:
+    """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
+    saving, memory and compile cost, and whether more slots would still help."""
+    from rearrival.advise import advise as make_advice
+    from rearrival.advise import to_markdown
+    from rearrival.studies import load_study_config
+
+    advice = make_advice(load_study_config(config), n=n, plans_dir=plans_dir,
+                         search_dir=search_dir, workers=workers)
+    typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json
+               else to_markdown(advice))
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
+    search_app = typer.Typer(help="Configuration search over compile-time candidates "
+                             "(paper V-A).", invoke_without_command=True)
+    search_app.callback()(search)
+    search_app.command("plans")(plans)
+    search_app.command("shard")(shard)
+    search_app.command("merge")(merge)
+    app.add_typer(search_app, name="search")
+    app.command("advise")(advise)
