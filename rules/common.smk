@@ -62,6 +62,13 @@ def compile_inputs(wildcards):
     return [f"results/compile/{wildcards.study}.json"]
 
 
+def compiled_option(wildcards):
+    """The compile record a hardware run reads its artifacts from (rbln only)."""
+    if config["backend"] != "rbln":
+        return ""
+    return f"--compiled results/compile/{wildcards.study}.json"
+
+
 def final_targets():
     return [
         *[f"results/decisions/{name}.csv" for name in STUDY_NAMES],

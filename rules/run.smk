@@ -17,10 +17,11 @@ rule run_replicate:
         device=1 if config["backend"] == "rbln" else 0,
     params:
         config_file=CONFIG_FILE,
+        compiled=compiled_option,
     shell:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
         " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " {params.compiled} --out {output:q} > {log:q} 2>&1"
 
 
 rule injection:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rearrival.errors import RearrivalError
 from rearrival.records import finish_manifest, manifest_template, new_run_id, write_run
 
 if TYPE_CHECKING:
@@ -27,15 +28,22 @@ class BackendSettings:
 
     backend: str = "emulated"
     time_scale: float = 1.0
-    url: str | None = None
     rbln: dict[str, Any] = field(default_factory=dict)
+    compile_record: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise RearrivalError(f"backend '{self.backend}': use one of {', '.join(BACKENDS)}")
+        if not self.time_scale > 0:
+            raise RearrivalError(f"time_scale {self.time_scale}: must be > 0")
 
     @classmethod
-    def from_study_config(cls, cfg: StudyConfig) -> BackendSettings:
-        scale = float(cfg.emulated_http.get("time_scale", 0.02))
+    def from_study_config(cls, cfg: StudyConfig,
+                          compile_record: Path | None = None) -> BackendSettings:
+        scale = float(cfg.emulated_http.get("time_scale", 0.25))
         return cls(backend=cfg.backend,
                    time_scale=scale if cfg.backend == "emulated-http" else 1.0,
-                   rbln=dict(cfg.rbln))
+                   rbln=dict(cfg.rbln), compile_record=compile_record)
 
 
 def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
@@ -71,8 +79,62 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
                      server_log=result.server_log, tokens=result.tokens)
 
 
+def emulate_server_argv(run: RunRequest, port: int, time_scale: float) -> list[str]:
+    """A fresh `rearrival emulate-server` for one run, started by this interpreter (an
+    argument list, never a shell string)."""
+    import sys
+
+    configuration = run.configuration
+    return [sys.executable, "-m", "rearrival", "emulate-server", "--host", "127.0.0.1",
+            "--port", str(port), "--buckets", ",".join(map(str, configuration.buckets)),
+            "--batch-size", str(configuration.batch_size), "--slots",
+            str(configuration.slots), "--seed", str(run.seed), "--time-scale",
+            str(time_scale)]
+
+
+def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """The emulated engine behind a real loopback server, replayed by the real client."""
+    import os
+
+    from rearrival.client import ReplayOptions
+    from rearrival.rbln import free_port, run_with_server
+
+    port = free_port()
+    options = ReplayOptions(seed=run.seed, time_scale=settings.time_scale)
+    outcome = run_with_server(run.plan, out, argv=emulate_server_argv(run, port,
+                                                                      settings.time_scale),
+                              url=f"http://127.0.0.1:{port}", variant=run.variant,
+                              options=options, manifest=run_manifest(settings, run),
+                              log_path=out.with_name(f"{out.name}.server.log"),
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                              ready_timeout_s=60, grace_s=5)
+    return outcome.path
+
+
+def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """Real hardware: the compiled artifact served by vllm-rbln, a fresh server per run."""
+    from rearrival.client import ReplayOptions
+    from rearrival.experiments import compiled_artifact
+    from rearrival.rbln import run_rbln
+
+    if settings.compile_record is None:
+        raise RearrivalError("backend rbln needs the study's compile record "
+                             "(results/compile/<study>.json); run the compile stage first")
+    configuration = run.configuration
+    site_packages = settings.rbln.get("site_packages")
+    outcome = run_rbln(run.plan, out,
+                       artifact=compiled_artifact(settings.compile_record, configuration.name),
+                       buckets=configuration.buckets, batch_size=configuration.batch_size,
+                       slots=configuration.slots, variant=run.variant,
+                       options=ReplayOptions(seed=run.seed),
+                       manifest=run_manifest(settings, run),
+                       site_packages=Path(site_packages) if site_packages else None)
+    return outcome.path
+
+
 def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
-    """Dispatch one run to its backend and return the written run directory."""
-    if settings.backend == "emulated":
-        return run_emulated_backend(settings, run, out)
-    raise NotImplementedError(settings.backend)
+    """Dispatch one run to its backend and return the written run directory. A run cut
+    short is written with status failed/partial and its reason, never as complete."""
+    runners = {"emulated": run_emulated_backend, "emulated-http": run_http_backend,
+               "rbln": run_rbln_backend}
+    return runners[settings.backend](settings, run, out)

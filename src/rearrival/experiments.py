@@ -216,15 +216,18 @@ def run_slots(cfg: StudyConfig, study: Study, n: int, replicate: int) -> list[Ru
 
 def run_replicate(cfg: StudyConfig, study_name: str, n: int, replicate: int, *,
                   plans_dir: Path, out_dir: Path, repo_dir: Path,
-                  selected_path: Path | None = None) -> list[Path]:
+                  selected_path: Path | None = None,
+                  compile_record: Path | None = None) -> list[Path]:
     """Run every condition of one replicate, refusing to start without a committed prereg.
 
     The replicate directory is published only when every run has been written (failed
     runs are written too, with their status and reason, and never used by a decision).
     """
+    from rearrival.backends import BackendSettings, run_backend
     from rearrival.prereg import check_before_run
 
     study = cfg.study(study_name)
+    settings = BackendSettings.from_study_config(cfg, compile_record)
     prereg = check_before_run(repo_dir, study.name).manifest_entry()
     configurations = resolve_configurations(cfg, study, selected_path)
     plan_path = plan_file(plans_dir, n, replicate)
@@ -238,7 +241,7 @@ def run_replicate(cfg: StudyConfig, study_name: str, n: int, replicate: int, *,
                              configuration=configurations[slot.configuration],
                              variant=slot.variant, label=slot.label, replicate=replicate,
                              seed=slot.seed, condition_order=order, prereg=prereg)
-            measure(cfg, run, staging / slot.label)
+            run_backend(settings, run, staging / slot.label)
             written.append(out_dir / slot.label)
     return written
 
@@ -257,14 +260,6 @@ class RunRequest:
     seed: int
     condition_order: list[str]
     prereg: dict[str, Any]
-
-
-def measure(cfg: StudyConfig, run: RunRequest, out: Path) -> Path:
-    """Run one condition on the configured backend and write its run directory."""
-    from rearrival.backends import BackendSettings, run_backend
-
-    settings = BackendSettings.from_study_config(cfg)
-    return run_backend(settings, run, out)
 
 
 def run_dirs(runs_root: Path) -> list[Path]:
@@ -471,3 +466,42 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     frame["backend"] = "emulated"
     write_frame(frame, out)
     return frame
+
+
+# --- compile (real hardware) ----------------------------------------------------------------
+
+
+def compile_study(cfg: StudyConfig, study_name: str, out: Path,
+                  selected_path: Path | None = None) -> dict[str, Any]:
+    """Compile (or reuse) every configuration of a study with optimum-rbln and record
+    where each artifact is and what compiling it cost (Table XIV on hardware)."""
+    from rearrival.atomic import atomic_write_json
+    from rearrival.rbln import CompileConfig, compile_artifact
+
+    study = cfg.study(study_name)
+    settings = cfg.rbln
+    artifacts = Path(settings.get("artifacts", "artifacts"))
+    entries = {}
+    for name, configuration in resolve_configurations(cfg, study, selected_path).items():
+        result = compile_artifact(CompileConfig(
+            model=str(settings.get("model", "Qwen/Qwen3-4B")),
+            batch_size=configuration.batch_size, buckets=configuration.buckets,
+            max_seq_len=int(settings.get("max_seq_len", 8192)),
+            num_devices=int(settings.get("num_devices", 4))), artifacts)
+        entries[name] = {"artifact": str(result.artifact), "reused": result.skipped,
+                         **json.loads(result.record.read_text())}
+    record = {"study": study.name, "configurations": entries}
+    atomic_write_json(out, record)
+    return record
+
+
+def compiled_artifact(compile_record: Path, configuration: str) -> Path:
+    """The artifact directory the compile stage recorded for a configuration."""
+    if not compile_record.exists():
+        raise StageError(f"{compile_record}: no compile record; run the compile stage "
+                         "(backend rbln)")
+    entries = json.loads(compile_record.read_text())["configurations"]
+    if configuration not in entries:
+        raise StageError(f"{compile_record}: configuration {configuration} was not compiled; "
+                         "re-run the compile stage")
+    return Path(entries[configuration]["artifact"])

@@ -60,12 +60,15 @@ def run(study: StudyName,
         n: Annotated[int, typer.Option("--n", min=1, help="Concurrent sessions N.")],
         replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
         plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-        selected: Selected = DEFAULT_SELECTED, repo: Repo = DEFAULT_REPO) -> None:
+        selected: Selected = DEFAULT_SELECTED, repo: Repo = DEFAULT_REPO,
+        compiled: Annotated[Path | None, typer.Option(
+            "--compiled", help="Compile record of the study (backend rbln).")] = None) -> None:
     """Run every condition of one replicate in its seeded shuffled order."""
     from rearrival.experiments import run_replicate
 
     for path in run_replicate(_config(config), study, n, replicate, plans_dir=plans,
-                              out_dir=out, repo_dir=repo, selected_path=selected):
+                              out_dir=out, repo_dir=repo, selected_path=selected,
+                              compile_record=compiled):
         typer.echo(str(path))
 
 
@@ -101,10 +104,23 @@ def decide(study: StudyName,
     typer.echo(str(out))
 
 
+def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG,
+            selected: Selected = DEFAULT_SELECTED) -> None:
+    """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
+    from rearrival.experiments import compile_study
+
+    record = compile_study(_config(config), study, out, selected)
+    for name, entry in record["configurations"].items():
+        typer.echo(f"{name}: {entry['artifact']}{' (reused)' if entry['reused'] else ''}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the `study` group with one verb per pipeline stage."""
     study_app = typer.Typer(help="Pipeline stages of one study (called by the Snakefile).",
                             no_args_is_help=True)
-    for verb in (plans, predict, prereg, run, injection, channels, decide):
-        study_app.command(verb.__name__)(verb)
+    verbs = {"plans": plans, "predict": predict, "prereg": prereg,
+             "compile": compile_configurations, "run": run, "injection": injection,
+             "channels": channels, "decide": decide}
+    for name, verb in verbs.items():
+        study_app.command(name)(verb)
     app.add_typer(study_app, name="study")

@@ -1,0 +1,5 @@
+"""`python -m rearrival`: the CLI, for subprocesses started by this interpreter."""
+
+from rearrival.cli import main
+
+main()
