@@ -142,8 +142,7 @@ def advise(
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    search_app = typer.Typer(help="Configuration search over compile-time candidates "
-                             "(paper V-A).", invoke_without_command=True)
+    search_app = typer.Typer(invoke_without_command=True)
     search_app.callback()(search)
     search_app.command("plans")(plans)
     search_app.command("shard")(shard)
