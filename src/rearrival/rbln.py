@@ -45,6 +45,7 @@ INSTALL_HINT = (f"install the RBLN stack (optimum-rbln=={STACK_VERSION}, "
                 "on a host with an RBLN NPU")
 # Distributions that decide what a compiled artifact contains.
 COMPILE_SOFTWARE = ("optimum-rbln", "rebel-compiler", "torch", "transformers")
+# What a measured run records beyond records.software_versions() (the compiler matters).
 SERVE_SOFTWARE = ("vllm", "vllm-rbln", "optimum-rbln", "rebel-compiler")
 
 
@@ -326,9 +327,6 @@ class ServerProcess:
             self._log.close()
         return self.returncode
 
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.is_file() else ""
-
 
 @contextlib.contextmanager
 def running_server(argv: Sequence[str], url: str, log_path: Path, *,
@@ -404,7 +402,9 @@ def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[
                             f"{batch_size}; pass the matching artifact")
     port = free_port()
     argv = vllm_serve_argv(artifact, batch_size=batch_size, port=port, seed=options.seed)
-    manifest = manifest | {"patch_sha256": status.sha256}
+    served = {name: version or "absent" for name, version in versions(SERVE_SOFTWARE).items()}
+    manifest = manifest | {"patch_sha256": status.sha256,
+                           "software": {**manifest.get("software", {}), **served}}
     return run_with_server(plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
                            variant=variant, options=options, manifest=manifest,
                            log_path=out.with_name(f"{out.name}.server.log"), env=serve_env(),
