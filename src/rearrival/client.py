@@ -177,6 +177,8 @@ async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             last = exc
             await asyncio.sleep(0.1 * (attempt + 1))
+        except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
+            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix --url") from None
     raise ClientError(f"cannot reach {url} ({_describe(last)}); start the server or fix --url")
 
 
