@@ -408,3 +408,15 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
     finally:
         if log is not sys.stdout:
             log.close()
+
+
+def server_argv(config: EngineConfig, *, port: int, seed: int, time_scale: float,
+                host: str = "127.0.0.1") -> list[str]:
+    """``rearrival emulate-server`` for this interpreter, as an argument list (no shell, no
+    reliance on PATH), for launching a fresh server per run (rearrival.rbln.running_server)."""
+    argv = [sys.executable, "-c", "import sys; from rearrival.cli import main; "
+            "sys.argv[0] = 'rearrival'; main()", "emulate-server", "--host", host,
+            "--port", str(port), "--buckets", ",".join(map(str, config.buckets)),
+            "--batch-size", str(config.batch_size), "--seed", str(seed),
+            "--time-scale", repr(float(time_scale))]
+    return argv + (["--slots", str(config.slots)] if config.slots is not None else [])

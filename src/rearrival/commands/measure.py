@@ -62,14 +62,6 @@ def _buckets(text: str) -> tuple[int, ...]:
                              "order, e.g. 1,2,4,8") from None
 
 
-def _rearrival_argv() -> list[str]:
-    """This interpreter running the rearrival CLI (no reliance on PATH or a shell)."""
-    import sys
-
-    return [sys.executable, "-c", "import sys; from rearrival.cli import main; "
-            "sys.argv[0] = 'rearrival'; main()"]
-
-
 def run(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file (.parquet|.json).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
@@ -158,13 +150,13 @@ def run(
         outcome = asyncio.run(replay_url(plan, url, out, variant=variant, options=options,
                                          manifest=manifest))
     else:
+        from rearrival.emulate import EngineConfig
+        from rearrival.emulate_server import server_argv
         from rearrival.rbln import free_port, run_with_server
 
         port = free_port()
-        argv = [*_rearrival_argv(), "emulate-server", "--host", "127.0.0.1", "--port",
-                str(port), "--buckets", ",".join(map(str, sizes)), "--batch-size",
-                str(batch_size), "--seed", str(seed), "--time-scale", str(scale),
-                *(["--slots", str(slots)] if slots is not None else [])]
+        argv = server_argv(EngineConfig(sizes, batch_size, slots), port=port, seed=seed,
+                           time_scale=scale)
         outcome = run_with_server(plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
                                   variant=variant, options=options, manifest=manifest,
                                   log_path=out.with_name(f"{out.name}.server.log"),
