@@ -48,16 +48,17 @@ class SlotPool:
     state lives in flat lists and heaps rather than per-slot objects.
     """
 
-    __slots__ = ("_by_session", "_deferred", "_evictable", "_free", "_next_order",
-                 "_order", "_pending", "_prompt", "_session", "_tag")
+    __slots__ = ("_by_session", "_deferred", "_next_order", "_order", "_pending", "_prompt",
+                 "_session", "_tag", "evictable", "free")
 
     def __init__(self, slots: int, release: str = "deferred") -> None:
         if slots < 1:
             raise ValueError(f"a slot pool needs at least one slot, got {slots}")
         if release not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, got {release!r}")
-        self._free = list(range(slots))  # ascending, so already a valid heap
-        self._evictable: list[tuple[int, int]] = []  # heap of (allocation order, slot)
+        # Read-only for callers: ``free or evictable`` is the cheap form of can_secure().
+        self.free = list(range(slots))  # heap of free slots; ascending is a valid heap
+        self.evictable: list[tuple[int, int]] = []  # heap of (allocation order, slot)
         self._pending: list[int] = []  # finished slots whose release is deferred
         self._tag = [NO_OWNER] * slots  # owner tag of the KV the slot holds
         self._session = [NO_OWNER] * slots
@@ -69,7 +70,7 @@ class SlotPool:
 
     def can_secure(self) -> bool:
         """True when an admission could get a slot now (free or evictable)."""
-        return bool(self._free or self._evictable)
+        return bool(self.free or self.evictable)
 
     def admit(self, session: int, tag: int, prompt_tokens: int,
               reusable: Callable[[int, int], int]) -> tuple[int, int, int, int]:
@@ -80,26 +81,41 @@ class SlotPool:
         ``reusable(previous_prompt, prompt)`` is the profile's reuse rule. The caller must
         check ``can_secure()`` first.
         """
-        if self._free:
-            slot = heappop(self._free)
+        # The simulator calls this once per request on every candidate of the search, so
+        # the eviction and the deferred releases are written out here rather than called.
+        tags = self._tag
+        sessions = self._session
+        by_session = self._by_session
+        if self.free:
+            slot = heappop(self.free)
             evicted = NO_OWNER
         else:
-            slot = heappop(self._evictable)[1]
-            evicted = self._tag[slot]
-            self._drop(slot)
-        if self._deferred and self._pending:
-            self.release_deferred()
+            slot = heappop(self.evictable)[1]
+            evicted = tags[slot]
+            by_session[sessions[slot]].remove(slot)
+        pending = self._pending
+        if pending:  # only ever filled under deferred release
+            order = self._order
+            evictable = self.evictable
+            for finished in pending:
+                heappush(evictable, (order[finished], finished))
+            pending.clear()
         cached, source = 0, NO_OWNER
-        for other in self._by_session.get(session, ()):
-            reuse = reusable(self._prompt[other], prompt_tokens)
-            if reuse > cached:
-                cached, source = reuse, other
-        self._tag[slot] = tag
-        self._session[slot] = session
+        survivors = by_session.get(session)
+        if survivors is None:
+            by_session[session] = [slot]
+        else:
+            prompts = self._prompt
+            for other in survivors:
+                reuse = reusable(prompts[other], prompt_tokens)
+                if reuse > cached:
+                    cached, source = reuse, other
+            survivors.append(slot)
+        tags[slot] = tag
+        sessions[slot] = session
         self._prompt[slot] = prompt_tokens
         self._order[slot] = self._next_order
         self._next_order += 1
-        self._by_session.setdefault(session, []).append(slot)
         return slot, evicted, cached, source
 
     def finish(self, slot: int) -> None:
@@ -107,12 +123,12 @@ class SlotPool:
         if self._deferred:
             self._pending.append(slot)
         else:
-            heappush(self._evictable, (self._order[slot], slot))
+            heappush(self.evictable, (self._order[slot], slot))
 
     def release_deferred(self) -> None:
         """Make every finished slot whose release was deferred evictable now."""
         for slot in self._pending:
-            heappush(self._evictable, (self._order[slot], slot))
+            heappush(self.evictable, (self._order[slot], slot))
         self._pending.clear()
 
     def pre_evict(self) -> tuple[int, int] | None:
@@ -120,12 +136,12 @@ class SlotPool:
 
         Returns ``(slot, evicted_tag)`` when a slot was evicted and left free, else None.
         """
-        if self._free or not self._evictable:
+        if self.free or not self.evictable:
             return None
-        slot = heappop(self._evictable)[1]
+        slot = heappop(self.evictable)[1]
         evicted = self._tag[slot]
         self._drop(slot)
-        heappush(self._free, slot)
+        heappush(self.free, slot)
         return slot, evicted
 
     def survivors(self, session: int) -> tuple[int, ...]:

@@ -201,11 +201,13 @@ class Eviction:
     cause: str  # "admission" | "pre-evict"
 
 
-# Column order of the per-request arrays both simulators fill, indexed by request id
-# rid = 2 * session + turn (the RequestRecord fields after session and turn).
-REQUEST_COLUMNS = ("arrival_s", "admit_s", "first_token_s", "complete_s", "prompt_tokens",
-                   "cached_tokens", "computed_tokens", "prefill_s", "slot", "evicted_slot",
-                   "evicted_tag", "running_at_admission")
+# Per-request arrays both simulators fill, indexed by request id rid = 2 * session + turn.
+# first_token_s (= admit_s + prefill_s), computed_tokens and evicted_slot are derived when
+# records are built; evicted_tag is the victim's rid or NO_OWNER.
+REQUEST_COLUMNS = ("arrival_s", "admit_s", "complete_s", "prompt_tokens", "cached_tokens",
+                   "prefill_s", "slot", "evicted_tag", "running_at_admission")
+_CACHED = REQUEST_COLUMNS.index("cached_tokens")
+_PROMPT = REQUEST_COLUMNS.index("prompt_tokens")
 
 
 class SimResult:
@@ -254,8 +256,8 @@ class SimResult:
 
     @property
     def reuse_hits(self) -> int:
-        cached = self._columns[REQUEST_COLUMNS.index("cached_tokens")]
-        return sum(1 for rid in range(1, 2 * self.sessions, 2) if cached[rid] > 0)
+        cached = self._columns[_CACHED]
+        return sum(1 for c in cached[1::2] if c > 0)
 
     @property
     def computed_prefill_tokens(self) -> int:
@@ -263,27 +265,25 @@ class SimResult:
 
         First requests never reuse anything; their tokens are in ``total_computed_tokens``.
         """
-        computed = self._columns[REQUEST_COLUMNS.index("computed_tokens")]
-        return sum(computed[1::2])
+        return sum(self._columns[_PROMPT][1::2]) - sum(self._columns[_CACHED][1::2])
 
     @property
     def total_computed_tokens(self) -> int:
         """Computed prefill tokens of every request (first requests and re-arrivals)."""
-        return sum(self._columns[REQUEST_COLUMNS.index("computed_tokens")])
+        return sum(self._columns[_PROMPT]) - sum(self._columns[_CACHED])
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:
         """Per-request records in (session, turn) order."""
         if self._records is None:
-            cols = self._columns
             records = []
-            for rid in range(2 * self.sessions):
-                row = [col[rid] for col in cols]
-                tag = row[10]
+            for rid, (arrival, admit, complete, prompt, cached, prefill, slot, tag,
+                      running) in enumerate(zip(*self._columns, strict=True)):
                 evicted = tag != NO_OWNER
                 records.append(RequestRecord(
-                    rid >> 1, rid & 1, *row[:9], row[9] if evicted else None,
-                    tag >> 1 if evicted else None, tag & 1 if evicted else None, row[11]))
+                    rid >> 1, rid & 1, arrival, admit, admit + prefill, complete, prompt,
+                    cached, prompt - cached, prefill, slot, slot if evicted else None,
+                    tag >> 1 if evicted else None, tag & 1 if evicted else None, running))
             self._records = tuple(records)
         return self._records
 
@@ -339,14 +339,33 @@ def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[i
     return entry[1], entry[2]
 
 
+_PREFILL_TABLES: dict[int, tuple[Profile, dict[int, float]]] = {}
+_PLAN_ARRAYS: dict[int, tuple[Any, tuple[list[int], list[int], list[float]]]] = {}
+
+
+def prefill_table(profile: Profile) -> dict[int, float]:
+    """Memo of T(q) per profile: the search prefills the same q on every candidate."""
+    entry = _PREFILL_TABLES.get(id(profile))
+    if entry is None or entry[0] is not profile:
+        entry = _PREFILL_TABLES[id(profile)] = (profile, {})
+    return entry[1]
+
+
 def plan_arrays(plan: Any, config: SimConfig) -> tuple[list[int], list[int], list[float]]:
-    """Per request id (2*session + turn): prompt tokens and generation; per session: wait."""
+    """Per request id (2*session + turn): prompt tokens and generation; per session: wait.
+
+    Cached per plan object (the search runs each plan on 2,077 candidates); callers must
+    treat the lists as read-only.
+    """
     sessions = plan.sessions
     count = len(sessions)
     if config.fixed_arrivals is not None and len(config.fixed_arrivals) != count:
         raise SimConfigError(f"SimConfig field 'fixed_arrivals' has "
                              f"{len(config.fixed_arrivals)} times for a plan of {count} "
                              "sessions; give one re-arrival time per session")
+    entry = _PLAN_ARRAYS.get(id(plan))
+    if entry is not None and entry[0] is plan and len(entry[1][2]) == count:
+        return entry[1]
     prompt = [0] * (2 * count)
     gen = [0] * (2 * count)
     wait = [0.0] * count
@@ -356,6 +375,9 @@ def plan_arrays(plan: Any, config: SimConfig) -> tuple[list[int], list[int], lis
         gen[2 * i] = s.gen_tokens
         gen[2 * i + 1] = s.followup_gen_tokens
         wait[i] = s.tool_wait_s
+    if len(_PLAN_ARRAYS) > 256:
+        _PLAN_ARRAYS.clear()
+    _PLAN_ARRAYS[id(plan)] = (plan, (prompt, gen, wait))
     return prompt, gen, wait
 
 
@@ -378,28 +400,28 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
     pool = SlotPool(config.slots, config.release)
     admit = pool.admit
     finish = pool.finish
-    can_secure = pool.can_secure
+    free = pool.free  # heaps the pool mutates in place: "free or evictable" = can_secure()
+    evictable = pool.evictable
     release_deferred = pool.release_deferred
     pre_evict = pool.pre_evict if config.dummy_block == "pre-evict" else None
     reusable = profile.reusable_tokens
     prefill_time = profile.prefill_s
+    prefill_memo = prefill_table(profile)
 
+    # Per-request columns indexed by rid; first token time and computed tokens are
+    # derived when records are built, so the hot loop does not store them.
     arrival = [0.0] * requests
     admit_s = [0.0] * requests
-    first_s = [0.0] * requests
     complete_s = [0.0] * requests
     cached = [0] * requests
-    computed = [0] * requests
     prefill_s = [0.0] * requests
     slot_of = [0] * requests
-    evicted_slot = [NO_OWNER] * requests
     evicted_tag = [NO_OWNER] * requests
     running_at = [0] * requests
 
     waiting = deque(range(0, requests, 2))  # every session starts at t = 0, index order
     arrivals: list[tuple[float, int]] = []  # heap of (follow-up arrival time, session)
-    running: list[int] = []
-    finish_at: list[int] = []  # decode clock at which each running request completes
+    running: list[tuple[int, int]] = []  # heap of (decode clock at completion, rid)
     hist = [0] * (batch + 1)
     stretches: list[list[Any]] = []
     evictions: list[tuple[float, int, int, str]] = []
@@ -408,36 +430,36 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
     prefill_total = 0.0
     interference = 0.0
     merge = False  # the previous event was a decode stretch
+    inf = math.inf
+    due = inf  # earliest pending follow-up arrival
 
     while True:
-        while arrivals and arrivals[0][0] <= t + eps:
+        while due <= t + eps:
             waiting.append(2 * heappop(arrivals)[1] + 1)
+            due = arrivals[0][0] if arrivals else inf
         nrun = len(running)
         if waiting and nrun < batch:
-            if can_secure():
+            if free or evictable:
                 rid = waiting.popleft()
                 tokens = prompt[rid]
                 slot, victim, reuse, _ = admit(rid >> 1, rid, tokens, reusable)
-                q = tokens - reuse
-                cost = prefill_time(q)
+                cost = prefill_memo.get(tokens - reuse)
+                if cost is None:
+                    cost = prefill_memo[tokens - reuse] = prefill_time(tokens - reuse)
                 if victim != NO_OWNER:
-                    evicted_slot[rid] = slot
                     evicted_tag[rid] = victim
                     evictions.append((t, slot, victim, "admission"))
                 admit_s[rid] = t
                 cached[rid] = reuse
-                computed[rid] = q
                 prefill_s[rid] = cost
                 slot_of[rid] = slot
                 running_at[rid] = nrun
                 interference += nrun * cost
                 prefill_total += cost
                 t += cost
-                first_s[rid] = t
                 merge = False
                 if gen[rid] > 1:
-                    running.append(rid)
-                    finish_at.append(clock + gen[rid] - 1)
+                    heappush(running, (clock + gen[rid] - 1, rid))
                 else:
                     complete_s[rid] = t
                     finish(slot)
@@ -446,14 +468,16 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
                         when = t + wait[session] if fixed is None else max(fixed[session], t)
                         arrival[rid + 1] = when
                         heappush(arrivals, (when, session))
+                        if when < due:
+                            due = when
                 continue
             release_deferred()
             if not nrun:
                 continue
         elif not nrun:
-            if not arrivals:
+            if due == inf:
                 break
-            t = arrivals[0][0]
+            t = due
             continue
 
         if pre_evict is not None and nrun < batch:
@@ -461,24 +485,25 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
             if freed is not None:
                 evictions.append((t, freed[0], freed[1], "pre-evict"))
         dt = step_s[nrun]
-        next_done = min(finish_at)
-        if waiting and nrun < batch and can_secure():
-            k = 1  # a slot was released or pre-evicted for this step: admit right after it
-        else:
-            k = next_done - clock
-            if arrivals:
-                # first boundary t + j*dt that sees the arrival, by the exact test
-                # the next loop applies (arrival <= boundary + eps)
-                due = arrivals[0][0]
-                j = int((due - t) / dt)
-                if j < 1:
-                    j = 1
-                while j > 1 and due <= t + (j - 1) * dt + eps:
-                    j -= 1
-                while due > t + j * dt + eps:
-                    j += 1
-                if j < k:
-                    k = j
+        k = running[0][0] - clock  # steps to the next completion
+        if waiting:
+            # The head of the queue is blocked (batch full, or no slot even after the
+            # releases): later arrivals queue behind it and change nothing before the
+            # next completion, unless this step's release or dummy block freed a slot.
+            if nrun < batch and (free or evictable):
+                k = 1
+        elif due != inf and nrun < batch:
+            # first boundary t + j*dt that sees the arrival, by the exact test the next
+            # loop applies (arrival <= boundary + eps); it is admitted there
+            j = int((due - t) / dt)
+            if j < 1:
+                j = 1
+            while j > 1 and due <= t + (j - 1) * dt + eps:
+                j -= 1
+            while due > t + j * dt + eps:
+                j += 1
+            if j < k:
+                k = j
         start = t
         t = t + k * dt
         clock += k
@@ -490,25 +515,21 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
         else:
             stretches.append([nrun, k, start, t])
             merge = True
-        if clock == next_done:
-            still, still_at = [], []
-            for rid, done_at in zip(running, finish_at, strict=True):
-                if done_at == clock:
-                    complete_s[rid] = t
-                    finish(slot_of[rid])
-                    if not rid & 1:
-                        session = rid >> 1
-                        when = t + wait[session] if fixed is None else max(fixed[session], t)
-                        arrival[rid + 1] = when
-                        heappush(arrivals, (when, session))
-                else:
-                    still.append(rid)
-                    still_at.append(done_at)
-            running, finish_at = still, still_at
+        while running and running[0][0] == clock:
+            rid = heappop(running)[1]
+            complete_s[rid] = t
+            finish(slot_of[rid])
+            if not rid & 1:
+                session = rid >> 1
+                when = t + wait[session] if fixed is None else max(fixed[session], t)
+                arrival[rid + 1] = when
+                heappush(arrivals, (when, session))
+                if when < due:
+                    due = when
 
     histogram = {(n, bucket_of[n]): hist[n] for n in range(1, batch + 1) if hist[n]}
     decode_total = sum(hist[n] * step_s[n] for n in range(1, batch + 1))
-    columns = (arrival, admit_s, first_s, complete_s, prompt, cached, computed, prefill_s,
-               slot_of, evicted_slot, evicted_tag, running_at)
+    columns = (arrival, admit_s, complete_s, prompt, cached, prefill_s, slot_of, evicted_tag,
+               running_at)
     return SimResult(config, count, histogram, decode_total, prefill_total, interference, t,
                      columns, stretches, evictions)

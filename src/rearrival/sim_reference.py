@@ -21,7 +21,13 @@ from typing import Any
 
 from rearrival.kvslots import NO_OWNER
 from rearrival.profile import Profile, measured_profile, select_bucket
-from rearrival.sim import ARRIVAL_TOLERANCE_S, SimConfig, SimResult, plan_arrays
+from rearrival.sim import (
+    ARRIVAL_TOLERANCE_S,
+    REQUEST_COLUMNS,
+    SimConfig,
+    SimResult,
+    plan_arrays,
+)
 
 
 @dataclass
@@ -48,7 +54,6 @@ class _Request:
     computed_tokens: int = 0
     prefill_s: float = 0.0
     slot: int = 0
-    evicted_slot: int = NO_OWNER
     evicted_tag: int = NO_OWNER
     running_at_admission: int = 0
     decodes_left: int = 0
@@ -114,7 +119,6 @@ def simulate_reference(plan: Any, config: SimConfig,
                     slot = free[0]
                 else:
                     slot = min(evictable, key=lambda s: s.allocated)
-                    request.evicted_slot = slot.index
                     request.evicted_tag = 2 * slot.session + slot.turn
                     evict(slot, "admission")
                 if deferred:
@@ -176,9 +180,8 @@ def simulate_reference(plan: Any, config: SimConfig,
                 running.remove(request)
                 complete(request)
 
-    columns = tuple([getattr(r, name) for r in requests] for name in (
-        "arrival_s", "admit_s", "first_token_s", "complete_s", "prompt_tokens",
-        "cached_tokens", "computed_tokens", "prefill_s", "slot", "evicted_slot",
-        "evicted_tag", "running_at_admission"))
+    columns = tuple([getattr(r, name) for r in requests] for name in REQUEST_COLUMNS)
+    for request in requests:  # the record derives first_token_s from admit_s + prefill_s
+        assert request.first_token_s == request.admit_s + request.prefill_s
     return SimResult(config, count, dict(sorted(histogram.items())), decode_s, prefill_s,
                      interference_s, t, columns, stretches, evictions)
