@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from heapq import heappop, heappush
 from typing import Any
 
@@ -339,16 +340,19 @@ def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[i
     return entry[1], entry[2]
 
 
-_PREFILL_TABLES: dict[int, tuple[Profile, dict[int, float]]] = {}
+_PROFILE_MEMOS: dict[int, tuple[Profile, Callable[[int], float], Callable[[int, int], int]]] = {}
 _PLAN_ARRAYS: dict[int, tuple[Any, tuple[list[int], list[int], list[float]]]] = {}
 
 
-def prefill_table(profile: Profile) -> dict[int, float]:
-    """Memo of T(q) per profile: the search prefills the same q on every candidate."""
-    entry = _PREFILL_TABLES.get(id(profile))
+def profile_memos(profile: Profile) -> tuple[Callable[[int], float], Callable[[int, int], int]]:
+    """Memoised T(q) and reuse rule of a profile: the search evaluates the same plans'
+    token counts on every candidate, and a C-level cache hit is cheaper than the call."""
+    entry = _PROFILE_MEMOS.get(id(profile))
     if entry is None or entry[0] is not profile:
-        entry = _PREFILL_TABLES[id(profile)] = (profile, {})
-    return entry[1]
+        entry = _PROFILE_MEMOS[id(profile)] = (
+            profile, lru_cache(maxsize=65536)(profile.prefill_s),
+            lru_cache(maxsize=65536)(profile.reusable_tokens))
+    return entry[1], entry[2]
 
 
 def plan_arrays(plan: Any, config: SimConfig) -> tuple[list[int], list[int], list[float]]:
@@ -404,9 +408,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
     evictable = pool.evictable
     release_deferred = pool.release_deferred
     pre_evict = pool.pre_evict if config.dummy_block == "pre-evict" else None
-    reusable = profile.reusable_tokens
-    prefill_time = profile.prefill_s
-    prefill_memo = prefill_table(profile)
+    prefill_time, reusable = profile_memos(profile)
 
     # Per-request columns indexed by rid; first token time and computed tokens are
     # derived when records are built, so the hot loop does not store them.
@@ -443,9 +445,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
                 rid = waiting.popleft()
                 tokens = prompt[rid]
                 slot, victim, reuse, _ = admit(rid >> 1, rid, tokens, reusable)
-                cost = prefill_memo.get(tokens - reuse)
-                if cost is None:
-                    cost = prefill_memo[tokens - reuse] = prefill_time(tokens - reuse)
+                cost = prefill_time(tokens - reuse)
                 if victim != NO_OWNER:
                     evicted_tag[rid] = victim
                     evictions.append((t, slot, victim, "admission"))
