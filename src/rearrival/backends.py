@@ -30,6 +30,8 @@ class BackendSettings:
     time_scale: float = 1.0
     rbln: dict[str, Any] = field(default_factory=dict)
     compile_record: Path | None = None
+    url: str | None = None  # emulated-http: replay against this running server
+    artifact: Path | None = None  # rbln: this artifact instead of the compile record's
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -79,32 +81,38 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
                      server_log=result.server_log, tokens=result.tokens)
 
 
-def emulate_server_argv(run: RunRequest, port: int, time_scale: float) -> list[str]:
-    """A fresh `rearrival emulate-server` for one run, started by this interpreter (an
-    argument list, never a shell string)."""
-    import sys
-
-    configuration = run.configuration
-    return [sys.executable, "-m", "rearrival", "emulate-server", "--host", "127.0.0.1",
-            "--port", str(port), "--buckets", ",".join(map(str, configuration.buckets)),
-            "--batch-size", str(configuration.batch_size), "--slots",
-            str(configuration.slots), "--seed", str(run.seed), "--time-scale",
-            str(time_scale)]
-
-
 def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
-    """The emulated engine behind a real loopback server, replayed by the real client."""
+    """The emulated engine behind a real loopback server, replayed by the real client:
+    a fresh server per run, or the running one at ``settings.url``."""
+    import asyncio
     import os
 
-    from rearrival.client import ReplayOptions
+    from rearrival.client import ReplayOptions, check_configuration, replay_url
+    from rearrival.emulate import EngineConfig
+    from rearrival.emulate_server import server_argv
     from rearrival.rbln import free_port, run_with_server
 
-    port = free_port()
     options = ReplayOptions(seed=run.seed, time_scale=settings.time_scale)
-    outcome = run_with_server(run.plan, out, argv=emulate_server_argv(run, port,
-                                                                      settings.time_scale),
-                              url=f"http://127.0.0.1:{port}", variant=run.variant,
-                              options=options, manifest=run_manifest(settings, run),
+    manifest = run_manifest(settings, run)
+    if settings.url is not None:
+        from rearrival.client import ClientError, server_configuration
+
+        try:
+            served = asyncio.run(server_configuration(settings.url))
+        except ClientError:
+            served = None  # unreachable: the replay records the failure as the run's reason
+        if served is not None:
+            check_configuration(served, manifest["configuration"], settings.url)
+        outcome = asyncio.run(replay_url(run.plan, settings.url, out, variant=run.variant,
+                                         options=options, manifest=manifest))
+        return outcome.path
+    configuration = run.configuration
+    port = free_port()
+    argv = server_argv(EngineConfig(configuration.buckets, configuration.batch_size,
+                                    configuration.slots),
+                       port=port, seed=run.seed, time_scale=settings.time_scale)
+    outcome = run_with_server(run.plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
+                              variant=run.variant, options=options, manifest=manifest,
                               log_path=out.with_name(f"{out.name}.server.log"),
                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
                               ready_timeout_s=60, grace_s=5)
@@ -117,13 +125,12 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
     from rearrival.experiments import compiled_artifact
     from rearrival.rbln import run_rbln
 
-    if settings.compile_record is None:
-        raise RearrivalError("backend rbln needs the study's compile record "
-                             "(results/compile/<study>.json); run the compile stage first")
     configuration = run.configuration
+    artifact = settings.artifact
+    if artifact is None and settings.compile_record is not None:
+        artifact = compiled_artifact(settings.compile_record, configuration.name)
     site_packages = settings.rbln.get("site_packages")
-    outcome = run_rbln(run.plan, out,
-                       artifact=compiled_artifact(settings.compile_record, configuration.name),
+    outcome = run_rbln(run.plan, out, artifact=artifact,
                        buckets=configuration.buckets, batch_size=configuration.batch_size,
                        slots=configuration.slots, variant=run.variant,
                        options=ReplayOptions(seed=run.seed),
@@ -138,3 +145,11 @@ def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     runners = {"emulated": run_emulated_backend, "emulated-http": run_http_backend,
                "rbln": run_rbln_backend}
     return runners[settings.backend](settings, run, out)
+
+
+def run_status(out: Path) -> tuple[str, str | None]:
+    """Status and reason of a written run, from its manifest."""
+    import json
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    return manifest["status"], manifest.get("reason")

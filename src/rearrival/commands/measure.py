@@ -96,16 +96,20 @@ def run(
     command exits non-zero.
     """
     import asyncio
-    import os
 
-    from rearrival.client import ReplayOptions, replay_url
+    from rearrival.backends import BackendSettings, run_backend, run_status
     from rearrival.errors import RearrivalError
+    from rearrival.experiments import RunRequest
     from rearrival.plans import load_plan
-    from rearrival.records import BACKENDS, finish_manifest, manifest_template, write_run
+    from rearrival.records import BACKENDS
+    from rearrival.studies import make_configuration
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
     sizes = _buckets(buckets)
+    configuration = make_configuration(
+        "adhoc", {"buckets": list(sizes), "batch_size": batch_size,
+                  **({"slots": slots} if slots is not None else {})}, "options --buckets")
     plan = load_plan(plan_path)
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
@@ -116,56 +120,22 @@ def run(
             served = asyncio.run(server_configuration(url))
         except ClientError:
             served = None  # unreachable: the replay records the failure as the run's reason
-    scale = _time_scale(backend, time_scale, served, url)
+    settings = BackendSettings(
+        backend=backend, time_scale=_time_scale(backend, time_scale, served, url),
+        url=url, artifact=artifact,
+        rbln={"site_packages": str(site_packages)} if site_packages else {})
     label = condition or (f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:"
-                          f"s{slots or batch_size}:{variant}")
-    manifest = manifest_template(
-        study=study, backend=backend, buckets=sizes, batch_size=batch_size, slots=slots,
-        variant=variant, condition=label,
+                          f"s{configuration.slots}:{variant}")
+    request = RunRequest(
+        study=study, plan=plan, plan_path=plan_path, configuration=configuration,
+        variant=variant, label=label,
         replicate=replicate if replicate is not None else (plan.meta.replicate or 0),
-        n=plan.n, plan_path=str(plan_path), plan_sha256=plan.sha256(),
-        plan_seed=plan.meta.seed, run_seed=seed, condition_order=[label], time_scale=scale)
-    if backend == "emulated":
-        from rearrival.emulate import run_emulated
-
-        result = run_emulated(plan, buckets=sizes, batch_size=batch_size, slots=slots,
-                              variant=variant, seed=seed)
-        write_run(out, requests=result.requests, steps=result.steps, metrics=result.metrics,
-                  manifest=finish_manifest(manifest), server_log=result.server_log,
-                  tokens=result.tokens)
-        typer.echo(f"{out} complete")
-        return
-    options = ReplayOptions(seed=seed, time_scale=scale)
-    if backend == "rbln":
-        from rearrival.rbln import run_rbln
-
-        outcome = run_rbln(plan, out, artifact=artifact, buckets=sizes, batch_size=batch_size,
-                           slots=slots, variant=variant, options=options, manifest=manifest,
-                           site_packages=site_packages)
-    elif url is not None:
-        from rearrival.client import check_configuration
-
-        if served is not None:
-            check_configuration(served, manifest["configuration"], url)
-        outcome = asyncio.run(replay_url(plan, url, out, variant=variant, options=options,
-                                         manifest=manifest))
-    else:
-        from rearrival.emulate import EngineConfig
-        from rearrival.emulate_server import server_argv
-        from rearrival.rbln import free_port, run_with_server
-
-        port = free_port()
-        argv = server_argv(EngineConfig(sizes, batch_size, slots), port=port, seed=seed,
-                           time_scale=scale)
-        outcome = run_with_server(plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
-                                  variant=variant, options=options, manifest=manifest,
-                                  log_path=out.with_name(f"{out.name}.server.log"),
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                  ready_timeout_s=60, grace_s=5)
-    if outcome.status != "complete":
-        raise RearrivalError(f"run {outcome.status}: {outcome.reason}; the record at "
-                             f"{outcome.path} is marked '{outcome.status}' and is never used "
-                             "by a decision")
+        seed=seed, condition_order=[label], prereg={})
+    written = run_backend(settings, request, out)
+    status, reason = run_status(written)
+    if status != "complete":
+        raise RearrivalError(f"run {status}: {reason}; the record at {written} is marked "
+                             f"'{status}' and is never used by a decision")
     typer.echo(f"{out} complete")
 
 
