@@ -95,27 +95,39 @@ def test_second_run_has_nothing_to_do(finished_study):
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
+def _job_counts(dry_run_output: str) -> dict[str, int]:
+    """Rule -> job count from the 'Job stats' table of a snakemake dry run."""
+    table = dry_run_output.split("Job stats:", 1)[1].split("total", 1)[0]
+    rows = [line.split() for line in table.splitlines()[3:] if line.strip()]
+    return {name: int(count) for name, count in rows}
+
+
 def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
+    """As if the first `snakemake all` died inside one run job: nothing downstream of it
+    exists yet, and the killed job must leave nothing a decision could read."""
     work, home = finished_study
     target = work / "results" / "runs" / "mechanisms" / "n8_r1"
+    for downstream in ("results/channels/mechanisms.parquet",
+                       "results/decisions/mechanisms.csv", "reports/report.html"):
+        (work / downstream).unlink()
     shutil.rmtree(target)
     command = [str(BIN / "rearrival"), "study", "run", "--study", "mechanisms", "--n", "8",
                "--replicate", "1", "--plans", "results/plans/mechanisms", "--out",
                str(target)]
     job = subprocess.Popen(command, cwd=work, env=_env(home), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
-    staging = list(target.parent.glob(f".{target.name}.*.tmp"))
     deadline = time.monotonic() + 60
-    while not staging and time.monotonic() < deadline and job.poll() is None:
-        time.sleep(0.01)
-        staging = list(target.parent.glob(f".{target.name}.*.tmp"))
+    while (not list(target.parent.glob(f".{target.name}.*.tmp"))
+           and time.monotonic() < deadline and job.poll() is None):
+        time.sleep(0.005)
+    assert job.poll() is None, "the run finished before it could be killed"
     job.send_signal(signal.SIGKILL)
     job.wait()
     assert not target.exists(), "a killed run must not leave its replicate directory"
-    dry = _snakemake(work, home, "-n", "--quiet", "rules", "all")
+    dry = _snakemake(work, home, "-n", "all")
     assert dry.returncode == 0, dry.stderr[-2000:]
-    planned = dry.stdout + dry.stderr
-    assert "run_replicate" in planned and "plans" not in planned.split("run_replicate")[0]
+    assert _job_counts(dry.stdout + dry.stderr) == {
+        "run_replicate": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
     redo = _snakemake(work, home, "all")
     assert redo.returncode == 0, redo.stderr[-3000:]
     assert (target / "baseline-wait" / "manifest.json").exists()
@@ -129,7 +141,8 @@ def test_config_errors_name_the_key(tmp_path):
     work = _workflow_repo(tmp_path, broken)
     result = _snakemake(work, home, "-n", "all")
     assert result.returncode != 0
-    assert "backend" in result.stderr and "gpu" in result.stderr
+    output = result.stdout + result.stderr
+    assert "instance['backend']" in output and "gpu" in output
 
 
 def test_bucket_set_without_batch_size_is_refused(tmp_path):
@@ -140,4 +153,5 @@ def test_bucket_set_without_batch_size_is_refused(tmp_path):
     work = _workflow_repo(tmp_path, broken)
     result = _snakemake(work, home, "-n", "all")
     assert result.returncode != 0
-    assert "grid6.buckets" in result.stderr and "batch_size 8" in result.stderr
+    output = result.stdout + result.stderr
+    assert "grid6.buckets" in output and "batch_size 8" in output

@@ -397,7 +397,9 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
                  {f"amendment-{study.name}.json": amendment_record(study, criteria)},
                  message=f"prereg({study.amends}): amend channel-agreement rule before "
                          f"{study.name}", amendment_of=amended[0].hexsha,
-                 records_dir=records_dir)
+                 # the amended study's own record stays as its runs saw it, so its
+                 # finished runs are not made stale; git holds the full history
+                 records_dir=records_dir / "amendments")
     predictions = read_frame(predictions_path, "predict")
     files = {
         "design.json": study_design(cfg, study, selected_path),
