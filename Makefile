@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.
 all: $(STAMP)
-	$(BIN)/snakemake --cores 8 all
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 all
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -22,7 +23,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/snakemake --lint
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
