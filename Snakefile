@@ -14,6 +14,13 @@ validate(config, schema="config/schema.yaml")
 report: "rules/report/workflow.rst"
 
 
+wildcard_constraints:
+    study="[a-z0-9_]+",
+    n="[0-9]+",
+    rep="[0-9]+",
+    shard="[0-9]+",
+
+
 include: "rules/common.smk"
 include: "rules/plans.smk"
 include: "rules/predict.smk"

@@ -9,6 +9,8 @@ rule channels:
         "results/channels/{study}.parquet",
     log:
         "logs/channels/{study}.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

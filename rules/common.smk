@@ -1,17 +1,10 @@
-# Helpers shared by every rule file: the study definition as typed objects and the file
+# Helpers shared by the workflow files. The study definition as typed objects and the file
 # lists derived from it. No science here: rearrival.studies expands the config.
 from rearrival.studies import study_config_from_mapping
 
 STUDY = study_config_from_mapping(config, workflow.configfiles[0])
 STUDY_NAMES = list(STUDY.studies)
 CONFIG_FILE = workflow.configfiles[0]
-
-
-wildcard_constraints:
-    study="[a-z0-9_]+",
-    n="[0-9]+",
-    rep="[0-9]+",
-    shard="[0-9]+",
 
 
 def plan_files(study):

@@ -11,6 +11,8 @@ rule compile:
         "logs/compile/{study}.log",
     resources:
         device=1,
+    conda:
+        "../envs/rbln.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

@@ -11,6 +11,8 @@ rule decide:
         "results/decisions/{study}.csv",
     log:
         "logs/decide/{study}.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

@@ -7,6 +7,8 @@ rule plans:
         directory("results/plans/{study}"),
     log:
         "logs/plans/{study}.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

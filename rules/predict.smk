@@ -10,6 +10,8 @@ rule predict:
         "results/predictions/{study}.parquet",
     log:
         "logs/predict/{study}.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

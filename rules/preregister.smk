@@ -17,6 +17,8 @@ rule preregister:
         "logs/prereg/{study}.log",
     resources:
         git=1,
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

@@ -11,6 +11,8 @@ rule report:
         html=report("reports/report.html", category="Report"),
     log:
         "logs/report.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

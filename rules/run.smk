@@ -15,6 +15,8 @@ rule run_replicate:
         "logs/runs/{study}/n{n}_r{rep}.log",
     resources:
         device=1 if config["backend"] == "rbln" else 0,
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
         compiled=compiled_option,
@@ -31,6 +33,8 @@ rule injection:
         "logs/injection.log",
     resources:
         device=1 if config["backend"] == "rbln" else 0,
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:

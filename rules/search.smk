@@ -7,6 +7,8 @@ rule search_plans:
         directory("results/search/plans"),
     log:
         "logs/search/plans.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:
@@ -20,6 +22,8 @@ rule search_shard:
         "results/search/shards/shard_{shard}.parquet",
     log:
         "logs/search/shard_{shard}.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
         shards=config["search"]["shards"],
@@ -38,6 +42,8 @@ rule search_merge:
         summary="results/search/summary.json",
     log:
         "logs/search/merge.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
     shell:
