@@ -19,7 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-WORKFLOW_FILES = ("Snakefile", "rules", "config/schema.yaml", "profiles")
+WORKFLOW_FILES = ("Snakefile", "rules", "envs", "config/schema.yaml", "profiles")
 
 
 def _env(home: Path) -> dict[str, str]:

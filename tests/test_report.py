@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from rearrival.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
+from rearrival.backends import BackendSettings, run_backend
 from rearrival.report import build_report
 from rearrival.report_tables import Column, Part, Table, display, table_csv, tex_escape
 from rearrival.studies import Configuration, load_study_config
@@ -102,8 +103,8 @@ def build_tree(root: Path) -> Path:
                         configuration=cfg.configurations[slot.configuration],
                         variant=slot.variant, label=slot.label, replicate=replicate,
                         seed=slot.seed, condition_order=[s.label for s in slots], prereg=prereg)
-                    ex.measure(cfg, run, results / "runs" / name / f"n{n}_r{replicate}"
-                               / slot.label)
+                    run_backend(BackendSettings.from_study_config(cfg), run,
+                                results / "runs" / name / f"n{n}_r{replicate}" / slot.label)
         channels = results / "channels" / f"{name}.parquet"
         ex.collect_channels(results / "runs" / name, channels)
         decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
