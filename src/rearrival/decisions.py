@@ -77,6 +77,27 @@ def observed_ratios(reference: Side, changed: Side) -> dict[str, Any]:
     }
 
 
+def withheld(row: dict[str, Any], *problems: str | None) -> dict[str, Any] | None:
+    """The row marked withheld when a side lacks a complete replicate, else None."""
+    found = [p for p in problems if p]
+    if not found:
+        return None
+    return row | {"verdict": "withheld", "note": "not judged: " + "; ".join(found)}
+
+
+def described(row: dict[str, Any], reference: Side, changed: Side) -> dict[str, Any]:
+    """A descriptive paired comparison on both channels, or withheld if incomplete."""
+    missing = withheld(row, reference.missing, changed.missing)
+    if missing is not None:
+        return missing
+    observed = observed_ratios(reference, changed)
+    extra = {"error": observed["ratio_obs_a"] - row["ratio_pred"]} \
+        if row.get("ratio_pred") is not None else {}
+    return row | observed | extra | {
+        "channel_diff": abs(observed["ratio_obs_a"] - observed["ratio_obs_b"]),
+        "verdict": "descriptive"}
+
+
 def predicted_ratio(predictions: pd.DataFrame, n: int, reference: str, changed: str,
                     variant: str, reference_variant: str | None = None,
                     simulator: str = "base") -> float:
@@ -104,9 +125,9 @@ def validation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
                 row["ratio_pred"] = predicted_ratio(predictions, n, study.baseline, changed,
                                                     variant)
                 row["rule"] = study.rule
-                missing = reference.missing or other.missing
-                if missing:
-                    rows.append(row | {"verdict": "withheld", "note": f"not judged: {missing}"})
+                missing = withheld(row, reference.missing, other.missing)
+                if missing is not None:
+                    rows.append(missing)
                     continue
                 pending.append(row | observed_ratios(reference, other))
     judged = judge_rows(pending, criteria=criteria, source=f"study {study.name}")
@@ -144,15 +165,7 @@ def comparison_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
             row["ratio_pred"] = predicted_ratio(predictions, n, first.configuration,
                                                 condition.configuration, condition.variant,
                                                 first.variant)
-            missing = reference.missing or other.missing
-            if missing:
-                rows.append(row | {"verdict": "withheld", "note": f"not judged: {missing}"})
-                continue
-            observed = observed_ratios(reference, other)
-            rows.append(row | observed | {
-                "error": observed["ratio_obs_a"] - row["ratio_pred"],
-                "channel_diff": abs(observed["ratio_obs_a"] - observed["ratio_obs_b"]),
-                "verdict": "descriptive"})
+            rows.append(described(row, reference, other))
     return rows
 
 
@@ -174,7 +187,7 @@ def saturation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
             ratios += list(pairs["a_s_b"] / pairs["a_s_a"])
         row = _base_row(study, f"{larger} vs {smaller}", 0, variant, smaller, larger)
         if missing:
-            rows.append(row | {"verdict": "withheld", "note": "not judged: " + "; ".join(missing)})
+            rows.append(withheld(row, *missing))
             continue
         result = saturation(ratios, n_boot=n_boot, seed=seed, width=criteria.saturation_width,
                             confidence=criteria.saturation_confidence)
@@ -201,14 +214,7 @@ def repeat_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame) -> list[
                                        condition.variant, cfg.replicates, label)
                 row = _base_row(study, f"{label} vs {labels[0]}", n, condition.variant,
                                 labels[0], label)
-                missing = first.missing or again.missing
-                if missing:
-                    rows.append(row | {"verdict": "withheld", "note": f"not judged: {missing}"})
-                    continue
-                observed = observed_ratios(first, again)
-                rows.append(row | observed | {
-                    "channel_diff": abs(observed["ratio_obs_a"] - observed["ratio_obs_b"]),
-                    "verdict": "descriptive"})
+                rows.append(described(row, first, again))
     return rows
 
 
