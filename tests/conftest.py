@@ -36,3 +36,21 @@ def make_random_plan():
 def small_plan() -> Plan:
     """Four sessions with paper-sized prompts and short generations."""
     return random_plan(random.Random(7), 4, max_gen=24)
+
+
+GIT_IDENTITY_VARIABLES = ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
+                          "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_DIR",
+                          "GIT_WORK_TREE", "EMAIL")
+
+
+@pytest.fixture
+def no_git_identity(tmp_path, monkeypatch):
+    """An empty HOME and no git identity from the machine: the pipeline must set its own."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for variable in GIT_IDENTITY_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    return home

@@ -28,15 +28,7 @@ PREDICTIONS = {"ratio_pred": {"6": 0.97}, "rule": "fixed", "tau": 0.02}
 
 
 @pytest.fixture
-def repo(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_DIR", "GIT_WORK_TREE"):
-        monkeypatch.delenv(var, raising=False)
+def repo(tmp_path, no_git_identity):
     return git.Repo.init(tmp_path / "repo")
 
 

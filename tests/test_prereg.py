@@ -33,16 +33,7 @@ PREDICTIONS = {"ratios": {"6": 0.97, "8": 1.01}, "rule": "fixed", "tau": 0.02}
 
 
 @pytest.fixture
-def repo(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_DIR", "GIT_WORK_TREE",
-                "EMAIL"):
-        monkeypatch.delenv(var, raising=False)
+def repo(tmp_path, monkeypatch, no_git_identity):
     monkeypatch.setenv("GIT_COMMITTER_DATE", T0)
     monkeypatch.setenv("GIT_AUTHOR_DATE", T0)
     return git.Repo.init(tmp_path / "repo")
