@@ -30,17 +30,16 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from rearrival.errors import RearrivalError
 from rearrival.plans import Plan
 from rearrival.profile import Profile, measured_profile, select_bucket
+from rearrival.provenance import field_value, read_mapping, shipped_mapping
 from rearrival.steplog import format_bucket_line
 
 EMULATOR_VERSION = "rearrival-emulate/1"
@@ -124,15 +123,8 @@ class Truth:
 
 
 def _field(tree: dict[str, Any], dotted: str, source: str) -> Any:
-    node: Any = tree
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise EmulateError(f"{source}: missing field '{dotted}'; see {DEFAULT_TRUTH} "
-                               "for the expected layout")
-        node = node[key]
-    if not isinstance(node, dict) or "value" not in node:
-        raise EmulateError(f"{source}: field '{dotted}' needs 'value', 'unit' and 'reason'")
-    return node["value"]
+    return field_value(tree, dotted, source, error=EmulateError, reference=DEFAULT_TRUTH,
+                       require_value=True)
 
 
 def truth_from_mapping(tree: dict[str, Any], source: str = "<truth>") -> Truth:
@@ -177,21 +169,13 @@ def load_truth(path: str | Path | None = None) -> Truth:
     """Read a truth file; ``None`` gives the shipped twin of the measured RBLN stack."""
     if path is None:
         return default_truth()
-    path = Path(path)
-    try:
-        tree = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise EmulateError(f"{path}: cannot read the truth file ({exc}); "
-                           f"start from a copy of {DEFAULT_TRUTH}") from exc
-    if not isinstance(tree, dict):
-        raise EmulateError(f"{path}: a truth file is a YAML mapping; see {DEFAULT_TRUTH}")
+    tree = read_mapping(Path(path), error=EmulateError, reference=DEFAULT_TRUTH)
     return truth_from_mapping(tree, str(path))
 
 
 @cache
 def default_truth() -> Truth:
-    text = resources.files("rearrival.data").joinpath(DEFAULT_TRUTH).read_text()
-    return truth_from_mapping(yaml.safe_load(text), DEFAULT_TRUTH)
+    return truth_from_mapping(shipped_mapping(DEFAULT_TRUTH), DEFAULT_TRUTH)
 
 
 @cache

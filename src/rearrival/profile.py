@@ -11,13 +11,11 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rearrival.errors import RearrivalError
+from rearrival.provenance import field_value, read_mapping, shipped_mapping
 
 DEFAULT_PROFILE = "profile_rbln_ca25.yaml"
 GIB = 1024**3
@@ -136,12 +134,7 @@ class Profile:
 
 
 def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
-    node: Any = tree
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise ProfileError(f"{source}: missing field '{dotted}'; see {DEFAULT_PROFILE}")
-        node = node[key]
-    return node["value"] if isinstance(node, dict) and "value" in node else node
+    return field_value(tree, dotted, source, error=ProfileError, reference=DEFAULT_PROFILE)
 
 
 def profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -> Profile:
@@ -183,18 +176,11 @@ def load_profile(path: str | Path | None = None) -> Profile:
     """Load a profile file; ``None`` gives the measured RBLN-CA25 profile shipped here."""
     if path is None:
         return measured_profile()
-    path = Path(path)
-    try:
-        tree = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"{path}: cannot read profile ({exc})") from exc
-    if not isinstance(tree, dict):
-        raise ProfileError(f"{path}: a profile is a YAML mapping; see {DEFAULT_PROFILE}")
+    tree = read_mapping(Path(path), error=ProfileError, reference=DEFAULT_PROFILE)
     return profile_from_mapping(tree, str(path))
 
 
 @cache
 def measured_profile() -> Profile:
     """The authors' published constants (SPEC section 4), parsed once per process."""
-    text = resources.files("rearrival.data").joinpath(DEFAULT_PROFILE).read_text()
-    return profile_from_mapping(yaml.safe_load(text), DEFAULT_PROFILE)
+    return profile_from_mapping(shipped_mapping(DEFAULT_PROFILE), DEFAULT_PROFILE)
