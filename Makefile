@@ -27,6 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
+	$(BIN)/python benchmarks/bench_search.py
 
 clean-results:
 	rm -rf results reports

@@ -155,3 +155,18 @@ def test_bucket_set_without_batch_size_is_refused(tmp_path):
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "grid6.buckets" in output and "batch_size 8" in output
+
+
+@pytest.mark.slow
+def test_full_study_end_to_end(tmp_path):
+    """The default study definition, every study and the full search (a few minutes)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    work = _workflow_repo(tmp_path, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    done = _snakemake(work, home, "all")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    audit = subprocess.run([str(BIN / "rearrival"), "audit"], cwd=work, env=_env(home),
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout[-3000:]
+    dry = _snakemake(work, home, "-n", "all")
+    assert "Nothing to be done" in dry.stdout + dry.stderr
