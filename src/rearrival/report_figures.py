@@ -89,7 +89,9 @@ def histogram_figure(res: Results, study: Study) -> Figure:
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.8), sharey=True,
                              squeeze=False)
     buckets = sorted({b for _, s in panels for (_, b) in s.histogram})
-    colour = {b: BUCKET_COLOURS[i % len(BUCKET_COLOURS)] for i, b in enumerate(buckets)}
+    # one colour per bucket size across every figure, so b=8 looks the same everywhere
+    every = sorted({b for c in res.cfg.configurations.values() for b in c.buckets} | set(buckets))
+    colour = {b: BUCKET_COLOURS[every.index(b) % len(BUCKET_COLOURS)] for b in buckets}
     for ax, (label, sums) in zip(axes[0], panels, strict=True):
         for b in buckets:
             points = [(k, c) for (k, bb), c in sums.histogram.items() if bb == b]
