@@ -178,6 +178,14 @@ def table_latex(table: Table) -> str:
 # --- results ----------------------------------------------------------------------------
 
 
+READERS = {
+    ".parquet": pd.read_parquet,
+    ".json": lambda path: json.loads(path.read_text()),
+    # empty CSV cells are missing values; "NA" and the like stay text
+    ".csv": lambda path: pd.read_csv(path, keep_default_na=False, na_values=[""]),
+}
+
+
 class Results:
     """Read-only access to a results tree, caching each file and noting absent ones.
 
@@ -196,55 +204,40 @@ class Results:
         if line not in self.missing:
             self.missing.append(line)
 
-    def _load(self, key: str, path: Path, how: str, reader) -> Any:
-        if key not in self._cache:
+    def _load(self, relative: str) -> Any:
+        """The results file at ``relative`` (parsed by its suffix), or None if absent."""
+        if relative not in self._cache:
+            path = self.root / relative
             if path.exists():
-                self._cache[key] = reader(path)
+                self._cache[relative] = READERS[path.suffix](path)
             else:
-                self._note_missing(path, how)
-                self._cache[key] = None
-        return self._cache[key]
+                self._note_missing(path, f"snakemake results/{relative}")
+                self._cache[relative] = None
+        return self._cache[relative]
 
     def channels(self, study: str) -> pd.DataFrame | None:
-        path = self.root / "channels" / f"{study}.parquet"
-        return self._load(f"channels:{study}", path,
-                          f"snakemake results/channels/{study}.parquet", pd.read_parquet)
+        return self._load(f"channels/{study}.parquet")
 
     def predictions(self, study: str) -> pd.DataFrame | None:
-        path = self.root / "predictions" / f"{study}.parquet"
-        return self._load(f"predictions:{study}", path,
-                          f"snakemake results/predictions/{study}.parquet", pd.read_parquet)
+        return self._load(f"predictions/{study}.parquet")
 
     def decisions(self, study: str) -> pd.DataFrame | None:
-        path = self.root / "decisions" / f"{study}.csv"
-        return self._load(f"decisions:{study}", path,
-                          f"snakemake results/decisions/{study}.csv",
-                          lambda p: pd.read_csv(p, keep_default_na=False, na_values=[""]))
+        return self._load(f"decisions/{study}.csv")
 
     def prereg(self, study: str) -> dict[str, Any] | None:
-        path = self.root / "prereg" / f"{study}.json"
-        return self._load(f"prereg:{study}", path, f"snakemake results/prereg/{study}.json",
-                          lambda p: json.loads(p.read_text()))
+        return self._load(f"prereg/{study}.json")
 
     def search_summary(self) -> dict[str, Any] | None:
-        path = self.root / "search" / "summary.json"
-        return self._load("search:summary", path, "snakemake results/search/summary.json",
-                          lambda p: json.loads(p.read_text()))
+        return self._load("search/summary.json")
 
     def search_scores(self) -> pd.DataFrame | None:
-        path = self.root / "search" / "scores.parquet"
-        return self._load("search:scores", path, "snakemake results/search/scores.parquet",
-                          pd.read_parquet)
+        return self._load("search/scores.parquet")
 
     def selected(self) -> dict[str, Any] | None:
-        path = self.root / "search" / "selected.json"
-        return self._load("search:selected", path, "snakemake results/search/selected.json",
-                          lambda p: json.loads(p.read_text()))
+        return self._load("search/selected.json")
 
     def gaps(self) -> pd.DataFrame | None:
-        path = self.root / "injection" / "gaps.parquet"
-        return self._load("injection", path, "snakemake results/injection/gaps.parquet",
-                          pd.read_parquet)
+        return self._load("injection/gaps.parquet")
 
     def compile_records(self) -> list[tuple[Path, Any]]:
         """Every results/compile/*.json (hardware only), parsed."""
