@@ -156,7 +156,7 @@ def drain(engine: Engine) -> list[StepOutcome]:
 
 def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
     """3 slots, batch 3: c finishes first, then b; b re-arrives while a still decodes."""
-    engine = Engine(EngineConfig((1, 2, 4), 3), truth=EXACT.with_changes(
+    engine = Engine(EngineConfig((1, 2, 3), 3), truth=EXACT.with_changes(
         dummy_block=dummy_block))
     engine.submit("a", "a", 1000, 40, 0.0)
     engine.submit("c", "c", 1000, 3, 0.0)

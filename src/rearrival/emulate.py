@@ -38,7 +38,7 @@ import pandas as pd
 
 from rearrival.errors import RearrivalError
 from rearrival.plans import Plan
-from rearrival.profile import Profile, measured_profile, select_bucket
+from rearrival.profile import Profile, bucket_set_problem, measured_profile, select_bucket
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
 from rearrival.steplog import format_bucket_line
 
@@ -224,12 +224,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         buckets = tuple(self.buckets)
-        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
-            raise EmulateError(f"option --buckets must be distinct positive integers in "
-                               f"ascending order, got {list(buckets)}")
-        if self.batch_size < 1 or buckets[-1] < self.batch_size:
-            raise EmulateError(f"option --batch-size {self.batch_size} needs a bucket that "
-                               f"holds it; add {self.batch_size} to --buckets")
+        problem = bucket_set_problem(buckets, self.batch_size)
+        if problem is not None:
+            raise EmulateError(f"options --buckets/--batch-size: {problem}")
         if self.slots is not None and self.slots < 1:
             raise EmulateError(f"option --slots must be >= 1, got {self.slots}")
         object.__setattr__(self, "buckets", buckets)

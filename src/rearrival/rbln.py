@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
 from rearrival.errors import RearrivalError
+from rearrival.profile import bucket_set_problem
 
 if TYPE_CHECKING:
     from rearrival.client import ReplayOptions, RunOutcome
@@ -110,17 +111,9 @@ class CompileConfig:
     def __post_init__(self) -> None:
         if not self.model.strip():
             raise RblnError("--model is empty; pass a Hugging Face id or a local model path")
-        if self.batch_size < 1:
-            raise RblnError(f"--batch-size {self.batch_size}: must be >= 1")
-        if not self.buckets or any(b < 1 for b in self.buckets) or list(self.buckets) != sorted(
-                set(self.buckets)):
-            raise RblnError(f"--buckets {','.join(map(str, self.buckets))}: need distinct "
-                            "positive sizes in ascending order, e.g. 1,2,4,8")
-        # The scheduler runs up to batch_size requests; bucket selection must hold them all.
-        if self.buckets[-1] != self.batch_size:
-            raise RblnError(f"--buckets: the largest bucket is {self.buckets[-1]} but "
-                            f"--batch-size is {self.batch_size}; the largest bucket must equal "
-                            "the batch size")
+        problem = bucket_set_problem(tuple(self.buckets), self.batch_size)
+        if problem is not None:
+            raise RblnError(f"--buckets/--batch-size: {problem}")
         if self.max_seq_len < 1 or self.num_devices < 1:
             raise RblnError("--max-seq-len and --num-devices must be >= 1")
 

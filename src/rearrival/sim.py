@@ -60,7 +60,7 @@ from typing import Any
 
 from rearrival.errors import RearrivalError
 from rearrival.kvslots import NO_OWNER, RELEASES, SlotPool
-from rearrival.profile import Profile, measured_profile, select_bucket
+from rearrival.profile import Profile, bucket_set_problem, measured_profile, select_bucket
 
 DUMMY_BLOCKS = ("off", "pre-evict")
 ARRIVAL_TOLERANCE_S = 1e-12
@@ -119,21 +119,10 @@ class SimConfig:
         except TypeError as exc:
             raise SimConfigError("SimConfig field 'buckets' (--buckets) must be a list of "
                                  "integers such as 1,2,4,8") from exc
-        if not buckets or not all(_is_int(b) and b > 0 for b in buckets):
-            raise SimConfigError(f"SimConfig field 'buckets' (--buckets) {buckets!r} must be "
-                                 "positive integers such as 1,2,4,8")
-        if list(buckets) != sorted(set(buckets)):
-            raise SimConfigError(f"SimConfig field 'buckets' (--buckets) {buckets!r} must be "
-                                 "sorted ascending without repeats, e.g. 1,2,4,8")
-        if not _is_int(self.batch_size) or self.batch_size < 1:
-            raise SimConfigError(f"SimConfig field 'batch_size' (--batch-size) "
-                                 f"{self.batch_size!r} must be a positive integer")
-        if buckets[-1] != self.batch_size:
-            raise SimConfigError(
-                f"SimConfig field 'buckets' (--buckets) {','.join(map(str, buckets))} must "
-                f"have batch_size {self.batch_size} as its largest bucket; add "
-                f"{self.batch_size} and drop larger buckets, or set --batch-size to "
-                f"{buckets[-1]}")
+        problem = bucket_set_problem(buckets, self.batch_size)
+        if problem is not None:
+            raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
+                                 f"--batch-size): {problem}")
         slots = self.batch_size if self.slots is None else self.slots
         if not _is_int(slots) or slots < 1:
             raise SimConfigError(f"SimConfig field 'slots' (--slots) {slots!r} must be a "

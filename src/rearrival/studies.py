@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from rearrival.errors import RearrivalError
+from rearrival.profile import bucket_set_problem
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -45,10 +46,9 @@ def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configurat
     """Check the one rule every stage relies on: batch_size is the largest bucket."""
     buckets = tuple(sorted(int(b) for b in raw["buckets"]))
     batch_size = int(raw["batch_size"])
-    if buckets[-1] != batch_size:
-        raise StudyConfigError(
-            f"{where}: {name}.buckets {list(buckets)} must contain batch_size {batch_size} "
-            "as its largest bucket; add it or change batch_size")
+    problem = bucket_set_problem(buckets, batch_size)
+    if problem is not None:
+        raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
     return Configuration(name, buckets, batch_size, int(raw.get("slots", batch_size)))
 
 
