@@ -27,7 +27,10 @@ Choices the text implies and this module applies (the reference simulator in
   free slot or evicted one: that admission is "the next admission" of the rule.
 
 This module is the cache model only; when to admit, decode or pre-evict is the scheduler
-policy in ``rearrival.sim``.
+policy in ``rearrival.sim``. The predictor writes ``admit``, ``finish`` and ``pre_evict``
+out inline on the pool's public state (they run once per request on every candidate of the
+search); that copy follows the rules here and is checked against the independent
+reference simulator by the tests.
 """
 
 from __future__ import annotations
@@ -44,29 +47,39 @@ class SlotPool:
 
     Owners are opaque integer tags chosen by the caller (the simulator uses request ids);
     ``session`` groups the tags whose KV a later request of the same session may reuse.
-    The hot path of the predictor calls these methods tens of times per simulation, so
-    state lives in flat lists and heaps rather than per-slot objects.
+
+    The state is public because the predictor's hot path writes ``admit``, ``finish`` and
+    ``pre_evict`` out inline (about 3 million admissions in the configuration search);
+    everyone else uses the methods. It is flat lists and int heaps rather than per-slot
+    objects:
+
+    * ``free``: heap of free slots (taken lowest index first).
+    * ``evictable``: heap of eviction keys ``allocation order * slots + slot`` of finished,
+      released slots. Ints order like (order, slot) pairs without building a tuple;
+      ``key % slots`` is the slot.
+    * ``pending``: finished slots whose release is deferred (deferred release only).
+    * ``owner``: per slot, the KV it holds as one ``(tag, session, prompt tokens prefill
+      wrote)`` tuple (one store per admission), or None.
+    * ``key``: per slot, the eviction key of its current allocation.
+    * ``next_key``: eviction key base of the next allocation (allocations so far x slots).
+    * ``deferred``: the release rule (True: deferred, False: immediate).
     """
 
-    __slots__ = ("_by_session", "_deferred", "_next_order", "_order", "_pending", "_prompt",
-                 "_session", "_tag", "evictable", "free")
+    __slots__ = ("deferred", "evictable", "free", "key", "next_key", "owner", "pending", "slots")
 
     def __init__(self, slots: int, release: str = "deferred") -> None:
         if slots < 1:
             raise ValueError(f"a slot pool needs at least one slot, got {slots}")
         if release not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, got {release!r}")
-        # Read-only for callers: ``free or evictable`` is the cheap form of can_secure().
-        self.free = list(range(slots))  # heap of free slots; ascending is a valid heap
-        self.evictable: list[tuple[int, int]] = []  # heap of (allocation order, slot)
-        self._pending: list[int] = []  # finished slots whose release is deferred
-        self._tag = [NO_OWNER] * slots  # owner tag of the KV the slot holds
-        self._session = [NO_OWNER] * slots
-        self._prompt = [0] * slots  # tokens prefill wrote into the slot
-        self._order = [0] * slots
-        self._by_session: dict[int, list[int]] = {}
-        self._deferred = release == "deferred"
-        self._next_order = 0
+        self.slots = slots
+        self.free = list(range(slots))  # ascending is a valid heap
+        self.evictable: list[int] = []
+        self.pending: list[int] = []
+        self.owner: list[tuple[int, int, int] | None] = [None] * slots
+        self.key = [0] * slots
+        self.next_key = 0
+        self.deferred = release == "deferred"
 
     def can_secure(self) -> bool:
         """True when an admission could get a slot now (free or evictable)."""
@@ -81,55 +94,35 @@ class SlotPool:
         ``reusable(previous_prompt, prompt)`` is the profile's reuse rule. The caller must
         check ``can_secure()`` first.
         """
-        # The simulator calls this once per request on every candidate of the search, so
-        # the eviction and the deferred releases are written out here rather than called.
-        tags = self._tag
-        sessions = self._session
-        by_session = self._by_session
         if self.free:
             slot = heappop(self.free)
             evicted = NO_OWNER
         else:
-            slot = heappop(self.evictable)[1]
-            evicted = tags[slot]
-            by_session[sessions[slot]].remove(slot)
-        pending = self._pending
-        if pending:  # only ever filled under deferred release
-            order = self._order
-            evictable = self.evictable
-            for finished in pending:
-                heappush(evictable, (order[finished], finished))
-            pending.clear()
+            slot, evicted = self._evict_oldest()
+        self.release_deferred()
         cached, source = 0, NO_OWNER
-        survivors = by_session.get(session)
-        if survivors is None:
-            by_session[session] = [slot]
-        else:
-            prompts = self._prompt
-            for other in survivors:
-                reuse = reusable(prompts[other], prompt_tokens)
-                if reuse > cached:
-                    cached, source = reuse, other
-            survivors.append(slot)
-        tags[slot] = tag
-        sessions[slot] = session
-        self._prompt[slot] = prompt_tokens
-        self._order[slot] = self._next_order
-        self._next_order += 1
+        for other in self.survivors(session):  # the secured slot holds no KV now
+            reuse = reusable(self.owner[other][2], prompt_tokens)
+            if reuse > cached:
+                cached, source = reuse, other
+        self.owner[slot] = (tag, session, prompt_tokens)
+        self.key[slot] = self.next_key + slot
+        self.next_key += self.slots
         return slot, evicted, cached, source
 
     def finish(self, slot: int) -> None:
         """The request in ``slot`` finished: its KV stays cached and becomes evictable."""
-        if self._deferred:
-            self._pending.append(slot)
+        if self.deferred:
+            self.pending.append(slot)
         else:
-            heappush(self.evictable, (self._order[slot], slot))
+            heappush(self.evictable, self.key[slot])
 
     def release_deferred(self) -> None:
         """Make every finished slot whose release was deferred evictable now."""
-        for slot in self._pending:
-            heappush(self.evictable, (self._order[slot], slot))
-        self._pending.clear()
+        key = self.key
+        for slot in self.pending:
+            heappush(self.evictable, key[slot])
+        self.pending.clear()
 
     def pre_evict(self) -> tuple[int, int] | None:
         """Dummy padding block (S9): if no slot is free, evict the oldest evictable one.
@@ -138,18 +131,21 @@ class SlotPool:
         """
         if self.free or not self.evictable:
             return None
-        slot = heappop(self.evictable)[1]
-        evicted = self._tag[slot]
-        self._drop(slot)
+        slot, evicted = self._evict_oldest()
         heappush(self.free, slot)
         return slot, evicted
 
     def survivors(self, session: int) -> tuple[int, ...]:
-        """Slots that still hold KV written by ``session`` (running or finished)."""
-        return tuple(self._by_session.get(session, ()))
+        """Slots that still hold KV written by ``session`` (running or finished), by index."""
+        return tuple(slot for slot, held in enumerate(self.owner)
+                     if held is not None and held[1] == session)
 
-    def _drop(self, slot: int) -> None:
-        self._by_session[self._session[slot]].remove(slot)
-        self._tag[slot] = NO_OWNER
-        self._session[slot] = NO_OWNER
-        self._prompt[slot] = 0
+    def _evict_oldest(self) -> tuple[int, int]:
+        """Destroy the KV of the evictable slot allocated earliest; return (slot, its tag).
+
+        The slot is left holding nothing and in no heap: the caller occupies or frees it.
+        """
+        slot = heappop(self.evictable) % self.slots
+        evicted = self.owner[slot][0]
+        self.owner[slot] = None
+        return slot, evicted
