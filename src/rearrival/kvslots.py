@@ -17,8 +17,7 @@ only on this pool's rules, which SPEC section 5 item 3 fixes:
 * ``pre_evict`` is the measured stack's dummy padding block (Supplementary S9): the oldest
   evictable slot is evicted and left free for the next admission.
 
-Choices the text implies and this module applies (the reference simulator in
-``sim_reference`` implements the same choices independently):
+Choices the text implies and this module applies:
 
 * A hit copies the prefix into the newly secured slot; the source slot keeps its KV, its
   allocation order and its evictability (a hit neither moves nor refreshes it).
@@ -27,10 +26,12 @@ Choices the text implies and this module applies (the reference simulator in
   free slot or evicted one: that admission is "the next admission" of the rule.
 
 This module is the cache model only; when to admit, decode or pre-evict is the scheduler
-policy in ``rearrival.sim``. The predictor writes ``admit``, ``finish`` and ``pre_evict``
-out inline on the pool's public state (they run once per request on every candidate of the
-search); that copy follows the rules here and is checked against the independent
-reference simulator by the tests.
+policy. The step-by-step reference (``rearrival.sim_reference``) calls these methods; the
+event core (``rearrival.sim``) writes ``admit``, ``finish`` and ``pre_evict`` out inline on
+the pool's public state, because they run once per request on every candidate of the
+search. The equivalence tests (thousands of random plans, every variant) hold the two
+copies to the same outputs, and ``tests/test_sim_kvslots.py`` checks the rules here by
+hand-made cases.
 """
 
 from __future__ import annotations

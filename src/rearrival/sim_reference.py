@@ -1,10 +1,11 @@
 """Plain step-by-step reference of the predictor simulator (SPEC section 5).
 
 Used ONLY by the tests and ``benchmarks/bench_sim.py`` to check the event core in
-``rearrival.sim``: it executes one prefill or one decode step per loop iteration, keeps
-its own naive slot list instead of ``rearrival.kvslots``, and is written to be obviously
-right, not fast. Both must agree exactly on every integer output and to 1e-9 relative on
-times (the core multiplies a step time by a stretch length where this adds it per step).
+``rearrival.sim``: it executes one prefill or one decode step per loop iteration, runs
+the KV slots through the readable cache model ``rearrival.kvslots.SlotPool`` (which the
+core writes out inline for speed), and is written to be obviously right, not fast.
+Both must agree exactly on every integer output and to 1e-9 relative on times (the core
+multiplies a step time by a stretch length where this adds it per step).
 
 It applies the same rules and the same documented choices as ``rearrival.sim`` (see that
 module's docstring): FIFO queue with session-index ties, arrivals seen at step
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rearrival.kvslots import NO_OWNER
+from rearrival.kvslots import NO_OWNER, SlotPool
 from rearrival.profile import Profile, measured_profile, select_bucket
 from rearrival.sim import (
     ARRIVAL_TOLERANCE_S,
@@ -28,16 +29,6 @@ from rearrival.sim import (
     SimResult,
     plan_arrays,
 )
-
-
-@dataclass
-class _Slot:
-    index: int
-    state: str = "free"  # free | busy | finished (release deferred) | evictable
-    session: int | None = None  # whose KV the slot holds
-    turn: int | None = None
-    prompt_tokens: int = 0  # tokens prefill wrote
-    allocated: int = -1  # allocation order
 
 
 @dataclass
@@ -70,9 +61,7 @@ def simulate_reference(plan: Any, config: SimConfig,
     requests = [_Request(rid // 2, rid % 2, prompt[rid], gen[rid]) for rid in range(2 * count)]
     for session in range(count):
         requests[2 * session].arrival_s = 0.0
-    slots = [_Slot(i) for i in range(config.slots)]
-    deferred = config.release == "deferred"
-    allocations = 0
+    pool = SlotPool(config.slots, config.release)
     waiting: list[_Request] = []
     running: list[_Request] = []
     histogram: dict[tuple[int, int], int] = {}
@@ -82,20 +71,10 @@ def simulate_reference(plan: Any, config: SimConfig,
     decode_s = prefill_s = interference_s = 0.0
     last_was_decode = False
 
-    def evict(slot: _Slot, cause: str) -> None:
-        evictions.append((t, slot.index, 2 * slot.session + slot.turn, cause))
-        slot.state, slot.session, slot.turn, slot.prompt_tokens = "free", None, None, 0
-
-    def release_deferred() -> None:
-        for slot in slots:
-            if slot.state == "finished":
-                slot.state = "evictable"
-
     def complete(request: _Request) -> None:
         request.state = "done"
         request.complete_s = t
-        slot = slots[request.slot]
-        slot.state = "finished" if deferred else "evictable"
+        pool.finish(request.slot)
         if request.turn == 0:
             follow_up = requests[2 * request.session + 1]
             if config.fixed_arrivals is None:
@@ -111,27 +90,16 @@ def simulate_reference(plan: Any, config: SimConfig,
             waiting.append(request)
 
         if waiting and len(running) < config.batch_size:
-            free = [s for s in slots if s.state == "free"]
-            evictable = [s for s in slots if s.state == "evictable"]
-            if free or evictable:
+            if pool.can_secure():
                 request = waiting.pop(0)
-                if free:
-                    slot = free[0]
-                else:
-                    slot = min(evictable, key=lambda s: s.allocated)
-                    request.evicted_tag = 2 * slot.session + slot.turn
-                    evict(slot, "admission")
-                if deferred:
-                    release_deferred()
-                cached = 0
-                for other in slots:
-                    if other.session == request.session:
-                        cached = max(cached, profile.reusable_tokens(other.prompt_tokens,
-                                                                     request.prompt_tokens))
-                slot.state, slot.session, slot.turn = "busy", request.session, request.turn
-                slot.prompt_tokens, slot.allocated = request.prompt_tokens, allocations
-                allocations += 1
-                request.slot = slot.index
+                tag = 2 * request.session + request.turn
+                slot, victim, cached, _ = pool.admit(request.session, tag,
+                                                     request.prompt_tokens,
+                                                     profile.reusable_tokens)
+                if victim != NO_OWNER:
+                    request.evicted_tag = victim
+                    evictions.append((t, slot, victim, "admission"))
+                request.slot = slot
                 request.admit_s = t
                 request.cached_tokens = cached
                 request.computed_tokens = request.prompt_tokens - cached
@@ -149,7 +117,7 @@ def simulate_reference(plan: Any, config: SimConfig,
                     request.state = "running"
                     running.append(request)
                 continue
-            release_deferred()
+            pool.release_deferred()
             if not running:
                 continue
         elif not running:
@@ -157,11 +125,10 @@ def simulate_reference(plan: Any, config: SimConfig,
             continue
 
         n = len(running)
-        pads = config.dummy_block == "pre-evict" and n < config.batch_size
-        if pads and not any(s.state == "free" for s in slots):
-            evictable = [s for s in slots if s.state == "evictable"]
-            if evictable:
-                evict(min(evictable, key=lambda s: s.allocated), "pre-evict")
+        if config.dummy_block == "pre-evict" and n < config.batch_size:
+            freed = pool.pre_evict()
+            if freed is not None:
+                evictions.append((t, *freed, "pre-evict"))
         b = select_bucket(n, config.buckets)
         step = profile.decode_step_s(n, b)
         start = t
