@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from rearrival.plans import Plan, PlanMeta, Session
+
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 
 
 def random_plan(rng: random.Random, n: int, *, max_gen: int = 40, max_wait_s: float = 2.0,
@@ -54,3 +57,14 @@ def no_git_identity(tmp_path, monkeypatch):
     for variable in GIT_IDENTITY_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     return home
+
+
+def config_with_search(tmp_path, search: dict):
+    """The shipped study definition with a (small) search section swapped in."""
+    import yaml
+
+    raw = yaml.safe_load(CONFIG_FILE.read_text())
+    raw["search"] = search
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path

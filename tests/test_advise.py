@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-import yaml
+from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.advise import (
@@ -24,7 +24,6 @@ from rearrival.profile import measured_profile
 from rearrival.search import BASELINE, Candidate, SearchError
 from rearrival.studies import load_study_config
 
-CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 TINY_SEARCH = {"batch_sizes": [4, 6], "max_buckets": 3, "n": [2, 3], "seeds": 1,
                "blocks": 2, "restricted_n": [[2]], "top": 3, "shards": 2}
 runner = CliRunner()
@@ -32,11 +31,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
-    raw = yaml.safe_load(CONFIG.read_text())
-    raw["search"] = TINY_SEARCH
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    return config_with_search(tmp_path, TINY_SEARCH)
 
 
 @pytest.fixture

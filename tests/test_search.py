@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
+from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -41,7 +41,6 @@ from rearrival.search import (
 )
 from rearrival.sim import simulate
 
-CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
 
@@ -241,11 +240,7 @@ def test_mean_of_ratios_can_change_the_pick() -> None:
 
 
 def tiny_config(tmp_path: Path) -> Path:
-    raw = yaml.safe_load(CONFIG.read_text())
-    raw["search"] = TINY
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    return config_with_search(tmp_path, TINY)
 
 
 def test_cli_sharded_and_single_process_agree(tmp_path: Path) -> None:
