@@ -1,0 +1,827 @@
+"""The scorecard: does this run support each finding of the paper?
+
+One row per finding of the paper: its claim in one line, the section, the paper's numbers
+(from ``data/paper_numbers.yaml``), this run's numbers (computed from the regenerated
+tables and results, never typed), and a verdict: ``holds``, ``does not hold`` or ``not
+comparable``, with the reason.
+
+Each finding carries its test as a sentence, and the test is the comparison the claim
+itself makes: a direction (same sign of a difference), an order (A above B), a
+classification under the preregistered rule, the same pick, or a published value at the
+precision it is printed with. None of them has a tolerance chosen after seeing results.
+A finding is "not comparable" when the run lacks what it needs (the study, the
+configuration, the search space the paper searched) or when it is a property of the RBLN
+device or stack itself (compile time, channel-B overhead) and the run did not use that
+hardware; this run's value is still shown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rearrival.paper_numbers import PaperNumber, load_paper_numbers, parse_count
+
+HOLDS, FAILS, NOT_COMPARABLE = "holds", "does not hold", "not comparable"
+HARDWARE = "rbln"
+PAPER_SEARCH_CANDIDATES = 2077  # the paper's candidate set (V-A); other spaces differ
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the findings are judged on: the regenerated tables by id, the search summary,
+    the simulator's reproduction of this run's mechanism runs, and the backends used."""
+
+    tables: dict[str, Any]
+    search: dict[str, Any] | None
+    backends: tuple[str, ...]
+    reproduction: dict[str, Any] | None = None
+    band: tuple[float, float] = (0.98, 1.02)
+    confirmatory_n: tuple[int, ...] = (6, 8)
+    exploratory_n: tuple[int, ...] = (10,)
+
+    @property
+    def hardware(self) -> bool:
+        return bool(self.backends) and all(b == HARDWARE for b in self.backends)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: str
+    ours: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A finding of the paper, the paper numbers it rests on, and its stated test."""
+
+    id: str
+    claim: str
+    section: str
+    paper: tuple[str, ...]
+    test: str
+    judge: Callable[[Evidence], Outcome]
+    hardware: bool = False
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    id: str
+    claim: str
+    section: str
+    paper: str
+    ours: str
+    verdict: str
+    why: str
+    test: str
+    hardware: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "claim": self.claim, "section": self.section,
+                "paper": self.paper, "ours": self.ours, "verdict": self.verdict,
+                "why": self.why, "test": self.test,
+                "hardware": "yes" if self.hardware else "no"}
+
+
+# --- reading the tables --------------------------------------------------------------------
+
+
+def rows(ev: Evidence, table: str, part: int | None = None, **match: Any) -> list[dict]:
+    """Rows of a table (one part or all) whose cells equal ``match``."""
+    found = ev.tables.get(table)
+    if found is None:
+        return []
+    parts = found.parts if part is None else found.parts[part:part + 1]
+    return [r for p in parts for r in p.rows
+            if all(_cell_is(r.get(k), v) for k, v in match.items())]
+
+
+def _cell_is(got: Any, want: Any) -> bool:
+    if isinstance(want, int | float) and not isinstance(want, bool):
+        number = _num(got)
+        return number is not None and number == float(want)
+    return got == want
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool | str):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def first(ev: Evidence, table: str, part: int | None = None, **match: Any) -> dict | None:
+    found = rows(ev, table, part, **match)
+    return found[0] if found else None
+
+
+def hits(row: dict | None) -> tuple[int, int] | None:
+    return None if row is None else parse_count(row.get("reuse"))
+
+
+def _f(value: Any, digits: int = 4) -> str:
+    number = _num(value)
+    return "n/a" if number is None else f"{number:.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    number = _num(value)
+    return "n/a" if number is None else f"{100 * number:.2f} %"
+
+
+def _count(pair: tuple[int, int] | None) -> str:
+    return "n/a" if pair is None else f"{pair[0]}/{pair[1]}"
+
+
+def missing(what: str) -> Outcome:
+    return Outcome(NOT_COMPARABLE, "", f"this run has no {what}")
+
+
+def verdict(ok: bool, ours: str, why_yes: str, why_no: str) -> Outcome:
+    return Outcome(HOLDS if ok else FAILS, ours, why_yes if ok else why_no)
+
+
+# --- findings: mechanisms (III) --------------------------------------------------------------
+
+
+def _grid_pair(ev: Evidence, configuration: str) -> tuple[dict, dict] | None:
+    control = first(ev, "VI", study="grid", n=6, configuration=configuration, variant="control")
+    wait = first(ev, "VI", study="grid", n=6, configuration=configuration, variant="wait")
+    return None if control is None or wait is None else (control, wait)
+
+
+def judge_wait_tradeoff(ev: Evidence) -> Outcome:
+    pair = _grid_pair(ev, "baseline")
+    if pair is None:
+        return missing("grid study at N=6 with wait and control on the baseline")
+    control, wait = pair
+    pc, pw, hc, hw = (_num(control.get("padding_ratio")), _num(wait.get("padding_ratio")),
+                      hits(control), hits(wait))
+    if None in (pc, pw, hc, hw):
+        return missing("padding ratio or reuse for both variants")
+    ours = (f"padding {pc:.3f} -> {pw:.3f}; reuse {_count(hc)} -> {_count(hw)} "
+            "(control -> wait)")
+    return verdict(pw < pc and hw[0] < hc[0], ours,
+                   "padding falls and reuse falls with tool waiting, as in the paper",
+                   "padding and reuse did not both fall with tool waiting")
+
+
+def judge_grid6_advantage(ev: Evidence) -> Outcome:
+    pair = _grid_pair(ev, "grid6")
+    if pair is None:
+        return missing("grid study at N=6 on {1,2,4,6,8}")
+    pc, pw = _num(pair[0].get("padding_ratio")), _num(pair[1].get("padding_ratio"))
+    if pc is None or pw is None:
+        return missing("padding ratio on {1,2,4,6,8}")
+    return verdict(pw >= pc, f"padding {pc:.3f} (control), {pw:.3f} (wait)",
+                   "with bucket 6 tool waiting no longer lowers padding",
+                   "tool waiting still lowers padding with bucket 6")
+
+
+def judge_grid_steps(ev: Evidence) -> Outcome:
+    base, grid = _grid_pair(ev, "baseline"), _grid_pair(ev, "grid6")
+    if base is None or grid is None:
+        return missing("grid study at N=6 on both grids")
+    steps = [int(r["decode_steps"]) for r in (*base, *grid)]
+    ours = (f"control {steps[0]:,} vs {steps[2]:,}; wait {steps[1]:,} vs {steps[3]:,} "
+            "(baseline vs {1,2,4,6,8})")
+    return verdict(steps[0] == steps[2] and steps[1] != steps[3], ours,
+                   "the grid changes the step count only when tool waiting feeds back",
+                   "control step counts differ or wait step counts agree across grids")
+
+
+def _variant_reuse(ev: Evidence, study: str, table: str, first_variant: str,
+                   second: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    a = hits(first(ev, table, study=study, n=8, variant=first_variant))
+    b = hits(first(ev, table, study=study, n=8, variant=second))
+    return None if a is None or b is None else (a, b)
+
+
+def judge_wait_reuse_n8(ev: Evidence) -> Outcome:
+    pair = _variant_reuse(ev, "mechanisms", "M", "wait", "control")
+    if pair is None:
+        return missing("mechanisms study at N=8 with wait and control")
+    wait, control = pair
+    return verdict(wait[0] > control[0], f"wait {_count(wait)}, control {_count(control)}",
+                   "tool waiting reused more at N=8", "tool waiting did not reuse more at N=8")
+
+
+def judge_equal_waits(ev: Evidence) -> Outcome:
+    pair = _variant_reuse(ev, "equal_waits", "M", "wait", "equal")
+    if pair is None:
+        return missing("equal_waits study at N=8")
+    wait, equal = pair
+    return verdict(wait[0] > equal[0], f"session-specific {_count(wait)}, equal {_count(equal)}",
+                   "session-specific waits reused more than equal waits",
+                   "session-specific waits did not reuse more than equal waits")
+
+
+# --- findings: measured evaluation (V-B) -------------------------------------------------------
+
+
+def judge_slots_restore(ev: Evidence) -> Outcome:
+    base = first(ev, "III", study="validation", n=8, configuration="baseline")
+    more = first(ev, "III", study="validation", n=8, configuration="slots16")
+    if base is None or more is None or hits(base) is None or hits(more) is None:
+        return missing("validation study at N=8 with baseline and slots16")
+    delta = _num(more.get("delta_rearrival_tokens"))
+    ours = (f"reuse {_count(hits(base))} -> {_count(hits(more))}; re-arrival prefill "
+            f"{'n/a' if delta is None else f'{delta:+,.0f}'} tokens")
+    b, m = hits(base), hits(more)
+    ok = b[0] < b[1] and m[0] == m[1] and delta is not None and delta < 0
+    return verdict(ok, ours, "the baseline loses reuse, 16 slots reuse every re-arrival and "
+                   "re-arrival prefill falls",
+                   "not all of: baseline misses, complete reuse with 16 slots, less prefill")
+
+
+def _savings(ev: Evidence, study: str, n: int) -> tuple[dict, dict] | None:
+    slots = first(ev, "XII", study=study, n=n, comparison="slots16 vs baseline")
+    chosen = first(ev, "XII", study=study, n=n, comparison="selected vs baseline")
+    if slots is None or chosen is None or None in (_num(slots.get("saving_a")),
+                                                   _num(chosen.get("saving_a"))):
+        return None
+    return slots, chosen
+
+
+def judge_savings_n8(ev: Evidence) -> Outcome:
+    pair = _savings(ev, "validation", 8)
+    if pair is None:
+        return missing("channel-A savings of slots16 and selected at N=8 (validation)")
+    s, c = (_num(r["saving_a"]) for r in pair)
+    ours = f"{_pct(s)} and {_pct(c)} (extra {_pct(c - s)})"
+    return verdict(s > 0 and c > s, ours, "both save and the grid change adds to the saving",
+                   "a configuration did not save, or the grid change added nothing")
+
+
+def judge_prefill_path(ev: Evidence) -> Outcome:
+    found = [first(ev, "III", study="validation", n=8, configuration=c)
+             for c in ("slots16", "selected")]
+    if any(r is None or _num(r.get("prefill_ratio")) is None
+           or _num(r.get("decode_ratio")) is None for r in found):
+        return missing("prefill and decode ratios of both changed configurations at N=8")
+    pairs = [(_num(r["prefill_ratio"]), _num(r["decode_ratio"])) for r in found]
+    ours = "; ".join(f"{name}: prefill {_pct(p)}, decode {_pct(d)}"
+                     for name, (p, d) in zip(("slots16", "selected"), pairs, strict=True))
+    ok = all(p < 1 and abs(1 - p) > abs(1 - d) for p, d in pairs)
+    return verdict(ok, ours, "the prefill component falls more than decode moves",
+                   "the decode change is as large as the prefill reduction (or prefill rose)")
+
+
+def judge_remeasure_small(ev: Evidence) -> Outcome:
+    row = first(ev, "IX", study="validation_remeasure", n=6, comparison="slots16 vs baseline")
+    base = hits(first(ev, "III", study="validation_remeasure", n=6, configuration="baseline"))
+    if row is None or _num(row.get("ratio_obs_a")) is None:
+        return missing("observed ratio of slots16 in the N=6 re-measurement")
+    observed = _num(row["ratio_obs_a"])
+    low, high = ev.band
+    ours = f"ratio {observed:.4f}; baseline reuse {_count(base)}"
+    return verdict(low <= observed <= high, ours,
+                   f"inside the registered band [{low}, {high}]",
+                   f"outside the registered band [{low}, {high}]")
+
+
+def judge_remeasure_grid(ev: Evidence) -> Outcome:
+    pair = _savings(ev, "validation_remeasure", 6)
+    if pair is None:
+        return missing("channel-A savings of slots16 and selected in the N=6 re-measurement")
+    s, c = (_num(r["saving_a"]) for r in pair)
+    ours = f"slots {_pct(s)}, grid extra {_pct(c - s)}"
+    return verdict(c - s > s, ours, "the grid change adds more than the slots did",
+                   "the grid change adds no more than the slots did")
+
+
+# --- findings: cost validation (IV) ------------------------------------------------------------
+
+
+def _ix(ev: Evidence) -> list[dict]:
+    return rows(ev, "IX")
+
+
+def judge_confirmatory(ev: Evidence) -> Outcome:
+    judged = [r for r in _ix(ev) if r.get("verdict") in ("pass", "fail")]
+    if not judged:
+        return missing("judged confirmatory comparison")
+    passed = [r for r in judged if r["verdict"] == "pass"]
+    errors = [abs(_num(r["error"])) for r in passed if _num(r.get("error")) is not None]
+    spread = f", |e| {min(errors):.4f}-{max(errors):.4f}" if errors else ""
+    ours = f"{len(passed)} of {len(judged)} judged pass{spread}"
+    return verdict(len(passed) == len(judged), ours, "every judged confirmatory comparison "
+                   "passes", "a judged confirmatory comparison fails")
+
+
+def judge_error_sign(ev: Evidence) -> Outcome:
+    errors = [_num(r.get("error")) for r in _ix(ev)]
+    errors = [e for e in errors if e is not None]
+    if not errors:
+        return missing("prediction error")
+    positive = sum(e > 0 for e in errors)
+    ours = f"{positive} of {len(errors)} errors positive"
+    return verdict(positive == len(errors), ours, "the simulator overestimated savings in "
+                   "every comparison", "some errors are not positive")
+
+
+def judge_exploratory(ev: Evidence) -> Outcome:
+    explored = [abs(_num(r["error"])) for r in _ix(ev)
+                if int(r["n"]) in ev.exploratory_n and _num(r.get("error")) is not None]
+    confirmed = [abs(_num(r["error"])) for r in _ix(ev)
+                 if int(r["n"]) in ev.confirmatory_n and _num(r.get("error")) is not None]
+    if not explored or not confirmed:
+        return missing("errors at both exploratory and confirmatory N")
+    ours = (f"exploratory |e| {', '.join(f'{e:.4f}' for e in explored)}; largest "
+            f"confirmatory {max(confirmed):.4f}")
+    return verdict(min(explored) > max(confirmed), ours,
+                   "every exploratory error exceeds every confirmatory one",
+                   "an exploratory error is no larger than a confirmatory one")
+
+
+def judge_initial_withheld(ev: Evidence) -> Outcome:
+    found = [r for r in rows(ev, "IX", study="validation", n=6)]
+    if not found:
+        return missing("initial validation comparisons at N=6")
+    diffs = ", ".join(_f(r.get("channel_diff")) for r in found)
+    ours = f"channel diffs {diffs}; verdicts {', '.join(str(r.get('verdict')) for r in found)}"
+    return verdict(all(r.get("verdict") == "withheld" for r in found), ours,
+                   "withheld on channel agreement", "not withheld")
+
+
+def judge_remeasure_both_rules(ev: Evidence) -> Outcome:
+    found = rows(ev, "IX", study="validation_remeasure", n=6)
+    if not found:
+        return missing("N=6 re-measurement comparisons")
+    ours = "; ".join(f"{r['comparison']}: tau {_f(r.get('tau'))}, diff "
+                     f"{_f(r.get('channel_diff'))}, {r.get('verdict')}/{r.get('verdict_fixed')}"
+                     for r in found)
+    ok = all(r.get("verdict") == "pass" and r.get("verdict_fixed") == "pass" for r in found)
+    return verdict(ok, ours, "passes under the amended and the initial rule",
+                   "does not pass under both rules")
+
+
+def judge_fixed_arrival(ev: Evidence) -> Outcome:
+    judged = [r for r in rows(ev, "XI") if r.get("closer")]
+    if not judged:
+        return missing("full vs fixed-arrival comparison (Table XI)")
+    full = sum(r["closer"] == "full" for r in judged)
+    mae = [math.fsum(abs(_num(r[k])) for r in judged) / len(judged)
+           for k in ("error_full", "error_fixed")]
+    ours = (f"full closer in {full} of {len(judged)}; MAE {mae[0]:.4f} (full), "
+            f"{mae[1]:.4f} (fixed)")
+    return verdict(2 * full <= len(judged), ours,
+                   "recomputing re-arrivals is closer in at most half the comparisons",
+                   "the full simulator is closer in a majority of comparisons")
+
+
+def judge_dummy_block(ev: Evidence) -> Outcome:
+    judged = [r for r in rows(ev, "S9", 0) if _num(r.get("error_base")) is not None
+              and _num(r.get("error_dummy")) is not None]
+    if not judged:
+        return missing("base vs dummy-block simulator comparison (S9)")
+    worse = sum(abs(r["error_dummy"]) > abs(r["error_base"]) for r in judged)
+    better = sum(abs(r["error_dummy"]) < abs(r["error_base"]) for r in judged)
+    ours = f"dummy worse in {worse}, better in {better} of {len(judged)}"
+    return verdict(worse > better, ours, "adding the rule worsened more predictions than it "
+                   "improved", "adding the rule did not worsen more predictions than it improved")
+
+
+def judge_reproduction(ev: Evidence) -> Outcome:
+    rep = ev.reproduction
+    if not rep or not rep.get("runs"):
+        return missing("mechanism-study runs with base-simulator predictions")
+    ours = (f"padding MAE {rep['padding_mae']:.4f}, decode-step MARE "
+            f"{100 * rep['steps_mare']:.2f} % over {rep['runs']} runs (this run's mechanism "
+            "studies, not the authors' 80 runs)")
+    ok = rep["padding_mae"] < 0.0075 and rep["steps_mare"] < 0.0185
+    return verdict(ok, ours, "at or below the paper's level at its printed precision",
+                   "worse than the paper's level at its printed precision")
+
+
+# --- findings: search (V-A, S8) -------------------------------------------------------------
+
+
+def _search(ev: Evidence) -> tuple[dict | None, str | None]:
+    """The search summary when it searched the paper's candidate set, else why not."""
+    if ev.search is None:
+        return None, "this run has no search summary"
+    searched = ev.search.get("candidates", {}).get("searched")
+    if searched != PAPER_SEARCH_CANDIDATES:
+        return None, (f"this run searched {searched} candidates, the paper "
+                      f"{PAPER_SEARCH_CANDIDATES:,}; picks from different spaces differ")
+    return ev.search, None
+
+
+def judge_search_pick(ev: Evidence, paper: str) -> Outcome:
+    summary, why = _search(ev)
+    if summary is None:
+        return Outcome(NOT_COMPARABLE, "", why)
+    pick = summary["selected"]["id"]
+    ours = f"{pick}, evaluation ratio {_f(summary.get('evaluation_score'))}"
+    return verdict(pick == paper, ours, "same pick", "a different pick")
+
+
+def judge_search_top(ev: Evidence) -> Outcome:
+    summary, why = _search(ev)
+    if summary is None:
+        return Outcome(NOT_COMPARABLE, "", why)
+    sizes, spread = summary.get("top_batch_sizes", []), summary.get("top_score_spread_pp")
+    ours = f"top-{len(summary.get('top', []))} batch sizes {sizes}, spread {_f(spread, 2)} pp"
+    ok = len(summary.get("top", [])) == 20 and sizes == [16] and spread is not None \
+        and spread <= 0.5
+    return verdict(ok, ours, "all batch 16 within 0.5 pp", "not all batch 16 within 0.5 pp")
+
+
+def judge_search_n_sets(ev: Evidence) -> Outcome:
+    summary, why = _search(ev)
+    if summary is None:
+        return Outcome(NOT_COMPARABLE, "", why)
+    restricted = summary.get("restricted", {})
+    if "6,8" not in restricted or "8,10" not in restricted:
+        return missing("restricted searches on N {6,8} and {8,10}")
+    full = summary["selected"]["id"]
+    a, b = restricted["6,8"], restricted["8,10"]
+    ours = (f"{{6,8}} picks {a['selected']} (full pick ranks {a.get('full_pick_rank')}, "
+            f"top-20 overlap {a.get('top_overlap_with_full')}); {{8,10}} picks {b['selected']}")
+    return verdict(a["selected"] != full and b["selected"] == full, ours,
+                   "leaving out N=10 changes the pick, leaving out N=6 does not",
+                   "the dependence on the N set differs")
+
+
+def judge_mean_ratio(ev: Evidence) -> Outcome:
+    summary, why = _search(ev)
+    if summary is None:
+        return Outcome(NOT_COMPARABLE, "", why)
+    changes = [bool(summary.get("mean_ratio_changes_selection"))] + [
+        bool(p.get("mean_ratio_changes_selection")) for p in summary.get("restricted",
+                                                                         {}).values()]
+    ours = f"changes the pick in {sum(changes)} of {len(changes)} N sets"
+    return verdict(not any(changes), ours, "the pick never changes",
+                   "the pick changes for some N set")
+
+
+# --- findings: saturation, memory, compile, channels (V-C, II-D) ------------------------------
+
+
+def judge_saturation(ev: Evidence) -> Outcome:
+    pairs = {r["comparison"]: r for r in rows(ev, "XIII", 1, study="saturation")}
+    wanted = ("sat24 vs sat16", "sat32 vs sat24")
+    if any(w not in pairs for w in wanted):
+        return missing("saturation pairs 16->24 and 24->32")
+    ours = "; ".join(f"{w}: median {_f(pairs[w].get('median'))}, {pairs[w].get('verdict')}"
+                     for w in wanted)
+    return verdict(all(pairs[w].get("verdict") == "saturated" for w in wanted), ours,
+                   "both steps classified saturated by the registered rule",
+                   "a step is not classified saturated")
+
+
+def judge_n10_slots(ev: Evidence) -> Outcome:
+    r16 = first(ev, "XIII", 0, study="saturation", n=10, configuration="sat16")
+    r24 = first(ev, "XIII", 0, study="saturation", n=10, configuration="sat24")
+    if r16 is None or r24 is None or None in (_num(r16.get("a_ratio")),
+                                              _num(r24.get("a_ratio"))):
+        return missing("saturation ratios at N=10 for 16 and 24 slots")
+    a, b = _num(r16["a_ratio"]), _num(r24["a_ratio"])
+    ours = f"{a:.4f} -> {b:.4f} (reuse {r16.get('reuse')} -> {r24.get('reuse')})"
+    return verdict(b < a, ours, "24 slots cost less than 16 at N=10", "24 slots did not cost "
+                   "less than 16 at N=10")
+
+
+def judge_kv(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
+    wanted = {"KV per token": "kv_kib_per_token", "KV per slot": "kv_gib_per_slot",
+              "KV per slot per device (4 devices)": "kv_gib_per_slot_device"}
+    got = {q: _num((first(ev, "XV", 0, quantity=q) or {}).get("value")) for q in wanted}
+    if any(v is None for v in got.values()):
+        return missing("KV rows of Table XV for 4 devices")
+    ours = ", ".join(f"{v:g}" for v in got.values())
+    ok = all(math.isclose(got[q], numbers[i].number, rel_tol=1e-9) for q, i in wanted.items())
+    return verdict(ok, ours, "equal (exact arithmetic from the model dimensions)",
+                   "differs from the paper's arithmetic")
+
+
+def _hardware_only(ev: Evidence, ours: str) -> Outcome | None:
+    if ev.hardware:
+        return None
+    used = ", ".join(ev.backends) or "no runs"
+    return Outcome(NOT_COMPARABLE, ours, f"depends on the RBLN hardware; this run used {used} "
+                   "(value shown for reference only)")
+
+
+def judge_compile(ev: Evidence) -> Outcome:
+    table = ev.tables.get("XIV")
+    measured = [r for r in rows(ev, "XIV") if str(r.get("source", "")).startswith("measured")]
+    if table is None:
+        return missing("Table XIV")
+    if not measured:
+        return Outcome(NOT_COMPARABLE, "model only (no compile measured)",
+                       "depends on the RBLN hardware; no compile was measured in this run")
+    minutes = [float(r["compile_s"]) / 60 for r in measured]
+    ours = ", ".join(f"{m:.1f}" for m in minutes) + " min"
+    return verdict(all(6.5 <= m < 8.5 for m in minutes), ours,
+                   "every measured compile rounds to 7 or 8 minutes",
+                   "a measured compile is outside about 7-8 minutes")
+
+
+def judge_channel_r(ev: Evidence) -> Outcome:
+    found = [_num(r.get("r_s")) for r in rows(ev, "X", study="validation", variant="wait")]
+    found = [r for r in found if r is not None]
+    if not found:
+        return missing("baseline channel sums of the validation study")
+    ours = ", ".join(f"{r:.2f}" for r in found) + " s"
+    return _hardware_only(ev, ours) or verdict(
+        all(0.95 <= r < 1.75 for r in found), ours,
+        "every baseline r rounds into 1.0-1.7 s", "a baseline r is outside about 1.0-1.7 s")
+
+
+def _hardware_wrap(judge: Callable[[Evidence], Outcome]) -> Callable[[Evidence], Outcome]:
+    def wrapped(ev: Evidence) -> Outcome:
+        out = judge(ev)
+        if out.verdict == NOT_COMPARABLE:
+            return out
+        return _hardware_only(ev, out.ours) or out
+    return wrapped
+
+
+def judge_injection(ev: Evidence) -> Outcome:
+    gaps = ev.reproduction.get("injection") if ev.reproduction else None
+    if not gaps:
+        return missing("prefill-injection gaps")
+    ours = "; ".join(f"{size} tokens: {g['at']:.4f} s vs {g['typical']:.4f} s"
+                     for size, g in sorted(gaps.items()))
+    return verdict(all(g["at"] > g["typical"] for g in gaps.values()), ours,
+                   "the gap spanning every injected prefill is longer than the usual gap",
+                   "some injected prefill did not lengthen the background gap")
+
+
+# --- the list -------------------------------------------------------------------------------
+
+
+def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
+    """The paper's findings with their tests, in the paper's order."""
+    pick = str(numbers["search_pick"].value)
+    return (
+        Finding("wait_tradeoff", "Tool waiting lowers padding but worsens KV reuse "
+                "(baseline grid, N=6)", "III-D, Table VI",
+                ("grid_n6_padding_baseline_control", "grid_n6_padding_baseline_wait",
+                 "grid_n6_reuse_baseline_control", "grid_n6_reuse_baseline_wait"),
+                "padding(wait) < padding(control) and reuse hits(wait) < hits(control), "
+                "replicate sums (the paper's two signs)", judge_wait_tradeoff),
+        Finding("grid6_removes_advantage", "With bucket 6 added, tool waiting no longer "
+                "lowers padding (N=6)", "III-D, Table VI",
+                ("grid_n6_padding_grid6_control", "grid_n6_padding_grid6_wait"),
+                "padding(wait) >= padding(control) on {1,2,4,6,8}", judge_grid6_advantage),
+        Finding("grid_steps_feedback", "Without waiting the grid leaves decode steps "
+                "unchanged; with waiting they change (feedback)", "III-D, Table VI",
+                ("grid_n6_steps_control", "grid_n6_steps_baseline_wait",
+                 "grid_n6_steps_grid6_wait"),
+                "control step counts equal on both grids and wait step counts differ",
+                judge_grid_steps),
+        Finding("wait_reuse_n8", "At N=8 tool waiting reuses more KV than no waiting",
+                "III-D", ("mech_n8_reuse_wait", "mech_n8_reuse_control"),
+                "reuse hits(wait) > hits(control) at N=8 on the baseline", judge_wait_reuse_n8),
+        Finding("equal_waits", "Session-specific waits reuse more than equal waits of the "
+                "same total (suggestive only)", "III-D",
+                ("equal_n8_reuse_equal", "equal_n8_reuse_wait"),
+                "reuse hits(session-specific) > hits(equal) at N=8", judge_equal_waits),
+        Finding("slots_restore_reuse", "More KV slots restore reuse at N=8 and cut re-arrival "
+                "prefill", "III-B, V-B, Table III",
+                ("slot_n8_reuse_baseline", "slot_n8_reuse_slots16",
+                 "slot_n8_rearrival_tokens_change"),
+                "baseline misses some re-arrivals, 16 slots reuse all, re-arrival prefill "
+                "tokens fall (validation study, N=8)", judge_slots_restore),
+        Finding("savings_n8", "At N=8 more slots save on channel A and changing the grid as "
+                "well saves more", "V-B, Table XII",
+                ("val_n8_saving_slots16", "val_n8_saving_selected", "val_n8_grid_extra"),
+                "saving(slots16) > 0 and saving(selected) > saving(slots16)", judge_savings_n8),
+        Finding("prefill_path", "The N=8 savings come from prefill (restored reuse), not "
+                "decode", "V-B", ("slot_n8_prefill_ratio", "slot_n8_decode_ratio_slots16",
+                                  "slot_n8_decode_ratio_selected"),
+                "for both changed configurations: prefill ratio < 1 and |1 - prefill ratio| "
+                "> |1 - decode ratio|", judge_prefill_path),
+        Finding("remeasure_small_gain", "Where reuse is mostly retained (N=6 "
+                "re-measurement) more slots gain little", "IV, V-B, Table IX",
+                ("rem_n6_reuse_baseline", "rem_n6_ratio_slots16", "rem_n6_saving_slots16"),
+                "observed ratio of slots16 inside the registered equivalence band",
+                judge_remeasure_small),
+        Finding("remeasure_grid_exceeds", "At N=6 (re-measurement) the grid change adds "
+                "more than the slots", "V-B, Table XII",
+                ("rem_n6_saving_slots16", "rem_n6_saving_selected", "rem_n6_grid_extra"),
+                "saving(selected) - saving(slots16) > saving(slots16)", judge_remeasure_grid),
+        Finding("confirmatory_pass", "Confirmatory cost predictions pass (|e| <= 0.03, same "
+                "side of 1)", "IV, Table IX", ("val_confirmatory_errors",),
+                "every judged (not withheld) confirmatory comparison has verdict pass",
+                judge_confirmatory),
+        Finding("error_sign", "The simulator overestimates savings: every error is "
+                "positive", "IV, Table IX", ("val_error_sign",),
+                "every R_obs - R_pred > 0", judge_error_sign),
+        Finding("exploratory_errors", "Errors grow at the exploratory N=10", "IV, Table IX",
+                ("val_n10_errors", "val_confirmatory_errors"),
+                "smallest exploratory |e| > largest confirmatory |e|", judge_exploratory),
+        Finding("initial_withheld", "Initial N=6 decisions are withheld on channel "
+                "agreement (tau 0.02)", "IV, Table IX", ("val_n6_initial_channel_diffs",),
+                "every initial N=6 comparison withheld", _hardware_wrap(judge_initial_withheld),
+                hardware=True),
+        Finding("remeasure_both_rules", "The N=6 re-measurement passes under both the "
+                "amended and the initial tolerance", "IV, Table IX",
+                ("rem_n6_tau", "rem_n6_channel_diffs"),
+                "every re-measurement comparison passes under the registered and the fixed "
+                "rule", _hardware_wrap(judge_remeasure_both_rules), hardware=True),
+        Finding("fixed_arrival", "Recomputing re-arrivals does not make predictions more "
+                "accurate than fixed arrivals", "IV, Table XI",
+                ("fixed_closer_full", "fixed_mae_full", "fixed_mae_fixed"),
+                "the full simulator is closer in at most half of the comparisons",
+                judge_fixed_arrival),
+        Finding("dummy_block", "Adding the observed dummy-block rule worsens predictions",
+                "IV, S9", ("dummy_worse", "dummy_better"),
+                "the dummy-block simulator has the larger |error| in more comparisons than "
+                "the smaller", judge_dummy_block),
+        Finding("reproduction", "The simulator reproduces padding and decode steps of "
+                "existing runs closely", "IV", ("existing_padding_mae", "existing_steps_mare"),
+                "padding MAE < 0.0075 and decode-step MARE < 1.85 % (the paper's values at "
+                "their printed precision)", judge_reproduction),
+        Finding("search_pick", "The search picks batch_size 16 with {1,4,6,8,10,16}",
+                "V-A", ("search_candidates", "search_pick", "search_evaluation_score"),
+                "same pick over the same 2,077 candidates",
+                lambda ev: judge_search_pick(ev, pick)),
+        Finding("search_top20", "The top 20 are all batch_size 16 within 0.5 pp", "V-A",
+                ("search_top20_spread",), "top-20 batch sizes == {16} and score spread <= "
+                "0.5 pp", judge_search_top),
+        Finding("search_n_sets", "The pick depends on the N set: {6,8} changes it, {8,10} "
+                "does not", "V-A, S8", ("search_restricted_68_pick",
+                                        "search_restricted_68_rank",
+                                        "search_restricted_68_overlap",
+                                        "search_restricted_810_same"),
+                "pick({6,8}) != full pick and pick({8,10}) == full pick",
+                judge_search_n_sets),
+        Finding("search_mean_ratio", "Scoring by the mean of per-N ratios does not change "
+                "the pick", "V-A, S8", ("search_mean_ratio_same",),
+                "no N set's pick changes under the mean-of-ratios score", judge_mean_ratio),
+        Finding("saturation", "Slots saturate beyond 16 (16->24 and 24->32)", "V-C, "
+                "Table XIII", ("sat_median_16_24", "sat_median_24_32"),
+                "both adjacent pairs classified saturated by the registered bootstrap rule",
+                judge_saturation),
+        Finding("n10_more_slots", "At N=10, 24 slots still improve on 16", "V-C, Table XIII",
+                ("sat_n10_ratio_16", "sat_n10_ratio_24"), "ratio(24) < ratio(16) at N=10",
+                judge_n10_slots),
+        Finding("kv_memory", "KV is 144 KiB per token, 1.125 GiB per slot, 0.28125 GiB per "
+                "slot and device", "V-C, Table XV",
+                ("kv_kib_per_token", "kv_gib_per_slot", "kv_gib_per_slot_device"),
+                "equal to 1e-9 relative", lambda ev: judge_kv(ev, numbers)),
+        Finding("compile_time", "One compilation takes about 7-8 minutes", "V-C, Table XIV",
+                ("compile_minutes",), "every measured compile in [6.5, 8.5) min (rounds to "
+                "7 or 8)", judge_compile, hardware=True),
+        Finding("channel_r", "Channel difference r = B - A is about 1.0-1.7 s on the "
+                "baseline", "II-D, Table X", ("chan_r_baseline",),
+                "every validation baseline r in [0.95, 1.75) s (rounds into 1.0-1.7)",
+                judge_channel_r, hardware=True),
+        Finding("injection", "An injected prefill stalls the decoding sessions (exclusive "
+                "execution)", "III-C", (),
+                "the background gap spanning each injected prefill > the median of the "
+                "surrounding gaps", judge_injection),
+    )
+
+
+def paper_text(finding: Finding, numbers: dict[str, PaperNumber]) -> str:
+    if not finding.paper:
+        return "no number in the text (qualitative)"
+    return "; ".join(numbers[i].display() for i in finding.paper)
+
+
+def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[ScoreRow]:
+    """One row per finding, judged on this run's evidence."""
+    numbers = numbers or load_paper_numbers()
+    out = []
+    for finding in findings(numbers):
+        outcome = finding.judge(ev)
+        out.append(ScoreRow(finding.id, finding.claim, finding.section,
+                            paper_text(finding, numbers), outcome.ours, outcome.verdict,
+                            outcome.why, finding.test, finding.hardware))
+    return out
+
+
+# --- evidence from a results tree ------------------------------------------------------------
+
+
+def reproduction(res: Any, kinds: Sequence[str] = ("comparison",)) -> dict[str, Any]:
+    """Base-simulator padding ratio and decode steps against every complete run of the
+    mechanism studies (the analogue of the paper's check on its existing data), and the
+    injection gaps."""
+    from rearrival.report_tables import parse_histogram
+
+    padding, steps = [], []
+    for study in res.studies(*kinds):
+        channels, predictions = res.channels(study.name), res.predictions(study.name)
+        if channels is None or predictions is None:
+            continue
+        base = predictions[predictions["simulator"] == "base"]
+        keyed = {(int(r.n), int(r.replicate), r.configuration, r.variant): r
+                 for r in base.itertuples()}
+        for run in channels[channels["status"] == "complete"].itertuples():
+            pred = keyed.get((int(run.n), int(run.replicate), run.configuration, run.variant))
+            if pred is None:
+                continue
+            hist = parse_histogram(run.histogram)
+            padded = sum(b * c for (_, b), c in hist.items())
+            used = sum(n * c for (n, _), c in hist.items())
+            if padded and run.decode_steps:
+                padding.append(abs((padded - used) / padded - pred.padding_ratio))
+                steps.append(abs(pred.decode_steps - run.decode_steps) / run.decode_steps)
+    out: dict[str, Any] = {"runs": len(padding)}
+    if padding:
+        out |= {"padding_mae": math.fsum(padding) / len(padding),
+                "steps_mare": math.fsum(steps) / len(steps)}
+    out["injection"] = injection_gaps(res.gaps())
+    return out
+
+
+def injection_gaps(gaps: Any) -> dict[int, dict[str, float]]:
+    """Per injected size: the mean background gap spanning the prefill and the median of
+    the surrounding gaps (paper III-C)."""
+    if gaps is None or gaps.empty:
+        return {}
+    out = {}
+    for size, group in gaps.groupby("injected_prompt_tokens"):
+        at, other = group[group["relative"] == 0], group[group["relative"] != 0]
+        if not at.empty and not other.empty:
+            out[int(size)] = {"at": float(at["gap_s"].mean()),
+                              "typical": float(other["gap_s"].median())}
+    return out
+
+
+def evidence(res: Any, tables: Sequence[Any]) -> Evidence:
+    decision = res.cfg.decision
+    return Evidence(
+        tables={t.id: t for t in tables}, search=res.search_summary(),
+        backends=tuple(res.backends()), reproduction=reproduction(res),
+        band=tuple(decision.get("equivalence_band", (0.98, 1.02))),
+        confirmatory_n=tuple(decision.get("confirmatory_n", (6, 8))),
+        exploratory_n=tuple(decision.get("exploratory_n", (10,))))
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+COLUMNS = ("id", "section", "claim", "paper", "ours", "verdict", "why", "test", "hardware")
+HEADERS = {"id": "finding", "section": "section", "claim": "claim", "paper": "paper",
+           "ours": "this run", "verdict": "verdict", "why": "why", "test": "test",
+           "hardware": "needs RBLN hardware"}
+
+
+@dataclass(frozen=True)
+class Scorecard:
+    rows: tuple[ScoreRow, ...]
+    backends: tuple[str, ...] = field(default_factory=tuple)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(r.verdict == v for r in self.rows) for v in (HOLDS, FAILS,
+                                                                     NOT_COMPARABLE)}
+
+
+def scorecard_csv(card: Scorecard) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in card.rows:
+        data = row.as_dict()
+        writer.writerow([data[c] for c in COLUMNS])
+    return buffer.getvalue()
+
+
+def scorecard_markdown(card: Scorecard) -> str:
+    counts = card.counts()
+    used = ", ".join(card.backends) or "no runs yet"
+    lines = ["## Scorecard: the paper's findings against this run", "",
+             f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
+             f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
+             "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
+             "column.", "",
+             "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
+             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for row in card.rows:
+        data = row.as_dict()
+        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def read_scorecard_csv(path: Path) -> Scorecard:
+    """A scorecard written by ``scorecard_csv`` (what ``rearrival tables --scorecard``
+    prints from)."""
+    import csv
+
+    with path.open(newline="") as handle:
+        found = [ScoreRow(**{k: v for k, v in row.items() if k != "hardware"},
+                          hardware=row["hardware"] == "yes") for row in csv.DictReader(handle)]
+    return Scorecard(tuple(found))
+
+
+def summary_lines(card: Scorecard) -> list[str]:
+    """One terminal line per finding: verdict, id, paper vs this run."""
+    width = max(len(v) for v in (HOLDS, FAILS, NOT_COMPARABLE))
+    return [f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'}"
+            f" ({r.why})" for r in card.rows]
