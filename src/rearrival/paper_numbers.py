@@ -17,6 +17,7 @@ hold fractions.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,7 @@ from rearrival.errors import RearrivalError
 DATA_FILE = "paper_numbers.yaml"
 PROVENANCE = ("unit", "text", "where", "experiment", "measures", "quote")
 PERCENT_UNITS = ("%", "pp")
+PRINTED_NUMBER = re.compile(r"\d[\d,]*(?:\.(\d+))?")
 
 
 class PaperNumbersError(RearrivalError):
@@ -91,6 +93,18 @@ class PaperNumber:
         return None
 
     @property
+    def decimals(self) -> int:
+        """Decimals the paper prints the number with (from ``text``)."""
+        return max((len(m.group(1) or "") for m in PRINTED_NUMBER.finditer(self.text)),
+                   default=0)
+
+    @property
+    def half_unit(self) -> float:
+        """Half a unit of the last digit the paper prints, in table units: how far a value
+        may lie from the printed one and still be printed the same."""
+        return 0.5 * 10.0 ** -self.decimals * self.scale
+
+    @property
     def bounds(self) -> tuple[float, float] | None:
         """A stated range in table units."""
         if self.low is None or self.high is None:
@@ -105,7 +119,7 @@ class PaperNumber:
         if self.bounds is not None or self.values:
             return self.text
         if isinstance(self.value, float):
-            return f"{self.value:g}{suffix}"
+            return f"{self.value:.{self.decimals}f}{suffix}"
         if isinstance(self.value, int) and not isinstance(self.value, bool):
             return f"{self.value:,}{suffix}"
         return str(self.value)
