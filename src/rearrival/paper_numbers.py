@@ -9,7 +9,7 @@ every entry carries that provenance, and joins the values onto this run's tables
 reader sees both side by side. The scorecard (``rearrival.scorecard``) judges the paper's
 findings with the same entries.
 
-Values are compared in the tables' own units: a number printed as a percentage ("8.25%")
+Values are compared in the tables' own units: a number printed as a percentage (e.g. "12.5%")
 or in percentage points is stored as printed and divided by 100 here, because the tables
 hold fractions.
 """
