@@ -115,6 +115,12 @@ def test_ranges_and_untouched_tables() -> None:
     assert r.difference(0.82) == pytest.approx(0.82 - 1.0)
     assert r.difference(2.0) == pytest.approx(0.3)
     assert r.difference("n/a") is None
+    pick = NUMBERS["search_pick"]
+    assert pick.difference("16:1,4,6,8,10,16") == "same"
+    assert pick.difference("12:1,12") == "different" and pick.difference(None) is None
+    overlap = NUMBERS["search_restricted_68_overlap"]  # 4 of the top 20
+    assert overlap.difference(3) == -1 and overlap.difference("3/20") == -1
+    assert overlap.difference("3/10") is None
     toy = _toy_table()
     untouched = Table("VIII", "t", "c", toy.parts, (), "x")
     assert with_paper(untouched, NUMBERS) is untouched

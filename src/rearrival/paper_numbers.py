@@ -124,15 +124,23 @@ class PaperNumber:
             return f"{self.value:,}{suffix}"
         return str(self.value)
 
-    def difference(self, ours: Any) -> float | None:
+    @property
+    def is_label(self) -> bool:
+        """A non-numeric value (a configuration, a direction) rather than a number."""
+        return isinstance(self.value, str)
+
+    def difference(self, ours: Any) -> float | str | None:
         """This run's cell minus the paper's value in table units; a count "k/m" only
-        when both count the same m; for a range, the distance outside it (0 inside)."""
+        when both count the same m; for a range, the distance outside it (0 inside); for
+        a label, "same" or "different"."""
+        if self.is_label:
+            return None if ours is None else "same" if str(ours) == self.value else "different"
+        number = _float(ours)
         if self.of is not None:
             got = parse_count(ours)
-            if got is None or got[1] != self.of:
-                return None
-            return float(got[0] - int(self.value))
-        number = _float(ours)
+            if got is not None:
+                return float(got[0] - int(self.value)) if got[1] == self.of else None
+            return None if number is None else number - int(self.value)
         if number is None:
             return None
         if self.bounds is not None:
@@ -220,7 +228,8 @@ def _paper_columns(column: Any, number: PaperNumber) -> tuple[Any, Any]:
 
     numeric = number.number is not None and number.of is None
     paper_fmt = column.fmt if numeric and column.fmt != "str" else "str"
-    diff_fmt = "int" if number.of is not None else column.fmt if column.fmt != "str" else "f4"
+    diff_fmt = ("str" if number.is_label else "int" if number.of is not None
+                else column.fmt if column.fmt != "str" else "f4")
     return (Column(f"paper:{column.key}", f"{column.header} (paper)", paper_fmt),
             Column(f"diff:{column.key}", f"{column.header}: this run - paper", diff_fmt))
 
