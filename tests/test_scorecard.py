@@ -87,6 +87,12 @@ def test_savings_order() -> None:
                              row | {"comparison": "selected vs baseline", "saving_a": chosen}])
 
     assert verdict_of(evidence(xii(0.08, 0.09)), "savings_n8")[0] == HOLDS
+    # a different pick is judged but said so
+    other = evidence(xii(0.08, 0.09), search={"selected": {"id": "12:1,2,4,8,12"}})
+    got, _, why = verdict_of(other, "savings_n8")
+    assert got == HOLDS and "12:1,2,4,8,12 is not the paper's" in why
+    same = evidence(xii(0.08, 0.09), search={"selected": {"id": PAPER_PICK}})
+    assert "not the paper's" not in verdict_of(same, "savings_n8")[2]
     assert verdict_of(evidence(xii(0.09, 0.08)), "savings_n8")[0] == FAILS
     assert verdict_of(evidence(xii(-0.01, 0.02)), "savings_n8")[0] == FAILS
     assert verdict_of(evidence(table("XII", [])), "savings_n8")[0] == NOT_COMPARABLE

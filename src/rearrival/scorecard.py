@@ -65,6 +65,7 @@ class Finding:
     test: str
     judge: Callable[[Evidence], Outcome]
     hardware: bool = False
+    selected: bool = False  # compares the search's pick, which may differ from the paper's
 
 
 @dataclass(frozen=True)
@@ -623,13 +624,13 @@ def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
                 "as well saves more", "V-B, Table XII",
                 ("val_n8_saving_slots16", "val_n8_saving_selected", "val_n8_grid_extra"),
                 "saving(slots16) > 0 and saving(selected) > saving(slots16)",
-                judge_savings_n8),
+                judge_savings_n8, selected=True),
         Finding("prefill_path", "The N=8 savings come from less prefill (restored reuse), "
                 "not from decode", "V-B",
                 ("slot_n8_prefill_ratio", "slot_n8_decode_ratio_slots16",
                  "slot_n8_decode_ratio_selected"),
                 "for both changed configurations: prefill ratio < 1 and |1 - prefill ratio| "
-                "> |1 - decode ratio|", judge_prefill_path),
+                "> |1 - decode ratio|", judge_prefill_path, selected=True),
         Finding("remeasure_small_gain", "Where the baseline already reuses almost all "
                 "(N=6 re-measurement), more slots gain little", "IV, V-B, Table IX",
                 ("rem_n6_reuse_baseline", "rem_n6_ratio_slots16", "rem_n6_saving_slots16"),
@@ -638,7 +639,8 @@ def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
         Finding("remeasure_grid_exceeds", "In the N=6 re-measurement the grid change adds "
                 "more than the slots", "V-B, Table XII",
                 ("rem_n6_saving_slots16", "rem_n6_saving_selected", "rem_n6_grid_extra"),
-                "saving(selected) - saving(slots16) > saving(slots16)", judge_remeasure_grid),
+                "saving(selected) - saving(slots16) > saving(slots16)", judge_remeasure_grid,
+                selected=True),
         Finding("confirmatory_pass", "Confirmatory cost predictions pass the preregistered "
                 "criteria", "IV, Table IX", ("val_confirmatory_errors",),
                 "every judged (not withheld) confirmatory comparison has verdict pass",
@@ -728,10 +730,23 @@ def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[S
     out = []
     for finding in findings(numbers):
         outcome = finding.judge(ev)
+        why = outcome.why
+        if finding.selected and outcome.verdict != NOT_COMPARABLE:
+            why += selected_note(ev, numbers)
         out.append(ScoreRow(finding.id, finding.claim, finding.section,
                             paper_text(finding, numbers), outcome.ours, outcome.verdict,
-                            outcome.why, finding.test, finding.hardware))
+                            why, finding.test, finding.hardware))
     return out
+
+
+def selected_note(ev: Evidence, numbers: dict[str, PaperNumber]) -> str:
+    """Why a finding about 'selected' may compare different configurations."""
+    pick = (ev.search or {}).get("selected", {}).get("id")
+    paper = numbers["search_pick"].value
+    if pick is None:
+        return f" (this run's selected configuration is unknown; the paper's is {paper})"
+    return "" if pick == paper else (f" (this run's selected configuration {pick} is not "
+                                     f"the paper's {paper})")
 
 
 # --- evidence from a results tree ------------------------------------------------------------
