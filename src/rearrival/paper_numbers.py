@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from rearrival.errors import RearrivalError
+from rearrival.report_tables import Column, Part, Table
 
 DATA_FILE = "paper_numbers.yaml"
 PROVENANCE = ("unit", "text", "where", "experiment", "measures", "quote")
@@ -223,9 +224,7 @@ def load_paper_numbers(path: Path | str | None = None) -> dict[str, PaperNumber]
 # --- joining onto tables ---------------------------------------------------------------
 
 
-def _paper_columns(column: Any, number: PaperNumber) -> tuple[Any, Any]:
-    from rearrival.report_tables import Column
-
+def _paper_columns(column: Column, number: PaperNumber) -> tuple[Column, Column]:
     numeric = number.number is not None and number.of is None
     paper_fmt = column.fmt if numeric and column.fmt != "str" else "str"
     diff_fmt = ("str" if number.is_label else "int" if number.of is not None
@@ -242,11 +241,9 @@ def _paper_cell(number: PaperNumber) -> Any:
     return number.display()
 
 
-def with_paper(table: Any, numbers: dict[str, PaperNumber]) -> Any:
+def with_paper(table: Table, numbers: dict[str, PaperNumber]) -> Table:
     """The table with a "paper" and a "difference" column beside every column for which
     the paper publishes a value in some row; other tables come back unchanged."""
-    from rearrival.report_tables import Column, Part
-
     slots = [(n, s) for n in numbers.values() for s in n.tables if s.table == table.id]
     if not slots:
         return table
