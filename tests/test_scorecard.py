@@ -64,6 +64,13 @@ def test_findings_are_well_formed_and_claims_hold_no_paper_numbers() -> None:
                 assert number.text not in finding.claim, (finding.id, number.text)
 
 
+def test_hardware_findings_are_those_resting_on_hardware_numbers() -> None:
+    """The data file's hardware flag and the findings' agree: a finding is judged only on
+    RBLN runs exactly when one of its paper numbers is a property of that hardware."""
+    for finding in findings(NUMBERS):
+        assert finding.hardware == any(NUMBERS[i].hardware for i in finding.paper), finding.id
+
+
 def test_no_results_means_nothing_is_comparable() -> None:
     rows = score(evidence(), NUMBERS)
     assert {r.verdict for r in rows} == {NOT_COMPARABLE}
