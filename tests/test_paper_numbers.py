@@ -36,6 +36,28 @@ def test_every_entry_has_provenance_and_its_number_is_in_its_sentence() -> None:
         assert number.quote.rstrip().endswith((".", ")", "?")), number.id
 
 
+def test_every_value_is_the_number_printed_in_its_text() -> None:
+    """A typo in a value (not in its sentence) would go unnoticed otherwise."""
+    checked = 0
+    for number in NUMBERS.values():
+        printed = number.text.replace(",", "")
+        if not any(ch.isdigit() for ch in printed):
+            continue  # "four", "none", "positive": words, checked by the sentence test
+        if number.bounds is not None:
+            wanted = [number.low, number.high]
+        elif number.values:
+            wanted = list(number.values)
+        elif isinstance(number.value, int | float):
+            wanted = [number.value] + ([number.of] if number.of is not None else [])
+        else:
+            continue
+        for value in wanted:
+            shown = f"{abs(value):.{number.decimals}f}"
+            assert shown in printed, (number.id, shown, number.text)
+            checked += 1
+    assert checked >= 70
+
+
 def test_examples_named_in_the_issue_are_there_with_the_paper_values() -> None:
     assert NUMBERS["val_n8_saving_slots16"].number == pytest.approx(0.0825)
     assert NUMBERS["val_n8_saving_selected"].number == pytest.approx(0.0972)
