@@ -7,22 +7,24 @@ from typing import Any
 
 import pytest
 
-from rearrival.paper_numbers import load_paper_numbers
-from rearrival.report_tables import Column, Part, Table
-from rearrival.scorecard import (
+from rearrival.findings import (
     FAILS,
     HOLDS,
     NOT_COMPARABLE,
     Evidence,
-    Scorecard,
     findings,
     in_printed_range,
+    within_printed,
+)
+from rearrival.paper_numbers import load_paper_numbers
+from rearrival.report_tables import Column, Part, Table
+from rearrival.scorecard import (
+    Scorecard,
     read_scorecard_csv,
     score,
     scorecard_csv,
     scorecard_markdown,
     summary_lines,
-    within_printed,
 )
 
 NUMBERS = load_paper_numbers()
