@@ -116,6 +116,11 @@ def _pct(value: Any) -> str:
     return "n/a" if number is None else f"{100 * number:.2f} %"
 
 
+def _pp(value: float) -> str:
+    """A difference of two savings, in percentage points."""
+    return f"{100 * value:.2f} pp"
+
+
 def _count(pair: tuple[int, int] | None) -> str:
     return "n/a" if pair is None else f"{pair[0]}/{pair[1]}"
 
@@ -235,7 +240,7 @@ def judge_savings_n8(ev: Evidence) -> Outcome:
     if pair is None:
         return missing("channel-A savings of slots16 and selected at N=8 (validation)")
     s, c = (_num(r["saving_a"]) for r in pair)
-    ours = f"{_pct(s)} and {_pct(c)} (extra {_pct(c - s)})"
+    ours = f"{_pct(s)} and {_pct(c)} (extra {_pp(c - s)})"
     return verdict(s > 0 and c > s, ours, "both save and the grid change adds to the saving",
                    "a configuration did not save, or the grid change added nothing")
 
@@ -272,7 +277,7 @@ def judge_remeasure_grid(ev: Evidence) -> Outcome:
     if pair is None:
         return missing("channel-A savings of slots16 and selected in the N=6 re-measurement")
     s, c = (_num(r["saving_a"]) for r in pair)
-    ours = f"slots {_pct(s)}, grid extra {_pct(c - s)}"
+    ours = f"slots {_pct(s)}, grid extra {_pp(c - s)}"
     return verdict(c - s > s, ours, "the grid change adds more than the slots did",
                    "the grid change adds no more than the slots did")
 
