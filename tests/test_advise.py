@@ -121,6 +121,19 @@ def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Pat
     assert result.exit_code == 0 and result.output.startswith("# What to compile")
 
 
+def test_search_option_takes_the_directory_or_selected_json(
+        tiny_config: Path, plans_dir: Path, tmp_path: Path) -> None:
+    """README and --help say selected.json; the search directory works too."""
+    search = selected_dir(tmp_path, Candidate((1, 4, 8), 8))
+    for given in (search, search / "selected.json"):
+        result = runner.invoke(app, ["advise", "--config", str(tiny_config), "--plans",
+                                     str(plans_dir), "--search", str(given), "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.output)
+        assert data["selected"]["configuration"]["id"] == "8:1,4,8"
+        assert data["recommendation_source"].startswith(str(search / "selected.json"))
+
+
 def test_bad_inputs_name_the_option(tiny_config: Path, tmp_path: Path) -> None:
     cfg = load_study_config(tiny_config)
     (tmp_path / "empty").mkdir()

@@ -216,7 +216,8 @@ def test_absent_results_are_reported_not_fatal(rendered):
 
 def test_templates_and_code_hold_no_paper_numbers():
     sources = [*sorted((SRC / "templates").glob("*.j2")), SRC / "report.py",
-               SRC / "report_tables.py", SRC / "report_figures.py", SRC / "analysis.py"]
+               SRC / "report_tables.py", SRC / "report_figures.py", SRC / "analysis.py",
+               SRC / "scorecard.py", SRC / "findings.py", SRC / "paper_numbers.py"]
     assert sources[0].suffix == ".j2"
     for path in sources:
         text = path.read_text()
@@ -273,6 +274,49 @@ def test_cli_tables_rerenders_same_bytes_and_reruns_nothing(tree, rendered, tmp_
             assert (out / path.relative_to(rendered)).read_bytes() == path.read_bytes(), path
     after = {p: p.stat().st_mtime_ns for p in (tree / "results").rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_report_opens_with_the_scorecard_and_writes_it_beside_the_tables(rendered):
+    from rearrival.findings import findings
+    from rearrival.paper_numbers import load_paper_numbers
+
+    html = (rendered / "report.html").read_text()
+    assert html.index('id="scorecard"') < html.index('id="prereg"') < html.index('id="tables"')
+    card = _csv(rendered / "tables" / "scorecard.csv")
+    expected = [f.id for f in findings(load_paper_numbers())]
+    assert list(card["id"]) == expected
+    assert set(card["verdict"]) <= {"holds", "does not hold", "not comparable"}
+    # the tiny study has none of the paper's studies by name or search: those findings
+    # are not comparable, and every hardware finding is not judged on the emulator
+    by_id = card.set_index("id")
+    assert by_id.loc["search_pick", "verdict"] == "not comparable"
+    assert by_id.loc["channel_r", "verdict"] == "not comparable"
+    # KV memory and the injection stall are computed from this tree and hold
+    assert by_id.loc["kv_memory", "verdict"] == "holds"
+    assert by_id.loc["injection", "verdict"] == "holds"
+    index = json.loads((rendered / "tables" / "index.json").read_text())
+    assert index["scorecard"]["files"] == ["tables/scorecard.csv", "tables/scorecard.md"]
+    assert sum(index["scorecard"]["counts"].values()) == len(expected)
+    assert (rendered / "tables" / "scorecard.md").read_text().startswith("## Scorecard")
+
+
+def test_cli_tables_scorecard_prints_one_line_per_finding(tree, tmp_path):
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+
+    out = tmp_path / "cli"
+    result = CliRunner().invoke(app, ["tables", "--config", str(tree / "config.yaml"),
+                                      "--results", str(tree / "results"), "--out", str(out),
+                                      "--scorecard"])
+    assert result.exit_code == 0, result.output
+    card = _csv(out / "tables" / "scorecard.csv")
+    lines = [line for line in result.stdout.splitlines()
+             if line.split("  ")[0].strip() in ("holds", "does not hold", "not comparable")]
+    assert len(lines) == len(card)
+    for line, (_, row) in zip(lines, card.iterrows(), strict=True):
+        assert line.startswith(row["verdict"]) and f" {row['id']}: paper " in line
+    assert result.stdout.rstrip().splitlines()[-1].endswith("not comparable")
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -116,13 +116,15 @@ def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int) -> tuple[Cand
     if search_dir is None:
         pick, score = select(cfg, workers)
         return pick, f"search run now on the config's search inputs (score {score:.4f})"
-    path = search_dir / "selected.json"
+    # --search takes the finished search's directory or its selected.json itself
+    path = search_dir if search_dir.is_file() else search_dir / "selected.json"
     try:
         raw = json.loads(path.read_text())
         pick = parse_candidate_id(raw["id"])
     except (OSError, ValueError, KeyError) as exc:
-        raise SearchError(f"{path}: no usable search result ({exc}); run `rearrival search "
-                          f"--out {search_dir}` or drop --search") from exc
+        raise SearchError(f"{path}: no usable search result ({exc}); give --search the "
+                          "directory of a finished `rearrival search --out DIR` or its "
+                          "selected.json, or drop --search") from exc
     return pick, f"{path} (search score {raw.get('search_score', float('nan')):.4f})"
 
 

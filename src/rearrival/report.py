@@ -6,7 +6,9 @@ as CSV, Markdown and LaTeX under ``<out>/tables/``, each figure as SVG under
 ``<out>/tables/index.json`` listing what was written. Every write is atomic, and the same
 results give the same bytes.
 
-The report states at the top which backend produced the runs. Numbers from the emulated
+The report states at the top which backend produced the runs, then opens with the
+scorecard of the paper's findings (``rearrival.scorecard``), also written as
+``<out>/tables/scorecard.csv`` and ``.md``. Numbers from the emulated
 substrate are described as such and never as hardware measurements (SPEC 6: every
 report labels its backend). The "Reading the results" section is generated from this
 run's numbers in the paper's manner; withheld and failed verdicts are stated plainly.
@@ -30,6 +32,13 @@ from rearrival.report_tables import (
     table_csv,
     table_latex,
     table_markdown,
+)
+from rearrival.scorecard import (
+    Scorecard,
+    evidence,
+    score,
+    scorecard_csv,
+    scorecard_markdown,
 )
 from rearrival.studies import StudyConfig
 
@@ -253,7 +262,8 @@ def table_context(table: Table) -> dict[str, Any]:
 
 
 def render_html(cfg: StudyConfig, prov: Provenance, tables: list[Table],
-                figures: list[Figure], paragraphs: list[str], missing: list[str]) -> str:
+                figures: list[Figure], paragraphs: list[str], missing: list[str],
+                card: Scorecard | None = None) -> str:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("rearrival", "templates"),
@@ -262,7 +272,9 @@ def render_html(cfg: StudyConfig, prov: Provenance, tables: list[Table],
     return env.get_template(TEMPLATE).render(
         config=cfg.source, prov=prov, tables=[table_context(t) for t in tables],
         figures=figures, paragraphs=paragraphs, missing=missing,
-        replicates=cfg.replicates, study_seed=cfg.study_seed)
+        replicates=cfg.replicates, study_seed=cfg.study_seed,
+        scorecard=[r.as_dict() for r in card.rows] if card else [],
+        scorecard_counts=card.counts() if card else {})
 
 
 def build_report(config: Path | str, results: Path | str, out: Path | str) -> dict[str, Any]:
@@ -279,6 +291,7 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     figures = build_figures(res)
     prov = provenance(res)
     paragraphs = reading(res, prov, {t.id: t for t in tables})
+    card = Scorecard(tuple(score(evidence(res, tables))), prov.backends)
     index: dict[str, Any] = {"tables": {}, "figures": {}, "report": "report.html"}
     for table in tables:
         written = []
@@ -292,9 +305,13 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
             rel = f"figures/{figure.id}.svg"
             atomic_write_text(out / rel, figure.svg + "\n")
             index["figures"][figure.id] = rel
+    for suffix, render in (("csv", scorecard_csv), ("md", scorecard_markdown)):
+        atomic_write_text(out / f"tables/scorecard.{suffix}", render(card))
+    index["scorecard"] = {"files": ["tables/scorecard.csv", "tables/scorecard.md"],
+                          "counts": card.counts()}
     index["not_produced"] = sorted(res.missing)
     index["backends"] = list(prov.backends)
-    html = render_html(cfg, prov, tables, figures, paragraphs, sorted(res.missing))
+    html = render_html(cfg, prov, tables, figures, paragraphs, sorted(res.missing), card)
     atomic_write_text(out / "report.html", html)
     atomic_write_json(out / "tables" / "index.json", index)
     return index

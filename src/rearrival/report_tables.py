@@ -1198,5 +1198,9 @@ TABLE_BUILDERS = {
 
 
 def build_tables(res: Results) -> list[Table]:
-    """Every table, in the paper's order (plus M, the mechanism studies)."""
-    return [builder(res) for builder in TABLE_BUILDERS.values()]
+    """Every table, in the paper's order (plus M, the mechanism studies), with the
+    paper's published value and the difference beside each cell the paper reports."""
+    from rearrival.paper_numbers import load_paper_numbers, with_paper
+
+    numbers = load_paper_numbers()
+    return [with_paper(builder(res), numbers) for builder in TABLE_BUILDERS.values()]

@@ -20,18 +20,30 @@ def tables(
         "--results", help="Results tree written by the pipeline.")] = Path("results"),
     out: Annotated[Path, typer.Option(
         "--out", help="Report directory: report.html, tables/, figures/.")] = Path("reports"),
+    scorecard: Annotated[bool, typer.Option(
+        "--scorecard", help="Also print one line per finding of the paper: verdict, paper "
+        "vs this run, why.")] = False,
 ) -> None:
     """Re-render every table, figure and report.html from existing results (SPEC 13).
 
     Reads results only and reruns nothing: each paper table as CSV (with run ids),
     Markdown and LaTeX under OUT/tables/, figures as SVG, one self-contained
     OUT/report.html stating the backend, and OUT/tables/index.json listing the files.
-    Results not produced yet are reported as such instead of failing.
+    Results not produced yet are reported as such instead of failing. The report opens
+    with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
+    and .md; --scorecard prints it here, one line per finding.
     """
     from rearrival.report import build_report
+    from rearrival.scorecard import read_scorecard_csv, summary_lines
 
     index = build_report(config, results, out)
     typer.echo(f"{out / index['report']}: {len(index['tables'])} tables, "
                f"{len(index['figures'])} figures")
+    if scorecard:
+        card = read_scorecard_csv(out / "tables" / "scorecard.csv")
+        for line in summary_lines(card):
+            typer.echo(line)
+        counts = index["scorecard"]["counts"]
+        typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
     for line in index["not_produced"]:
         typer.echo(f"not produced: {line}", err=True)

@@ -121,7 +121,8 @@ def advise(
         "--plans", help="Directory of plan files (.parquet/.json) to diagnose instead of "
         "the config's evaluation inputs at --n.")] = None,
     search_dir: Annotated[Path | None, typer.Option(
-        "--search", help="Finished search (selected.json); default: run the search now.")]
+        "--search", help="Finished search: its directory or its selected.json; default: "
+        "run the search now.")]
     = None,
     workers: Annotated[int, typer.Option("--workers", min=1,
                                          help="Worker processes for the search.")] = 2,
