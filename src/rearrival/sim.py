@@ -51,6 +51,7 @@ and the benchmark to check this one.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -202,16 +203,21 @@ _PROMPT = REQUEST_COLUMNS.index("prompt_tokens")
 
 class SimResult:
     """Outcome of one simulation; records are built on first access (the search only
-    reads the scalars, 112,000 times)."""
+    reads the scalars).
 
-    __slots__ = ("_columns", "_eviction_rows", "_records", "_stretch_rows", "config",
-                 "decode_s", "device_s", "histogram_nb", "interference_s", "makespan_s",
-                 "prefill_s", "sessions")
+    The compiled core hands over its arrays (``raw``); the per-request columns, stretch
+    and eviction rows are converted to plain lists only when a caller asks for them.
+    """
+
+    __slots__ = ("_columns", "_counts", "_eviction_rows", "_raw", "_records", "_stretch_rows",
+                 "config", "decode_s", "device_s", "histogram_nb", "interference_s",
+                 "makespan_s", "prefill_s", "sessions")
 
     def __init__(self, config: SimConfig, sessions: int, histogram_nb: dict[tuple[int, int], int],
                  decode_s: float, prefill_s: float, interference_s: float, makespan_s: float,
-                 columns: tuple[list[Any], ...], stretch_rows: list[list[Any]],
-                 eviction_rows: list[tuple[float, int, int, str]]) -> None:
+                 columns: tuple[list[Any], ...] | None, stretch_rows: list[list[Any]] | None,
+                 eviction_rows: list[tuple[float, int, int, str]] | None,
+                 counts: tuple[int, int] | None = None, raw: Any = None) -> None:
         self.config = config
         self.sessions = sessions
         self.histogram_nb = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
@@ -223,7 +229,29 @@ class SimResult:
         self._columns = columns
         self._stretch_rows = stretch_rows
         self._eviction_rows = eviction_rows
+        self._counts = counts  # (reuse hits, re-arrival computed tokens) when known
+        self._raw = raw  # (prompt, req_f, req_i, st_i, st_f, ev_f, ev_i) from the core
         self._records: tuple[RequestRecord, ...] | None = None
+
+    def _materialize(self) -> None:
+        """Lists from the compiled core's arrays (once, on first detailed access)."""
+        prompt, req_f, req_i, st_i, st_f, ev_f, ev_i = self._raw
+        arrival, admit, complete, prefill = req_f.tolist()
+        cached, slot, tag, running = req_i.tolist()
+        self._columns = (arrival, admit, complete, prompt, cached, prefill, slot, tag, running)
+        self._stretch_rows = [[n, k, a, b] for (n, k), (a, b)
+                              in zip(st_i.T.tolist(), st_f.T.tolist(), strict=True)]
+        causes = ("admission", "pre-evict")
+        self._eviction_rows = [(time, s, victim, causes[cause]) for time, (s, victim, cause)
+                               in zip(ev_f.tolist(), ev_i.T.tolist(), strict=True)]
+        self._raw = None
+
+    @property
+    def columns(self) -> tuple[list[Any], ...]:
+        """Per-request columns (``REQUEST_COLUMNS``), indexed by rid = 2 * session + turn."""
+        if self._columns is None:
+            self._materialize()
+        return self._columns
 
     @property
     def decode_steps(self) -> int:
@@ -246,8 +274,9 @@ class SimResult:
 
     @property
     def reuse_hits(self) -> int:
-        cached = self._columns[_CACHED]
-        return sum(1 for c in cached[1::2] if c > 0)
+        if self._counts is not None:
+            return self._counts[0]
+        return sum(1 for c in self.columns[_CACHED][1::2] if c > 0)
 
     @property
     def computed_prefill_tokens(self) -> int:
@@ -255,12 +284,14 @@ class SimResult:
 
         First requests never reuse anything; their tokens are in ``total_computed_tokens``.
         """
-        return sum(self._columns[_PROMPT][1::2]) - sum(self._columns[_CACHED][1::2])
+        if self._counts is not None:
+            return self._counts[1]
+        return sum(self.columns[_PROMPT][1::2]) - sum(self.columns[_CACHED][1::2])
 
     @property
     def total_computed_tokens(self) -> int:
         """Computed prefill tokens of every request (first requests and re-arrivals)."""
-        return sum(self._columns[_PROMPT]) - sum(self._columns[_CACHED])
+        return sum(self.columns[_PROMPT]) - sum(self.columns[_CACHED])
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:
@@ -268,7 +299,7 @@ class SimResult:
         if self._records is None:
             records = []
             for rid, (arrival, admit, complete, prompt, cached, prefill, slot, tag,
-                      running) in enumerate(zip(*self._columns, strict=True)):
+                      running) in enumerate(zip(*self.columns, strict=True)):
                 evicted = tag != NO_OWNER
                 records.append(RequestRecord(
                     rid >> 1, rid & 1, arrival, admit, admit + prefill, complete, prompt,
@@ -281,12 +312,16 @@ class SimResult:
     def stretches(self) -> tuple[Stretch, ...]:
         """Decode stretches in time order, for timelines and step reconstruction."""
         buckets = self.config.buckets
+        if self._stretch_rows is None:
+            self._materialize()
         return tuple(Stretch(n, select_bucket(n, buckets), steps, start, end)
                      for n, steps, start, end in self._stretch_rows)
 
     @property
     def evictions(self) -> tuple[Eviction, ...]:
         """Every KV eviction in time order (admissions and dummy-block pre-evictions)."""
+        if self._eviction_rows is None:
+            self._materialize()
         return tuple(Eviction(time, slot, tag >> 1, tag & 1, cause)
                      for time, slot, tag, cause in self._eviction_rows)
 
@@ -405,16 +440,130 @@ def request_tables(plan: Any, prompt: list[int], profile: Profile) -> tuple[list
     return tables
 
 
+@dataclass(frozen=True)
+class CoreInputs:
+    """A plan as the compiled core's arrays, for one profile (``core_inputs``)."""
+
+    prompt: Any  # int64 per rid
+    gen: Any  # int64 per rid
+    wait: Any  # float64 per session
+    miss_cost: Any  # float64 per rid: T(L)
+    hit_reuse: Any  # int64 per rid: C a surviving first request gives
+    hit_cost: Any  # float64 per rid: T(L - C)
+    prompt_list: list[int]
+    compiled_ok: bool  # False: integer keys could overflow int64; use the Python core
+
+
+_CORE_INPUTS: dict[int, tuple[Any, Profile, CoreInputs]] = {}
+_CORE_STEPS: dict[int, tuple[SimConfig, Profile, Any]] = {}
+_FIXED: dict[int, tuple[SimConfig, Any]] = {}
+
+
+def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
+    """The plan's per-request arrays and prefill costs, converted once per plan and profile
+    (the search and the benchmark call the core on the same plan thousands of times)."""
+    entry = _CORE_INPUTS.get(id(plan))
+    if entry is not None and entry[0] is plan and entry[1] is profile:
+        return entry[2]
+    import numpy as np
+
+    from rearrival.simcore import fits_int64
+
+    prompt, gen, wait = plan_arrays(plan, SimConfig())
+    miss_cost, hit_reuse, hit_cost, _ = request_tables(plan, prompt, profile)
+    inputs = CoreInputs(
+        np.array(prompt, dtype=np.int64), np.array(gen, dtype=np.int64),
+        np.array(wait, dtype=np.float64), np.array(miss_cost, dtype=np.float64),
+        np.array(hit_reuse, dtype=np.int64), np.array(hit_cost, dtype=np.float64),
+        prompt, fits_int64(sum(gen), len(prompt), 1))
+    if len(_CORE_INPUTS) > 256:
+        _CORE_INPUTS.clear()
+    _CORE_INPUTS[id(plan)] = (plan, profile, inputs)
+    return inputs
+
+
+def core_step_table(config: SimConfig, profile: Profile) -> Any:
+    """``step_table`` times as a float64 array, cached per configuration object."""
+    entry = _CORE_STEPS.get(id(config))
+    if entry is None or entry[0] is not config or entry[1] is not profile:
+        import numpy as np
+
+        if len(_CORE_STEPS) > 50_000:
+            _CORE_STEPS.clear()
+        times = np.array(step_table(config, profile)[0], dtype=np.float64)
+        entry = _CORE_STEPS[id(config)] = (config, profile, times)
+    return entry[2]
+
+
+def _fixed_array(config: SimConfig) -> Any:
+    entry = _FIXED.get(id(config))
+    if entry is None or entry[0] is not config:
+        import numpy as np
+
+        if len(_FIXED) > 1024:
+            _FIXED.clear()
+        values = () if config.fixed_arrivals is None else config.fixed_arrivals
+        entry = _FIXED[id(config)] = (config, np.array(values, dtype=np.float64))
+    return entry[1]
+
+
+_CORE: list[Any] = []  # [rearrival.simcore] once imported; [None] if numba is unusable
+
+
+def compiled_core() -> Any:
+    """The compiled core module, or None (with one warning) when numba cannot be imported."""
+    if not _CORE:
+        try:
+            from rearrival import simcore
+        except ImportError as exc:  # e.g. a numpy that numba does not support yet
+            warnings.warn(f"compiled simulator core unavailable ({exc}); running the Python "
+                          "core, same results, about 20x slower", RuntimeWarning, stacklevel=3)
+            simcore = None
+        _CORE.append(simcore)
+    return _CORE[0]
+
+
 def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> SimResult:
     """Predict one plan on one configuration (paper Section IV); see the module docstring.
 
     ``plan`` is a ``rearrival.plans.Plan`` (anything with ``.sessions``); ``profile``
-    defaults to the measured RBLN-CA25 profile.
+    defaults to the measured RBLN-CA25 profile. Runs the compiled core
+    (``rearrival.simcore``); the Python core below gives the same bits and runs, with a
+    warning, when numba is missing or the plan's token counts are too large for the
+    compiled core's int64 keys.
     """
-    # The search runs this 112,000 times, so per-plan and per-configuration work is cached
-    # (plan_arrays, request_tables, step_table) and the loop below works on locals.
     if profile is None:
         profile = measured_profile()
+    plan_arrays(plan, config)  # validates fixed_arrivals against the plan
+    core = compiled_core()
+    inputs = core_inputs(plan, profile)
+    if core is None or not inputs.compiled_ok or not core.fits_int64(
+            0, len(inputs.prompt_list), config.slots):
+        if core is not None:
+            warnings.warn("plan too large for the compiled core's int64 keys; running the "
+                          "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
+        return _simulate_python(plan, config, profile)
+    step_s = core_step_table(config, profile)
+    batch = config.batch_size
+    (req_f, req_i, hist, st_i, st_f, ev_f, ev_i, prefill_total, interference, makespan,
+     decode_total, hits, computed) = core.run_one(
+        inputs.prompt, inputs.gen, inputs.wait, _fixed_array(config), inputs.miss_cost,
+        inputs.hit_reuse, inputs.hit_cost, step_s, batch, config.slots,
+        config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0)
+    bucket_of = step_table(config, profile)[1]
+    histogram = {(n, bucket_of[n]): steps
+                 for n, steps in enumerate(hist.tolist()) if steps and n}
+    return SimResult(config, len(inputs.prompt_list) // 2, histogram, decode_total,
+                     prefill_total, interference, makespan, None, None, None,
+                     (hits, computed),
+                     (inputs.prompt_list, req_f, req_i, st_i, st_f, ev_f, ev_i))
+
+
+def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
+    """The event core in plain Python: the fallback of ``simulate`` and the readable
+    statement of what ``rearrival.simcore`` compiles (same operations, same order)."""
+    # Per-plan and per-configuration work is cached (plan_arrays, request_tables,
+    # step_table) and the loop below works on locals.
     prompt, gen, wait = plan_arrays(plan, config)
     miss_cost, hit_reuse, hit_cost, owners = request_tables(plan, prompt, profile)
     step_s, bucket_of = step_table(config, profile)
