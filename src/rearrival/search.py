@@ -297,93 +297,151 @@ class Outcome(NamedTuple):
     computed_prefill_tokens: int
 
 
-class PlanScorer:
-    """Simulates candidates on one plan, re-using exact results between candidates.
+class CandidateArrays:
+    """The candidates as the compiled core's arrays: batch size, slots and decode step
+    time t(n) = f(b(n)) + alpha + beta*n per n (``Profile.decode_step_s``, so the same bits
+    ``simulate`` uses), built once per process and shared by every plan.
 
-    The simulator reads the step time t(n) = f(b(n)) + alpha + beta*n only at the running
-    counts n it visits (the keys of its decode histogram), and the schedule depends on the
-    configuration only through those times, batch_size and slots. So a candidate with the
-    same batch_size and slots whose bucket map b(n) agrees with an earlier simulation at
-    every visited n would replay that simulation step for step: its outcome is the earlier
-    one, bit for bit. With N <= 10, the 1,471 batch-16 sets collapse to far fewer
-    distinct runs (buckets 11..15 are never selected). Tests check this against direct
-    simulation.
+    Exact re-use: a plan of N sessions never runs more than N requests at once (each
+    session has at most one request in the system), so the schedule reads t(n) only for
+    n <= min(N, batch_size). Candidates with the same batch_size, slots and bucket map
+    b(n) on 1..min(N, batch_size) replay the same simulation step for step; ``groups``
+    simulates one representative of each (tests check this against direct simulation).
+    With N <= 10 the 1,471 batch-16 sets collapse to far fewer runs; at N = 32-48 few do.
     """
 
-    def __init__(self, plan: Plan, profile: Profile | None = None) -> None:
-        self.plan = plan
-        self.profile = profile or measured_profile()
-        # (batch_size, slots) -> visited n tuple -> buckets at those n -> outcome
-        self._memo: dict[tuple[int, int], dict[tuple[int, ...],
-                                                dict[tuple[int, ...], Outcome]]] = {}
-        self.simulations = 0
+    def __init__(self, cands: Sequence[Candidate], profile: Profile) -> None:
+        import numpy as np
 
-    def outcome(self, candidate: Candidate) -> Outcome:
-        from rearrival.sim import simulate
+        self.count = len(cands)
+        self.batches = np.array([c.batch_size for c in cands], dtype=np.int64)
+        self.slots = np.array([c.slots for c in cands], dtype=np.int64)
+        width = int(self.batches.max(initial=1)) + 1
+        maps = np.zeros((self.count, width), dtype=np.int64)
+        for i, cand in enumerate(cands):
+            maps[i, :cand.batch_size + 1] = cand.bucket_map
+        self.maps = maps
+        step = np.zeros((width, width))  # t(n) at bucket b, n and b in 1..max batch
+        for b in np.unique(maps[maps > 0]).tolist():
+            for n in range(1, b + 1):
+                step[n, b] = profile.decode_step_s(n, b)
+        self.steps = step[np.arange(width), maps]
+        self._groups: dict[int, tuple[Any, Any]] = {}
 
-        bucket_map = candidate.bucket_map
-        runs = self._memo.setdefault((candidate.batch_size, candidate.slots), {})
-        for visited, known in runs.items():
-            hit = known.get(tuple(bucket_map[n] for n in visited))
-            if hit is not None:
-                return hit
-        result = simulate(self.plan, candidate.sim_config(), self.profile)
-        self.simulations += 1
-        outcome = Outcome(result.device_s, result.decode_s, result.prefill_s,
-                          result.reuse_hits, result.re_arrivals,
-                          result.computed_prefill_tokens)
-        pairs = sorted(result.histogram_nb)
-        runs.setdefault(tuple(n for n, _ in pairs), {})[tuple(b for _, b in pairs)] = outcome
-        return outcome
+    def groups(self, n: int) -> tuple[Any, Any]:
+        """(representatives, index of each candidate's representative) for plans of N=n."""
+        import numpy as np
+
+        if n not in self._groups:
+            seen: dict[tuple[int, int, bytes], int] = {}
+            reps: list[int] = []
+            inverse = np.empty(self.count, dtype=np.int64)
+            for i in range(self.count):
+                batch = int(self.batches[i])
+                key = (batch, int(self.slots[i]), self.maps[i, 1:min(n, batch) + 1].tobytes())
+                j = seen.get(key)
+                if j is None:
+                    j = seen[key] = len(reps)
+                    reps.append(i)
+                inverse[i] = j
+            self._groups[n] = (np.array(reps, dtype=np.int64), inverse)
+        return self._groups[n]
 
 
-_WORKER_CANDIDATES: list[Candidate] = []
+class PlanScores(NamedTuple):
+    """Outcomes of every candidate on one plan, as arrays in candidate order."""
+
+    times: Any  # float64 (candidates, 3): device_s, decode_s, prefill_s
+    counts: Any  # int64 (candidates, 2): reuse_hits, computed_prefill_tokens
+    re_arrivals: int
+    simulations: int
+
+    def outcome(self, index: int) -> Outcome:
+        device, decode, prefill = self.times[index].tolist()
+        hits, computed = self.counts[index].tolist()
+        return Outcome(device, decode, prefill, hits, self.re_arrivals, computed)
+
+
+def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = None) -> PlanScores:
+    """Every candidate on one plan: one compiled batch call over the distinct runs."""
+    import numpy as np
+
+    from rearrival.sim import compiled_core, core_inputs
+
+    profile = profile or measured_profile()
+    core = compiled_core()
+    inputs = core_inputs(plan, profile)
+    if core is None or not inputs.compiled_ok:
+        raise SearchError("the search needs the compiled simulator core (numba) and plans "
+                          "whose token counts fit int64; reinstall with `make .venv/.installed`")
+    reps, inverse = arrays.groups(plan.n)
+    out_f = np.empty((len(reps), 5))
+    out_i = np.empty((len(reps), 3), dtype=np.int64)
+    core.run_batch(inputs.prompt, inputs.gen, inputs.wait, inputs.miss_cost, inputs.hit_reuse,
+                   inputs.hit_cost, np.ascontiguousarray(arrays.steps[reps]),
+                   arrays.batches[reps], arrays.slots[reps], out_f, out_i)
+    return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
+
+
+_WORKER: list[CandidateArrays] = []
 
 
 def _init_worker(cands: list[Candidate]) -> None:
-    _WORKER_CANDIDATES[:] = cands
+    _WORKER[:] = [CandidateArrays(cands, measured_profile())]
 
 
-def _score_plan(task: tuple[int, Plan]) -> tuple[int, list[Outcome], int]:
+def _score_plan(task: tuple[int, Plan]) -> tuple[int, PlanScores]:
     index, plan = task
-    scorer = PlanScorer(plan)
-    return index, [scorer.outcome(c) for c in _WORKER_CANDIDATES], scorer.simulations
+    return index, score_plan(plan, _WORKER[0])
+
+
+# Below this many candidate-plan pairs one process is faster than starting workers (each
+# spawned worker imports numpy, pandas and numba, about 1 s on the development machine).
+POOL_MIN_PAIRS = 400_000
 
 
 def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
              workers: int = 1) -> tuple[pd.DataFrame, int]:
     """Outcome of every candidate on every plan as a long frame, and the number of
-    simulations actually run (the rest were exact re-uses, see ``PlanScorer``).
+    simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
-    One task per plan so each worker keeps a plan's re-use table to itself; larger N
-    first so the slowest tasks do not finish last.
+    One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
+    is a maximum: small searches run in this process.
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
-    outcomes: dict[int, list[Outcome]] = {}
-    simulations = 0
-    if workers <= 1 or len(tasks) <= 1:
+    outcomes: dict[int, PlanScores] = {}
+    if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
         _init_worker(list(cands))
         for task in tasks:
-            index, result, count = _score_plan(task)
-            outcomes[index], simulations = result, simulations + count
+            index, scores = _score_plan(task)
+            outcomes[index] = scores
     else:
         context = multiprocessing.get_context("spawn")  # no fork of pyarrow's threads
         with context.Pool(workers, initializer=_init_worker, initargs=(list(cands),)) as pool:
-            for index, result, count in pool.imap_unordered(_score_plan, tasks):
-                outcomes[index], simulations = result, simulations + count
+            for index, scores in pool.imap_unordered(_score_plan, tasks):
+                outcomes[index] = scores
+    simulations = sum(scores.simulations for scores in outcomes.values())
     return results_frame(cands, plans, outcomes), simulations
 
 
 def results_frame(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
-                  outcomes: Mapping[int, Sequence[Outcome]]) -> pd.DataFrame:
+                  outcomes: Mapping[int, PlanScores]) -> pd.DataFrame:
+    """Long frame, one row per (candidate, plan), built column-wise (1.7 million rows at
+    fleet scale)."""
+    import numpy as np
     import pandas as pd
 
-    rows = []
+    ids = np.array([c.id for c in cands], dtype=object)
+    parts = []
     for index, (key, plan) in enumerate(plans):
-        sha = plan.sha256()
-        for cand, out in zip(cands, outcomes[index], strict=True):
-            rows.append((cand.id, key.inputs, key.name, key.n, sha, *out))
-    frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+        scores = outcomes[index]
+        parts.append(pd.DataFrame({
+            "candidate": ids, "inputs": key.inputs, "plan": key.name, "n": key.n,
+            "plan_sha256": plan.sha256(), "device_s": scores.times[:, 0],
+            "decode_s": scores.times[:, 1], "prefill_s": scores.times[:, 2],
+            "reuse_hits": scores.counts[:, 0], "re_arrivals": scores.re_arrivals,
+            "computed_prefill_tokens": scores.counts[:, 1]}))
+    frame = pd.concat(parts, ignore_index=True)[list(RESULT_COLUMNS)]
     return sort_results(frame)
 
 
