@@ -377,8 +377,7 @@ def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = No
     reps, inverse = arrays.groups(plan.n)
     out_f = np.empty((len(reps), 5))
     out_i = np.empty((len(reps), 3), dtype=np.int64)
-    core.run_batch(inputs.prompt, inputs.gen, inputs.wait, inputs.miss_cost, inputs.hit_reuse,
-                   inputs.hit_cost, np.ascontiguousarray(arrays.steps[reps]),
+    core.run_batch(inputs.ints, inputs.floats, np.ascontiguousarray(arrays.steps[reps]),
                    arrays.batches[reps], arrays.slots[reps], out_f, out_i)
     return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
 
@@ -524,15 +523,35 @@ def compare_n_sets(totals: Mapping[str, Mapping[int, float]], baseline: Mapping[
 
 
 def _totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dict[int, float]]:
-    """Per candidate, per N: exactly rounded sum of ``column`` over that N's plans."""
-    groups: dict[tuple[str, int], list[float]] = {}
-    for cid, n, value in zip(frame["candidate"].tolist(), frame["n"].tolist(),
-                             frame[column].tolist(), strict=True):
-        groups.setdefault((cid, n), []).append(value)
+    """Per candidate, per N: exactly rounded sum of ``column`` over that N's plans.
+
+    Rows are grouped by (candidate, n) in sorted order, so each group is one contiguous
+    run of rows (results frames come from ``sort_results``; others are sorted here).
+    """
+    import numpy as np
+
+    if len(frame) == 0:
+        return {}
+    keys = frame[["candidate", "n"]]
+    if not pd_sorted(keys):
+        frame = frame.sort_values(["candidate", "n"], kind="stable")
+    cids = frame["candidate"].to_numpy(dtype=object)
+    ns = frame["n"].to_numpy()
+    values = frame[column].tolist()
+    change = np.ones(len(frame), dtype=bool)
+    change[1:] = (cids[1:] != cids[:-1]) | (ns[1:] != ns[:-1])
+    starts = np.flatnonzero(change).tolist()
     out: dict[str, dict[int, float]] = {}
-    for (cid, n), values in sorted(groups.items()):
-        out.setdefault(cid, {})[n] = math.fsum(values)
+    for start, stop in zip(starts, [*starts[1:], len(values)], strict=True):
+        out.setdefault(cids[start], {})[int(ns[start])] = math.fsum(values[start:stop])
     return out
+
+
+def pd_sorted(keys: pd.DataFrame) -> bool:
+    """True when the (candidate, n) rows are in ascending order."""
+    import pandas as pd
+
+    return pd.MultiIndex.from_frame(keys).is_monotonic_increasing
 
 
 def _sum(totals: Mapping[int, float]) -> float:

@@ -98,6 +98,9 @@ def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, .
     return times
 
 
+_VALID_GRIDS: set[tuple[tuple[int, ...], int]] = set()  # (buckets, batch_size) checked
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """One configuration (bucket set, batch_size, KV slots) plus the simulator variant.
@@ -120,10 +123,15 @@ class SimConfig:
         except TypeError as exc:
             raise SimConfigError("SimConfig field 'buckets' (--buckets) must be a list of "
                                  "integers such as 1,2,4,8") from exc
-        problem = bucket_set_problem(buckets, self.batch_size)
-        if problem is not None:
-            raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
-                                 f"--batch-size): {problem}")
+        key = (buckets, self.batch_size)
+        if key not in _VALID_GRIDS or type(self.batch_size) is not int or not all(
+                type(b) is int for b in buckets):  # bool equals int in the key
+            problem = bucket_set_problem(buckets, self.batch_size)
+            if problem is not None:
+                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
+                                     f"--batch-size): {problem}")
+            if len(_VALID_GRIDS) < 100_000:
+                _VALID_GRIDS.add(key)
         slots = self.batch_size if self.slots is None else self.slots
         if not _is_int(slots) or slots < 1:
             raise SimConfigError(f"SimConfig field 'slots' (--slots) {slots!r} must be a "
@@ -209,18 +217,21 @@ class SimResult:
     and eviction rows are converted to plain lists only when a caller asks for them.
     """
 
-    __slots__ = ("_columns", "_counts", "_eviction_rows", "_raw", "_records", "_stretch_rows",
-                 "config", "decode_s", "device_s", "histogram_nb", "interference_s",
-                 "makespan_s", "prefill_s", "sessions")
+    __slots__ = ("_columns", "_counts", "_eviction_rows", "_hist", "_histogram", "_raw",
+                 "_records", "_stretch_rows", "config", "decode_s", "device_s",
+                 "interference_s", "makespan_s", "prefill_s", "sessions")
 
-    def __init__(self, config: SimConfig, sessions: int, histogram_nb: dict[tuple[int, int], int],
-                 decode_s: float, prefill_s: float, interference_s: float, makespan_s: float,
+    def __init__(self, config: SimConfig, sessions: int,
+                 histogram_nb: dict[tuple[int, int], int] | None, decode_s: float,
+                 prefill_s: float, interference_s: float, makespan_s: float,
                  columns: tuple[list[Any], ...] | None, stretch_rows: list[list[Any]] | None,
                  eviction_rows: list[tuple[float, int, int, str]] | None,
-                 counts: tuple[int, int] | None = None, raw: Any = None) -> None:
+                 counts: tuple[int, int, int, int, int] | None = None, raw: Any = None,
+                 hist: tuple[Any, list[int]] | None = None) -> None:
         self.config = config
         self.sessions = sessions
-        self.histogram_nb = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
+        self._histogram = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
+        self._hist = hist  # or (steps per n array, b(n) list) from the compiled core
         self.decode_s = decode_s
         self.prefill_s = prefill_s
         self.device_s = decode_s + prefill_s
@@ -229,13 +240,16 @@ class SimResult:
         self._columns = columns
         self._stretch_rows = stretch_rows
         self._eviction_rows = eviction_rows
-        self._counts = counts  # (reuse hits, re-arrival computed tokens) when known
-        self._raw = raw  # (prompt, req_f, req_i, st_i, st_f, ev_f, ev_i) from the core
+        # (reuse hits, re-arrival computed tokens, decode steps, sum b*steps, sum n*steps)
+        self._counts = counts
+        self._raw = raw  # (core module, its arguments, prompt list) to rebuild records
         self._records: tuple[RequestRecord, ...] | None = None
 
     def _materialize(self) -> None:
-        """Lists from the compiled core's arrays (once, on first detailed access)."""
-        prompt, req_f, req_i, st_i, st_f, ev_f, ev_i = self._raw
+        """Lists from the compiled core, on first detailed access: the core runs the same
+        simulation again with records kept (deterministic, so the same run)."""
+        core, args, prompt = self._raw
+        req_f, req_i, st_i, st_f, ev_f, ev_i = core.run_records(*args)
         arrival, admit, complete, prefill = req_f.tolist()
         cached, slot, tag, running = req_i.tolist()
         self._columns = (arrival, admit, complete, prompt, cached, prefill, slot, tag, running)
@@ -254,7 +268,18 @@ class SimResult:
         return self._columns
 
     @property
+    def histogram_nb(self) -> dict[tuple[int, int], int]:
+        """{(n, b): decode steps at n running on bucket b}, sorted by (n, b)."""
+        if self._histogram is None:
+            steps_at, bucket_of = self._hist
+            self._histogram = {(n, bucket_of[n]): steps
+                               for n, steps in enumerate(steps_at.tolist()) if steps and n}
+        return self._histogram
+
+    @property
     def decode_steps(self) -> int:
+        if self._counts is not None:
+            return self._counts[2]
         return sum(self.histogram_nb.values())
 
     @property
@@ -264,6 +289,9 @@ class SimResult:
     @property
     def padding_ratio(self) -> float:
         """sum(b - n) / sum(b) over decode steps (0 when nothing decoded)."""
+        if self._counts is not None:
+            padded, used = self._counts[3], self._counts[4]
+            return (padded - used) / padded if padded else 0.0
         padded = sum(b * steps for (_, b), steps in self.histogram_nb.items())
         used = sum(n * steps for (n, _), steps in self.histogram_nb.items())
         return (padded - used) / padded if padded else 0.0
@@ -339,30 +367,53 @@ class SimResult:
             "device_s": self.device_s,
             "interference_s": self.interference_s,
             "makespan_s": self.makespan_s,
-            "histogram": {f"{n}->{b}": steps for (n, b), steps in self.histogram_nb.items()},
+            "histogram": {_label(n, b): steps for (n, b), steps in self.histogram_nb.items()},
         }
 
 
-_STEP_TABLES: dict[int, tuple[SimConfig, Profile, list[float], list[int]]] = {}
+_LABELS: dict[tuple[int, int], str] = {}
 
 
-def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[int]]:
-    """Decode step time and bucket for each n in 0..batch_size, cached per configuration.
+def _label(n: int, b: int) -> str:
+    """The summary's histogram key ``"n->b"``, formatted once per pair."""
+    text = _LABELS.get((n, b))
+    if text is None:
+        text = _LABELS[(n, b)] = f"{n}->{b}"
+    return text
 
-    The search simulates every candidate on 54 plans, so the 2,077 tables are built once.
-    Keyed by the config object (the entry keeps it alive, so its id is not reused), which
-    is cheaper than hashing its bucket tuple on every call.
+
+_STEP_TABLES: dict[tuple[tuple[int, ...], int],
+                   tuple[Profile, list[float], list[int], Any, Any]] = {}
+
+
+def _step_entry(config: SimConfig,
+                profile: Profile) -> tuple[Profile, list[float], list[int], Any, Any]:
+    """Decode step times and buckets b(n) for n in 0..batch_size, as lists and arrays.
+
+    Keyed by the bucket set and batch size, so a caller that builds a new ``SimConfig``
+    for every call (``simulate(plan, SimConfig(...))``) still hits the cache.
     """
-    entry = _STEP_TABLES.get(id(config))
-    if entry is None or entry[0] is not config or entry[1] is not profile:
+    key = (config.buckets, config.batch_size)
+    entry = _STEP_TABLES.get(key)
+    if entry is None or entry[0] is not profile:
+        import numpy as np
+
         buckets = [0] + [select_bucket(n, config.buckets)
                          for n in range(1, config.batch_size + 1)]
         times = [0.0] + [profile.decode_step_s(n, buckets[n])
                          for n in range(1, config.batch_size + 1)]
         if len(_STEP_TABLES) > 50_000:
             _STEP_TABLES.clear()
-        entry = _STEP_TABLES[id(config)] = (config, profile, times, buckets)
-    return entry[2], entry[3]
+        entry = _STEP_TABLES[key] = (profile, times, buckets,
+                                     np.array(times, dtype=np.float64),
+                                     np.array(buckets, dtype=np.int64))
+    return entry
+
+
+def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[int]]:
+    """Decode step time and bucket for each n in 0..batch_size, cached per bucket set."""
+    entry = _step_entry(config, profile)
+    return entry[1], entry[2]
 
 
 _PROFILE_MEMOS: dict[int, tuple[Profile, Callable[[int], float], Callable[[int, int], int]]] = {}
@@ -444,18 +495,13 @@ def request_tables(plan: Any, prompt: list[int], profile: Profile) -> tuple[list
 class CoreInputs:
     """A plan as the compiled core's arrays, for one profile (``core_inputs``)."""
 
-    prompt: Any  # int64 per rid
-    gen: Any  # int64 per rid
-    wait: Any  # float64 per session
-    miss_cost: Any  # float64 per rid: T(L)
-    hit_reuse: Any  # int64 per rid: C a surviving first request gives
-    hit_cost: Any  # float64 per rid: T(L - C)
+    ints: Any  # int64 (3, requests): prompt, gen, C a surviving first request gives
+    floats: Any  # float64 (3, requests): tool wait per session (padded), T(L), T(L - C)
     prompt_list: list[int]
     compiled_ok: bool  # False: integer keys could overflow int64; use the Python core
 
 
 _CORE_INPUTS: dict[int, tuple[Any, Profile, CoreInputs]] = {}
-_CORE_STEPS: dict[int, tuple[SimConfig, Profile, Any]] = {}
 _FIXED: dict[int, tuple[SimConfig, Any]] = {}
 
 
@@ -471,28 +517,15 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
 
     prompt, gen, wait = plan_arrays(plan, SimConfig())
     miss_cost, hit_reuse, hit_cost, _ = request_tables(plan, prompt, profile)
-    inputs = CoreInputs(
-        np.array(prompt, dtype=np.int64), np.array(gen, dtype=np.int64),
-        np.array(wait, dtype=np.float64), np.array(miss_cost, dtype=np.float64),
-        np.array(hit_reuse, dtype=np.int64), np.array(hit_cost, dtype=np.float64),
-        prompt, fits_int64(sum(gen), len(prompt), 1))
+    padded_wait = list(wait) + [0.0] * (len(prompt) - len(wait))
+    inputs = CoreInputs(np.array([prompt, gen, hit_reuse], dtype=np.int64).reshape(3, -1),
+                        np.array([padded_wait, miss_cost, hit_cost],
+                                 dtype=np.float64).reshape(3, -1),
+                        prompt, fits_int64(sum(gen), len(prompt), 1))
     if len(_CORE_INPUTS) > 256:
         _CORE_INPUTS.clear()
     _CORE_INPUTS[id(plan)] = (plan, profile, inputs)
     return inputs
-
-
-def core_step_table(config: SimConfig, profile: Profile) -> Any:
-    """``step_table`` times as a float64 array, cached per configuration object."""
-    entry = _CORE_STEPS.get(id(config))
-    if entry is None or entry[0] is not config or entry[1] is not profile:
-        import numpy as np
-
-        if len(_CORE_STEPS) > 50_000:
-            _CORE_STEPS.clear()
-        times = np.array(step_table(config, profile)[0], dtype=np.float64)
-        entry = _CORE_STEPS[id(config)] = (config, profile, times)
-    return entry[2]
 
 
 def _fixed_array(config: SimConfig) -> Any:
@@ -543,20 +576,16 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
             warnings.warn("plan too large for the compiled core's int64 keys; running the "
                           "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
         return _simulate_python(plan, config, profile)
-    step_s = core_step_table(config, profile)
+    _, _, bucket_of, step_s, bucket_array = _step_entry(config, profile)
     batch = config.batch_size
-    (req_f, req_i, hist, st_i, st_f, ev_f, ev_i, prefill_total, interference, makespan,
-     decode_total, hits, computed) = core.run_one(
-        inputs.prompt, inputs.gen, inputs.wait, _fixed_array(config), inputs.miss_cost,
-        inputs.hit_reuse, inputs.hit_cost, step_s, batch, config.slots,
-        config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0)
-    bucket_of = step_table(config, profile)[1]
-    histogram = {(n, bucket_of[n]): steps
-                 for n, steps in enumerate(hist.tolist()) if steps and n}
-    return SimResult(config, len(inputs.prompt_list) // 2, histogram, decode_total,
+    args = (inputs.ints, inputs.floats, _fixed_array(config), step_s, batch, config.slots,
+            config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0,
+            bucket_array)
+    hist, prefill_total, interference, makespan, decode_total, *counts = \
+        core.run_summary(*args)
+    return SimResult(config, len(inputs.prompt_list) // 2, None, decode_total,
                      prefill_total, interference, makespan, None, None, None,
-                     (hits, computed),
-                     (inputs.prompt_list, req_f, req_i, st_i, st_f, ev_f, ev_i))
+                     tuple(counts), (core, args, inputs.prompt_list), (hist, bucket_of))
 
 
 def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:

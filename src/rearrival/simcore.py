@@ -344,50 +344,38 @@ def decode_total(hist, step_s):
 
 
 @njit(cache=True)
-def run_batch(prompt, gen, wait, miss_cost, hit_reuse, hit_cost, step_table, batches,
-              slot_counts, out_f, out_i):
+def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
     """Many configurations of one plan in one call (the search's inner loop).
 
     Base simulator only (deferred release, no dummy block, re-arrival = completion +
-    wait). Configuration c has batch size ``batches[c]``, ``slot_counts[c]`` slots and
-    step times ``step_table[c, :batches[c] + 1]``. Writes per configuration
+    wait). ``ints``/``floats`` as in ``run_summary``. Configuration c has batch size
+    ``batches[c]``, ``slot_counts[c]`` slots and step times
+    ``step_table[c, :batches[c] + 1]``. Writes per configuration
     out_f[c] = (device_s, decode_s, prefill_s, interference_s, makespan_s) and
     out_i[c] = (reuse_hits, computed_prefill_tokens of re-arrivals, decode steps).
     Scratch arrays are allocated once for the largest configuration.
     """
-    requests = gen.shape[0]
+    requests = ints.shape[1]
     max_batch = 0
     max_slots = 0
     for c in range(batches.shape[0]):
         max_batch = max(max_batch, batches[c])
         max_slots = max(max_slots, slot_counts[c])
-    width = max(requests, max_slots, 1)
-    req_f = np.empty((4, requests))
-    req_i = np.empty((4, requests), dtype=np.int64)
-    work = np.empty((8, width), dtype=np.int64)
-    hist = np.empty(max_batch + 1, dtype=np.int64)
+    req_f, req_i, work, hist = _scratch(requests, max_slots, max_batch)
     st_i = np.empty((2, 1), dtype=np.int64)
     st_f = np.empty((2, 1))
     ev_f = np.empty(1)
     ev_i = np.empty((3, 1), dtype=np.int64)
     no_fixed = np.empty(0)
-    prompt_sum = 0
-    for rid in range(1, requests, 2):
-        prompt_sum += prompt[rid]
     for c in range(batches.shape[0]):
         batch = batches[c]
         step_s = step_table[c, :batch + 1]
         h = hist[:batch + 1]
         _, prefill_total, interference, makespan, _, _ = run(
-            gen, wait, no_fixed, miss_cost, hit_reuse, hit_cost, step_s, batch,
+            ints[1], floats[0], no_fixed, floats[1], ints[2], floats[2], step_s, batch,
             slot_counts[c], True, 0, req_f, req_i, work, h, st_i, st_f, ev_f, ev_i, False)
         decode = decode_total(h, step_s)
-        hits = 0
-        reused = 0
-        for rid in range(1, requests, 2):
-            if req_i[0, rid] > 0:
-                hits += 1
-                reused += req_i[0, rid]
+        hits, computed = _reuse_counts(ints[0], req_i)
         steps = 0
         for n in range(batch + 1):
             steps += h[n]
@@ -397,45 +385,83 @@ def run_batch(prompt, gen, wait, miss_cost, hit_reuse, hit_cost, step_table, bat
         out_f[c, 3] = interference
         out_f[c, 4] = makespan
         out_i[c, 0] = hits
-        out_i[c, 1] = prompt_sum - reused
+        out_i[c, 1] = computed
         out_i[c, 2] = steps
 
 
 @njit(cache=True)
-def run_one(prompt, gen, wait, fixed, miss_cost, hit_reuse, hit_cost, step_s, batch, slots,
-            deferred, pad_below):
-    """One simulation with every record kept, in arrays allocated here.
-
-    Stretch and eviction rows start with room for 8 per session and double until they
-    fit (a full table restarts the run, so a result is never cut short).
-    Returns (req_f, req_i, hist, st_i[:, :m], st_f[:, :m], ev_f[:e], ev_i[:, :e],
-    prefill_total, interference, makespan, decode_total, reuse_hits, computed tokens).
-    """
-    requests = gen.shape[0]
+def _scratch(requests, slots, batch):
     req_f = np.empty((4, requests))
     req_i = np.empty((4, requests), dtype=np.int64)
     work = np.empty((8, max(requests, slots, 1)), dtype=np.int64)
     hist = np.empty(batch + 1, dtype=np.int64)
+    return req_f, req_i, work, hist
+
+
+@njit(cache=True)
+def _reuse_counts(prompt, req_i):
+    """(reuse hits, computed prefill tokens) over re-arrivals (odd request ids)."""
+    hits = 0
+    reused = 0
+    prompt_sum = 0
+    for rid in range(1, prompt.shape[0], 2):
+        prompt_sum += prompt[rid]
+        if req_i[0, rid] > 0:
+            hits += 1
+            reused += req_i[0, rid]
+    return hits, prompt_sum - reused
+
+
+@njit(cache=True)
+def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+    """One simulation, scalars and histogram only (what ``summary()`` reads).
+
+    ``ints`` rows: prompt, gen, hit_reuse per rid; ``floats`` rows: wait (per session,
+    padded), miss_cost, hit_cost per rid; ``bucket_of[n]`` is b(n). Returns (hist,
+    prefill_total, interference, makespan, decode_total, reuse_hits, computed prefill
+    tokens of re-arrivals, decode steps, sum of b x steps, sum of n x steps).
+    """
+    requests = ints.shape[1]
+    req_f, req_i, work, hist = _scratch(requests, slots, batch)
+    st_i = np.empty((2, 1), dtype=np.int64)
+    st_f = np.empty((2, 1))
+    ev_f = np.empty(1)
+    ev_i = np.empty((3, 1), dtype=np.int64)
+    _, prefill_total, interference, makespan, _, _ = run(
+        ints[1], floats[0], fixed, floats[1], ints[2], floats[2], step_s, batch, slots,
+        deferred, pad_below, req_f, req_i, work, hist, st_i, st_f, ev_f, ev_i, False)
+    hits, computed = _reuse_counts(ints[0], req_i)
+    steps = 0
+    padded = 0
+    used = 0
+    for n in range(1, batch + 1):
+        steps += hist[n]
+        padded += bucket_of[n] * hist[n]
+        used += n * hist[n]
+    return (hist, prefill_total, interference, makespan, decode_total(hist, step_s), hits,
+            computed, steps, padded, used)
+
+
+@njit(cache=True)
+def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+    """The same simulation with every record kept, in arrays allocated here.
+
+    Stretch and eviction rows start with room for 4 per request and double until they
+    fit (a full table restarts the run, so a result is never cut short).
+    Returns (req_f, req_i, st_i, st_f, ev_f, ev_i), the row tables trimmed to their use.
+    """
+    requests = ints.shape[1]
+    req_f, req_i, work, hist = _scratch(requests, slots, batch)
     cap = 4 * requests + 16
     while True:
         st_i = np.empty((2, cap), dtype=np.int64)
         st_f = np.empty((2, cap))
         ev_f = np.empty(cap)
         ev_i = np.empty((3, cap), dtype=np.int64)
-        code, prefill_total, interference, makespan, n_st, n_ev = run(
-            gen, wait, fixed, miss_cost, hit_reuse, hit_cost, step_s, batch, slots, deferred,
-            pad_below, req_f, req_i, work, hist, st_i, st_f, ev_f, ev_i, True)
+        code, _, _, _, n_st, n_ev = run(
+            ints[1], floats[0], fixed, floats[1], ints[2], floats[2], step_s, batch, slots,
+            deferred, pad_below, req_f, req_i, work, hist, st_i, st_f, ev_f, ev_i, True)
         if code == OK:
             break
         cap *= 2
-    hits = 0
-    reused = 0
-    prompt_sum = 0
-    for rid in range(1, requests, 2):
-        prompt_sum += prompt[rid]
-        if req_i[0, rid] > 0:
-            hits += 1
-            reused += req_i[0, rid]
-    return (req_f, req_i, hist, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev],
-            prefill_total, interference, makespan, decode_total(hist, step_s), hits,
-            prompt_sum - reused)
+    return req_f, req_i, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev]
