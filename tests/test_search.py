@@ -21,9 +21,9 @@ from rearrival.profile import measured_profile
 from rearrival.search import (
     BASELINE,
     Candidate,
+    CandidateArrays,
     Outcome,
     PlanKey,
-    PlanScorer,
     SearchError,
     SearchSettings,
     candidates,
@@ -36,6 +36,7 @@ from rearrival.search import (
     parse_candidate_id,
     plan_keys,
     run_shard,
+    score_plan,
     score_table,
     write_outputs,
 )
@@ -138,20 +139,22 @@ def test_settings_refuse_shared_seed_blocks() -> None:
 # --- simulation and scores --------------------------------------------------------------
 
 
-def test_plan_scorer_reuse_is_exact() -> None:
-    """Re-used outcomes equal direct simulation, whatever order candidates come in."""
+def test_batch_scores_with_reuse_equal_direct_simulation() -> None:
+    """Every candidate's batch outcome (re-used or not) equals a direct ``simulate`` call,
+    bit for bit, whatever order candidates come in; slots != batch_size included."""
     settings = SearchSettings(n=(6, 10), seeds=1, blocks=1, restricted_n=((6,),))
     cands = enumerate_candidates((8, 12, 16), 4)
+    cands += [Candidate(c.buckets, c.batch_size, slots) for c in cands[:40:7]
+              for slots in (3, c.batch_size + 5)]
     rng = random.Random(3)
     for key in plan_keys(settings)[:2]:
         plan = make_plan(key, settings, 5, None)
         order = cands[:]
         rng.shuffle(order)
-        scorer = PlanScorer(plan)
-        got = {c: scorer.outcome(c) for c in order}
-        assert scorer.simulations < len(cands)  # re-use happened
-        for c in rng.sample(cands, 60):
-            assert got[c] == direct(plan, c)
+        scores = score_plan(plan, CandidateArrays(order, measured_profile()))
+        assert scores.simulations < len(cands)  # re-use happened
+        for index, cand in enumerate(order):
+            assert scores.outcome(index) == direct(plan, cand), cand.id
 
 
 def test_baseline_and_its_twin_score_exactly_one() -> None:

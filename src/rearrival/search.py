@@ -27,13 +27,14 @@ import math
 import multiprocessing
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rearrival.errors import RearrivalError
+from rearrival.memory import DeviceMemory, device_memory
 from rearrival.profile import Profile, measured_profile, select_bucket
 
 if TYPE_CHECKING:
@@ -149,13 +150,32 @@ def over_budget(candidate: Candidate, profile: Profile) -> bool:
     return profile.compile_seconds(candidate.n_buckets) > profile.compile_budget_s
 
 
+def over_memory(candidate: Candidate, memory: DeviceMemory) -> bool:
+    """True if the candidate's KV slots plus the weights do not fit the devices (V-D)."""
+    return not memory.fits(candidate.slots)
+
+
 def candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16), max_buckets: int = 6,
-               profile: Profile | None = None) -> list[Candidate]:
+               profile: Profile | None = None, memory: DeviceMemory | None = None,
+               memory_filter: bool = True) -> list[Candidate]:
     """The searched candidates in stable order: enumeration minus those over the compile
-    budget (none of the paper's 2,077 is; ``over_budget`` counts the excluded)."""
+    budget and, with ``memory_filter``, those whose KV and weights do not fit the devices
+    (none of the paper's 2,077 is excluded by either; ``filter_counts`` counts them)."""
     profile = profile or measured_profile()
+    memory = memory or device_memory(profile)
     return [c for c in enumerate_candidates(batch_sizes, max_buckets)
-            if not over_budget(c, profile)]
+            if not over_budget(c, profile)
+            and not (memory_filter and over_memory(c, memory))]
+
+
+def filter_counts(every: Sequence[Candidate], profile: Profile, memory: DeviceMemory,
+                  memory_filter: bool) -> dict[str, int]:
+    """How many candidates each filter removed, applied in order (compile budget first)."""
+    budget = [c for c in every if over_budget(c, profile)]
+    rest = [c for c in every if not over_budget(c, profile)]
+    memory_out = [c for c in rest if over_memory(c, memory)] if memory_filter else []
+    return {"excluded_by_compile_budget": len(budget),
+            "excluded_by_memory": len(memory_out)}
 
 
 # --- settings and input plans -----------------------------------------------------------
@@ -175,6 +195,7 @@ class SearchSettings:
     restricted_n: tuple[tuple[int, ...], ...] = ((6, 8), (8, 10))
     top: int = 20
     shards: int = 4
+    memory_filter: bool = True
 
     def __post_init__(self) -> None:
         if self.search_seed_block == self.evaluation_seed_block:
@@ -682,7 +703,8 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
                 **resource_costs(pick, profile), "n_buckets": pick.n_buckets,
                 "search_n": list(settings.n)}
     every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
-    excluded = [c for c in every if over_budget(c, profile)]
+    memory = device_memory(profile)
+    counts = filter_counts(every, profile, memory, settings.memory_filter)
     top = table.head(settings.top)
     full = comparison[n_label(settings.n)]
     summary = {
@@ -692,8 +714,12 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
                                 "authors' script counted intermediates + 1, so their "
                                 "--max-buckets 5 is this 6",
             "enumerated": len(every),
-            "excluded_by_compile_budget": len(excluded),
+            "excluded_by_compile_budget": counts["excluded_by_compile_budget"],
             "compile_budget_s": profile.compile_budget_s,
+            "excluded_by_memory": counts["excluded_by_memory"],
+            "memory_filter": settings.memory_filter,
+            "memory_gib_per_device": memory.per_device_gib,
+            "max_slots_in_memory": memory.max_slots(),
             "searched": len(table),
             "per_batch_size": {str(b): sum(1 for c in every if c.batch_size == b)
                                for b in settings.batch_sizes},
@@ -740,13 +766,27 @@ def baseline_of(cfg: StudyConfig) -> Candidate:
 
 
 def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
-    return candidates(settings.batch_sizes, settings.max_buckets, profile)
+    return candidates(settings.batch_sizes, settings.max_buckets, profile,
+                      memory_filter=settings.memory_filter)
 
 
-def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2) -> dict[str, Any]:
+def override_settings(settings: SearchSettings, **changes: Any) -> SearchSettings:
+    """Settings with command-line values (``--n``, ``--batch-sizes``, ``--max-buckets``,
+    ``--memory-filter``) in place of the config's; a new N set keeps only the restricted
+    N sets that lie inside it."""
+    if not changes:
+        return settings
+    if "n" in changes:
+        keep = set(changes["n"])
+        changes["restricted_n"] = tuple(s for s in settings.restricted_n if set(s) <= keep)
+    return replace(settings, **changes)
+
+
+def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2,
+               overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
     same scores/selected/summary files the sharded path writes, byte for byte."""
-    settings = SearchSettings.from_config(cfg)
+    settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
     plans = make_plans(cfg, settings)
     write_plans(plans, out_dir / "plans")
     cands = search_candidates(settings)
