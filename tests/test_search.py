@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from rearrival.cli import app
 from rearrival.experiments import write_frame
-from rearrival.profile import measured_profile
+from rearrival.memory import device_memory
+from rearrival.profile import ProfileError, measured_profile
 from rearrival.search import (
     BASELINE,
     Candidate,
@@ -31,6 +32,7 @@ from rearrival.search import (
     compare_n_sets,
     enumerate_candidates,
     evaluate,
+    filter_counts,
     make_plan,
     over_budget,
     parse_candidate_id,
@@ -298,3 +300,48 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
 def test_plan_key_names() -> None:
     key = PlanKey("evaluation", 10, 2, 1)
     assert key.relpath == "evaluation/n10_s2_b1.parquet"
+
+
+# --- memory filter and search options ---------------------------------------------------
+
+
+def test_device_memory_matches_the_paper() -> None:
+    memory = device_memory()
+    assert memory.slot_gib == 1.125  # 144 KiB x 8,192 tokens (Table XV)
+    assert memory.slot_gib / memory.num_devices == 0.28125
+    assert memory.per_device_gib == 15.7  # Section II-A
+    assert memory.fits(32)  # the slot-32 configuration loaded (Section V-C)
+    assert memory.max_slots() == int((4 * 15.7 - memory.weights_gib) // 1.125)
+    assert not memory.fits(memory.max_slots() + 1)
+
+
+def test_memory_filter_excludes_and_counts(tmp_path: Path) -> None:
+    tree = {"memory": {"per_device_gib": {"value": 5.0}, "weights_gib": {"value": 7.45}}}
+    small = device_memory(tree=tree, source="small.yaml")
+    assert small.max_slots() == 11  # (4 x 5.0 - 7.45) // 1.125
+    every = enumerate_candidates((8, 10, 12, 16), 3)
+    kept = candidates((8, 10, 12, 16), 3, memory=small)
+    assert kept == [c for c in every if c.batch_size <= 11]
+    assert filter_counts(every, measured_profile(), small, True) == {
+        "excluded_by_compile_budget": 0, "excluded_by_memory": len(every) - len(kept)}
+    assert candidates((8, 10, 12, 16), 3, memory=small, memory_filter=False) == every
+    with pytest.raises(ProfileError, match=r"small.yaml: missing field 'memory.weights_gib'"):
+        device_memory(tree={"memory": {"per_device_gib": 5.0}}, source="small.yaml")
+
+
+def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
+    config = str(tiny_config(tmp_path))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["search", "--n", "3", "--batch-sizes", "4,5",
+                                 "--max-buckets", "2", "--no-memory-filter", "--out", str(out),
+                                 "--config", config, "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["inputs"]["n"] == [3]
+    assert summary["candidates"]["per_batch_size"] == {"4": 1, "5": 1}
+    assert summary["candidates"]["memory_filter"] is False
+    assert summary["restricted"] == {}  # [[2], [3]] minus sets outside --n 3, minus {3}
+    assert sorted(p.name for p in (out / "plans" / "search").iterdir()) == [
+        "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
+    bad = runner.invoke(app, ["search", "--n", "3,x", "--out", str(out), "--config", config])
+    assert bad.exit_code != 0 and "--n" in str(bad.exception or bad.output)

@@ -446,23 +446,51 @@ def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
 
 def results_frame(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
                   outcomes: Mapping[int, PlanScores]) -> pd.DataFrame:
-    """Long frame, one row per (candidate, plan), built column-wise (1.7 million rows at
-    fleet scale)."""
+    """Long frame, one row per (candidate, plan), in ``sort_results`` order.
+
+    Built column-wise and directly in sorted order (1.7 million rows at fleet scale, where
+    sorting string columns costs more than the simulations); with repeated candidate ids
+    it falls back to building and sorting.
+    """
     import numpy as np
     import pandas as pd
 
-    ids = np.array([c.id for c in cands], dtype=object)
-    parts = []
-    for index, (key, plan) in enumerate(plans):
-        scores = outcomes[index]
-        parts.append(pd.DataFrame({
-            "candidate": ids, "inputs": key.inputs, "plan": key.name, "n": key.n,
-            "plan_sha256": plan.sha256(), "device_s": scores.times[:, 0],
-            "decode_s": scores.times[:, 1], "prefill_s": scores.times[:, 2],
-            "reuse_hits": scores.counts[:, 0], "re_arrivals": scores.re_arrivals,
-            "computed_prefill_tokens": scores.counts[:, 1]}))
-    frame = pd.concat(parts, ignore_index=True)[list(RESULT_COLUMNS)]
-    return sort_results(frame)
+    ids = [c.id for c in cands]
+    if len(set(ids)) != len(ids):
+        parts = [pd.DataFrame(_columns(np.array(ids, dtype=object), [key], [plan],
+                                       outcomes[index].times, outcomes[index].counts,
+                                       [outcomes[index].re_arrivals]))
+                 for index, (key, plan) in enumerate(plans)]
+        return sort_results(pd.concat(parts, ignore_index=True)[list(RESULT_COLUMNS)])
+    by_id = sorted(range(len(ids)), key=ids.__getitem__)
+    by_key = sorted(range(len(plans)), key=lambda i: (plans[i][0].inputs, plans[i][0].n,
+                                                     plans[i][0].name))
+    times = np.stack([outcomes[i].times[by_id] for i in by_key], axis=1)
+    counts = np.stack([outcomes[i].counts[by_id] for i in by_key], axis=1)
+    keys = [plans[i][0] for i in by_key]
+    columns = _columns(np.repeat(np.array([ids[i] for i in by_id], dtype=object), len(keys)),
+                       keys, [plans[i][1] for i in by_key], times.reshape(-1, 3),
+                       counts.reshape(-1, 2), [outcomes[i].re_arrivals for i in by_key],
+                       repeat=len(by_id))
+    return pd.DataFrame(columns)[list(RESULT_COLUMNS)]
+
+
+def _columns(candidate: Any, keys: Sequence[PlanKey], plans: Sequence[Plan], times: Any,
+             counts: Any, re_arrivals: Sequence[int], repeat: int = 0) -> dict[str, Any]:
+    """RESULT_COLUMNS for rows candidate-major over ``keys`` (``repeat`` candidates), or
+    for one plan's rows (``repeat`` 0: scalars broadcast)."""
+    import numpy as np
+
+    def per_plan(values: list[Any], dtype: Any = object) -> Any:
+        return np.tile(np.array(values, dtype=dtype), repeat) if repeat else values[0]
+
+    return {"candidate": candidate, "inputs": per_plan([k.inputs for k in keys]),
+            "plan": per_plan([k.name for k in keys]),
+            "n": per_plan([k.n for k in keys], np.int64),
+            "plan_sha256": per_plan([p.sha256() for p in plans]),
+            "device_s": times[:, 0], "decode_s": times[:, 1], "prefill_s": times[:, 2],
+            "reuse_hits": counts[:, 0], "re_arrivals": per_plan(list(re_arrivals), np.int64),
+            "computed_prefill_tokens": counts[:, 1]}
 
 
 def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -543,35 +571,49 @@ def compare_n_sets(totals: Mapping[str, Mapping[int, float]], baseline: Mapping[
     return report
 
 
-def _totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dict[int, float]]:
-    """Per candidate, per N: exactly rounded sum of ``column`` over that N's plans.
+def _group_totals(frame: pd.DataFrame, mask: Any,
+                  columns: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
+    """Per column, per candidate, per N: exactly rounded sum over the rows in ``mask``.
 
-    Rows are grouped by (candidate, n) in sorted order, so each group is one contiguous
-    run of rows (results frames come from ``sort_results``; others are sorted here).
+    ``frame`` is in ``sort_results`` order, so the rows of one (candidate, n) are one
+    contiguous run and runs come in (candidate, n) order; the run boundaries are found
+    once for all columns, on integer codes (string columns are slow to walk row by row).
     """
+    import numpy as np
+    import pandas as pd
+
+    codes, names = pd.factorize(frame["candidate"])
+    codes, ns = codes[mask], frame["n"].to_numpy()[mask]
+    change = np.ones(len(codes), dtype=bool)
+    change[1:] = (codes[1:] != codes[:-1]) | (ns[1:] != ns[:-1])
+    starts = np.flatnonzero(change).tolist()
+    bounds = list(zip(starts, [*starts[1:], len(codes)], strict=True))
+    labels = [(str(names[codes[i]]), int(ns[i])) for i in starts]
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for column in columns:
+        values = frame[column].to_numpy()[mask].tolist()
+        totals: dict[str, dict[int, float]] = {}
+        for (cid, n), (start, stop) in zip(labels, bounds, strict=True):
+            totals.setdefault(cid, {})[n] = math.fsum(values[start:stop])
+        out[column] = totals
+    return out
+
+
+def _totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dict[int, float]]:
+    """Per candidate, per N: exactly rounded sum of ``column`` over that N's plans."""
     import numpy as np
 
     if len(frame) == 0:
         return {}
-    keys = frame[["candidate", "n"]]
-    if not pd_sorted(keys):
-        frame = frame.sort_values(["candidate", "n"], kind="stable")
-    cids = frame["candidate"].to_numpy(dtype=object)
-    ns = frame["n"].to_numpy()
-    values = frame[column].tolist()
-    change = np.ones(len(frame), dtype=bool)
-    change[1:] = (cids[1:] != cids[:-1]) | (ns[1:] != ns[:-1])
-    starts = np.flatnonzero(change).tolist()
-    out: dict[str, dict[int, float]] = {}
-    for start, stop in zip(starts, [*starts[1:], len(values)], strict=True):
-        out.setdefault(cids[start], {})[int(ns[start])] = math.fsum(values[start:stop])
-    return out
+    frame = sort_results(frame) if not _is_sorted(frame) else frame
+    return _group_totals(frame, np.ones(len(frame), dtype=bool), [column])[column]
 
 
-def pd_sorted(keys: pd.DataFrame) -> bool:
-    """True when the (candidate, n) rows are in ascending order."""
+def _is_sorted(frame: pd.DataFrame) -> bool:
+    """True when the rows are in ``sort_results`` order (as evaluate and merge leave them)."""
     import pandas as pd
 
+    keys = frame[["candidate", "inputs", "n", "plan"]]
     return pd.MultiIndex.from_frame(keys).is_monotonic_increasing
 
 
@@ -616,7 +658,8 @@ def check_complete(results: pd.DataFrame, cands: Sequence[Candidate], baseline: 
         if counts[cand.id] != len(expected_plans):
             raise SearchError(f"candidate {cand.id} has {counts[cand.id]} of "
                               f"{len(expected_plans)} plans; re-run its shard")
-    present = set(zip(results["inputs"], results["plan"], strict=True))
+    pairs = results[["inputs", "plan"]].drop_duplicates()
+    present = set(zip(pairs["inputs"].tolist(), pairs["plan"].tolist(), strict=True))
     if present != expected_plans:
         odd = sorted(present ^ expected_plans)[0]
         raise SearchError(f"shard plans do not match the config (e.g. {odd[0]}/{odd[1]}); "
@@ -630,10 +673,14 @@ def score_table(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Can
     import pandas as pd
 
     profile = profile or measured_profile()
-    by_inputs = {inputs: results[results["inputs"] == inputs] for inputs in INPUT_SETS}
-    device = {inputs: _totals(frame) for inputs, frame in by_inputs.items()}
-    parts = {col: {inputs: _totals(frame, col) for inputs, frame in by_inputs.items()}
-             for col in ("decode_s", "prefill_s", "reuse_hits", "re_arrivals")}
+    if not _is_sorted(results):
+        results = sort_results(results)
+    summed = ("device_s", "decode_s", "prefill_s", "reuse_hits", "re_arrivals")
+    per_inputs = {inputs: _group_totals(results, (results["inputs"] == inputs).to_numpy(
+                                            dtype=bool), summed) for inputs in INPUT_SETS}
+    device = {inputs: per_inputs[inputs]["device_s"] for inputs in INPUT_SETS}
+    parts = {col: {inputs: per_inputs[inputs][col] for inputs in INPUT_SETS}
+             for col in summed[1:]}
     base = {inputs: device[inputs][baseline.id] for inputs in INPUT_SETS}
     ids = [c.id for c in cands]
     tiebreak = {c.id: c.tiebreak() for c in cands}
