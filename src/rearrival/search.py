@@ -76,7 +76,7 @@ class Candidate:
             raise SearchError(f"candidate {self.batch_size}:{buckets} needs slots >= 1")
         object.__setattr__(self, "slots", slots)
 
-    @property
+    @cached_property
     def id(self) -> str:
         """Stable name, e.g. ``16:1,4,6,8,10,16`` (``/S`` appended only if slots differ)."""
         text = f"{self.batch_size}:{','.join(map(str, self.buckets))}"
@@ -588,7 +588,9 @@ def _group_totals(frame: pd.DataFrame, mask: Any,
     change[1:] = (codes[1:] != codes[:-1]) | (ns[1:] != ns[:-1])
     starts = np.flatnonzero(change).tolist()
     bounds = list(zip(starts, [*starts[1:], len(codes)], strict=True))
-    labels = [(str(names[codes[i]]), int(ns[i])) for i in starts]
+    names = [str(name) for name in names]
+    labels = [(names[code], n) for code, n in zip(codes[starts].tolist(), ns[starts].tolist(),
+                                                  strict=True)]
     out: dict[str, dict[str, dict[int, float]]] = {}
     for column in columns:
         values = frame[column].to_numpy()[mask].tolist()
