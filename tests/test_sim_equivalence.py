@@ -16,6 +16,7 @@ import random
 import pytest
 from conftest import random_plan
 
+from rearrival.plans import Plan, PlanMeta, Session
 from rearrival.profile import measured_profile
 from rearrival.sim import SimConfig, SimResult, _simulate_python, simulate
 from rearrival.sim_reference import simulate_reference
@@ -93,7 +94,7 @@ def check_random_plans(release: str, dummy_block: str, fixed: bool, count: int,
     for index in range(count):
         plan, config = random_case(rng, release, dummy_block, fixed)
         label = f"case {index} N={plan.n} {config}"
-        core = simulate(plan, config)
+        core = simulate(plan, config, core="compiled")
         assert_same(core, simulate_reference(plan, config), label)
         assert_identical(core, _simulate_python(plan, config, profile), label)
 
@@ -116,6 +117,24 @@ def test_core_matches_reference_on_paper_sized_plans(n):
     plan = random_plan(rng, n, max_gen=256, max_wait_s=5.0)
     for config in (SimConfig(), SimConfig(buckets=(1, 4, 6, 8, 10, 16), batch_size=16),
                    SimConfig(release="immediate", dummy_block="pre-evict")):
-        core = simulate(plan, config)
+        core = simulate(plan, config, core="compiled")
         assert_same(core, simulate_reference(plan, config), str(config))
         assert_identical(core, _simulate_python(plan, config, measured_profile()), str(config))
+
+
+def test_plan_too_large_for_int64_keys_runs_the_python_core_with_a_warning():
+    huge = Plan((Session(0, 200, 2**61, 3, 8, 0.5, "aggregate"),), PlanMeta(n=1))
+    with pytest.warns(RuntimeWarning, match="int64"):
+        result = simulate(huge, SimConfig(), core="compiled")
+    assert result.decode_steps == 2**61 - 1 + 2  # G0 - 1 then G1 - 1 decode steps
+    assert result.summary() == _simulate_python(huge, SimConfig(), measured_profile()).summary()
+
+
+def test_auto_core_gives_the_compiled_bits():
+    plan = random_plan(random.Random(5), 12, max_gen=60)
+    config = SimConfig(buckets=(1, 4, 6, 8, 10, 16), batch_size=16)
+    results = [simulate(plan, config, core=core) for core in ("auto", "compiled", "python")]
+    for other in results[1:]:
+        assert_identical(results[0], other, "auto vs explicit core")
+    with pytest.raises(ValueError, match="core 'fast'"):
+        simulate(plan, config, core="fast")

@@ -556,23 +556,39 @@ def compiled_core() -> Any:
     return _CORE[0]
 
 
-def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> SimResult:
+# A process's first calls run the Python core: loading numba and the cached machine code
+# costs about 1.2 s, more than a one-off `rearrival simulate` spends simulating. Both
+# cores give the same bits (tests/test_sim_equivalence.py), so only the speed differs.
+PYTHON_FIRST_CALLS = 32
+CORES = ("auto", "compiled", "python")
+_CALLS = [0]
+
+
+def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
+             core: str = "auto") -> SimResult:
     """Predict one plan on one configuration (paper Section IV); see the module docstring.
 
     ``plan`` is a ``rearrival.plans.Plan`` (anything with ``.sessions``); ``profile``
-    defaults to the measured RBLN-CA25 profile. Runs the compiled core
-    (``rearrival.simcore``); the Python core below gives the same bits and runs, with a
-    warning, when numba is missing or the plan's token counts are too large for the
-    compiled core's int64 keys.
+    defaults to the measured RBLN-CA25 profile. ``core``: "compiled" runs
+    ``rearrival.simcore``; "python" the plain event loop below (same results, same bits);
+    "auto" the Python core for a process's first ``PYTHON_FIRST_CALLS`` calls (unless the
+    compiled core is already loaded), then the compiled one. The Python core also runs,
+    with a warning, when numba is missing or the plan's token counts are too large for
+    the compiled core's int64 keys.
     """
     if profile is None:
         profile = measured_profile()
     plan_arrays(plan, config)  # validates fixed_arrivals against the plan
-    core = compiled_core()
+    if core not in CORES:
+        raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
+    if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
+        _CALLS[0] += 1
+        return _simulate_python(plan, config, profile)
+    core_module = compiled_core()
     inputs = core_inputs(plan, profile)
-    if core is None or not inputs.compiled_ok or not core.fits_int64(
+    if core_module is None or not inputs.compiled_ok or not core_module.fits_int64(
             0, len(inputs.prompt_list), config.slots):
-        if core is not None:
+        if core_module is not None:
             warnings.warn("plan too large for the compiled core's int64 keys; running the "
                           "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
         return _simulate_python(plan, config, profile)
@@ -582,10 +598,11 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
             config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0,
             bucket_array)
     hist, prefill_total, interference, makespan, decode_total, *counts = \
-        core.run_summary(*args)
+        core_module.run_summary(*args)
     return SimResult(config, len(inputs.prompt_list) // 2, None, decode_total,
                      prefill_total, interference, makespan, None, None, None,
-                     tuple(counts), (core, args, inputs.prompt_list), (hist, bucket_of))
+                     tuple(counts), (core_module, args, inputs.prompt_list),
+                     (hist, bucket_of))
 
 
 def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:

@@ -465,3 +465,19 @@ def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
             break
         cap *= 2
     return req_f, req_i, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev]
+
+
+def warm_up() -> None:
+    """Compile every kernel once for the argument types ``rearrival.sim`` and the search
+    pass, filling the on-disk cache (``make`` runs this after installing)."""
+    ints = np.array([[130, 140], [2, 3], [0, 128]], dtype=np.int64)
+    floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.03, 0.02]])
+    steps = np.array([0.0, 0.011])
+    buckets = np.array([0, 1], dtype=np.int64)
+    for fixed in (np.empty(0), np.array([0.1])):
+        for deferred in (True, False):
+            args = (ints, floats, fixed, steps, 1, 1, deferred, 0, buckets)
+            run_summary(*args)
+            run_records(*args)
+    run_batch(ints, floats, steps.reshape(1, -1), np.array([1], dtype=np.int64),
+              np.array([1], dtype=np.int64), np.empty((1, 5)), np.empty((1, 3), dtype=np.int64))
