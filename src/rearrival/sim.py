@@ -46,6 +46,13 @@ The event core advances whole stretches of identical decode steps at once: n onl
 changes at a completion, an arrival or an admission, so it jumps straight to the next
 such boundary. ``rearrival.sim_reference`` is the plain per-step version used by the tests
 and the benchmark to check this one.
+
+The loop exists twice, with the same operations in the same order: in plain Python
+(``_simulate_python``, the readable statement and the fallback) and compiled with numba
+on flat arrays (``rearrival.simcore``, machine code cached on disk), which ``simulate``
+runs once a process has made a few calls, and which the search runs over many
+configurations of one plan per call (``simcore.run_batch``). Tests hold both to the
+reference and to each other bit for bit.
 """
 
 from __future__ import annotations
@@ -620,8 +627,8 @@ def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResul
     eps = ARRIVAL_TOLERANCE_S
 
     # KV slots: rearrival.kvslots is the model. SlotPool.admit, .finish and .pre_evict are
-    # written out below on the pool's public state instead of called: they run once per
-    # request in each of the search's 112,000 simulations, and the calls with admit's
+    # written out below on the pool's public state instead of called (as in the compiled
+    # core): they run once per request of every simulation, and the calls with admit's
     # generic per-session look-up took about a quarter of a simulation.
     slots = config.slots
     pool = SlotPool(slots, config.release)
