@@ -73,23 +73,23 @@ def timed_search(cfg, settings, workers: int) -> tuple[float, float, int, int, d
         summary = write_outputs(results, cands, baseline, settings, Path(tmp))
     wall = time.perf_counter() - start
     return wall, sim_s, len(evaluated) * len(plans), simulations, summary, (results,
-                                                                           evaluated, plans)
+                                                                           cands, plans)
 
 
 def paper_search(cfg, workers: int, checks: int) -> None:
     settings = SearchSettings.from_config(cfg)
     timed_search(cfg, settings, workers)  # warm-up: compiled core loaded, caches filled
-    wall, sim_s, pairs, simulations, summary, (results, evaluated, plans) = timed_search(
+    wall, sim_s, pairs, simulations, summary, (results, cands, plans) = timed_search(
         cfg, settings, workers)
     sel = summary["selected"]
-    print(f"[3] paper search: {len(evaluated) - 1:,} candidates x {len(plans)} plans = "
+    print(f"[3] paper search: {len(cands):,} candidates x {len(plans)} plans = "
           f"{pairs:,} candidate-plan outcomes ({simulations:,} simulations run, the rest "
           "exact re-uses)")
     print(f"    wall {wall:5.2f} s (simulate {sim_s:.2f} s, plans + merge + write "
           f"{wall - sim_s:.2f} s)   (target < {PAPER_TARGET_S:.0f} s): "
           f"{'MET' if wall < PAPER_TARGET_S else 'NOT MET'}")
     if checks:
-        verify(results, evaluated, plans, checks)
+        verify(results, cands, plans, checks)
         print(f"    {checks} random rows equal direct simulation")
     print(f"    selected {sel['id']}: search score {sel['search_score']:.4f}, evaluation "
           f"score {sel['evaluation_score']:.4f}")

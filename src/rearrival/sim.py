@@ -234,11 +234,12 @@ class SimResult:
                  columns: tuple[list[Any], ...] | None, stretch_rows: list[list[Any]] | None,
                  eviction_rows: list[tuple[float, int, int, str]] | None,
                  counts: tuple[int, int, int, int, int] | None = None, raw: Any = None,
-                 hist: tuple[Any, list[int]] | None = None) -> None:
+                 hist: tuple[Any, list[int], list[str]] | None = None) -> None:
         self.config = config
         self.sessions = sessions
         self._histogram = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
-        self._hist = hist  # or (steps per n array, b(n) list) from the compiled core
+        # or (steps per n array, b(n) list, "n->b" label list) from the compiled core
+        self._hist = hist
         self.decode_s = decode_s
         self.prefill_s = prefill_s
         self.device_s = decode_s + prefill_s
@@ -278,7 +279,7 @@ class SimResult:
     def histogram_nb(self) -> dict[tuple[int, int], int]:
         """{(n, b): decode steps at n running on bucket b}, sorted by (n, b)."""
         if self._histogram is None:
-            steps_at, bucket_of = self._hist
+            steps_at, bucket_of, _ = self._hist
             self._histogram = {(n, bucket_of[n]): steps
                                for n, steps in enumerate(steps_at.tolist()) if steps and n}
         return self._histogram
@@ -374,8 +375,15 @@ class SimResult:
             "device_s": self.device_s,
             "interference_s": self.interference_s,
             "makespan_s": self.makespan_s,
-            "histogram": {_label(n, b): steps for (n, b), steps in self.histogram_nb.items()},
+            "histogram": self._labelled_histogram(),
         }
+
+    def _labelled_histogram(self) -> dict[str, int]:
+        """{"n->b": steps}; from the compiled core's per-n counts without the tuple keys."""
+        if self._histogram is None and self._hist is not None:
+            steps_at, _, labels = self._hist
+            return {labels[n]: steps for n, steps in enumerate(steps_at.tolist()) if steps and n}
+        return {_label(n, b): steps for (n, b), steps in self.histogram_nb.items()}
 
 
 _LABELS: dict[tuple[int, int], str] = {}
@@ -390,12 +398,13 @@ def _label(n: int, b: int) -> str:
 
 
 _STEP_TABLES: dict[tuple[tuple[int, ...], int],
-                   tuple[Profile, list[float], list[int], Any, Any]] = {}
+                   tuple[Profile, list[float], list[int], Any, Any, list[str]]] = {}
 
 
-def _step_entry(config: SimConfig,
-                profile: Profile) -> tuple[Profile, list[float], list[int], Any, Any]:
-    """Decode step times and buckets b(n) for n in 0..batch_size, as lists and arrays.
+def _step_entry(config: SimConfig, profile: Profile
+                ) -> tuple[Profile, list[float], list[int], Any, Any, list[str]]:
+    """Decode step times and buckets b(n) for n in 0..batch_size, as lists and arrays,
+    and the summary's "n->b" labels.
 
     Keyed by the bucket set and batch size, so a caller that builds a new ``SimConfig``
     for every call (``simulate(plan, SimConfig(...))``) still hits the cache.
@@ -413,7 +422,8 @@ def _step_entry(config: SimConfig,
             _STEP_TABLES.clear()
         entry = _STEP_TABLES[key] = (profile, times, buckets,
                                      np.array(times, dtype=np.float64),
-                                     np.array(buckets, dtype=np.int64))
+                                     np.array(buckets, dtype=np.int64),
+                                     [_label(n, b) for n, b in enumerate(buckets)])
     return entry
 
 
@@ -510,6 +520,7 @@ class CoreInputs:
 
 _CORE_INPUTS: dict[int, tuple[Any, Profile, CoreInputs]] = {}
 _FIXED: dict[int, tuple[SimConfig, Any]] = {}
+_NO_FIXED: list[Any] = []
 
 
 def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
@@ -536,14 +547,21 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
 
 
 def _fixed_array(config: SimConfig) -> Any:
+    """Fixed re-arrival times as float64 (empty: the base rule), cached per config."""
+    if config.fixed_arrivals is None:
+        if not _NO_FIXED:
+            import numpy as np
+
+            _NO_FIXED.append(np.empty(0))
+        return _NO_FIXED[0]
     entry = _FIXED.get(id(config))
     if entry is None or entry[0] is not config:
         import numpy as np
 
         if len(_FIXED) > 1024:
             _FIXED.clear()
-        values = () if config.fixed_arrivals is None else config.fixed_arrivals
-        entry = _FIXED[id(config)] = (config, np.array(values, dtype=np.float64))
+        entry = _FIXED[id(config)] = (config, np.array(config.fixed_arrivals,
+                                                        dtype=np.float64))
     return entry[1]
 
 
@@ -599,7 +617,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
             warnings.warn("plan too large for the compiled core's int64 keys; running the "
                           "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
         return _simulate_python(plan, config, profile)
-    _, _, bucket_of, step_s, bucket_array = _step_entry(config, profile)
+    _, _, bucket_of, step_s, bucket_array, labels = _step_entry(config, profile)
     batch = config.batch_size
     args = (inputs.ints, inputs.floats, _fixed_array(config), step_s, batch, config.slots,
             config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0,
@@ -609,7 +627,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
     return SimResult(config, len(inputs.prompt_list) // 2, None, decode_total,
                      prefill_total, interference, makespan, None, None, None,
                      tuple(counts), (core_module, args, inputs.prompt_list),
-                     (hist, bucket_of))
+                     (hist, bucket_of, labels))
 
 
 def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
