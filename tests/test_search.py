@@ -345,3 +345,34 @@ def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
         "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
     bad = runner.invoke(app, ["search", "--n", "3,x", "--out", str(out), "--config", config])
     assert bad.exit_code != 0 and "--n" in str(bad.exception or bad.output)
+
+
+def test_batch_scores_without_the_compiled_core_are_the_same(monkeypatch) -> None:
+    """No numba: the search falls back to the Python core and gets the same outcomes."""
+    import rearrival.sim as sim
+
+    settings = SearchSettings(n=(6,), seeds=1, blocks=1, restricted_n=())
+    plan = make_plan(plan_keys(settings)[0], settings, 9, None)
+    arrays = CandidateArrays(enumerate_candidates((8, 10), 3), measured_profile())
+    compiled = score_plan(plan, arrays)
+    monkeypatch.setattr(sim, "_CORE", [None])
+    fallback = score_plan(plan, arrays)
+    assert (fallback.times == compiled.times).all()
+    assert (fallback.counts == compiled.counts).all()
+
+
+def test_batch_core_matches_single_calls_on_random_plans() -> None:
+    """run_batch over many configurations of one plan equals one call per configuration,
+    bit for bit (random plans up to N=40, slots below and above batch_size)."""
+    from conftest import random_plan
+
+    rng = random.Random(12)
+    cands = [Candidate(c.buckets, c.batch_size, rng.choice([None, 1, 5, 40]))
+             for c in enumerate_candidates((1, 4, 8, 16, 33), 3)]
+    arrays = CandidateArrays(cands, measured_profile())
+    for _ in range(12):
+        plan = random_plan(rng, rng.randint(1, 40), max_gen=rng.choice([5, 40]),
+                           max_wait_s=rng.choice([0.05, 2.0]))
+        scores = score_plan(plan, arrays)
+        for index in rng.sample(range(len(cands)), 25):
+            assert scores.outcome(index) == direct(plan, cands[index]), cands[index].id

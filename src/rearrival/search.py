@@ -334,6 +334,7 @@ class CandidateArrays:
     def __init__(self, cands: Sequence[Candidate], profile: Profile) -> None:
         import numpy as np
 
+        self.candidates = list(cands)
         self.count = len(cands)
         self.batches = np.array([c.batch_size for c in cands], dtype=np.int64)
         self.slots = np.array([c.slots for c in cands], dtype=np.int64)
@@ -392,15 +393,28 @@ def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = No
     profile = profile or measured_profile()
     core = compiled_core()
     inputs = core_inputs(plan, profile)
-    if core is None or not inputs.compiled_ok:
-        raise SearchError("the search needs the compiled simulator core (numba) and plans "
-                          "whose token counts fit int64; reinstall with `make .venv/.installed`")
     reps, inverse = arrays.groups(plan.n)
     out_f = np.empty((len(reps), 5))
     out_i = np.empty((len(reps), 3), dtype=np.int64)
-    core.run_batch(inputs.ints, inputs.floats, np.ascontiguousarray(arrays.steps[reps]),
-                   arrays.batches[reps], arrays.slots[reps], out_f, out_i)
+    if core is not None and inputs.compiled_ok:
+        core.run_batch(inputs.ints, inputs.floats, np.ascontiguousarray(arrays.steps[reps]),
+                       arrays.batches[reps], arrays.slots[reps], out_f, out_i)
+    else:  # the Python core, same bits (compiled_core or simulate warned)
+        _python_batch(plan, arrays, reps.tolist(), profile, out_f, out_i)
     return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
+
+
+def _python_batch(plan: Plan, arrays: CandidateArrays, reps: list[int], profile: Profile,
+                  out_f: Any, out_i: Any) -> None:
+    """``run_batch``'s outputs from ``simulate`` calls (numba missing, or token counts
+    too large for the compiled core's int64 keys)."""
+    from rearrival.sim import simulate
+
+    for row, index in enumerate(reps):
+        cand = arrays.candidates[index]
+        result = simulate(plan, cand.sim_config(), profile, core="compiled")
+        out_f[row, :3] = (result.device_s, result.decode_s, result.prefill_s)
+        out_i[row, :2] = (result.reuse_hits, result.computed_prefill_tokens)
 
 
 _WORKER: list[CandidateArrays] = []
