@@ -376,3 +376,20 @@ def test_batch_core_matches_single_calls_on_random_plans() -> None:
         scores = score_plan(plan, arrays)
         for index in rng.sample(range(len(cands)), 25):
             assert scores.outcome(index) == direct(plan, cands[index]), cands[index].id
+
+
+def test_cli_search_options_reach_the_subcommands(tmp_path: Path) -> None:
+    config = str(tiny_config(tmp_path))
+    plans = tmp_path / "plans"
+    result = runner.invoke(app, ["search", "--n", "3", "plans", "--config", config,
+                                 "--out", str(plans)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (plans / "evaluation").iterdir()) == [
+        "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
+    out = tmp_path / "shard.parquet"
+    result = runner.invoke(app, ["search", "--n", "3", "--batch-sizes", "5",
+                                 "--max-buckets", "2", "shard", "--config", config, "--plans",
+                                 str(plans), "--shard", "0", "--shards", "1", "--out",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(pd.read_parquet(out)["candidate"].unique()) == ["5:1,5", BASELINE.id]

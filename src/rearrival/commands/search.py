@@ -35,8 +35,8 @@ def _load(config: Path, ctx: typer.Context | None = None):
 
     cfg = load_study_config(config)
     settings = SearchSettings.from_config(cfg)
-    root = ctx.find_root().obj if ctx is not None else None
-    overrides = (root or {}).get("search_overrides", {})
+    obj = ctx.obj if ctx is not None else None  # set by the `search` callback
+    overrides = (obj or {}).get("search_overrides", {})
     return cfg, override_settings(settings, **overrides)
 
 
