@@ -17,13 +17,14 @@ from typer.testing import CliRunner
 
 from rearrival.cli import app
 from rearrival.experiments import write_frame
-from rearrival.profile import measured_profile
+from rearrival.memory import device_memory
+from rearrival.profile import ProfileError, measured_profile
 from rearrival.search import (
     BASELINE,
     Candidate,
+    CandidateArrays,
     Outcome,
     PlanKey,
-    PlanScorer,
     SearchError,
     SearchSettings,
     candidates,
@@ -31,11 +32,13 @@ from rearrival.search import (
     compare_n_sets,
     enumerate_candidates,
     evaluate,
+    filter_counts,
     make_plan,
     over_budget,
     parse_candidate_id,
     plan_keys,
     run_shard,
+    score_plan,
     score_table,
     write_outputs,
 )
@@ -138,20 +141,22 @@ def test_settings_refuse_shared_seed_blocks() -> None:
 # --- simulation and scores --------------------------------------------------------------
 
 
-def test_plan_scorer_reuse_is_exact() -> None:
-    """Re-used outcomes equal direct simulation, whatever order candidates come in."""
+def test_batch_scores_with_reuse_equal_direct_simulation() -> None:
+    """Every candidate's batch outcome (re-used or not) equals a direct ``simulate`` call,
+    bit for bit, whatever order candidates come in; slots != batch_size included."""
     settings = SearchSettings(n=(6, 10), seeds=1, blocks=1, restricted_n=((6,),))
     cands = enumerate_candidates((8, 12, 16), 4)
+    cands += [Candidate(c.buckets, c.batch_size, slots) for c in cands[:40:7]
+              for slots in (3, c.batch_size + 5)]
     rng = random.Random(3)
     for key in plan_keys(settings)[:2]:
         plan = make_plan(key, settings, 5, None)
         order = cands[:]
         rng.shuffle(order)
-        scorer = PlanScorer(plan)
-        got = {c: scorer.outcome(c) for c in order}
-        assert scorer.simulations < len(cands)  # re-use happened
-        for c in rng.sample(cands, 60):
-            assert got[c] == direct(plan, c)
+        scores = score_plan(plan, CandidateArrays(order, measured_profile()))
+        assert scores.simulations < len(cands)  # re-use happened
+        for index, cand in enumerate(order):
+            assert scores.outcome(index) == direct(plan, cand), cand.id
 
 
 def test_baseline_and_its_twin_score_exactly_one() -> None:
@@ -295,3 +300,96 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
 def test_plan_key_names() -> None:
     key = PlanKey("evaluation", 10, 2, 1)
     assert key.relpath == "evaluation/n10_s2_b1.parquet"
+
+
+# --- memory filter and search options ---------------------------------------------------
+
+
+def test_device_memory_matches_the_paper() -> None:
+    memory = device_memory()
+    assert memory.slot_gib == 1.125  # 144 KiB x 8,192 tokens (Table XV)
+    assert memory.slot_gib / memory.num_devices == 0.28125
+    assert memory.per_device_gib == 15.7  # Section II-A
+    assert memory.fits(32)  # the slot-32 configuration loaded (Section V-C)
+    assert memory.max_slots() == int((4 * 15.7 - memory.weights_gib) // 1.125)
+    assert not memory.fits(memory.max_slots() + 1)
+
+
+def test_memory_filter_excludes_and_counts(tmp_path: Path) -> None:
+    tree = {"memory": {"per_device_gib": {"value": 5.0}, "weights_gib": {"value": 7.45}}}
+    small = device_memory(tree=tree, source="small.yaml")
+    assert small.max_slots() == 11  # (4 x 5.0 - 7.45) // 1.125
+    every = enumerate_candidates((8, 10, 12, 16), 3)
+    kept = candidates((8, 10, 12, 16), 3, memory=small)
+    assert kept == [c for c in every if c.batch_size <= 11]
+    assert filter_counts(every, measured_profile(), small, True) == {
+        "excluded_by_compile_budget": 0, "excluded_by_memory": len(every) - len(kept)}
+    assert candidates((8, 10, 12, 16), 3, memory=small, memory_filter=False) == every
+    with pytest.raises(ProfileError, match=r"small.yaml: missing field 'memory.weights_gib'"):
+        device_memory(tree={"memory": {"per_device_gib": 5.0}}, source="small.yaml")
+
+
+def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
+    config = str(tiny_config(tmp_path))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["search", "--n", "3", "--batch-sizes", "4,5",
+                                 "--max-buckets", "2", "--no-memory-filter", "--out", str(out),
+                                 "--config", config, "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["inputs"]["n"] == [3]
+    assert summary["candidates"]["per_batch_size"] == {"4": 1, "5": 1}
+    assert summary["candidates"]["memory_filter"] is False
+    assert summary["restricted"] == {}  # [[2], [3]] minus sets outside --n 3, minus {3}
+    assert sorted(p.name for p in (out / "plans" / "search").iterdir()) == [
+        "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
+    bad = runner.invoke(app, ["search", "--n", "3,x", "--out", str(out), "--config", config])
+    assert bad.exit_code != 0 and "--n" in str(bad.exception or bad.output)
+
+
+def test_batch_scores_without_the_compiled_core_are_the_same(monkeypatch) -> None:
+    """No numba: the search falls back to the Python core and gets the same outcomes."""
+    import rearrival.sim as sim
+
+    settings = SearchSettings(n=(6,), seeds=1, blocks=1, restricted_n=())
+    plan = make_plan(plan_keys(settings)[0], settings, 9, None)
+    arrays = CandidateArrays(enumerate_candidates((8, 10), 3), measured_profile())
+    compiled = score_plan(plan, arrays)
+    monkeypatch.setattr(sim, "_CORE", [None])
+    fallback = score_plan(plan, arrays)
+    assert (fallback.times == compiled.times).all()
+    assert (fallback.counts == compiled.counts).all()
+
+
+def test_batch_core_matches_single_calls_on_random_plans() -> None:
+    """run_batch over many configurations of one plan equals one call per configuration,
+    bit for bit (random plans up to N=40, slots below and above batch_size)."""
+    from conftest import random_plan
+
+    rng = random.Random(12)
+    cands = [Candidate(c.buckets, c.batch_size, rng.choice([None, 1, 5, 40]))
+             for c in enumerate_candidates((1, 4, 8, 16, 33), 3)]
+    arrays = CandidateArrays(cands, measured_profile())
+    for _ in range(12):
+        plan = random_plan(rng, rng.randint(1, 40), max_gen=rng.choice([5, 40]),
+                           max_wait_s=rng.choice([0.05, 2.0]))
+        scores = score_plan(plan, arrays)
+        for index in rng.sample(range(len(cands)), 25):
+            assert scores.outcome(index) == direct(plan, cands[index]), cands[index].id
+
+
+def test_cli_search_options_reach_the_subcommands(tmp_path: Path) -> None:
+    config = str(tiny_config(tmp_path))
+    plans = tmp_path / "plans"
+    result = runner.invoke(app, ["search", "--n", "3", "plans", "--config", config,
+                                 "--out", str(plans)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (plans / "evaluation").iterdir()) == [
+        "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
+    out = tmp_path / "shard.parquet"
+    result = runner.invoke(app, ["search", "--n", "3", "--batch-sizes", "5",
+                                 "--max-buckets", "2", "shard", "--config", config, "--plans",
+                                 str(plans), "--shard", "0", "--shards", "1", "--out",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(pd.read_parquet(out)["candidate"].unique()) == ["5:1,5", BASELINE.id]

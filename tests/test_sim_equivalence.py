@@ -2,7 +2,9 @@
 
 Integer outputs (steps, histogram, reuse, tokens, slots, evictions, stretch shapes) must
 match exactly; times to 1e-9 relative, because the core multiplies a step time by a
-stretch length where the reference adds it step by step.
+stretch length where the reference adds it step by step. The compiled core
+(``rearrival.simcore``, what ``simulate`` runs) and the Python event core it compiles must
+agree bit for bit, since the search's outputs may not depend on which one ran.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import random
 import pytest
 from conftest import random_plan
 
-from rearrival.sim import SimConfig, SimResult, simulate
+from rearrival.plans import Plan, PlanMeta, Session
+from rearrival.profile import measured_profile
+from rearrival.sim import SimConfig, SimResult, _simulate_python, simulate
 from rearrival.sim_reference import simulate_reference
 
 # bucket sets chosen so that many n fall between buckets, plus single-bucket grids
@@ -22,7 +26,8 @@ BUCKET_SETS = [(1, 2, 4, 8), (1, 4, 8), (1, 2, 8), (1, 3, 6, 12), (1, 16), (2, 4
                (1, 4, 6, 8, 10, 16), (3,), (1, 5, 32)]
 VARIANTS = list(itertools.product(("deferred", "immediate"), ("off", "pre-evict"),
                                   (False, True)))
-PLANS_PER_VARIANT = 260  # x 8 variants = 2,080 random plans
+PLANS_PER_VARIANT = 40  # x 8 variants = 320 random plans in the default suite
+SLOW_PLANS_PER_VARIANT = 500  # x 8 = 4,000 with -m slow
 
 
 def assert_times_close(a: float, b: float, what: str) -> None:
@@ -73,14 +78,36 @@ def random_case(rng: random.Random, release: str, dummy_block: str, fixed: bool)
     return plan, config
 
 
-@pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
-def test_core_matches_reference_on_random_plans(release, dummy_block, fixed):
-    seed = VARIANTS.index((release, dummy_block, fixed))
-    rng = random.Random(1000 + seed)
-    for index in range(PLANS_PER_VARIANT):
+def assert_identical(core: SimResult, python: SimResult, label: str) -> None:
+    """Compiled and Python event cores: every output equal, floats bit for bit."""
+    assert core.summary() == python.summary(), label
+    assert core.total_computed_tokens == python.total_computed_tokens, label
+    assert core.requests == python.requests, label
+    assert core.stretches == python.stretches, label
+    assert core.evictions == python.evictions, label
+
+
+def check_random_plans(release: str, dummy_block: str, fixed: bool, count: int,
+                       seed_base: int) -> None:
+    rng = random.Random(seed_base + VARIANTS.index((release, dummy_block, fixed)))
+    profile = measured_profile()
+    for index in range(count):
         plan, config = random_case(rng, release, dummy_block, fixed)
         label = f"case {index} N={plan.n} {config}"
-        assert_same(simulate(plan, config), simulate_reference(plan, config), label)
+        core = simulate(plan, config, core="compiled")
+        assert_same(core, simulate_reference(plan, config), label)
+        assert_identical(core, _simulate_python(plan, config, profile), label)
+
+
+@pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
+def test_core_matches_reference_on_random_plans(release, dummy_block, fixed):
+    check_random_plans(release, dummy_block, fixed, PLANS_PER_VARIANT, 1000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
+def test_core_matches_reference_on_many_random_plans(release, dummy_block, fixed):
+    check_random_plans(release, dummy_block, fixed, SLOW_PLANS_PER_VARIANT, 5000)
 
 
 @pytest.mark.parametrize("n", [6, 8, 10])
@@ -90,4 +117,24 @@ def test_core_matches_reference_on_paper_sized_plans(n):
     plan = random_plan(rng, n, max_gen=256, max_wait_s=5.0)
     for config in (SimConfig(), SimConfig(buckets=(1, 4, 6, 8, 10, 16), batch_size=16),
                    SimConfig(release="immediate", dummy_block="pre-evict")):
-        assert_same(simulate(plan, config), simulate_reference(plan, config), str(config))
+        core = simulate(plan, config, core="compiled")
+        assert_same(core, simulate_reference(plan, config), str(config))
+        assert_identical(core, _simulate_python(plan, config, measured_profile()), str(config))
+
+
+def test_plan_too_large_for_int64_keys_runs_the_python_core_with_a_warning():
+    huge = Plan((Session(0, 200, 2**61, 3, 8, 0.5, "aggregate"),), PlanMeta(n=1))
+    with pytest.warns(RuntimeWarning, match="int64"):
+        result = simulate(huge, SimConfig(), core="compiled")
+    assert result.decode_steps == 2**61 - 1 + 2  # G0 - 1 then G1 - 1 decode steps
+    assert result.summary() == _simulate_python(huge, SimConfig(), measured_profile()).summary()
+
+
+def test_auto_core_gives_the_compiled_bits():
+    plan = random_plan(random.Random(5), 12, max_gen=60)
+    config = SimConfig(buckets=(1, 4, 6, 8, 10, 16), batch_size=16)
+    results = [simulate(plan, config, core=core) for core in ("auto", "compiled", "python")]
+    for other in results[1:]:
+        assert_identical(results[0], other, "auto vs explicit core")
+    with pytest.raises(ValueError, match="core 'fast'"):
+        simulate(plan, config, core="fast")

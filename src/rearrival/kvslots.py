@@ -27,11 +27,11 @@ Choices the text implies and this module applies:
 
 This module is the cache model only; when to admit, decode or pre-evict is the scheduler
 policy. The step-by-step reference (``rearrival.sim_reference``) calls these methods; the
-event core (``rearrival.sim``) writes ``admit``, ``finish`` and ``pre_evict`` out inline on
-the pool's public state, because they run once per request on every candidate of the
-search. The equivalence tests (thousands of random plans, every variant) hold the two
-copies to the same outputs, and ``tests/test_sim_kvslots.py`` checks the rules here by
-hand-made cases.
+event cores (``rearrival.sim`` in Python, ``rearrival.simcore`` compiled on arrays) write
+``admit``, ``finish`` and ``pre_evict`` out inline, because they run once per request on
+every candidate of the search. The equivalence tests (thousands of random plans, every
+variant) hold the copies to the same outputs, and ``tests/test_sim_kvslots.py`` checks
+the rules here by hand-made cases.
 """
 
 from __future__ import annotations

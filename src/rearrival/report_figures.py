@@ -320,30 +320,45 @@ def prediction_figure(res: Results) -> Figure:
 
 
 def search_figure(res: Results) -> Figure:
+    """Score distribution per batch size (density view) beside the top candidates, so the
+    figure stays readable and small at 32,000 candidates as at 2,077."""
     fid, title = "search", "Search landscape"
     scores = res.search_scores()
     if scores is None:
         return _absent(fid, title, "results/search/scores.parquet not produced.")
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    groups = list(scores.groupby("batch_size"))
-    colours = {batch: BUCKET_COLOURS[i % len(BUCKET_COLOURS)] for i, (batch, _) in
-               enumerate(groups)}
-    # Largest group first so the smaller batch sizes stay visible on top of it.
-    for batch, group in sorted(groups, key=lambda item: -len(item[1])):
-        ax.scatter(group["rank"], group["score"], s=4, color=colours[batch],
-                   label=f"batch {batch} ({len(group)})")
-    best = scores.sort_values("rank").iloc[0]
-    ax.scatter([best["rank"]], [best["score"]], marker="*", s=120, color="black",
-               label=f"selected {best['id']}", zorder=3)
-    ax.axhline(1.0, color="#555555", linewidth=0.8, linestyle="--")
-    ax.set_xlabel("candidate rank (by search score)")
-    ax.set_ylabel("score (sum D / sum D baseline)")
-    ax.legend(fontsize=7, markerscale=2)
+    fig, (dens, best) = plt.subplots(1, 2, figsize=(10, 3.6),
+                                     gridspec_kw={"width_ratios": [3, 2]})
+    batches = sorted(scores["batch_size"].unique())
+    colours = {batch: BUCKET_COLOURS[i % len(BUCKET_COLOURS)] for i, batch in
+               enumerate(batches)}
+    import numpy as np
+
+    low, high = float(scores["score"].min()), float(scores["score"].max())
+    edges = np.linspace(low, max(high, low + 1e-9), 61)
+    for batch in batches:
+        group = scores[scores["batch_size"] == batch]["score"]
+        dens.hist(group, bins=edges, histtype="step", color=colours[batch],
+                  label=f"batch {batch} ({len(group):,})")
+    dens.axvline(1.0, color="#555555", linewidth=0.8, linestyle="--")
+    dens.set_xlabel("score (sum D / sum D baseline)")
+    dens.set_ylabel("candidates")
+    dens.legend(fontsize=7)
+    top = scores.sort_values("rank").head(max(20, int(res.cfg.search.get("top", 20))))
+    for batch, group in top.groupby("batch_size"):
+        best.scatter(group["rank"], group["score"], s=14, color=colours[batch],
+                     label=f"batch {batch}")
+    first = top.iloc[0]
+    best.scatter([first["rank"]], [first["score"]], marker="*", s=120, color="black",
+                 label=f"selected {first['id']}", zorder=3)
+    best.set_xlabel(f"rank (top {len(top)})")
+    best.set_ylabel("score")
+    best.legend(fontsize=7, markerscale=1.5)
     return Figure(fid, title,
-                  f"Predicted score of all {len(scores)} candidates on the search inputs "
-                  "(base simulator), by rank and coloured by batch size; dashed line: the "
-                  "baseline. Simulator predictions, not measurements.",
+                  f"Left: distribution of the predicted score of all {len(scores):,} "
+                  "searched candidates on the search inputs (base simulator), one outline "
+                  "per batch size; dashed line: the baseline. Right: the top "
+                  f"{len(top)} candidates by rank. Simulator predictions, not measurements.",
                   to_svg(fig, fid), "simulator")
 
 

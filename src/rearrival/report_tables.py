@@ -1106,6 +1106,16 @@ def table_s8(res: Results) -> Table:
         notes.append(f"Evaluation score of the pick on seed-separated inputs: "
                      f"{summary.get('evaluation_score', float('nan')):.4f} (simulator "
                      f"prediction, not a measurement).")
+        cands = summary.get("candidates", {})
+        if "excluded_by_memory" in cands:
+            notes.append(f"Candidates: {cands.get('enumerated')} enumerated, "
+                         f"{cands.get('excluded_by_compile_budget')} removed by the compile "
+                         f"budget ({cands.get('compile_budget_s')} s), "
+                         f"{cands.get('excluded_by_memory')} by device memory (KV slots + "
+                         f"weights over {cands.get('memory_gib_per_device')} GiB per device; "
+                         f"at most {cands.get('max_slots_in_memory')} slots fit"
+                         f"{'' if cands.get('memory_filter') else '; filter off'}), "
+                         f"{cands.get('searched')} searched.")
     if scores is not None:
         count = int(res.cfg.search.get("top", 20))
         for row in scores.head(count).to_dict("records"):

@@ -27,13 +27,14 @@ import math
 import multiprocessing
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rearrival.errors import RearrivalError
+from rearrival.memory import DeviceMemory, device_memory
 from rearrival.profile import Profile, measured_profile, select_bucket
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class Candidate:
             raise SearchError(f"candidate {self.batch_size}:{buckets} needs slots >= 1")
         object.__setattr__(self, "slots", slots)
 
-    @property
+    @cached_property
     def id(self) -> str:
         """Stable name, e.g. ``16:1,4,6,8,10,16`` (``/S`` appended only if slots differ)."""
         text = f"{self.batch_size}:{','.join(map(str, self.buckets))}"
@@ -149,13 +150,32 @@ def over_budget(candidate: Candidate, profile: Profile) -> bool:
     return profile.compile_seconds(candidate.n_buckets) > profile.compile_budget_s
 
 
+def over_memory(candidate: Candidate, memory: DeviceMemory) -> bool:
+    """True if the candidate's KV slots plus the weights do not fit the devices (V-D)."""
+    return not memory.fits(candidate.slots)
+
+
 def candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16), max_buckets: int = 6,
-               profile: Profile | None = None) -> list[Candidate]:
+               profile: Profile | None = None, memory: DeviceMemory | None = None,
+               memory_filter: bool = True) -> list[Candidate]:
     """The searched candidates in stable order: enumeration minus those over the compile
-    budget (none of the paper's 2,077 is; ``over_budget`` counts the excluded)."""
+    budget and, with ``memory_filter``, those whose KV and weights do not fit the devices
+    (none of the paper's 2,077 is excluded by either; ``filter_counts`` counts them)."""
     profile = profile or measured_profile()
+    memory = memory or device_memory(profile)
     return [c for c in enumerate_candidates(batch_sizes, max_buckets)
-            if not over_budget(c, profile)]
+            if not over_budget(c, profile)
+            and not (memory_filter and over_memory(c, memory))]
+
+
+def filter_counts(every: Sequence[Candidate], profile: Profile, memory: DeviceMemory,
+                  memory_filter: bool) -> dict[str, int]:
+    """How many candidates each filter removed, applied in order (compile budget first)."""
+    budget = [c for c in every if over_budget(c, profile)]
+    rest = [c for c in every if not over_budget(c, profile)]
+    memory_out = [c for c in rest if over_memory(c, memory)] if memory_filter else []
+    return {"excluded_by_compile_budget": len(budget),
+            "excluded_by_memory": len(memory_out)}
 
 
 # --- settings and input plans -----------------------------------------------------------
@@ -175,6 +195,7 @@ class SearchSettings:
     restricted_n: tuple[tuple[int, ...], ...] = ((6, 8), (8, 10))
     top: int = 20
     shards: int = 4
+    memory_filter: bool = True
 
     def __post_init__(self) -> None:
         if self.search_seed_block == self.evaluation_seed_block:
@@ -297,94 +318,193 @@ class Outcome(NamedTuple):
     computed_prefill_tokens: int
 
 
-class PlanScorer:
-    """Simulates candidates on one plan, re-using exact results between candidates.
+class CandidateArrays:
+    """The candidates as the compiled core's arrays: batch size, slots and decode step
+    time t(n) = f(b(n)) + alpha + beta*n per n (``Profile.decode_step_s``, so the same bits
+    ``simulate`` uses), built once per process and shared by every plan.
 
-    The simulator reads the step time t(n) = f(b(n)) + alpha + beta*n only at the running
-    counts n it visits (the keys of its decode histogram), and the schedule depends on the
-    configuration only through those times, batch_size and slots. So a candidate with the
-    same batch_size and slots whose bucket map b(n) agrees with an earlier simulation at
-    every visited n would replay that simulation step for step: its outcome is the earlier
-    one, bit for bit. With N <= 10, the 1,471 batch-16 sets collapse to far fewer
-    distinct runs (buckets 11..15 are never selected). Tests check this against direct
-    simulation.
+    Exact re-use: a plan of N sessions never runs more than N requests at once (each
+    session has at most one request in the system), so the schedule reads t(n) only for
+    n <= min(N, batch_size). Candidates with the same batch_size, slots and bucket map
+    b(n) on 1..min(N, batch_size) replay the same simulation step for step; ``groups``
+    simulates one representative of each (tests check this against direct simulation).
+    With N <= 10 the 1,471 batch-16 sets collapse to far fewer runs; at N = 32-48 few do.
     """
 
-    def __init__(self, plan: Plan, profile: Profile | None = None) -> None:
-        self.plan = plan
-        self.profile = profile or measured_profile()
-        # (batch_size, slots) -> visited n tuple -> buckets at those n -> outcome
-        self._memo: dict[tuple[int, int], dict[tuple[int, ...],
-                                                dict[tuple[int, ...], Outcome]]] = {}
-        self.simulations = 0
+    def __init__(self, cands: Sequence[Candidate], profile: Profile) -> None:
+        import numpy as np
 
-    def outcome(self, candidate: Candidate) -> Outcome:
-        from rearrival.sim import simulate
+        self.candidates = list(cands)
+        self.count = len(cands)
+        self.batches = np.array([c.batch_size for c in cands], dtype=np.int64)
+        self.slots = np.array([c.slots for c in cands], dtype=np.int64)
+        width = int(self.batches.max(initial=1)) + 1
+        maps = np.zeros((self.count, width), dtype=np.int64)
+        for i, cand in enumerate(cands):
+            maps[i, :cand.batch_size + 1] = cand.bucket_map
+        self.maps = maps
+        step = np.zeros((width, width))  # t(n) at bucket b, n and b in 1..max batch
+        for b in np.unique(maps[maps > 0]).tolist():
+            for n in range(1, b + 1):
+                step[n, b] = profile.decode_step_s(n, b)
+        self.steps = step[np.arange(width), maps]
+        self._groups: dict[int, tuple[Any, Any]] = {}
 
-        bucket_map = candidate.bucket_map
-        runs = self._memo.setdefault((candidate.batch_size, candidate.slots), {})
-        for visited, known in runs.items():
-            hit = known.get(tuple(bucket_map[n] for n in visited))
-            if hit is not None:
-                return hit
-        result = simulate(self.plan, candidate.sim_config(), self.profile)
-        self.simulations += 1
-        outcome = Outcome(result.device_s, result.decode_s, result.prefill_s,
-                          result.reuse_hits, result.re_arrivals,
-                          result.computed_prefill_tokens)
-        pairs = sorted(result.histogram_nb)
-        runs.setdefault(tuple(n for n, _ in pairs), {})[tuple(b for _, b in pairs)] = outcome
-        return outcome
+    def groups(self, n: int) -> tuple[Any, Any]:
+        """(representatives, index of each candidate's representative) for plans of N=n."""
+        import numpy as np
+
+        if n not in self._groups:
+            seen: dict[tuple[int, int, bytes], int] = {}
+            reps: list[int] = []
+            inverse = np.empty(self.count, dtype=np.int64)
+            for i in range(self.count):
+                batch = int(self.batches[i])
+                key = (batch, int(self.slots[i]), self.maps[i, 1:min(n, batch) + 1].tobytes())
+                j = seen.get(key)
+                if j is None:
+                    j = seen[key] = len(reps)
+                    reps.append(i)
+                inverse[i] = j
+            self._groups[n] = (np.array(reps, dtype=np.int64), inverse)
+        return self._groups[n]
 
 
-_WORKER_CANDIDATES: list[Candidate] = []
+class PlanScores(NamedTuple):
+    """Outcomes of every candidate on one plan, as arrays in candidate order."""
+
+    times: Any  # float64 (candidates, 3): device_s, decode_s, prefill_s
+    counts: Any  # int64 (candidates, 2): reuse_hits, computed_prefill_tokens
+    re_arrivals: int
+    simulations: int
+
+    def outcome(self, index: int) -> Outcome:
+        device, decode, prefill = self.times[index].tolist()
+        hits, computed = self.counts[index].tolist()
+        return Outcome(device, decode, prefill, hits, self.re_arrivals, computed)
+
+
+def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = None) -> PlanScores:
+    """Every candidate on one plan: one compiled batch call over the distinct runs."""
+    import numpy as np
+
+    from rearrival.sim import compiled_core, core_inputs
+
+    profile = profile or measured_profile()
+    core = compiled_core()
+    inputs = core_inputs(plan, profile)
+    reps, inverse = arrays.groups(plan.n)
+    out_f = np.empty((len(reps), 5))
+    out_i = np.empty((len(reps), 3), dtype=np.int64)
+    if core is not None and inputs.compiled_ok:
+        core.run_batch(inputs.ints, inputs.floats, np.ascontiguousarray(arrays.steps[reps]),
+                       arrays.batches[reps], arrays.slots[reps], out_f, out_i)
+    else:  # the Python core, same bits (compiled_core or simulate warned)
+        _python_batch(plan, arrays, reps.tolist(), profile, out_f, out_i)
+    return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
+
+
+def _python_batch(plan: Plan, arrays: CandidateArrays, reps: list[int], profile: Profile,
+                  out_f: Any, out_i: Any) -> None:
+    """``run_batch``'s outputs from ``simulate`` calls (numba missing, or token counts
+    too large for the compiled core's int64 keys)."""
+    from rearrival.sim import simulate
+
+    for row, index in enumerate(reps):
+        cand = arrays.candidates[index]
+        result = simulate(plan, cand.sim_config(), profile, core="compiled")
+        out_f[row, :3] = (result.device_s, result.decode_s, result.prefill_s)
+        out_i[row, :2] = (result.reuse_hits, result.computed_prefill_tokens)
+
+
+_WORKER: list[CandidateArrays] = []
 
 
 def _init_worker(cands: list[Candidate]) -> None:
-    _WORKER_CANDIDATES[:] = cands
+    _WORKER[:] = [CandidateArrays(cands, measured_profile())]
 
 
-def _score_plan(task: tuple[int, Plan]) -> tuple[int, list[Outcome], int]:
+def _score_plan(task: tuple[int, Plan]) -> tuple[int, PlanScores]:
     index, plan = task
-    scorer = PlanScorer(plan)
-    return index, [scorer.outcome(c) for c in _WORKER_CANDIDATES], scorer.simulations
+    return index, score_plan(plan, _WORKER[0])
+
+
+# Below this many candidate-plan pairs one process is faster than starting workers (each
+# spawned worker imports numpy, pandas and numba, about 1 s on the development machine).
+POOL_MIN_PAIRS = 400_000
 
 
 def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
              workers: int = 1) -> tuple[pd.DataFrame, int]:
     """Outcome of every candidate on every plan as a long frame, and the number of
-    simulations actually run (the rest were exact re-uses, see ``PlanScorer``).
+    simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
-    One task per plan so each worker keeps a plan's re-use table to itself; larger N
-    first so the slowest tasks do not finish last.
+    One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
+    is a maximum: small searches run in this process.
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
-    outcomes: dict[int, list[Outcome]] = {}
-    simulations = 0
-    if workers <= 1 or len(tasks) <= 1:
+    outcomes: dict[int, PlanScores] = {}
+    if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
         _init_worker(list(cands))
         for task in tasks:
-            index, result, count = _score_plan(task)
-            outcomes[index], simulations = result, simulations + count
+            index, scores = _score_plan(task)
+            outcomes[index] = scores
     else:
         context = multiprocessing.get_context("spawn")  # no fork of pyarrow's threads
         with context.Pool(workers, initializer=_init_worker, initargs=(list(cands),)) as pool:
-            for index, result, count in pool.imap_unordered(_score_plan, tasks):
-                outcomes[index], simulations = result, simulations + count
+            for index, scores in pool.imap_unordered(_score_plan, tasks):
+                outcomes[index] = scores
+    simulations = sum(scores.simulations for scores in outcomes.values())
     return results_frame(cands, plans, outcomes), simulations
 
 
 def results_frame(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
-                  outcomes: Mapping[int, Sequence[Outcome]]) -> pd.DataFrame:
+                  outcomes: Mapping[int, PlanScores]) -> pd.DataFrame:
+    """Long frame, one row per (candidate, plan), in ``sort_results`` order.
+
+    Built column-wise and directly in sorted order (1.7 million rows at fleet scale, where
+    sorting string columns costs more than the simulations); with repeated candidate ids
+    it falls back to building and sorting.
+    """
+    import numpy as np
     import pandas as pd
 
-    rows = []
-    for index, (key, plan) in enumerate(plans):
-        sha = plan.sha256()
-        for cand, out in zip(cands, outcomes[index], strict=True):
-            rows.append((cand.id, key.inputs, key.name, key.n, sha, *out))
-    frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
-    return sort_results(frame)
+    ids = [c.id for c in cands]
+    if len(set(ids)) != len(ids):
+        parts = [pd.DataFrame(_columns(np.array(ids, dtype=object), [key], [plan],
+                                       outcomes[index].times, outcomes[index].counts,
+                                       [outcomes[index].re_arrivals]))
+                 for index, (key, plan) in enumerate(plans)]
+        return sort_results(pd.concat(parts, ignore_index=True)[list(RESULT_COLUMNS)])
+    by_id = sorted(range(len(ids)), key=ids.__getitem__)
+    by_key = sorted(range(len(plans)), key=lambda i: (plans[i][0].inputs, plans[i][0].n,
+                                                     plans[i][0].name))
+    times = np.stack([outcomes[i].times[by_id] for i in by_key], axis=1)
+    counts = np.stack([outcomes[i].counts[by_id] for i in by_key], axis=1)
+    keys = [plans[i][0] for i in by_key]
+    columns = _columns(np.repeat(np.array([ids[i] for i in by_id], dtype=object), len(keys)),
+                       keys, [plans[i][1] for i in by_key], times.reshape(-1, 3),
+                       counts.reshape(-1, 2), [outcomes[i].re_arrivals for i in by_key],
+                       repeat=len(by_id))
+    return pd.DataFrame(columns)[list(RESULT_COLUMNS)]
+
+
+def _columns(candidate: Any, keys: Sequence[PlanKey], plans: Sequence[Plan], times: Any,
+             counts: Any, re_arrivals: Sequence[int], repeat: int = 0) -> dict[str, Any]:
+    """RESULT_COLUMNS for rows candidate-major over ``keys`` (``repeat`` candidates), or
+    for one plan's rows (``repeat`` 0: scalars broadcast)."""
+    import numpy as np
+
+    def per_plan(values: list[Any], dtype: Any = object) -> Any:
+        return np.tile(np.array(values, dtype=dtype), repeat) if repeat else values[0]
+
+    return {"candidate": candidate, "inputs": per_plan([k.inputs for k in keys]),
+            "plan": per_plan([k.name for k in keys]),
+            "n": per_plan([k.n for k in keys], np.int64),
+            "plan_sha256": per_plan([p.sha256() for p in plans]),
+            "device_s": times[:, 0], "decode_s": times[:, 1], "prefill_s": times[:, 2],
+            "reuse_hits": counts[:, 0], "re_arrivals": per_plan(list(re_arrivals), np.int64),
+            "computed_prefill_tokens": counts[:, 1]}
 
 
 def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -465,16 +585,52 @@ def compare_n_sets(totals: Mapping[str, Mapping[int, float]], baseline: Mapping[
     return report
 
 
+def _group_totals(frame: pd.DataFrame, mask: Any,
+                  columns: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
+    """Per column, per candidate, per N: exactly rounded sum over the rows in ``mask``.
+
+    ``frame`` is in ``sort_results`` order, so the rows of one (candidate, n) are one
+    contiguous run and runs come in (candidate, n) order; the run boundaries are found
+    once for all columns, on integer codes (string columns are slow to walk row by row).
+    """
+    import numpy as np
+    import pandas as pd
+
+    codes, names = pd.factorize(frame["candidate"])
+    codes, ns = codes[mask], frame["n"].to_numpy()[mask]
+    change = np.ones(len(codes), dtype=bool)
+    change[1:] = (codes[1:] != codes[:-1]) | (ns[1:] != ns[:-1])
+    starts = np.flatnonzero(change).tolist()
+    bounds = list(zip(starts, [*starts[1:], len(codes)], strict=True))
+    names = [str(name) for name in names]
+    labels = [(names[code], n) for code, n in zip(codes[starts].tolist(), ns[starts].tolist(),
+                                                  strict=True)]
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for column in columns:
+        values = frame[column].to_numpy()[mask].tolist()
+        totals: dict[str, dict[int, float]] = {}
+        for (cid, n), (start, stop) in zip(labels, bounds, strict=True):
+            totals.setdefault(cid, {})[n] = math.fsum(values[start:stop])
+        out[column] = totals
+    return out
+
+
 def _totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dict[int, float]]:
     """Per candidate, per N: exactly rounded sum of ``column`` over that N's plans."""
-    groups: dict[tuple[str, int], list[float]] = {}
-    for cid, n, value in zip(frame["candidate"].tolist(), frame["n"].tolist(),
-                             frame[column].tolist(), strict=True):
-        groups.setdefault((cid, n), []).append(value)
-    out: dict[str, dict[int, float]] = {}
-    for (cid, n), values in sorted(groups.items()):
-        out.setdefault(cid, {})[n] = math.fsum(values)
-    return out
+    import numpy as np
+
+    if len(frame) == 0:
+        return {}
+    frame = sort_results(frame) if not _is_sorted(frame) else frame
+    return _group_totals(frame, np.ones(len(frame), dtype=bool), [column])[column]
+
+
+def _is_sorted(frame: pd.DataFrame) -> bool:
+    """True when the rows are in ``sort_results`` order (as evaluate and merge leave them)."""
+    import pandas as pd
+
+    keys = frame[["candidate", "inputs", "n", "plan"]]
+    return pd.MultiIndex.from_frame(keys).is_monotonic_increasing
 
 
 def _sum(totals: Mapping[int, float]) -> float:
@@ -518,7 +674,8 @@ def check_complete(results: pd.DataFrame, cands: Sequence[Candidate], baseline: 
         if counts[cand.id] != len(expected_plans):
             raise SearchError(f"candidate {cand.id} has {counts[cand.id]} of "
                               f"{len(expected_plans)} plans; re-run its shard")
-    present = set(zip(results["inputs"], results["plan"], strict=True))
+    pairs = results[["inputs", "plan"]].drop_duplicates()
+    present = set(zip(pairs["inputs"].tolist(), pairs["plan"].tolist(), strict=True))
     if present != expected_plans:
         odd = sorted(present ^ expected_plans)[0]
         raise SearchError(f"shard plans do not match the config (e.g. {odd[0]}/{odd[1]}); "
@@ -532,10 +689,14 @@ def score_table(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Can
     import pandas as pd
 
     profile = profile or measured_profile()
-    by_inputs = {inputs: results[results["inputs"] == inputs] for inputs in INPUT_SETS}
-    device = {inputs: _totals(frame) for inputs, frame in by_inputs.items()}
-    parts = {col: {inputs: _totals(frame, col) for inputs, frame in by_inputs.items()}
-             for col in ("decode_s", "prefill_s", "reuse_hits", "re_arrivals")}
+    if not _is_sorted(results):
+        results = sort_results(results)
+    summed = ("device_s", "decode_s", "prefill_s", "reuse_hits", "re_arrivals")
+    per_inputs = {inputs: _group_totals(results, (results["inputs"] == inputs).to_numpy(
+                                            dtype=bool), summed) for inputs in INPUT_SETS}
+    device = {inputs: per_inputs[inputs]["device_s"] for inputs in INPUT_SETS}
+    parts = {col: {inputs: per_inputs[inputs][col] for inputs in INPUT_SETS}
+             for col in summed[1:]}
     base = {inputs: device[inputs][baseline.id] for inputs in INPUT_SETS}
     ids = [c.id for c in cands]
     tiebreak = {c.id: c.tiebreak() for c in cands}
@@ -605,7 +766,8 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
                 **resource_costs(pick, profile), "n_buckets": pick.n_buckets,
                 "search_n": list(settings.n)}
     every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
-    excluded = [c for c in every if over_budget(c, profile)]
+    memory = device_memory(profile)
+    counts = filter_counts(every, profile, memory, settings.memory_filter)
     top = table.head(settings.top)
     full = comparison[n_label(settings.n)]
     summary = {
@@ -615,8 +777,12 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
                                 "authors' script counted intermediates + 1, so their "
                                 "--max-buckets 5 is this 6",
             "enumerated": len(every),
-            "excluded_by_compile_budget": len(excluded),
+            "excluded_by_compile_budget": counts["excluded_by_compile_budget"],
             "compile_budget_s": profile.compile_budget_s,
+            "excluded_by_memory": counts["excluded_by_memory"],
+            "memory_filter": settings.memory_filter,
+            "memory_gib_per_device": memory.per_device_gib,
+            "max_slots_in_memory": memory.max_slots(),
             "searched": len(table),
             "per_batch_size": {str(b): sum(1 for c in every if c.batch_size == b)
                                for b in settings.batch_sizes},
@@ -663,13 +829,27 @@ def baseline_of(cfg: StudyConfig) -> Candidate:
 
 
 def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
-    return candidates(settings.batch_sizes, settings.max_buckets, profile)
+    return candidates(settings.batch_sizes, settings.max_buckets, profile,
+                      memory_filter=settings.memory_filter)
 
 
-def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2) -> dict[str, Any]:
+def override_settings(settings: SearchSettings, **changes: Any) -> SearchSettings:
+    """Settings with command-line values (``--n``, ``--batch-sizes``, ``--max-buckets``,
+    ``--memory-filter``) in place of the config's; a new N set keeps only the restricted
+    N sets that lie inside it."""
+    if not changes:
+        return settings
+    if "n" in changes:
+        keep = set(changes["n"])
+        changes["restricted_n"] = tuple(s for s in settings.restricted_n if set(s) <= keep)
+    return replace(settings, **changes)
+
+
+def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2,
+               overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
     same scores/selected/summary files the sharded path writes, byte for byte."""
-    settings = SearchSettings.from_config(cfg)
+    settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
     plans = make_plans(cfg, settings)
     write_plans(plans, out_dir / "plans")
     cands = search_candidates(settings)

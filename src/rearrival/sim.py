@@ -46,11 +46,19 @@ The event core advances whole stretches of identical decode steps at once: n onl
 changes at a completion, an arrival or an admission, so it jumps straight to the next
 such boundary. ``rearrival.sim_reference`` is the plain per-step version used by the tests
 and the benchmark to check this one.
+
+The loop exists twice, with the same operations in the same order: in plain Python
+(``_simulate_python``, the readable statement and the fallback) and compiled with numba
+on flat arrays (``rearrival.simcore``, machine code cached on disk), which ``simulate``
+runs once a process has made a few calls, and which the search runs over many
+configurations of one plan per call (``simcore.run_batch``). Tests hold both to the
+reference and to each other bit for bit.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,6 +105,9 @@ def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, .
     return times
 
 
+_VALID_GRIDS: set[tuple[tuple[int, ...], int]] = set()  # (buckets, batch_size) checked
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """One configuration (bucket set, batch_size, KV slots) plus the simulator variant.
@@ -119,10 +130,15 @@ class SimConfig:
         except TypeError as exc:
             raise SimConfigError("SimConfig field 'buckets' (--buckets) must be a list of "
                                  "integers such as 1,2,4,8") from exc
-        problem = bucket_set_problem(buckets, self.batch_size)
-        if problem is not None:
-            raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
-                                 f"--batch-size): {problem}")
+        key = (buckets, self.batch_size)
+        if key not in _VALID_GRIDS or type(self.batch_size) is not int or not all(
+                type(b) is int for b in buckets):  # bool equals int in the key
+            problem = bucket_set_problem(buckets, self.batch_size)
+            if problem is not None:
+                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
+                                     f"--batch-size): {problem}")
+            if len(_VALID_GRIDS) < 100_000:
+                _VALID_GRIDS.add(key)
         slots = self.batch_size if self.slots is None else self.slots
         if not _is_int(slots) or slots < 1:
             raise SimConfigError(f"SimConfig field 'slots' (--slots) {slots!r} must be a "
@@ -202,19 +218,28 @@ _PROMPT = REQUEST_COLUMNS.index("prompt_tokens")
 
 class SimResult:
     """Outcome of one simulation; records are built on first access (the search only
-    reads the scalars, 112,000 times)."""
+    reads the scalars).
 
-    __slots__ = ("_columns", "_eviction_rows", "_records", "_stretch_rows", "config",
-                 "decode_s", "device_s", "histogram_nb", "interference_s", "makespan_s",
-                 "prefill_s", "sessions")
+    The compiled core hands over its arrays (``raw``); the per-request columns, stretch
+    and eviction rows are converted to plain lists only when a caller asks for them.
+    """
 
-    def __init__(self, config: SimConfig, sessions: int, histogram_nb: dict[tuple[int, int], int],
-                 decode_s: float, prefill_s: float, interference_s: float, makespan_s: float,
-                 columns: tuple[list[Any], ...], stretch_rows: list[list[Any]],
-                 eviction_rows: list[tuple[float, int, int, str]]) -> None:
+    __slots__ = ("_columns", "_counts", "_eviction_rows", "_hist", "_histogram", "_raw",
+                 "_records", "_stretch_rows", "config", "decode_s", "device_s",
+                 "interference_s", "makespan_s", "prefill_s", "sessions")
+
+    def __init__(self, config: SimConfig, sessions: int,
+                 histogram_nb: dict[tuple[int, int], int] | None, decode_s: float,
+                 prefill_s: float, interference_s: float, makespan_s: float,
+                 columns: tuple[list[Any], ...] | None, stretch_rows: list[list[Any]] | None,
+                 eviction_rows: list[tuple[float, int, int, str]] | None,
+                 counts: tuple[int, int, int, int, int] | None = None, raw: Any = None,
+                 hist: tuple[Any, list[int], list[str]] | None = None) -> None:
         self.config = config
         self.sessions = sessions
-        self.histogram_nb = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
+        self._histogram = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
+        # or (steps per n array, b(n) list, "n->b" label list) from the compiled core
+        self._hist = hist
         self.decode_s = decode_s
         self.prefill_s = prefill_s
         self.device_s = decode_s + prefill_s
@@ -223,10 +248,46 @@ class SimResult:
         self._columns = columns
         self._stretch_rows = stretch_rows
         self._eviction_rows = eviction_rows
+        # (reuse hits, re-arrival computed tokens, decode steps, sum b*steps, sum n*steps)
+        self._counts = counts
+        self._raw = raw  # (core module, its arguments, prompt list) to rebuild records
         self._records: tuple[RequestRecord, ...] | None = None
+
+    def _materialize(self) -> None:
+        """Lists from the compiled core, on first detailed access: the core runs the same
+        simulation again with records kept (deterministic, so the same run)."""
+        core, args, prompt = self._raw
+        req_f, req_i, st_i, st_f, ev_f, ev_i = core.run_records(*args)
+        arrival, admit, complete, prefill = req_f.tolist()
+        cached, slot, tag, running = req_i.tolist()
+        self._columns = (arrival, admit, complete, prompt, cached, prefill, slot, tag, running)
+        self._stretch_rows = [[n, k, a, b] for (n, k), (a, b)
+                              in zip(st_i.T.tolist(), st_f.T.tolist(), strict=True)]
+        causes = ("admission", "pre-evict")
+        self._eviction_rows = [(time, s, victim, causes[cause]) for time, (s, victim, cause)
+                               in zip(ev_f.tolist(), ev_i.T.tolist(), strict=True)]
+        self._raw = None
+
+    @property
+    def columns(self) -> tuple[list[Any], ...]:
+        """Per-request columns (``REQUEST_COLUMNS``), indexed by rid = 2 * session + turn."""
+        if self._columns is None:
+            self._materialize()
+        return self._columns
+
+    @property
+    def histogram_nb(self) -> dict[tuple[int, int], int]:
+        """{(n, b): decode steps at n running on bucket b}, sorted by (n, b)."""
+        if self._histogram is None:
+            steps_at, bucket_of, _ = self._hist
+            self._histogram = {(n, bucket_of[n]): steps
+                               for n, steps in enumerate(steps_at.tolist()) if steps and n}
+        return self._histogram
 
     @property
     def decode_steps(self) -> int:
+        if self._counts is not None:
+            return self._counts[2]
         return sum(self.histogram_nb.values())
 
     @property
@@ -236,6 +297,9 @@ class SimResult:
     @property
     def padding_ratio(self) -> float:
         """sum(b - n) / sum(b) over decode steps (0 when nothing decoded)."""
+        if self._counts is not None:
+            padded, used = self._counts[3], self._counts[4]
+            return (padded - used) / padded if padded else 0.0
         padded = sum(b * steps for (_, b), steps in self.histogram_nb.items())
         used = sum(n * steps for (n, _), steps in self.histogram_nb.items())
         return (padded - used) / padded if padded else 0.0
@@ -246,8 +310,9 @@ class SimResult:
 
     @property
     def reuse_hits(self) -> int:
-        cached = self._columns[_CACHED]
-        return sum(1 for c in cached[1::2] if c > 0)
+        if self._counts is not None:
+            return self._counts[0]
+        return sum(1 for c in self.columns[_CACHED][1::2] if c > 0)
 
     @property
     def computed_prefill_tokens(self) -> int:
@@ -255,12 +320,14 @@ class SimResult:
 
         First requests never reuse anything; their tokens are in ``total_computed_tokens``.
         """
-        return sum(self._columns[_PROMPT][1::2]) - sum(self._columns[_CACHED][1::2])
+        if self._counts is not None:
+            return self._counts[1]
+        return sum(self.columns[_PROMPT][1::2]) - sum(self.columns[_CACHED][1::2])
 
     @property
     def total_computed_tokens(self) -> int:
         """Computed prefill tokens of every request (first requests and re-arrivals)."""
-        return sum(self._columns[_PROMPT]) - sum(self._columns[_CACHED])
+        return sum(self.columns[_PROMPT]) - sum(self.columns[_CACHED])
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:
@@ -268,7 +335,7 @@ class SimResult:
         if self._records is None:
             records = []
             for rid, (arrival, admit, complete, prompt, cached, prefill, slot, tag,
-                      running) in enumerate(zip(*self._columns, strict=True)):
+                      running) in enumerate(zip(*self.columns, strict=True)):
                 evicted = tag != NO_OWNER
                 records.append(RequestRecord(
                     rid >> 1, rid & 1, arrival, admit, admit + prefill, complete, prompt,
@@ -281,12 +348,16 @@ class SimResult:
     def stretches(self) -> tuple[Stretch, ...]:
         """Decode stretches in time order, for timelines and step reconstruction."""
         buckets = self.config.buckets
+        if self._stretch_rows is None:
+            self._materialize()
         return tuple(Stretch(n, select_bucket(n, buckets), steps, start, end)
                      for n, steps, start, end in self._stretch_rows)
 
     @property
     def evictions(self) -> tuple[Eviction, ...]:
         """Every KV eviction in time order (admissions and dummy-block pre-evictions)."""
+        if self._eviction_rows is None:
+            self._materialize()
         return tuple(Eviction(time, slot, tag >> 1, tag & 1, cause)
                      for time, slot, tag, cause in self._eviction_rows)
 
@@ -304,30 +375,62 @@ class SimResult:
             "device_s": self.device_s,
             "interference_s": self.interference_s,
             "makespan_s": self.makespan_s,
-            "histogram": {f"{n}->{b}": steps for (n, b), steps in self.histogram_nb.items()},
+            "histogram": self._labelled_histogram(),
         }
 
+    def _labelled_histogram(self) -> dict[str, int]:
+        """{"n->b": steps}; from the compiled core's per-n counts without the tuple keys."""
+        if self._histogram is None and self._hist is not None:
+            steps_at, _, labels = self._hist
+            return {labels[n]: steps for n, steps in enumerate(steps_at.tolist()) if steps and n}
+        return {_label(n, b): steps for (n, b), steps in self.histogram_nb.items()}
 
-_STEP_TABLES: dict[int, tuple[SimConfig, Profile, list[float], list[int]]] = {}
+
+_LABELS: dict[tuple[int, int], str] = {}
 
 
-def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[int]]:
-    """Decode step time and bucket for each n in 0..batch_size, cached per configuration.
+def _label(n: int, b: int) -> str:
+    """The summary's histogram key ``"n->b"``, formatted once per pair."""
+    text = _LABELS.get((n, b))
+    if text is None:
+        text = _LABELS[(n, b)] = f"{n}->{b}"
+    return text
 
-    The search simulates every candidate on 54 plans, so the 2,077 tables are built once.
-    Keyed by the config object (the entry keeps it alive, so its id is not reused), which
-    is cheaper than hashing its bucket tuple on every call.
+
+_STEP_TABLES: dict[tuple[tuple[int, ...], int],
+                   tuple[Profile, list[float], list[int], Any, Any, list[str]]] = {}
+
+
+def _step_entry(config: SimConfig, profile: Profile
+                ) -> tuple[Profile, list[float], list[int], Any, Any, list[str]]:
+    """Decode step times and buckets b(n) for n in 0..batch_size, as lists and arrays,
+    and the summary's "n->b" labels.
+
+    Keyed by the bucket set and batch size, so a caller that builds a new ``SimConfig``
+    for every call (``simulate(plan, SimConfig(...))``) still hits the cache.
     """
-    entry = _STEP_TABLES.get(id(config))
-    if entry is None or entry[0] is not config or entry[1] is not profile:
+    key = (config.buckets, config.batch_size)
+    entry = _STEP_TABLES.get(key)
+    if entry is None or entry[0] is not profile:
+        import numpy as np
+
         buckets = [0] + [select_bucket(n, config.buckets)
                          for n in range(1, config.batch_size + 1)]
         times = [0.0] + [profile.decode_step_s(n, buckets[n])
                          for n in range(1, config.batch_size + 1)]
         if len(_STEP_TABLES) > 50_000:
             _STEP_TABLES.clear()
-        entry = _STEP_TABLES[id(config)] = (config, profile, times, buckets)
-    return entry[2], entry[3]
+        entry = _STEP_TABLES[key] = (profile, times, buckets,
+                                     np.array(times, dtype=np.float64),
+                                     np.array(buckets, dtype=np.int64),
+                                     [_label(n, b) for n, b in enumerate(buckets)])
+    return entry
+
+
+def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[int]]:
+    """Decode step time and bucket for each n in 0..batch_size, cached per bucket set."""
+    entry = _step_entry(config, profile)
+    return entry[1], entry[2]
 
 
 _PROFILE_MEMOS: dict[int, tuple[Profile, Callable[[int], float], Callable[[int, int], int]]] = {}
@@ -405,16 +508,133 @@ def request_tables(plan: Any, prompt: list[int], profile: Profile) -> tuple[list
     return tables
 
 
-def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> SimResult:
+@dataclass(frozen=True)
+class CoreInputs:
+    """A plan as the compiled core's arrays, for one profile (``core_inputs``)."""
+
+    ints: Any  # int64 (3, requests): prompt, gen, C a surviving first request gives
+    floats: Any  # float64 (3, requests): tool wait per session (padded), T(L), T(L - C)
+    prompt_list: list[int]
+    compiled_ok: bool  # False: integer keys could overflow int64; use the Python core
+
+
+_CORE_INPUTS: dict[int, tuple[Any, Profile, CoreInputs]] = {}
+_FIXED: dict[int, tuple[SimConfig, Any]] = {}
+_NO_FIXED: list[Any] = []
+
+
+def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
+    """The plan's per-request arrays and prefill costs, converted once per plan and profile
+    (the search and the benchmark call the core on the same plan thousands of times)."""
+    entry = _CORE_INPUTS.get(id(plan))
+    if entry is not None and entry[0] is plan and entry[1] is profile:
+        return entry[2]
+    import numpy as np
+
+    from rearrival.simcore import fits_int64
+
+    prompt, gen, wait = plan_arrays(plan, SimConfig())
+    miss_cost, hit_reuse, hit_cost, _ = request_tables(plan, prompt, profile)
+    padded_wait = list(wait) + [0.0] * (len(prompt) - len(wait))
+    inputs = CoreInputs(np.array([prompt, gen, hit_reuse], dtype=np.int64).reshape(3, -1),
+                        np.array([padded_wait, miss_cost, hit_cost],
+                                 dtype=np.float64).reshape(3, -1),
+                        prompt, fits_int64(sum(gen), len(prompt), 1))
+    if len(_CORE_INPUTS) > 256:
+        _CORE_INPUTS.clear()
+    _CORE_INPUTS[id(plan)] = (plan, profile, inputs)
+    return inputs
+
+
+def _fixed_array(config: SimConfig) -> Any:
+    """Fixed re-arrival times as float64 (empty: the base rule), cached per config."""
+    if config.fixed_arrivals is None:
+        if not _NO_FIXED:
+            import numpy as np
+
+            _NO_FIXED.append(np.empty(0))
+        return _NO_FIXED[0]
+    entry = _FIXED.get(id(config))
+    if entry is None or entry[0] is not config:
+        import numpy as np
+
+        if len(_FIXED) > 1024:
+            _FIXED.clear()
+        entry = _FIXED[id(config)] = (config, np.array(config.fixed_arrivals,
+                                                        dtype=np.float64))
+    return entry[1]
+
+
+_CORE: list[Any] = []  # [rearrival.simcore] once imported; [None] if numba is unusable
+
+
+def compiled_core() -> Any:
+    """The compiled core module, or None (with one warning) when numba cannot be imported."""
+    if not _CORE:
+        try:
+            from rearrival import simcore
+        except ImportError as exc:  # e.g. a numpy that numba does not support yet
+            warnings.warn(f"compiled simulator core unavailable ({exc}); running the Python "
+                          "core, same results, about 20x slower", RuntimeWarning, stacklevel=3)
+            simcore = None
+        _CORE.append(simcore)
+    return _CORE[0]
+
+
+# A process's first calls run the Python core: loading numba and the cached machine code
+# costs about 1.2 s, more than a one-off `rearrival simulate` spends simulating. Both
+# cores give the same bits (tests/test_sim_equivalence.py), so only the speed differs.
+PYTHON_FIRST_CALLS = 32
+CORES = ("auto", "compiled", "python")
+_CALLS = [0]
+
+
+def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
+             core: str = "auto") -> SimResult:
     """Predict one plan on one configuration (paper Section IV); see the module docstring.
 
     ``plan`` is a ``rearrival.plans.Plan`` (anything with ``.sessions``); ``profile``
-    defaults to the measured RBLN-CA25 profile.
+    defaults to the measured RBLN-CA25 profile. ``core``: "compiled" runs
+    ``rearrival.simcore``; "python" the plain event loop below (same results, same bits);
+    "auto" the Python core for a process's first ``PYTHON_FIRST_CALLS`` calls (unless the
+    compiled core is already loaded), then the compiled one. The Python core also runs,
+    with a warning, when numba is missing or the plan's token counts are too large for
+    the compiled core's int64 keys.
     """
-    # The search runs this 112,000 times, so per-plan and per-configuration work is cached
-    # (plan_arrays, request_tables, step_table) and the loop below works on locals.
     if profile is None:
         profile = measured_profile()
+    plan_arrays(plan, config)  # validates fixed_arrivals against the plan
+    if core not in CORES:
+        raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
+    if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
+        _CALLS[0] += 1
+        return _simulate_python(plan, config, profile)
+    core_module = compiled_core()
+    inputs = core_inputs(plan, profile)
+    if core_module is None or not inputs.compiled_ok or not core_module.fits_int64(
+            0, len(inputs.prompt_list), config.slots):
+        if core_module is not None:
+            warnings.warn("plan too large for the compiled core's int64 keys; running the "
+                          "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
+        return _simulate_python(plan, config, profile)
+    _, _, bucket_of, step_s, bucket_array, labels = _step_entry(config, profile)
+    batch = config.batch_size
+    args = (inputs.ints, inputs.floats, _fixed_array(config), step_s, batch, config.slots,
+            config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0,
+            bucket_array)
+    hist, prefill_total, interference, makespan, decode_total, *counts = \
+        core_module.run_summary(*args)
+    return SimResult(config, len(inputs.prompt_list) // 2, None, decode_total,
+                     prefill_total, interference, makespan, None, None, None,
+                     tuple(counts), (core_module, args, inputs.prompt_list),
+                     (hist, bucket_of, labels))
+
+
+def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
+    """The event core in plain Python: the fallback of ``simulate`` and the readable
+    statement of what ``rearrival.simcore`` compiles (same operations, same order)."""
+    # Per-plan and per-configuration work is cached (plan_arrays, request_tables,
+    # step_table) and the loop below works on locals.
     prompt, gen, wait = plan_arrays(plan, config)
     miss_cost, hit_reuse, hit_cost, owners = request_tables(plan, prompt, profile)
     step_s, bucket_of = step_table(config, profile)
@@ -425,8 +645,8 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None) -> Si
     eps = ARRIVAL_TOLERANCE_S
 
     # KV slots: rearrival.kvslots is the model. SlotPool.admit, .finish and .pre_evict are
-    # written out below on the pool's public state instead of called: they run once per
-    # request in each of the search's 112,000 simulations, and the calls with admit's
+    # written out below on the pool's public state instead of called (as in the compiled
+    # core): they run once per request of every simulation, and the calls with admit's
     # generic per-session look-up took about a quarter of a simulation.
     slots = config.slots
     pool = SlotPool(slots, config.release)

@@ -13,12 +13,31 @@ DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
 
 
-def _load(config: Path):
-    from rearrival.search import SearchSettings
+def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
+    from rearrival.search import SearchError
+
+    if text is None:
+        return None
+    try:
+        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError as exc:
+        raise SearchError(f"option {option} {text!r}: give comma-separated integers, "
+                          "e.g. 16,32,48") from exc
+    if not values:
+        raise SearchError(f"option {option} is empty: give comma-separated integers")
+    return values
+
+
+def _load(config: Path, ctx: typer.Context | None = None):
+    """The study and its search settings, with the ``rearrival search`` options applied."""
+    from rearrival.search import SearchSettings, override_settings
     from rearrival.studies import load_study_config
 
     cfg = load_study_config(config)
-    return cfg, SearchSettings.from_config(cfg)
+    settings = SearchSettings.from_config(cfg)
+    obj = ctx.obj if ctx is not None else None  # set by the `search` callback
+    overrides = (obj or {}).get("search_overrides", {})
+    return cfg, override_settings(settings, **overrides)
 
 
 def search(
@@ -29,9 +48,26 @@ def search(
     config: ConfigOption = DEFAULT_CONFIG,
     workers: Annotated[int, typer.Option("--workers", min=1,
                                          help="Worker processes.")] = 2,
+    n: Annotated[str | None, typer.Option(
+        "--n", help="Concurrency levels of the inputs, e.g. 16,32,48 (default: search.n); "
+        "restricted N sets not inside it are dropped.")] = None,
+    batch_sizes: Annotated[str | None, typer.Option(
+        "--batch-sizes", help="Candidate batch sizes, e.g. 16,24,32,40,48 (default: "
+        "search.batch_sizes).")] = None,
+    max_buckets: Annotated[int | None, typer.Option(
+        "--max-buckets", min=2, help="Most buckets per candidate, counting 1 and "
+        "batch_size (default: search.max_buckets).")] = None,
+    memory_filter: Annotated[bool | None, typer.Option(
+        "--memory-filter/--no-memory-filter", help="Exclude candidates whose KV and "
+        "weights do not fit the devices (default: search.memory_filter).")] = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
-    the merge in one process; subcommands split the same work into jobs."""
+    the merge in one process; subcommands split the same work into jobs. The options
+    before a subcommand apply to it too (`rearrival search --n 16,32 shard ...`)."""
+    overrides = {key: value for key, value in (
+        ("n", _int_list("--n", n)), ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
+        ("max_buckets", max_buckets), ("memory_filter", memory_filter)) if value is not None}
+    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides}
     if ctx.invoked_subcommand is not None:
         return
     from rearrival.search import SearchError, run_search
@@ -40,13 +76,14 @@ def search(
     if out is None:
         raise SearchError("option --out is missing: give the directory for the search "
                           "results, e.g. `rearrival search --out results/search`")
-    summary = run_search(load_study_config(config), out, workers)
+    summary = run_search(load_study_config(config), out, workers, overrides)
     selected = summary["selected"]
     typer.echo(f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
                f"evaluation score {selected['evaluation_score']:.4f}")
 
 
 def plans(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Directory to write (search/, "
                                       "evaluation/); replaced as a whole.")],
     config: ConfigOption = DEFAULT_CONFIG,
@@ -54,13 +91,14 @@ def plans(
     """Write the search and evaluation input plans (N x seeds x blocks each, disjoint seeds)."""
     from rearrival.search import make_plans, write_plans
 
-    cfg, settings = _load(config)
+    cfg, settings = _load(config, ctx)
     made = make_plans(cfg, settings)
     write_plans(made, out)
     typer.echo(f"{out}: {len(made)} plans")
 
 
 def shard(
+    ctx: typer.Context,
     plans_dir: Annotated[Path, typer.Option("--plans", help="Output of `search plans`.")],
     index: Annotated[int, typer.Option("--shard", min=0, help="This shard (0..S-1).")],
     out: Annotated[Path, typer.Option("--out", help="Shard Parquet file to write.")],
@@ -74,7 +112,7 @@ def shard(
     from rearrival.experiments import write_frame
     from rearrival.search import baseline_of, read_plans, run_shard, search_candidates
 
-    cfg, settings = _load(config)
+    cfg, settings = _load(config, ctx)
     count = shards or settings.shards
     frame = run_shard(search_candidates(settings), read_plans(plans_dir, settings), index,
                       count, baseline_of(cfg), workers)
@@ -84,6 +122,7 @@ def shard(
 
 
 def merge(
+    ctx: typer.Context,
     shard_files: Annotated[list[Path], typer.Argument(help="Every shard file.")],
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Directory for scores.parquet, "
                                           "selected.json and summary.json.")],
@@ -100,7 +139,7 @@ def merge(
         write_outputs,
     )
 
-    cfg, settings = _load(config)
+    cfg, settings = _load(config, ctx)
     frames = []
     for path in shard_files:
         try:
