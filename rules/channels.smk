@@ -15,4 +15,4 @@ rule channels:
         config_file=CONFIG_FILE,
     shell:
         "rearrival study channels --config {params.config_file:q} --study {wildcards.study:q}"
-        " --runs results/runs/{wildcards.study:q} --out {output:q} > {log:q} 2>&1"
+        " --out {output:q} {input:q} > {log:q} 2>&1"

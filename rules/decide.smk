@@ -15,6 +15,7 @@ rule decide:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("decide"),
     shell:
         "rearrival study decide --config {params.config_file:q} --study {wildcards.study:q}"
         " --channels {input.channels:q} --predictions {input.predictions:q}"

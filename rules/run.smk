@@ -14,16 +14,18 @@ rule run_replicate:
     log:
         "logs/runs/{study}/n{n}_r{rep}.log",
     resources:
-        device=1 if config["backend"] == "rbln" else 0,
+        device=1 if STUDY.backend == "rbln" else 0,
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("run"),
+        selected=selected_option,
         compiled=compiled_option,
     shell:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
         " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
-        " {params.compiled} --out {output:q} > {log:q} 2>&1"
+        " {params.selected} {params.compiled} --out {output:q} > {log:q} 2>&1"
 
 
 rule injection:
@@ -32,11 +34,12 @@ rule injection:
     log:
         "logs/injection.log",
     resources:
-        device=1 if config["backend"] == "rbln" else 0,
+        device=1 if STUDY.backend == "rbln" else 0,
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=PARAMS["injection"],
     shell:
         "rearrival study injection --config {params.config_file:q} --out {output:q}"
         " > {log:q} 2>&1"

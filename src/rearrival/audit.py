@@ -13,7 +13,9 @@ under the results directory. Per complete run whose manifest names a prereg comm
     files is allowed); the offending commit is named;
 (d) for validation studies, the run's plan seed is registered and was not used by any
     run started before that seed's registration, nor registered earlier by another study;
-(e) the run's ``plan_sha256`` is the one registered for its (replicate, N).
+(e) the run's ``plan_sha256`` is the one registered for its (replicate, N);
+(f) every decision table equals its recomputation from the registration commit (design,
+    criteria, predictions as committed) and the run records.
 
 Runs whose status is not ``complete`` are listed as ``excluded`` (never judged), but
 their seeds still count as used.
@@ -372,6 +374,65 @@ def _registration_rows(auditor: _Auditor) -> Iterator[AuditRow]:
                        f"{PREREG_ROOT}/{study}/; {runs} run manifest(s)")
 
 
+def _table_differences(written: str, recomputed: str) -> list[str]:
+    """Row by row, the columns where a written decision table differs from its
+    recomputation (rows numbered from 1 after the header)."""
+    import csv
+    import io
+
+    ours = list(csv.DictReader(io.StringIO(written)))
+    theirs = list(csv.DictReader(io.StringIO(recomputed)))
+    found = []
+    if len(ours) != len(theirs):
+        found.append(f"{len(ours)} rows, recomputed {len(theirs)}")
+    for index, (row, again) in enumerate(zip(ours, theirs, strict=False), start=1):
+        columns = [c for c in again if row.get(c) != again[c]]
+        if columns:
+            found.append(f"row {index} ({again['comparison']}, N={again['n']}): "
+                         + ", ".join(f"{c} {row.get(c)!r} != recomputed {again[c]!r}"
+                                     for c in columns))
+    return found
+
+
+def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
+    """Check (f): every decision table equals its recomputation from the committed
+    registration (design, criteria, predictions) and the run records."""
+    from rearrival.decisions import decision_table
+    from rearrival.experiments import StageError, collect_channels, read_registration
+    from rearrival.records import RunRecordError
+
+    for path in sorted((results / "decisions").glob("*.csv")):
+        study = path.stem
+        history = registrations(auditor.repo, study)
+        if not history:
+            continue
+        used = {str(r.prereg.get("commit")) for r in auditor.runs
+                if r.study == study and r.status == "complete" and r.prereg.get("commit")}
+        commits = [c for c in history if c.hexsha in used] or history[:1]
+        commit = commits[-1]
+        label = f"(decisions) {path.name}"
+        where = (study, label, commit.hexsha, _time(commit).isoformat(), None)
+        try:
+            registration = read_registration(auditor.repo, study, commit.hexsha)
+            channels = collect_channels(sorted(p for p in (results / "runs" / study).glob("*")
+                                               if p.is_dir()), None)
+            recomputed, _ = decision_table(registration.study, registration.replicates,
+                                           registration.study_seed, channels,
+                                           registration.predictions, registration.criteria)
+        except (StageError, RunRecordError, KeyError, ValueError) as exc:
+            yield AuditRow(*where, VIOLATION, f"{path}: cannot be recomputed from the "
+                           f"registration and the run records ({exc})")
+            continue
+        differences = _table_differences(path.read_text(), recomputed)
+        if differences:
+            yield AuditRow(*where, VIOLATION, f"{path} differs from its recomputation from "
+                           f"registration {commit.hexsha[:12]} and the run records: "
+                           + "; ".join(differences))
+        else:
+            yield AuditRow(*where, OK, "every row recomputed from the registration and the "
+                           "run records")
+
+
 def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     """Audit every run manifest under ``results_dir`` against git history (SPEC 9)."""
     repo = open_repo(repo_dir)
@@ -384,5 +445,6 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     auditor = _Auditor(repo, runs)
     rows = list(_registration_rows(auditor))
     rows += [r if isinstance(r, AuditRow) else _audit_run(auditor, r) for r in loaded]
+    rows += list(_decision_rows(auditor, results))
     return AuditReport(tuple(sorted(rows, key=lambda r: (r.study, r.run != REGISTRATION_ROW,
                                                          r.run_start or "", r.run))))

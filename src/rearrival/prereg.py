@@ -434,6 +434,28 @@ def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
     return record_at(repo, registrations(repo, study)[-1], study)
 
 
+def registered_json(repo_dir: str | Path, study: str,
+                    names: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+    """The named JSON files of a study's registration as committed at HEAD, with the sha
+    of the commit that first registered the study; None when the study (or the directory
+    as a git repository) has no registration. Read from git objects, never the working
+    tree, so an edited working copy cannot stand in for what was registered."""
+    import git
+
+    try:
+        repo = git.Repo(Path(repo_dir))
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    head = _head_commit(repo)
+    committed = _tree_files(head, study) if head is not None else {}
+    wanted = {name: committed.get(f"{_study_dir(study)}/{name}") for name in names}
+    if not committed or any(blob is None for blob in wanted.values()):
+        return None
+    first = registrations(repo, study)[0]
+    return first.hexsha, {name: json.loads(blob.data_stream.read())
+                          for name, blob in wanted.items()}
+
+
 def parse_utc(value: Any, where: str) -> datetime:
     """An ISO 8601 timestamp with an explicit offset; naive times are refused, not guessed."""
     if not isinstance(value, str):

@@ -975,7 +975,7 @@ def table_xiii(res: Results) -> Table:
                           "width": None if low is None or high is None else high - low,
                           "verdict": row.get("verdict"), "note": row.get("note"),
                           "run_ids": row.get("run_ids") or ""})
-    width = res.cfg.decision.get("saturation_width")
+    width = res.cfg.decision.saturation_width
     return Table("XIII", "Saturation of added slots",
                  "Channel-A ratio of each enlarged configuration to the study's baseline per "
                  "N (replicate sums), then for each adjacent pair the median of the per-"
@@ -1107,7 +1107,7 @@ def table_s8(res: Results) -> Table:
                      f"{summary.get('evaluation_score', float('nan')):.4f} (simulator "
                      f"prediction, not a measurement).")
     if scores is not None:
-        count = int(res.cfg.search.get("top", 20))
+        count = int(res.cfg.search["top"])
         for row in scores.head(count).to_dict("records"):
             top.append({"rank": row["rank"], "id": row["id"], "batch_size": row["batch_size"],
                         "score": row["score"], "mean_ratio_score": row["mean_ratio_score"],

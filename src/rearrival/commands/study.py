@@ -12,12 +12,12 @@ StudyName = Annotated[str, typer.Option("--study", help="Study name under studie
 Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
 Predictions = Annotated[Path, typer.Option("--predictions", help="Predictions Parquet.")]
 Out = Annotated[Path, typer.Option("--out", help="Output file or directory.")]
-Selected = Annotated[Path, typer.Option(
-    "--selected", help="Search result; read only by studies comparing 'selected'.")]
+Selected = Annotated[Path | None, typer.Option(
+    "--selected", help="Search result (results/search/selected.json); needed by studies "
+    "comparing 'selected'.")]
 Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
 
 DEFAULT_CONFIG = Path("config/config.yaml")
-DEFAULT_SELECTED = Path("results/search/selected.json")
 DEFAULT_REPO = Path(".")
 
 
@@ -36,7 +36,7 @@ def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
 
 
 def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-            selected: Selected = DEFAULT_SELECTED) -> None:
+            selected: Selected = None) -> None:
     """Simulate every plan under every condition of a study (paper Section IV)."""
     from rearrival.experiments import predict as run_predict
 
@@ -45,7 +45,7 @@ def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_C
 
 
 def prereg(study: StudyName, plans: Plans, predictions: Predictions, out: Out,
-           config: Config = DEFAULT_CONFIG, selected: Selected = DEFAULT_SELECTED,
+           config: Config = DEFAULT_CONFIG, selected: Selected = None,
            repo: Repo = DEFAULT_REPO) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
     from rearrival.experiments import preregister
@@ -60,7 +60,7 @@ def run(study: StudyName,
         n: Annotated[int, typer.Option("--n", min=1, help="Concurrent sessions N.")],
         replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
         plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-        selected: Selected = DEFAULT_SELECTED, repo: Repo = DEFAULT_REPO,
+        selected: Selected = None, repo: Repo = DEFAULT_REPO,
         compiled: Annotated[Path | None, typer.Option(
             "--compiled", help="Compile record of the study (backend rbln).")] = None) -> None:
     """Run every condition of one replicate in its seeded shuffled order."""
@@ -81,13 +81,14 @@ def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
 
 
 def channels(study: StudyName,
-             runs: Annotated[Path, typer.Option("--runs", help="The study's runs directory.")],
+             replicates: Annotated[list[Path], typer.Argument(
+                 help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
              out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.experiments import collect_channels
 
     _config(config).study(study)
-    frame = collect_channels(runs, out)
+    frame = collect_channels(replicates, out)
     typer.echo(f"{out}: {len(frame)} runs")
 
 
@@ -105,7 +106,7 @@ def decide(study: StudyName,
 
 
 def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG,
-            selected: Selected = DEFAULT_SELECTED) -> None:
+            selected: Selected = None) -> None:
     """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
     from rearrival.experiments import compile_study
 
