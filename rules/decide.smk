@@ -7,6 +7,7 @@ rule decide:
         channels="results/channels/{study}.parquet",
         predictions="results/predictions/{study}.parquet",
         prereg="results/prereg/{study}.json",
+        ledger="results/ledger/{study}.json",
     output:
         "results/decisions/{study}.csv",
     log:

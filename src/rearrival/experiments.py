@@ -441,7 +441,7 @@ def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) ->
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 PLAN_KEYS = ("study", "study_seed", "replicates", "tool_table", "n", "seed_block")
@@ -469,7 +469,7 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
         params[f"run:{name}"] = _canonical(design | {"settings": backend})
         params[f"decide:{name}"] = _canonical(design | {"criteria": criteria})
         params[f"compile:{name}"] = _canonical(
-            {"configurations": design["configurations"], "rbln": backend["rbln"]})
+            {"configurations": design["configurations"], "rbln": asdict(cfg.rbln)})
     params["injection"] = _canonical({
         "injection": asdict(cfg.injection), "backend": cfg.backend, "study_seed": cfg.study_seed,
         "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
@@ -642,12 +642,16 @@ def decide(cfg: StudyConfig, study_name: str, *, channels_path: Path,
     and predictions registered before the runs, and the channels of the runs."""
     from rearrival.atomic import atomic_write_text
     from rearrival.decisions import decision_table
+    from rearrival.ledger import require_sealed
 
     cfg.study(study_name)
     registration = registration_for_decision(repo_dir, study_name, prereg_path,
                                              predictions_path)
+    channels = read_frame(channels_path, "channels")
+    require_sealed(repo_dir, study_name,
+                   sorted({Path(run_dir).parent for run_dir in channels["run_dir"]}))
     text, _ = decision_table(registration.study, registration.replicates,
-                             registration.study_seed, read_frame(channels_path, "channels"),
+                             registration.study_seed, channels,
                              registration.predictions, registration.criteria)
     atomic_write_text(out, text)
 

@@ -83,11 +83,13 @@ def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
 def channels(study: StudyName,
              replicates: Annotated[list[Path], typer.Argument(
                  help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
-             out: Out, config: Config = DEFAULT_CONFIG) -> None:
+             out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.experiments import collect_channels
+    from rearrival.ledger import require_sealed
 
     _config(config).study(study)
+    require_sealed(repo, study, replicates)
     frame = collect_channels(replicates, out)
     typer.echo(f"{out}: {len(frame)} runs")
 
@@ -103,6 +105,17 @@ def decide(study: StudyName,
     run_decide(_config(config), study, channels_path=channels, predictions_path=predictions,
                prereg_path=prereg, repo_dir=repo, out=out)
     typer.echo(str(out))
+
+
+def seal(study: StudyName,
+         replicates: Annotated[list[Path], typer.Argument(
+             help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
+         out: Out, repo: Repo = DEFAULT_REPO) -> None:
+    """Commit the sha256 of every run record file of a study (ledger/<study>.json)."""
+    from rearrival.ledger import seal as seal_records
+
+    record = seal_records(repo, study, replicates, out)
+    typer.echo(f"{study}: {record['files']} files sealed at {record['commit']}")
 
 
 def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG,
@@ -121,7 +134,7 @@ def register(app: typer.Typer) -> None:
                             no_args_is_help=True)
     verbs = {"plans": plans, "predict": predict, "prereg": prereg,
              "compile": compile_configurations, "run": run, "injection": injection,
-             "channels": channels, "decide": decide}
+             "seal": seal, "channels": channels, "decide": decide}
     for name, verb in verbs.items():
         study_app.command(name)(verb)
     app.add_typer(study_app, name="study")
