@@ -4,7 +4,7 @@
 # the config and rearrival.experiments says which values each stage uses.
 from pathlib import Path
 
-from rearrival.experiments import refuse_changed_designs, workflow_params
+from rearrival.experiments import INJECTION_BACKEND, refuse_changed_designs, workflow_params
 from rearrival.studies import study_config_from_mapping
 
 STUDY = study_config_from_mapping(config, workflow.configfiles[0])
@@ -94,8 +94,9 @@ def report_inputs(wildcards):
         "search": f"{RESULTS}/search/summary.json",
         "scores": f"{RESULTS}/search/scores.parquet",
         "selected": f"{RESULTS}/search/selected.json",
-        "injection": f"{RESULTS}/injection/gaps.parquet",
     }
+    if STUDY.backend == INJECTION_BACKEND:
+        inputs["injection"] = f"{RESULTS}/injection/gaps.parquet"
     if STUDY.backend == "rbln":
         inputs["compile"] = [f"{RESULTS}/compile/{name}.json" for name in STUDY_NAMES]
     return inputs
@@ -107,9 +108,11 @@ def results_root(wildcards, input):
 
 
 def final_targets():
+    """Every decision, the search, the report, and the injection where its backend has a
+    driver (elsewhere it is left out, never run on another backend)."""
     return [
         *[f"{RESULTS}/decisions/{name}.csv" for name in STUDY_NAMES],
         f"{RESULTS}/search/summary.json",
-        f"{RESULTS}/injection/gaps.parquet",
+        *([f"{RESULTS}/injection/gaps.parquet"] if STUDY.backend == INJECTION_BACKEND else []),
         "reports/report.html",
     ]

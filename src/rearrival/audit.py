@@ -15,7 +15,8 @@ under the results directory. Per complete run whose manifest names a prereg comm
     run started before that seed's registration, nor registered earlier by another study;
 (e) the run's ``plan_sha256`` is the one registered for its (replicate, N);
 (f) every decision table equals its recomputation from the registration commit (design,
-    criteria, predictions as committed) and the run records.
+    criteria, predictions as committed) and the run records;
+(g) every run record file has the sha256 the study's committed ledger sealed.
 
 Runs whose status is not ``complete`` are listed as ``excluded`` (never judged), but
 their seeds still count as used.
@@ -433,6 +434,34 @@ def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
                            "run records")
 
 
+def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
+    """Check (g): every study's run records are the files its committed ledger sealed;
+    an edited, added or removed file is a violation naming the run and the file, and a
+    decided study without a ledger is one too."""
+    from rearrival.ledger import committed_ledger_bytes, ledger_path, verify
+
+    studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
+    studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
+    for study in sorted(studies):
+        replicates = sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir())
+        label = f"(ledger) {ledger_path(study)}"
+        if committed_ledger_bytes(auditor.repo, study) is None:
+            if (results / "decisions" / f"{study}.csv").exists():
+                yield AuditRow(study, label, None, None, None, VIOLATION,
+                               f"study {study} has a decision table but no committed ledger "
+                               "sealing its run records; run the seal stage")
+            continue
+        problems = verify(auditor.repo.working_tree_dir, study, replicates,
+                          every_replicate=True)
+        for problem in problems:
+            run = problem.split(":", 1)[0].removeprefix("run ")
+            yield AuditRow(study, f"{study}/{run}", None, None, None, VIOLATION,
+                           f"{problem} (sealed in {ledger_path(study)})")
+        if not problems:
+            yield AuditRow(study, label, None, None, None, OK,
+                           "every run record file has its sealed sha256")
+
+
 def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     """Audit every run manifest under ``results_dir`` against git history (SPEC 9)."""
     repo = open_repo(repo_dir)
@@ -446,5 +475,6 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     rows = list(_registration_rows(auditor))
     rows += [r if isinstance(r, AuditRow) else _audit_run(auditor, r) for r in loaded]
     rows += list(_decision_rows(auditor, results))
+    rows += list(_ledger_rows(auditor, results))
     return AuditReport(tuple(sorted(rows, key=lambda r: (r.study, r.run != REGISTRATION_ROW,
                                                          r.run_start or "", r.run))))

@@ -34,6 +34,7 @@ SIMULATORS: dict[str, tuple[str, str]] = {
     "stack": ("immediate", "pre-evict"),
 }
 PREDICTION = "base"
+INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
 
 
 class StageError(RearrivalError):
@@ -661,6 +662,12 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     prefill of each configured size, on the emulated engine."""
     from rearrival.emulate import run_injection
 
+    if cfg.backend != INJECTION_BACKEND:
+        raise StageError(f"{cfg.source}: backend {cfg.backend}: the prefill injection "
+                         f"(paper III-C) has a driver only on the {INJECTION_BACKEND} engine, "
+                         "and its result would be filed under a backend that did not produce "
+                         "it; the workflow leaves it out on this backend (set backend: "
+                         f"{INJECTION_BACKEND} to measure it)")
     settings = cfg.injection
     configuration = cfg.configurations[settings.configuration]
     frames = []
@@ -672,7 +679,7 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
             gen_tokens=settings.background_gen_tokens,
             buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed))
     frame = pd.concat(frames, ignore_index=True)
-    frame["backend"] = "emulated"
+    frame["backend"] = INJECTION_BACKEND
     write_frame(frame, out)
     return frame
 

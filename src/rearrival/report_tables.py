@@ -426,11 +426,21 @@ def _run_path(res: Results, run_dir: str) -> Path:
 
 
 def study_backend(res: Results, studies: Iterable[Study]) -> str:
-    found: set[str] = set()
+    """The one backend whose runs a table shows. Rows do not carry a backend, so a
+    table mixing backends would put numbers of different substrates side by side
+    unlabelled: refused, naming the studies and their backends."""
+    found: dict[str, set[str]] = {}
     for study in studies:
         frame = res.channels(study.name)
         if frame is not None and "backend" in frame:
-            found |= set(frame["backend"])
+            for backend in set(frame["backend"]):
+                found.setdefault(backend, set()).add(study.name)
+    if len(found) > 1:
+        mixed = "; ".join(f"{backend}: {', '.join(sorted(names))}"
+                          for backend, names in sorted(found.items()))
+        raise ReportError(f"results/channels: one table would mix runs of several backends "
+                          f"({mixed}) in rows that do not say which; re-measure these studies "
+                          "on one backend (a backend change is a new study)")
     return backend_phrase(sorted(found))
 
 
