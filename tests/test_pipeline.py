@@ -257,6 +257,21 @@ def test_an_edited_run_record_is_caught_naming_run_and_file(study_copy):
     assert "metrics.json edited after sealing" in channels.stderr
 
 
+def test_a_run_outside_the_registered_design_is_flagged_by_audit(study_copy):
+    """A run made by hand under an edited config (around the DAG-time refusal) records
+    a configuration the registration does not hold: the audit names it."""
+    import json
+
+    work, home = study_copy
+    manifest = work / "results" / "runs" / "grid" / "n6_r1" / "grid6-wait" / "manifest.json"
+    raw = json.loads(manifest.read_text())
+    raw["configuration"]["buckets"] = [1, 2, 3, 4, 6, 8]
+    manifest.write_text(json.dumps(raw))
+    audit = _rearrival(work, home, "audit")
+    assert audit.returncode == 1
+    assert "run does not match the registered design: configuration grid6" in audit.stdout
+
+
 def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
     """As if the first `snakemake all` died inside one run job: nothing downstream of it
     exists yet, and the killed job must leave nothing a decision could read."""

@@ -116,6 +116,8 @@ class _Run:
     replicate: Any
     n: Any
     variant: Any
+    backend: Any = None
+    configuration: Any = None
 
 
 def _load_run(path: Path, results_dir: Path) -> _Run | AuditRow:
@@ -144,7 +146,7 @@ def _load_run(path: Path, results_dir: Path) -> _Run | AuditRow:
                 raw.get("started_at"), start, prereg,
                 seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
                 raw.get("plan_sha256"), raw.get("replicate"), raw.get("n"),
-                raw.get("variant"))
+                raw.get("variant"), raw.get("backend"), raw.get("configuration"))
 
 
 class _Auditor:
@@ -271,6 +273,39 @@ def _check_plans(auditor: _Auditor, run: _Run, commit: Any, study: str,
         _check_validation_seed(auditor, run, study, matching, problems, passed)
 
 
+def _check_design(run: _Run, commit: Any, study: str, problems: list[str],
+                  passed: list[str]) -> None:
+    """Check (h): the run measured the registered design: its backend, N, replicate,
+    variant and its configuration's buckets, batch size and slots are the ones in
+    design.json at its prereg commit (a config edited around the DAG-time refusal and
+    run by hand is caught here)."""
+    try:
+        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json")
+                            .data_stream.read())
+    except (KeyError, ValueError):
+        return  # registrations without a design (hand-made ones) have nothing to compare
+    configuration = run.configuration if isinstance(run.configuration, dict) else {}
+    registered = design.get("configurations", {}).get(configuration.get("name"))
+    found = []
+    if run.backend != design.get("backend"):
+        found.append(f"backend {run.backend}, registered {design.get('backend')}")
+    if run.n not in design.get("n", []):
+        found.append(f"N={run.n} not among the registered {design.get('n')}")
+    if not isinstance(run.replicate, int) or run.replicate >= design.get("replicates", 0):
+        found.append(f"replicate {run.replicate} beyond the registered "
+                     f"{design.get('replicates')}")
+    if run.variant not in design.get("variants", []):
+        found.append(f"variant {run.variant} not among the registered {design.get('variants')}")
+    measured = {key: configuration.get(key) for key in ("buckets", "batch_size", "slots")}
+    if registered is None or measured != registered:
+        found.append(f"configuration {configuration.get('name')} {measured}, registered "
+                     f"{registered}")
+    if found:
+        problems.append("run does not match the registered design: " + "; ".join(found))
+    else:
+        passed.append("registered design")
+
+
 def _check_validation_seed(auditor: _Auditor, run: _Run, study: str, matching: list[Any],
                            problems: list[str], passed: list[str]) -> None:
     """Check (d): the plan seed is registered and unused before its registration."""
@@ -336,6 +371,7 @@ def _audit_run(auditor: _Auditor, run: _Run) -> AuditRow:
         if not changes:
             passed.append("files unchanged since")
     _check_plans(auditor, run, commit, study, problems, passed)
+    _check_design(run, commit, study, problems, passed)
     verdict, reason = (VIOLATION, "; ".join(problems)) if problems else (OK, ", ".join(passed))
     return AuditRow(run.study, run.label, commit.hexsha, committed.isoformat(),
                     run.started_at, verdict, reason)
