@@ -19,8 +19,14 @@ PARAMS = workflow_params(STUDY, config)
 
 
 def values(stage):
-    """Params function: the canonical JSON of the config values ``stage`` depends on."""
+    """Params function: the canonical JSON of the config values ``stage`` depends on.
+    A function, so Snakemake never reads braces in the values as wildcards."""
     return lambda wildcards: PARAMS[f"{stage}:{wildcards.study}"]
+
+
+def constant(stage):
+    """The same for a stage without a study wildcard (search, injection, report)."""
+    return lambda wildcards: PARAMS[stage]
 
 
 def plan_files(study):

@@ -15,7 +15,7 @@ rule report:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=PARAMS["report"],
+        values=constant("report"),
         results=results_root,
         out=lambda wildcards, output: str(Path(output.html).parent),
     shell:

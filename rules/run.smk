@@ -39,7 +39,7 @@ rule injection:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=PARAMS["injection"],
+        values=constant("injection"),
     shell:
         "rearrival study injection --config {params.config_file:q} --out {output:q}"
         " > {log:q} 2>&1"

@@ -11,7 +11,7 @@ rule search_plans:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=PARAMS["search"],
+        values=constant("search"),
     shell:
         "rearrival search plans --config {params.config_file:q} --out {output:q} > {log:q} 2>&1"
 
@@ -27,7 +27,7 @@ rule search_shard:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=PARAMS["search"],
+        values=constant("search"),
         shards=STUDY.search["shards"],
     shell:
         "rearrival search shard --config {params.config_file:q} --plans {input:q}"
@@ -48,7 +48,7 @@ rule search_merge:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=PARAMS["search"],
+        values=constant("search"),
         out_dir=lambda wildcards, output: str(Path(output.scores).parent),
     shell:
         "rearrival search merge --config {params.config_file:q} --out-dir {params.out_dir:q}"

@@ -169,7 +169,8 @@ def test_a_registered_design_or_criteria_edit_is_refused_before_any_job(finished
 
 def test_a_report_only_edit_reruns_only_the_report(finished_study):
     work, home = finished_study
-    dry = _dry_run_with(work, home, _set("studies", "grid", "description", "new words"))
+    # braces as in the full config ({1,2,4,8}) must not be read as wildcards
+    dry = _dry_run_with(work, home, _set("studies", "grid", "description", "{1,2,4,8} new"))
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert _job_counts(dry.stdout + dry.stderr) == {"report": 1, "all": 1}
 
