@@ -16,7 +16,9 @@ under the results directory. Per complete run whose manifest names a prereg comm
 (e) the run's ``plan_sha256`` is the one registered for its (replicate, N);
 (f) every decision table equals its recomputation from the registration commit (design,
     criteria, predictions as committed) and the run records;
-(g) every run record file has the sha256 the study's committed ledger sealed.
+(g) every run record file has the sha256 the study's committed ledger sealed;
+(h) the run measured the registered design (backend, N, replicate, variant and the
+    configuration's buckets, batch size and slots in design.json).
 
 Runs whose status is not ``complete`` are listed as ``excluded`` (never judged), but
 their seeds still count as used.

@@ -649,8 +649,9 @@ def decide(cfg: StudyConfig, study_name: str, *, channels_path: Path,
     registration = registration_for_decision(repo_dir, study_name, prereg_path,
                                              predictions_path)
     channels = read_frame(channels_path, "channels")
-    require_sealed(repo_dir, study_name,
-                   sorted({Path(run_dir).parent for run_dir in channels["run_dir"]}))
+    if "run_dir" in channels:
+        require_sealed(repo_dir, study_name,
+                       sorted({Path(run_dir).parent for run_dir in channels["run_dir"]}))
     text, _ = decision_table(registration.study, registration.replicates,
                              registration.study_seed, channels,
                              registration.predictions, registration.criteria)
