@@ -258,6 +258,22 @@ def test_an_edited_run_record_is_caught_naming_run_and_file(study_copy):
     assert "metrics.json edited after sealing" in channels.stderr
 
 
+def test_re_registering_after_a_description_edit_keeps_the_registration(study_copy):
+    """The description is report text: re-running the prereg stage after editing it makes
+    no commit and is not refused."""
+    work, home = study_copy
+    path = work / "config" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["studies"]["grid"]["description"] = "new words"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    commits = subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout
+    done = _snakemake(work, home, "--forcerun", "preregister", "results/prereg/grid.json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout == commits
+
+
 def test_a_run_outside_the_registered_design_is_flagged_by_audit(study_copy):
     """A run made by hand under an edited config (around the DAG-time refusal) records
     a configuration the registration does not hold: the audit names it."""

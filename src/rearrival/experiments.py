@@ -502,7 +502,7 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     registration; identical re-registration makes no commit (a re-run does no work).
     """
     from rearrival.decisions import criteria_from_config
-    from rearrival.prereg import open_repo, register, registrations
+    from rearrival.prereg import open_repo, register, registered_json, registrations
 
     study = cfg.study(study_name)
     criteria = criteria_from_config(cfg).to_dict()
@@ -519,8 +519,14 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
                  # finished runs are not made stale; git holds the full history
                  records_dir=records_dir / "amendments")
     predictions = read_frame(predictions_path, "predict")
+    design = study_design(cfg, study, selected_path)
+    registered = registered_json(repo_dir, study.name, ("design.json",))
+    if registered is not None:
+        # the description is report text, not design: an edit reruns only the report,
+        # and a later re-registration keeps the registered words
+        design["description"] = registered[1]["design.json"]["description"]
     files = {
-        "design.json": study_design(cfg, study, selected_path),
+        "design.json": design,
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
         "predictions.json": prediction_record(predictions, study),
