@@ -268,7 +268,8 @@ def test_re_registering_after_a_description_edit_keeps_the_registration(study_co
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     commits = subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
                              capture_output=True, text=True, check=True).stdout
-    done = _snakemake(work, home, "--forcerun", "preregister", "results/prereg/grid.json")
+    done = _snakemake(work, home, "results/prereg/grid.json", "--forcerun", "preregister")
+    assert "preregister" in done.stdout + done.stderr
     assert done.returncode == 0, done.stderr[-2000:]
     assert subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
                           capture_output=True, text=True, check=True).stdout == commits
