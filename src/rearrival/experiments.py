@@ -515,9 +515,9 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
                  {f"amendment-{study.name}.json": amendment_record(study, criteria)},
                  message=f"prereg({study.amends}): amend channel-agreement rule before "
                          f"{study.name}", amendment_of=amended[0].hexsha,
-                 # the amended study's own record stays as its runs saw it, so its
-                 # finished runs are not made stale; git holds the full history
-                 records_dir=records_dir / "amendments")
+                 # the amended study's record stays as its runs saw it, so its finished
+                 # runs are not made stale; git holds the full history
+                 write_record=False)
     predictions = read_frame(predictions_path, "predict")
     design = study_design(cfg, study, selected_path)
     registered = registered_json(repo_dir, study.name, ("design.json",))
