@@ -14,7 +14,7 @@ rule run_replicate:
     log:
         "logs/runs/{study}/n{n}_r{rep}.log",
     resources:
-        device=1 if STUDY.backend == "rbln" else 0,
+        device=1 if config["backend"] == "rbln" else 0,
     conda:
         "../envs/workflow.yaml"
     params:
@@ -34,7 +34,7 @@ rule injection:
     log:
         "logs/injection.log",
     resources:
-        device=1 if STUDY.backend == "rbln" else 0,
+        device=1 if config["backend"] == "rbln" else 0,
     conda:
         "../envs/workflow.yaml"
     params:
