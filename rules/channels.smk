@@ -4,7 +4,8 @@
 
 rule channels:
     input:
-        replicate_run_dirs,
+        runs=replicate_run_dirs,
+        ledger="results/ledger/{study}.json",
     output:
         "results/channels/{study}.parquet",
     log:
@@ -15,4 +16,4 @@ rule channels:
         config_file=CONFIG_FILE,
     shell:
         "rearrival study channels --config {params.config_file:q} --study {wildcards.study:q}"
-        " --runs results/runs/{wildcards.study:q} --out {output:q} > {log:q} 2>&1"
+        " --out {output:q} {input.runs:q} > {log:q} 2>&1"

@@ -1,71 +1,124 @@
-# Helpers shared by the workflow files. The study definition as typed objects and the file
-# lists derived from it. No science here: rearrival.studies expands the config.
+# Helpers shared by the workflow files. The study definition as typed objects, the file
+# lists derived from it, and the config values each rule depends on (as params, so an
+# edit reruns exactly the jobs it affects). No science here: rearrival.studies expands
+# the config and rearrival.experiments says which values each stage uses.
+from pathlib import Path
+
+from rearrival.experiments import INJECTION_BACKEND, refuse_changed_designs, workflow_params
 from rearrival.studies import study_config_from_mapping
 
 STUDY = study_config_from_mapping(config, workflow.configfiles[0])
 STUDY_NAMES = list(STUDY.studies)
 CONFIG_FILE = workflow.configfiles[0]
+RESULTS = "results"
+
+# A registered study's design and criteria never change: refused here, before any job.
+refuse_changed_designs(STUDY, Path("."), Path(RESULTS) / "runs")
+
+PARAMS = workflow_params(STUDY, config)
+
+
+def values(stage):
+    """Params function: the canonical JSON of the config values ``stage`` depends on.
+    A function, so Snakemake never reads braces in the values as wildcards."""
+    return lambda wildcards: PARAMS[f"{stage}:{wildcards.study}"]
+
+
+def constant(stage):
+    """The same for a stage without a study wildcard (search, injection, report)."""
+    return lambda wildcards: PARAMS[stage]
 
 
 def plan_files(study):
     """Every plan of a study: one per N and replicate."""
     s = STUDY.study(study)
     return [
-        f"results/plans/{study}/n{n}_r{rep}.parquet"
+        f"{RESULTS}/plans/{study}/n{n}_r{rep}.parquet"
+        for n in s.n
+        for rep in range(STUDY.replicates)
+    ]
+
+
+def run_dirs(study):
+    """The run directories (one per N and replicate) of a study."""
+    s = STUDY.study(study)
+    return [
+        f"{RESULTS}/runs/{study}/n{n}_r{rep}"
         for n in s.n
         for rep in range(STUDY.replicates)
     ]
 
 
 def replicate_run_dirs(wildcards):
-    """The run directories (one per N and replicate) a study's channels stage reads."""
-    s = STUDY.study(wildcards.study)
-    return [
-        f"results/runs/{wildcards.study}/n{n}_r{rep}"
-        for n in s.n
-        for rep in range(STUDY.replicates)
-    ]
-
-
-def study_plans(wildcards):
-    return plan_files(wildcards.study)
+    """The run directories a study's channels stage reads."""
+    return run_dirs(wildcards.study)
 
 
 def prereg_inputs(wildcards):
     """A study whose configurations include the search's pick, or that amends another
     study, is registered only after that result exists (amendments apply to later runs)."""
     s = STUDY.study(wildcards.study)
-    inputs = {"predictions": f"results/predictions/{wildcards.study}.parquet"}
+    inputs = {"predictions": f"{RESULTS}/predictions/{wildcards.study}.parquet"}
     if s.amends:
-        inputs["amended"] = f"results/decisions/{s.amends}.csv"
+        inputs["amended"] = f"{RESULTS}/decisions/{s.amends}.csv"
     return inputs
 
 
 def selected_input(wildcards):
     """Studies that compare the search's pick need its result before predicting."""
     if STUDY.study(wildcards.study).uses_selected:
-        return "results/search/selected.json"
+        return f"{RESULTS}/search/selected.json"
     return []
+
+
+def selected_option(wildcards, input):
+    """The CLI option naming the declared search result (empty when not used)."""
+    return f"--selected '{input.selected}'" if input.selected else ""
 
 
 def compile_inputs(wildcards):
     """On real hardware every configuration of the study is compiled first."""
-    if config["backend"] != "rbln":
+    if STUDY.backend != "rbln":
         return []
-    return [f"results/compile/{wildcards.study}.json"]
+    return [f"{RESULTS}/compile/{wildcards.study}.json"]
 
 
-def compiled_option(wildcards):
+def compiled_option(wildcards, input):
     """The compile record a hardware run reads its artifacts from (rbln only)."""
-    if config["backend"] != "rbln":
-        return ""
-    return f"--compiled results/compile/{wildcards.study}.json"
+    return f"--compiled '{input.compiled}'" if input.compiled else ""
+
+
+def report_inputs(wildcards):
+    """Every result the report renders from, so Snakemake (and a storage plugin) can
+    track and stage them."""
+    inputs = {
+        "decisions": [f"{RESULTS}/decisions/{name}.csv" for name in STUDY_NAMES],
+        "channels": [f"{RESULTS}/channels/{name}.parquet" for name in STUDY_NAMES],
+        "predictions": [f"{RESULTS}/predictions/{name}.parquet" for name in STUDY_NAMES],
+        "plans": [f"{RESULTS}/plans/{name}" for name in STUDY_NAMES],
+        "runs": [d for name in STUDY_NAMES for d in run_dirs(name)],
+        "search": f"{RESULTS}/search/summary.json",
+        "scores": f"{RESULTS}/search/scores.parquet",
+        "selected": f"{RESULTS}/search/selected.json",
+    }
+    if STUDY.backend == INJECTION_BACKEND:
+        inputs["injection"] = f"{RESULTS}/injection/gaps.parquet"
+    if STUDY.backend == "rbln":
+        inputs["compile"] = [f"{RESULTS}/compile/{name}.json" for name in STUDY_NAMES]
+    return inputs
+
+
+def results_root(wildcards, input):
+    """The results tree the report reads, derived from its declared inputs."""
+    return str(Path(input.search).parents[1])
 
 
 def final_targets():
+    """Every decision, the search, the report, and the injection where its backend has a
+    driver (elsewhere it is left out, never run on another backend)."""
     return [
-        *[f"results/decisions/{name}.csv" for name in STUDY_NAMES],
-        "results/search/summary.json",
-        "results/injection/gaps.parquet",
+        *[f"{RESULTS}/decisions/{name}.csv" for name in STUDY_NAMES],
+        f"{RESULTS}/search/summary.json",
+        *([f"{RESULTS}/injection/gaps.parquet"] if STUDY.backend == INJECTION_BACKEND else []),
         "reports/report.html",
     ]

@@ -15,6 +15,8 @@ rule compile:
         "../envs/rbln.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("compile"),
+        selected=selected_option,
     shell:
         "rearrival study compile --config {params.config_file:q} --study {wildcards.study:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " {params.selected} --out {output:q} > {log:q} 2>&1"

@@ -7,6 +7,7 @@ rule decide:
         channels="results/channels/{study}.parquet",
         predictions="results/predictions/{study}.parquet",
         prereg="results/prereg/{study}.json",
+        ledger="results/ledger/{study}.json",
     output:
         "results/decisions/{study}.csv",
     log:
@@ -15,6 +16,7 @@ rule decide:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("decide"),
     shell:
         "rearrival study decide --config {params.config_file:q} --study {wildcards.study:q}"
         " --channels {input.channels:q} --predictions {input.predictions:q}"

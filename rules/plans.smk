@@ -11,6 +11,7 @@ rule plans:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("plans"),
     shell:
         "rearrival study plans --config {params.config_file:q} --study {wildcards.study:q}"
         " --out {output:q} > {log:q} 2>&1"

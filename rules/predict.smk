@@ -14,6 +14,8 @@ rule predict:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("predict"),
+        selected=selected_option,
     shell:
         "rearrival study predict --config {params.config_file:q} --study {wildcards.study:q}"
-        " --plans {input.plans:q} --out {output:q} > {log:q} 2>&1"
+        " --plans {input.plans:q} {params.selected} --out {output:q} > {log:q} 2>&1"

@@ -11,6 +11,7 @@ rule preregister:
     input:
         unpack(prereg_inputs),
         plans="results/plans/{study}",
+        selected=selected_input,
     output:
         "results/prereg/{study}.json",
     log:
@@ -21,7 +22,10 @@ rule preregister:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("prereg"),
+        selected=selected_option,
     shell:
         "rearrival study prereg --config {params.config_file:q} --study {wildcards.study:q}"
-        " --plans {input.plans:q} --predictions {input.predictions:q} --out {output:q}"
+        " --plans {input.plans:q} --predictions {input.predictions:q} {params.selected}"
+        " --out {output:q}"
         " > {log:q} 2>&1"

@@ -4,17 +4,20 @@
 
 rule report:
     input:
-        decisions=expand("results/decisions/{study}.csv", study=STUDY_NAMES),
-        search="results/search/summary.json",
-        injection="results/injection/gaps.parquet",
+        unpack(report_inputs),
     output:
         html=report("reports/report.html", category="Report"),
+        tables=directory("reports/tables"),
+        figures=directory("reports/figures"),
     log:
         "logs/report.log",
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=constant("report"),
+        results=results_root,
+        out=lambda wildcards, output: str(Path(output.html).parent),
     shell:
-        "rearrival tables --config {params.config_file:q} --results results --out reports"
-        " > {log:q} 2>&1"
+        "rearrival tables --config {params.config_file:q} --results {params.results:q}"
+        " --out {params.out:q} > {log:q} 2>&1"

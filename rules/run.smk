@@ -19,11 +19,13 @@ rule run_replicate:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=values("run"),
+        selected=selected_option,
         compiled=compiled_option,
     shell:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
         " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
-        " {params.compiled} --out {output:q} > {log:q} 2>&1"
+        " {params.selected} {params.compiled} --out {output:q} > {log:q} 2>&1"
 
 
 rule injection:
@@ -37,6 +39,7 @@ rule injection:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=constant("injection"),
     shell:
         "rearrival study injection --config {params.config_file:q} --out {output:q}"
         " > {log:q} 2>&1"

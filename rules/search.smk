@@ -11,6 +11,7 @@ rule search_plans:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=constant("search"),
     shell:
         "rearrival search plans --config {params.config_file:q} --out {output:q} > {log:q} 2>&1"
 
@@ -26,7 +27,8 @@ rule search_shard:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        shards=config["search"]["shards"],
+        values=constant("search"),
+        shards=STUDY.search["shards"],
     shell:
         "rearrival search shard --config {params.config_file:q} --plans {input:q}"
         " --shard {wildcards.shard} --shards {params.shards} --out {output:q} > {log:q} 2>&1"
@@ -35,7 +37,7 @@ rule search_shard:
 rule search_merge:
     input:
         expand("results/search/shards/shard_{shard}.parquet",
-               shard=range(config["search"]["shards"])),
+               shard=range(STUDY.search["shards"])),
     output:
         scores="results/search/scores.parquet",
         selected="results/search/selected.json",
@@ -46,6 +48,8 @@ rule search_merge:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        values=constant("search"),
+        out_dir=lambda wildcards, output: str(Path(output.scores).parent),
     shell:
-        "rearrival search merge --config {params.config_file:q} --out-dir results/search"
+        "rearrival search merge --config {params.config_file:q} --out-dir {params.out_dir:q}"
         " {input:q} > {log:q} 2>&1"

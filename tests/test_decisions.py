@@ -45,7 +45,7 @@ def cfg():
 
 
 def test_ratios_are_sums_over_replicates_not_means(cfg):
-    rows = validation_rows(cfg, cfg.study("validation"),
+    rows = validation_rows(cfg.replicates, cfg.study("validation"),
                            channel_rows([10, 20, 30], [5, 19, 27]),
                            predictions([10, 20, 30], [6, 18, 28]), DEFAULT_CRITERIA)
     (row,) = rows
@@ -59,7 +59,7 @@ def test_ratios_are_sums_over_replicates_not_means(cfg):
 
 
 def test_incomplete_replicate_withholds_with_the_reason(cfg):
-    rows = validation_rows(cfg, cfg.study("validation"),
+    rows = validation_rows(cfg.replicates, cfg.study("validation"),
                            channel_rows([10, 20, 30], [9, 19, 27],
                                         ("complete", "partial", "complete")),
                            predictions([10, 20, 30], [9, 18, 28]), DEFAULT_CRITERIA)
@@ -72,7 +72,7 @@ def test_incomplete_replicate_withholds_with_the_reason(cfg):
 def test_missing_replicate_withholds(cfg):
     channels = channel_rows([10, 20, 30], [9, 19, 27])
     channels = channels[~((channels["configuration"] == "big") & (channels["replicate"] == 2))]
-    (row,) = validation_rows(cfg, cfg.study("validation"), channels,
+    (row,) = validation_rows(cfg.replicates, cfg.study("validation"), channels,
                              predictions([10, 20, 30], [9, 18, 28]), DEFAULT_CRITERIA)
     assert row["verdict"] == "withheld" and "replicate 2 of big-wait has no run" in row["note"]
 

@@ -102,6 +102,194 @@ def _job_counts(dry_run_output: str) -> dict[str, int]:
     return {name: int(count) for name, count in rows}
 
 
+def _dry_run_with(work: Path, home: Path, edit) -> subprocess.CompletedProcess:
+    """`snakemake -n all` under an edited config; the finished study's config is put back."""
+    path = work / "config" / "config.yaml"
+    original = path.read_text()
+    config = yaml.safe_load(original)
+    edit(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    try:
+        return _snakemake(work, home, "-n", "--quiet", "rules", "all")
+    finally:
+        path.write_text(original)
+
+
+def _first_registration(work: Path, study: str) -> str:
+    return subprocess.run(["git", "-C", str(work), "log", "--reverse", "--format=%H", "--",
+                           f"preregistration/{study}"], capture_output=True, text=True,
+                          check=True).stdout.split()[0]
+
+
+def _set(*path_and_value):
+    *keys, value = path_and_value
+
+    def edit(config: dict) -> None:
+        target = config
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        target[keys[-1]] = value
+    return edit
+
+
+# (edit, studies refused, changed key as the message names it)
+REFUSED_EDITS = {
+    "seed": (_set("study_seed", 8), ["grid", "mechanisms", "validation"], "study_seed: "
+             "registered 7, config 8"),
+    "n": (_set("studies", "grid", "n", [6, 8]), ["grid"], "n: registered [6], config [6, 8]"),
+    "buckets": (_set("configurations", "grid6", "buckets", [1, 2, 3, 4, 6, 8]), ["grid"],
+                "configurations.grid6.buckets: registered [1, 2, 4, 6, 8], config "
+                "[1, 2, 3, 4, 6, 8]"),
+    "tau_fixed": (_set("decision", "tau_fixed", 0.05), ["validation", "saturation"],
+                  "decision.tau_fixed: registered 0.02, config 0.05"),
+    "error_tolerance": (_set("decision", "error_tolerance", 0.05), ["validation"],
+                        "decision.error_tolerance: registered 0.03, config 0.05"),
+    "replicates": (_set("replicates", 3), ["repeats", "validation_remeasure"],
+                   "replicates: registered 2, config 3"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(REFUSED_EDITS))
+def test_a_registered_design_or_criteria_edit_is_refused_before_any_job(finished_study, edit):
+    """Once a study is registered and measured, a design or criteria edit is refused when
+    the DAG is built: the message names the study, the key, the registering commit and
+    the two ways forward, and no job is scheduled."""
+    work, home = finished_study
+    change, studies, key = REFUSED_EDITS[edit]
+    dry = _dry_run_with(work, home, change)
+    output = dry.stdout + dry.stderr
+    assert dry.returncode != 0, output[-2000:]
+    assert "Job stats" not in output
+    for study in studies:
+        assert f"study {study} has " in output, output[-3000:]
+        assert f"registration commit {_first_registration(work, study)[:12]}" in output
+    assert key in output
+    assert "amends: " in output and "new study name" in output
+
+
+def test_a_report_only_edit_reruns_only_the_report(finished_study):
+    work, home = finished_study
+    # braces as in the full config ({1,2,4,8}) must not be read as wildcards
+    dry = _dry_run_with(work, home, _set("studies", "grid", "description", "{1,2,4,8} new"))
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert _job_counts(dry.stdout + dry.stderr) == {"report": 1, "all": 1}
+
+
+def test_an_injection_edit_reruns_only_the_injection_and_the_report(finished_study):
+    work, home = finished_study
+    dry = _dry_run_with(work, home, _set("injection", "inject_at_s", 0.7))
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert _job_counts(dry.stdout + dry.stderr) == {"injection": 1, "report": 1, "all": 1}
+
+
+def test_a_new_study_schedules_its_own_jobs_only(finished_study):
+    """A new study name is the way forward for a changed design: nothing registered reruns."""
+    work, home = finished_study
+
+    def add(config: dict) -> None:
+        config["studies"]["grid_seed2"] = config["studies"]["grid"] | {"seed_block": 12}
+    dry = _dry_run_with(work, home, add)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    counts = _job_counts(dry.stdout + dry.stderr)
+    assert counts == {"plans": 1, "predict": 1, "preregister": 1, "run_replicate": 2,
+                      "seal": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
+
+
+@pytest.fixture
+def study_copy(finished_study, tmp_path) -> tuple[Path, Path]:
+    """A copy of the finished study (repository included) a test may tamper with."""
+    work, home = finished_study
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, symlinks=True)
+    return copy, home
+
+
+def _rearrival(work: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "rearrival"), *args], cwd=work, env=_env(home),
+                          capture_output=True, text=True)
+
+
+def test_predictions_scaled_after_measuring_are_refused_by_decide(study_copy):
+    """The issue's case: slots16 predictions scaled by 0.97 after measuring. decide reads
+    the registration commit and refuses the working file that disagrees."""
+    import pandas as pd
+
+    work, home = study_copy
+    path = work / "results" / "predictions" / "validation.parquet"
+    frame = pd.read_parquet(path)
+    frame.loc[frame["configuration"] == "slots16", "device_s"] *= 0.97
+    frame.to_parquet(path, index=False)
+    decided = _rearrival(work, home, "study", "decide", "--study", "validation",
+                         "--channels", "results/channels/validation.parquet",
+                         "--predictions", str(path), "--prereg", "results/prereg/validation.json",
+                         "--out", "results/decisions/validation.csv")
+    assert decided.returncode == 2
+    assert "differs from the predictions registered in commit" in decided.stderr
+    assert "slots16-wait" in decided.stderr
+
+
+def test_audit_recomputes_decisions_and_names_the_edited_row(study_copy):
+    work, home = study_copy
+    path = work / "results" / "decisions" / "validation.csv"
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[1].split(",")
+    column = header.index("ratio_pred")
+    cells[column] = repr(float(cells[column]) * 0.97)
+    path.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    audit = _rearrival(work, home, "audit")
+    assert audit.returncode == 1
+    assert "validation.csv differs from its recomputation" in audit.stdout
+    assert "row 1 (" in audit.stdout and "ratio_pred" in audit.stdout
+
+
+def test_an_edited_run_record_is_caught_naming_run_and_file(study_copy):
+    work, home = study_copy
+    run = work / "results" / "runs" / "grid" / "n6_r0" / "baseline-wait"
+    metrics = run / "metrics.json"
+    metrics.write_text(metrics.read_text() + " ")
+    audit = _rearrival(work, home, "audit")
+    assert audit.returncode == 1
+    assert "run n6_r0/baseline-wait: file metrics.json edited after sealing" in audit.stdout
+    channels = _rearrival(work, home, "study", "channels", "--study", "grid", "--out",
+                          "results/channels/grid.parquet",
+                          *sorted(str(p) for p in (run.parents[1]).iterdir()))
+    assert channels.returncode == 2
+    assert "metrics.json edited after sealing" in channels.stderr
+
+
+def test_re_registering_after_a_description_edit_keeps_the_registration(study_copy):
+    """The description is report text: re-running the prereg stage after editing it makes
+    no commit and is not refused."""
+    work, home = study_copy
+    path = work / "config" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["studies"]["grid"]["description"] = "new words"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    commits = subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout
+    done = _snakemake(work, home, "results/prereg/grid.json", "--forcerun", "preregister")
+    assert "preregister" in done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout == commits
+
+
+def test_a_run_outside_the_registered_design_is_flagged_by_audit(study_copy):
+    """A run made by hand under an edited config (around the DAG-time refusal) records
+    a configuration the registration does not hold: the audit names it."""
+    import json
+
+    work, home = study_copy
+    manifest = work / "results" / "runs" / "grid" / "n6_r1" / "grid6-wait" / "manifest.json"
+    raw = json.loads(manifest.read_text())
+    raw["configuration"]["buckets"] = [1, 2, 3, 4, 6, 8]
+    manifest.write_text(json.dumps(raw))
+    audit = _rearrival(work, home, "audit")
+    assert audit.returncode == 1
+    assert "run does not match the registered design: configuration grid6" in audit.stdout
+
+
 def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
     """As if the first `snakemake all` died inside one run job: nothing downstream of it
     exists yet, and the killed job must leave nothing a decision could read."""
@@ -127,7 +315,7 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
     dry = _snakemake(work, home, "-n", "all")
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert _job_counts(dry.stdout + dry.stderr) == {
-        "run_replicate": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
+        "run_replicate": 1, "seal": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
     redo = _snakemake(work, home, "all")
     assert redo.returncode == 0, redo.stderr[-3000:]
     assert (target / "baseline-wait" / "manifest.json").exists()
@@ -183,7 +371,7 @@ def test_same_config_and_seeds_give_the_same_bytes(finished_study, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     produced = sorted(p.relative_to(again) for p in (again / "results").rglob("*")
                       if p.is_file() and p.name != "manifest.json"
-                      and "prereg" not in p.parts)
+                      and "prereg" not in p.parts and "ledger" not in p.parts)
     assert any(p.name == "requests.parquet" for p in produced)
     for relative in produced:
         assert (again / relative).read_bytes() == (work / relative).read_bytes(), relative

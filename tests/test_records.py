@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pandas as pd
@@ -73,7 +74,10 @@ def test_round_trip_keeps_values_and_dtypes(tmp_path: Path) -> None:
     assert record.requests["computed_tokens"].isna().tolist() == [False, False, False, True]
     assert record.steps["b"].dtype == "Int64" and record.steps["n"].dtype == "int64"
     assert record.steps["kind"].tolist() == ["prefill", "prefill", "decode", "decode"]
+    sealed = record.manifest.pop("files")
     assert record.manifest == _manifest() and record.server_log == log
+    assert sealed == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in run.iterdir() if p.name != "manifest.json"}
     assert record.metrics["after"]["vllm:prompt_tokens_cached_total"] == 896.0
     assert record.path == run and record.replicate == 1
 
@@ -247,3 +251,21 @@ def test_failed_run_with_no_rows_is_written(tmp_path: Path) -> None:
     assert record.requests.empty and record.steps.empty
     assert record.requests["computed_tokens"].dtype == "Int64"
     assert record.manifest["reason"] == "server did not start: port 8000 in use"
+
+
+@pytest.mark.parametrize("change", ["edited", "added", "removed"])
+def test_a_file_changed_after_writing_is_refused_naming_run_and_file(tmp_path: Path,
+                                                                      change: str) -> None:
+    run = _write(tmp_path / "run", server_log="INFO x\n")
+    # server.log is optional, so only the seal notices it removed
+    target = run / {"edited": "metrics.json", "added": "extra.csv", "removed": "server.log"}[change]
+    if change == "edited":
+        target.write_text(target.read_text().replace("896.0", "897.0"))
+    elif change == "added":
+        target.write_text("a,b\n")
+    else:
+        target.unlink()
+    with pytest.raises(RunRecordError) as excinfo:
+        read_run(run)
+    message = _one_line_error(excinfo)
+    assert f"{target}: {change} after run" in message

@@ -106,7 +106,7 @@ def build_tree(root: Path) -> Path:
                     run_backend(BackendSettings.from_study_config(cfg), run,
                                 results / "runs" / name / f"n{n}_r{replicate}" / slot.label)
         channels = results / "channels" / f"{name}.parquet"
-        ex.collect_channels(results / "runs" / name, channels)
+        ex.collect_channels(sorted((results / "runs" / name).iterdir()), channels)
         decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
                      results / "decisions" / f"{name}.csv")
     ex.injection(cfg, results / "injection" / "gaps.parquet")

@@ -13,7 +13,12 @@ under the results directory. Per complete run whose manifest names a prereg comm
     files is allowed); the offending commit is named;
 (d) for validation studies, the run's plan seed is registered and was not used by any
     run started before that seed's registration, nor registered earlier by another study;
-(e) the run's ``plan_sha256`` is the one registered for its (replicate, N).
+(e) the run's ``plan_sha256`` is the one registered for its (replicate, N);
+(f) every decision table equals its recomputation from the registration commit (design,
+    criteria, predictions as committed) and the run records;
+(g) every run record file has the sha256 the study's committed ledger sealed;
+(h) the run measured the registered design (backend, N, replicate, variant and the
+    configuration's buckets, batch size and slots in design.json).
 
 Runs whose status is not ``complete`` are listed as ``excluded`` (never judged), but
 their seeds still count as used.
@@ -113,6 +118,8 @@ class _Run:
     replicate: Any
     n: Any
     variant: Any
+    backend: Any = None
+    configuration: Any = None
 
 
 def _load_run(path: Path, results_dir: Path) -> _Run | AuditRow:
@@ -141,7 +148,7 @@ def _load_run(path: Path, results_dir: Path) -> _Run | AuditRow:
                 raw.get("started_at"), start, prereg,
                 seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
                 raw.get("plan_sha256"), raw.get("replicate"), raw.get("n"),
-                raw.get("variant"))
+                raw.get("variant"), raw.get("backend"), raw.get("configuration"))
 
 
 class _Auditor:
@@ -268,6 +275,39 @@ def _check_plans(auditor: _Auditor, run: _Run, commit: Any, study: str,
         _check_validation_seed(auditor, run, study, matching, problems, passed)
 
 
+def _check_design(run: _Run, commit: Any, study: str, problems: list[str],
+                  passed: list[str]) -> None:
+    """Check (h): the run measured the registered design: its backend, N, replicate,
+    variant and its configuration's buckets, batch size and slots are the ones in
+    design.json at its prereg commit (a config edited around the DAG-time refusal and
+    run by hand is caught here)."""
+    try:
+        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json")
+                            .data_stream.read())
+    except (KeyError, ValueError):
+        return  # registrations without a design (hand-made ones) have nothing to compare
+    configuration = run.configuration if isinstance(run.configuration, dict) else {}
+    registered = design.get("configurations", {}).get(configuration.get("name"))
+    found = []
+    if run.backend != design.get("backend"):
+        found.append(f"backend {run.backend}, registered {design.get('backend')}")
+    if run.n not in design.get("n", []):
+        found.append(f"N={run.n} not among the registered {design.get('n')}")
+    if not isinstance(run.replicate, int) or run.replicate >= design.get("replicates", 0):
+        found.append(f"replicate {run.replicate} beyond the registered "
+                     f"{design.get('replicates')}")
+    if run.variant not in design.get("variants", []):
+        found.append(f"variant {run.variant} not among the registered {design.get('variants')}")
+    measured = {key: configuration.get(key) for key in ("buckets", "batch_size", "slots")}
+    if registered is None or measured != registered:
+        found.append(f"configuration {configuration.get('name')} {measured}, registered "
+                     f"{registered}")
+    if found:
+        problems.append("run does not match the registered design: " + "; ".join(found))
+    else:
+        passed.append("registered design")
+
+
 def _check_validation_seed(auditor: _Auditor, run: _Run, study: str, matching: list[Any],
                            problems: list[str], passed: list[str]) -> None:
     """Check (d): the plan seed is registered and unused before its registration."""
@@ -333,6 +373,7 @@ def _audit_run(auditor: _Auditor, run: _Run) -> AuditRow:
         if not changes:
             passed.append("files unchanged since")
     _check_plans(auditor, run, commit, study, problems, passed)
+    _check_design(run, commit, study, problems, passed)
     verdict, reason = (VIOLATION, "; ".join(problems)) if problems else (OK, ", ".join(passed))
     return AuditRow(run.study, run.label, commit.hexsha, committed.isoformat(),
                     run.started_at, verdict, reason)
@@ -372,6 +413,93 @@ def _registration_rows(auditor: _Auditor) -> Iterator[AuditRow]:
                        f"{PREREG_ROOT}/{study}/; {runs} run manifest(s)")
 
 
+def _table_differences(written: str, recomputed: str) -> list[str]:
+    """Row by row, the columns where a written decision table differs from its
+    recomputation (rows numbered from 1 after the header)."""
+    import csv
+    import io
+
+    ours = list(csv.DictReader(io.StringIO(written)))
+    theirs = list(csv.DictReader(io.StringIO(recomputed)))
+    found = []
+    if len(ours) != len(theirs):
+        found.append(f"{len(ours)} rows, recomputed {len(theirs)}")
+    for index, (row, again) in enumerate(zip(ours, theirs, strict=False), start=1):
+        columns = [c for c in again if row.get(c) != again[c]]
+        if columns:
+            found.append(f"row {index} ({again['comparison']}, N={again['n']}): "
+                         + ", ".join(f"{c} {row.get(c)!r} != recomputed {again[c]!r}"
+                                     for c in columns))
+    return found
+
+
+def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
+    """Check (f): every decision table equals its recomputation from the committed
+    registration (design, criteria, predictions) and the run records."""
+    from rearrival.decisions import decision_table
+    from rearrival.experiments import StageError, collect_channels, read_registration
+    from rearrival.records import RunRecordError
+
+    for path in sorted((results / "decisions").glob("*.csv")):
+        study = path.stem
+        history = registrations(auditor.repo, study)
+        if not history:
+            continue
+        used = {str(r.prereg.get("commit")) for r in auditor.runs
+                if r.study == study and r.status == "complete" and r.prereg.get("commit")}
+        commits = [c for c in history if c.hexsha in used] or history[:1]
+        commit = commits[-1]
+        label = f"(decisions) {path.name}"
+        where = (study, label, commit.hexsha, _time(commit).isoformat(), None)
+        try:
+            registration = read_registration(auditor.repo, study, commit.hexsha)
+            channels = collect_channels(sorted(p for p in (results / "runs" / study).glob("*")
+                                               if p.is_dir()), None)
+            recomputed, _ = decision_table(registration.study, registration.replicates,
+                                           registration.study_seed, channels,
+                                           registration.predictions, registration.criteria)
+        except (StageError, RunRecordError, KeyError, ValueError) as exc:
+            yield AuditRow(*where, VIOLATION, f"{path}: cannot be recomputed from the "
+                           f"registration and the run records ({exc})")
+            continue
+        differences = _table_differences(path.read_text(), recomputed)
+        if differences:
+            yield AuditRow(*where, VIOLATION, f"{path} differs from its recomputation from "
+                           f"registration {commit.hexsha[:12]} and the run records: "
+                           + "; ".join(differences))
+        else:
+            yield AuditRow(*where, OK, "every row recomputed from the registration and the "
+                           "run records")
+
+
+def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
+    """Check (g): every study's run records are the files its committed ledger sealed;
+    an edited, added or removed file is a violation naming the run and the file, and a
+    decided study without a ledger is one too."""
+    from rearrival.ledger import committed_ledger_bytes, ledger_path, verify
+
+    studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
+    studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
+    for study in sorted(studies):
+        replicates = sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir())
+        label = f"(ledger) {ledger_path(study)}"
+        if committed_ledger_bytes(auditor.repo, study) is None:
+            if (results / "decisions" / f"{study}.csv").exists():
+                yield AuditRow(study, label, None, None, None, VIOLATION,
+                               f"study {study} has a decision table but no committed ledger "
+                               "sealing its run records; run the seal stage")
+            continue
+        problems = verify(auditor.repo.working_tree_dir, study, replicates,
+                          every_replicate=True)
+        for problem in problems:
+            run = problem.split(":", 1)[0].removeprefix("run ")
+            yield AuditRow(study, f"{study}/{run}", None, None, None, VIOLATION,
+                           f"{problem} (sealed in {ledger_path(study)})")
+        if not problems:
+            yield AuditRow(study, label, None, None, None, OK,
+                           "every run record file has its sealed sha256")
+
+
 def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     """Audit every run manifest under ``results_dir`` against git history (SPEC 9)."""
     repo = open_repo(repo_dir)
@@ -384,5 +512,7 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     auditor = _Auditor(repo, runs)
     rows = list(_registration_rows(auditor))
     rows += [r if isinstance(r, AuditRow) else _audit_run(auditor, r) for r in loaded]
+    rows += list(_decision_rows(auditor, results))
+    rows += list(_ledger_rows(auditor, results))
     return AuditReport(tuple(sorted(rows, key=lambda r: (r.study, r.run != REGISTRATION_ROW,
                                                          r.run_start or "", r.run))))

@@ -8,7 +8,7 @@ vllm-rbln on the device).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +27,8 @@ class BackendSettings:
     """Which backend measures, and its settings from the study definition."""
 
     backend: str = "emulated"
-    time_scale: float = 1.0
-    rbln: dict[str, Any] = field(default_factory=dict)
+    time_scale: float = 1.0  # wall s per plan s; 1 = real time (in-process twin, hardware)
+    site_packages: Path | None = None  # rbln: the patched vllm_rbln (default: this env's)
     compile_record: Path | None = None
     url: str | None = None  # emulated-http: replay against this running server
     artifact: Path | None = None  # rbln: this artifact instead of the compile record's
@@ -42,10 +42,12 @@ class BackendSettings:
     @classmethod
     def from_study_config(cls, cfg: StudyConfig,
                           compile_record: Path | None = None) -> BackendSettings:
-        scale = float(cfg.emulated_http.get("time_scale", 0.25))
+        site_packages = cfg.rbln.site_packages
         return cls(backend=cfg.backend,
-                   time_scale=scale if cfg.backend == "emulated-http" else 1.0,
-                   rbln=dict(cfg.rbln), compile_record=compile_record)
+                   time_scale=(cfg.emulated_http.time_scale if cfg.backend == "emulated-http"
+                               else 1.0),
+                   site_packages=Path(site_packages) if site_packages else None,
+                   compile_record=compile_record)
 
 
 def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
@@ -129,13 +131,12 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
     artifact = settings.artifact
     if artifact is None and settings.compile_record is not None:
         artifact = compiled_artifact(settings.compile_record, configuration.name)
-    site_packages = settings.rbln.get("site_packages")
     outcome = run_rbln(run.plan, out, artifact=artifact,
                        buckets=configuration.buckets, batch_size=configuration.batch_size,
                        slots=configuration.slots, variant=run.variant,
                        options=ReplayOptions(seed=run.seed),
                        manifest=run_manifest(settings, run),
-                       site_packages=Path(site_packages) if site_packages else None)
+                       site_packages=settings.site_packages)
     return outcome.path
 
 

@@ -67,6 +67,7 @@ class DecisionCriteria:
     exploratory_n: tuple[int, ...] = (10,)
     saturation_width: float = 0.04
     saturation_confidence: float = 0.95
+    bootstrap_resamples: int = 10000
     rule_version: str = "paper-IID-IV-VC/1"
 
     def __post_init__(self) -> None:

@@ -111,7 +111,7 @@ def predicted_ratio(predictions: pd.DataFrame, n: int, reference: str, changed: 
     return summed_ratio(total(changed, variant), total(reference, reference_variant or variant))
 
 
-def validation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
+def validation_rows(replicates: int, study: Study, channels: pd.DataFrame,
                     predictions: pd.DataFrame, criteria: DecisionCriteria) -> list[dict]:
     """Preregistered cost validation (Table IX): each changed configuration vs baseline."""
     rows, pending = [], []
@@ -120,8 +120,8 @@ def validation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
             for variant in study.variants:
                 row = _base_row(study, f"{changed} vs {study.baseline}", n, variant,
                                 study.baseline, changed)
-                reference = condition_runs(channels, n, study.baseline, variant, cfg.replicates)
-                other = condition_runs(channels, n, changed, variant, cfg.replicates)
+                reference = condition_runs(channels, n, study.baseline, variant, replicates)
+                other = condition_runs(channels, n, changed, variant, replicates)
                 row["ratio_pred"] = predicted_ratio(predictions, n, study.baseline, changed,
                                                     variant)
                 row["rule"] = study.rule
@@ -149,7 +149,7 @@ def comparison_pairs(study: Study) -> list[tuple[Condition, Condition]]:
     return pairs
 
 
-def comparison_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
+def comparison_rows(replicates: int, study: Study, channels: pd.DataFrame,
                     predictions: pd.DataFrame) -> list[dict]:
     """Mechanism studies: paired comparisons on both channels with the simulator's
     prediction beside them (descriptive: these studies carry no verdict)."""
@@ -159,9 +159,9 @@ def comparison_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
             row = _base_row(study, f"{condition.label} vs {first.label}", n, condition.variant,
                             first.label, condition.label)
             reference = condition_runs(channels, n, first.configuration, first.variant,
-                                       cfg.replicates)
+                                       replicates)
             other = condition_runs(channels, n, condition.configuration, condition.variant,
-                                   cfg.replicates)
+                                   replicates)
             row["ratio_pred"] = predicted_ratio(predictions, n, first.configuration,
                                                 condition.configuration, condition.variant,
                                                 first.variant)
@@ -169,7 +169,7 @@ def comparison_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
     return rows
 
 
-def saturation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
+def saturation_rows(replicates: int, study: Study, channels: pd.DataFrame,
                     criteria: DecisionCriteria, n_boot: int, seed: int) -> list[dict]:
     """Adjacent enlarged configurations (Table XIII): the bootstrap CI of the median
     channel-A ratio over the N x replicate comparisons classifies each step."""
@@ -179,8 +179,8 @@ def saturation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
     for smaller, larger in pairwise(names):
         ratios, sides, missing = [], [], []
         for n in study.n:
-            a = condition_runs(channels, n, smaller, variant, cfg.replicates)
-            b = condition_runs(channels, n, larger, variant, cfg.replicates)
+            a = condition_runs(channels, n, smaller, variant, replicates)
+            b = condition_runs(channels, n, larger, variant, replicates)
             missing += [m for m in (a.missing, b.missing) if m]
             sides += [a, b]
             pairs = a.runs.merge(b.runs, on="replicate", suffixes=("_a", "_b"))
@@ -200,7 +200,7 @@ def saturation_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame,
     return rows
 
 
-def repeat_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame) -> list[dict]:
+def repeat_rows(replicates: int, study: Study, channels: pd.DataFrame) -> list[dict]:
     """No-treatment repeats (S1): the same plan and configuration run again; the channel
     ratios show run-to-run variation against the tolerance tau."""
     rows = []
@@ -208,10 +208,10 @@ def repeat_rows(cfg: StudyConfig, study: Study, channels: pd.DataFrame) -> list[
         labels = [f"{condition.label}-{k}" for k in range(study.repeats)]
         for n in study.n:
             first = condition_runs(channels, n, condition.configuration, condition.variant,
-                                   cfg.replicates, labels[0])
+                                   replicates, labels[0])
             for label in labels[1:]:
                 again = condition_runs(channels, n, condition.configuration,
-                                       condition.variant, cfg.replicates, label)
+                                       condition.variant, replicates, label)
                 row = _base_row(study, f"{label} vs {labels[0]}", n, condition.variant,
                                 labels[0], label)
                 rows.append(described(row, first, again))
@@ -223,32 +223,38 @@ def decide_study(cfg: StudyConfig, study_name: str, channels_path: Path,
     """The decision table of one study, written as CSV with the columns of COLUMNS."""
     from rearrival.atomic import atomic_write_text
 
-    study = cfg.study(study_name)
-    channels = pd.read_parquet(channels_path)
-    predictions = pd.read_parquet(predictions_path)
+    text, frame = decision_table(cfg.study(study_name), cfg.replicates, cfg.study_seed,
+                                 pd.read_parquet(channels_path),
+                                 pd.read_parquet(predictions_path), criteria)
+    atomic_write_text(out, text)
+    return frame
+
+
+def decision_table(study: Study, replicates: int, study_seed: int, channels: pd.DataFrame,
+                   predictions: pd.DataFrame,
+                   criteria: DecisionCriteria) -> tuple[str, pd.DataFrame]:
+    """A study's decision table as CSV text (and frame): the decide stage writes it, the
+    audit recomputes it from the registration and the run records and compares."""
     if study.kind == "validation":
-        rows = validation_rows(cfg, study, channels, predictions, criteria)
+        rows = validation_rows(replicates, study, channels, predictions, criteria)
     elif study.kind == "saturation":
-        rows = saturation_rows(cfg, study, channels, criteria,
-                               int(cfg.decision.get("bootstrap_resamples", 10000)),
-                               cfg.study_seed)
+        rows = saturation_rows(replicates, study, channels, criteria,
+                               criteria.bootstrap_resamples, study_seed)
     elif study.kind == "repeats":
-        rows = repeat_rows(cfg, study, channels)
+        rows = repeat_rows(replicates, study, channels)
     else:
-        rows = comparison_rows(cfg, study, channels, predictions)
+        rows = comparison_rows(replicates, study, channels, predictions)
     ordered = [{column: row.get(column) for column in COLUMNS} for row in rows]
-    atomic_write_text(out, table_csv(ordered) if ordered else ",".join(COLUMNS) + "\n")
-    return pd.DataFrame(ordered, columns=list(COLUMNS))
+    text = table_csv(ordered) if ordered else ",".join(COLUMNS) + "\n"
+    return text, pd.DataFrame(ordered, columns=list(COLUMNS))
 
 
 def criteria_from_config(cfg: StudyConfig) -> DecisionCriteria:
     """The criteria a study registers, from the config's decision section."""
     decision = cfg.decision
     return DecisionCriteria(
-        tau_fixed=float(decision.get("tau_fixed", 0.02)),
-        error_tolerance=float(decision.get("error_tolerance", 0.03)),
-        band=tuple(decision.get("equivalence_band", (0.98, 1.02))),
-        confirmatory_n=tuple(decision.get("confirmatory_n", (6, 8))),
-        exploratory_n=tuple(decision.get("exploratory_n", (10,))),
-        saturation_width=float(decision.get("saturation_width", 0.04)),
+        tau_fixed=decision.tau_fixed, error_tolerance=decision.error_tolerance,
+        band=decision.equivalence_band, confirmatory_n=decision.confirmatory_n,
+        exploratory_n=decision.exploratory_n, saturation_width=decision.saturation_width,
+        bootstrap_resamples=decision.bootstrap_resamples,
     )

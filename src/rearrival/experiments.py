@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ SIMULATORS: dict[str, tuple[str, str]] = {
     "stack": ("immediate", "pre-evict"),
 }
 PREDICTION = "base"
+INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
 
 
 class StageError(RearrivalError):
@@ -262,19 +263,20 @@ class RunRequest:
     prereg: dict[str, Any]
 
 
-def run_dirs(runs_root: Path) -> list[Path]:
-    """Every run directory under a study's runs (one per condition per replicate)."""
-    return sorted(p.parent for p in runs_root.glob("*/*/manifest.json"))
+def run_dirs(replicate_dirs: list[Path]) -> list[Path]:
+    """Every run directory (one per condition) under the given replicate directories."""
+    return sorted(p.parent for d in replicate_dirs for p in Path(d).glob("*/manifest.json"))
 
 
-def collect_channels(runs_root: Path, out: Path) -> pd.DataFrame:
+def collect_channels(replicate_dirs: list[Path], out: Path | None) -> pd.DataFrame:
     """Channel A/B per run plus what decisions and tables need, incomplete runs included
-    (with their status) so a decision can say which replicate is missing and why."""
+    (with their status) so a decision can say which replicate is missing and why.
+    ``out`` None returns the table without writing it (the audit recomputes it)."""
     from rearrival.channels import channels
     from rearrival.records import read_run
 
     rows = []
-    for run_dir in run_dirs(runs_root):
+    for run_dir in run_dirs(replicate_dirs):
         record = read_run(run_dir, require_complete=False)
         manifest = record.manifest
         row = {
@@ -290,7 +292,8 @@ def collect_channels(runs_root: Path, out: Path) -> pd.DataFrame:
             row.update(channels(record))
             row.update(run_statistics(record.requests, record.steps))
     frame = pd.DataFrame(rows)
-    write_frame(frame, out)
+    if out is not None:
+        write_frame(frame, out)
     return frame
 
 
@@ -347,20 +350,135 @@ def prediction_record(predictions: pd.DataFrame, study: Study) -> dict[str, Any]
     }
 
 
+def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
+    """The part of a study's registered design the config alone fixes: everything in
+    design.json except the one-line description (report text), the profile version and
+    the search's pick (a result, known only after the search ran). The Snakefile passes
+    it as a param, so an edit reruns the study's jobs, and compares it with the
+    registration, so an edit after registering is refused (:func:`design_changes`)."""
+    return {
+        "study": study.name, "kind": study.kind,
+        "backend": cfg.backend, "rule": study.rule, "amends": study.amends,
+        "n": list(study.n), "replicates": cfg.replicates, "variants": list(study.variants),
+        "repeats": study.repeats, "seed_block": study.seed_block,
+        "study_seed": cfg.study_seed, "tool_table": tool_table_for(cfg).source,
+        "configurations": {name: cfg.configurations[name].as_dict()
+                           for name in study.configurations if name != SELECTED},
+    }
+
+
 def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
     """What the study compares, on which backend, with which inputs: fixed before runs."""
     from rearrival.profile import measured_profile
 
     configurations = resolve_configurations(cfg, study, selected_path)
-    return {
-        "study": study.name, "kind": study.kind, "description": study.description,
-        "backend": cfg.backend, "rule": study.rule, "amends": study.amends,
-        "n": list(study.n), "replicates": cfg.replicates, "variants": list(study.variants),
-        "repeats": study.repeats, "seed_block": study.seed_block,
-        "study_seed": cfg.study_seed, "tool_table": tool_table_for(cfg).source,
-        "profile": measured_profile().version,
+    return registered_design(cfg, study) | {
+        "description": study.description, "profile": measured_profile().version,
         "configurations": {name: c.as_dict() for name, c in configurations.items()},
     }
+
+
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    """Nested mappings as dotted keys, so a change is named down to the leaf."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out |= _flat(inner, f"{prefix}.{key}")
+        return out
+    return {prefix: value}
+
+
+def design_changes(cfg: StudyConfig, study: Study, registered_design_json: dict[str, Any],
+                   registered_criteria: dict[str, Any]) -> list[str]:
+    """``key: registered -> config`` for every registered design or criteria value the
+    config now contradicts (the search's pick and the description are not compared)."""
+    from rearrival.decisions import criteria_from_config
+
+    registered = {key: registered_design_json.get(key) for key in registered_design(cfg, study)}
+    registered["configurations"] = {
+        name: value for name, value in (registered["configurations"] or {}).items()
+        if name != SELECTED}
+    old = _flat(registered, "design") | _flat(registered_criteria, "decision")
+    new = (_flat(registered_design(cfg, study), "design")
+           | _flat(criteria_from_config(cfg).to_dict(), "decision"))
+    keys = sorted(set(old) | set(new))
+    missing = "(absent)"
+    return [f"{key.removeprefix('design.')}: registered {old.get(key, missing)!r}, "
+            f"config {new.get(key, missing)!r}"
+            for key in keys if old.get(key, missing) != new.get(key, missing)]
+
+
+def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) -> None:
+    """Refuse, before any job is scheduled, a config that contradicts a registration.
+
+    Registered files never change (SPEC 9), so re-running a registered study under an
+    edited design or criteria could only end in a refused prereg commit or, worse, in
+    runs judged by criteria they were not registered under. One message per study names
+    the changed keys, the registering commit and the two ways forward.
+    """
+    from rearrival.prereg import registered_json
+
+    problems = []
+    for study in cfg.studies.values():
+        found = registered_json(repo_dir, study.name, ("design.json", "criteria.json"))
+        if found is None:
+            continue
+        commit, files = found
+        changes = design_changes(cfg, study, files["design.json"], files["criteria.json"])
+        if not changes:
+            continue
+        runs = len(list((runs_root / study.name).glob("*/*/manifest.json")))
+        state = (f"has {runs} run(s) judged under registration commit {commit[:12]}" if runs
+                 else f"is registered in commit {commit[:12]} (no runs yet)")
+        problems.append(
+            f"study {study.name} {state}, but {cfg.source} changes its registered design or "
+            f"criteria: {'; '.join(changes)}. Registered values never change. Either restore "
+            f"them, or (1) declare an amendment: a new study with `amends: {study.name}` "
+            "carrying the change, registered as an amendment that applies only to runs after "
+            "it (as validation_remeasure does), or (2) start a new study name for the changed "
+            "design.")
+    if problems:
+        raise StageError("\n".join(problems))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+PLAN_KEYS = ("study", "study_seed", "replicates", "tool_table", "n", "seed_block")
+
+
+def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, str]:
+    """The config values each rule's jobs depend on, as canonical JSON keyed
+    ``stage`` or ``stage:study``. The Snakefile passes them as params, and Snakemake
+    reruns a job whose params changed: a seed or N edit reruns a study's plans and
+    everything after them, a report-only edit (a study's description) only the report.
+    """
+    from rearrival.backends import BackendSettings
+    from rearrival.decisions import criteria_from_config
+
+    criteria = criteria_from_config(cfg).to_dict()
+    backend = asdict(BackendSettings.from_study_config(cfg))
+    params = {"report": _canonical(raw_config)}
+    for name, study in cfg.studies.items():
+        design = registered_design(cfg, study)
+        plans = {key: design[key] for key in PLAN_KEYS}
+        params[f"plans:{name}"] = _canonical(plans)
+        params[f"predict:{name}"] = _canonical(
+            plans | {key: design[key] for key in ("configurations", "variants")})
+        params[f"prereg:{name}"] = _canonical(design | {"criteria": criteria})
+        params[f"run:{name}"] = _canonical(design | {"settings": backend})
+        params[f"decide:{name}"] = _canonical(design | {"criteria": criteria})
+        params[f"compile:{name}"] = _canonical(
+            {"configurations": design["configurations"], "rbln": asdict(cfg.rbln)})
+    params["injection"] = _canonical({
+        "injection": asdict(cfg.injection), "backend": cfg.backend, "study_seed": cfg.study_seed,
+        "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
+    params["search"] = _canonical({
+        "search": dict(cfg.search), "study_seed": cfg.study_seed,
+        "tool_table": tool_table_for(cfg).source,
+        "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
+    return params
 
 
 def amendment_record(study: Study, criteria: dict[str, Any]) -> dict[str, Any]:
@@ -384,7 +502,7 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     registration; identical re-registration makes no commit (a re-run does no work).
     """
     from rearrival.decisions import criteria_from_config
-    from rearrival.prereg import open_repo, register, registrations
+    from rearrival.prereg import open_repo, register, registered_json, registrations
 
     study = cfg.study(study_name)
     criteria = criteria_from_config(cfg).to_dict()
@@ -397,12 +515,18 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
                  {f"amendment-{study.name}.json": amendment_record(study, criteria)},
                  message=f"prereg({study.amends}): amend channel-agreement rule before "
                          f"{study.name}", amendment_of=amended[0].hexsha,
-                 # the amended study's own record stays as its runs saw it, so its
-                 # finished runs are not made stale; git holds the full history
-                 records_dir=records_dir / "amendments")
+                 # the amended study's record stays as its runs saw it, so its finished
+                 # runs are not made stale; git holds the full history
+                 write_record=False)
     predictions = read_frame(predictions_path, "predict")
+    design = study_design(cfg, study, selected_path)
+    registered = registered_json(repo_dir, study.name, ("design.json",))
+    if registered is not None:
+        # the description is report text, not design: an edit reruns only the report,
+        # and a later re-registration keeps the registered words
+        design["description"] = registered[1]["design.json"]["description"]
     files = {
-        "design.json": study_design(cfg, study, selected_path),
+        "design.json": design,
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
         "predictions.json": prediction_record(predictions, study),
@@ -413,39 +537,131 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     return record.to_json()
 
 
-def committed_prereg_file(repo_dir: Path, record_path: Path, name: str) -> bytes:
-    """A study's prereg file as committed at the recorded registration, never as it may
-    stand in the working tree now: decisions use what was registered."""
-    from rearrival.prereg import open_repo
+@dataclass(frozen=True)
+class Registration:
+    """A study as its registration commit holds it: what the study compares (design),
+    the criteria and the predictions. Decisions are computed from this, never from the
+    working files, so an edit after measuring cannot change what is judged."""
 
-    if not record_path.exists():
-        raise StageError(f"{record_path}: no preregistration record; run the prereg stage")
-    record = json.loads(record_path.read_text())
+    commit: str
+    study: Study
+    replicates: int
+    study_seed: int
+    criteria: Any  # DecisionCriteria
+    predictions: pd.DataFrame
+    files: dict[str, bytes]
+
+
+REGISTERED_FILES = ("design.json", "criteria.json", "predictions.json")
+
+
+def registered_study(design: dict[str, Any], per_plan: list[dict[str, Any]]) -> Study:
+    """The Study a design.json registered. Its configurations are a key-sorted JSON
+    object, so their order (the first is the baseline) is read from the per-plan
+    predictions, which list conditions in the study's order."""
+    order = list(dict.fromkeys(row["configuration"] for row in per_plan))
+    return Study(name=design["study"], kind=design["kind"],
+                 description=design["description"], n=tuple(design["n"]),
+                 configurations=tuple(order), variants=tuple(design["variants"]),
+                 seed_block=design["seed_block"], rule=design["rule"],
+                 amends=design["amends"], repeats=design["repeats"])
+
+
+def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
+    """The registration of ``study_name`` at ``commit`` read from git objects."""
+    from rearrival.decide import DecisionCriteria
+
+    files = {}
+    for name in REGISTERED_FILES:
+        path = f"preregistration/{study_name}/{name}"
+        try:
+            files[name] = (repo.commit(commit).tree / path).data_stream.read()
+        except KeyError:
+            raise StageError(f"{path}: not in prereg commit {commit[:12]}; re-run the prereg "
+                             "stage") from None
+    design = json.loads(files["design.json"])
+    per_plan = json.loads(files["predictions.json"])["per_plan"]
+    predictions = pd.DataFrame(per_plan)
+    predictions["simulator"] = PREDICTION
+    criteria = DecisionCriteria.from_dict(json.loads(files["criteria.json"]),
+                                          f"preregistration/{study_name}/criteria.json at "
+                                          f"{commit[:12]}")
+    return Registration(commit, registered_study(design, per_plan), design["replicates"],
+                        design["study_seed"], criteria, predictions, files)
+
+
+PER_PLAN_KEYS = ["n", "replicate", "configuration", "variant", "plan_sha256", "device_s"]
+
+
+def prediction_difference(working: pd.DataFrame, registered: pd.DataFrame) -> str | None:
+    """The first per-plan prediction (base simulator) that differs from the registered
+    one, as text; None when the working predictions are what was registered."""
+    keys = PER_PLAN_KEYS[:4]
+    mine = (working[working["simulator"] == PREDICTION][PER_PLAN_KEYS]
+            .sort_values(keys).reset_index(drop=True))
+    theirs = registered[PER_PLAN_KEYS].sort_values(keys).reset_index(drop=True)
+    if len(mine) != len(theirs):
+        return f"{len(mine)} per-plan predictions, {len(theirs)} registered"
+    for ours, reg in zip(mine.itertuples(index=False), theirs.itertuples(index=False),
+                         strict=True):
+        if tuple(ours) != tuple(reg):
+            return (f"N={reg.n} replicate {reg.replicate} {reg.configuration}-{reg.variant}: "
+                    f"device_s {ours.device_s!r}, registered {reg.device_s!r}")
+    return None
+
+
+def registration_for_decision(repo_dir: Path, study_name: str, prereg_path: Path,
+                              predictions_path: Path) -> Registration:
+    """The registration a decision uses, refusing when the working copy disagrees: the
+    record must name a registration of the study on HEAD's history, the working
+    preregistration files must be the committed ones, and the working predictions must
+    be the registered predictions."""
+    from rearrival.prereg import open_repo, registrations
+
+    if not prereg_path.exists():
+        raise StageError(f"{prereg_path}: no preregistration record; run the prereg stage")
+    commit = json.loads(prereg_path.read_text())["commit"]
     repo = open_repo(repo_dir)
-    path = f"preregistration/{record['study']}/{name}"
-    try:
-        blob = repo.commit(record["commit"]).tree / path
-    except KeyError:
-        raise StageError(f"{path}: not in prereg commit {record['commit'][:12]}; "
-                         "re-run the prereg stage") from None
-    return blob.data_stream.read()
+    if commit not in {c.hexsha for c in registrations(repo, study_name)}:
+        raise StageError(f"{prereg_path}: commit {commit[:12]} is not a registration of study "
+                         f"{study_name} on HEAD's history; re-run the prereg stage")
+    registration = read_registration(repo, study_name, commit)
+    root = Path(repo.working_tree_dir)
+    for name, data in registration.files.items():
+        path = root / "preregistration" / study_name / name
+        if not path.exists() or path.read_bytes() != data:
+            raise StageError(f"preregistration/{study_name}/{name}: the working copy differs "
+                             f"from registration commit {commit[:12]}; decisions use what was "
+                             f"registered, so restore it (git checkout -- {path})")
+    difference = prediction_difference(read_frame(predictions_path, "predict"),
+                                       registration.predictions)
+    if difference is not None:
+        raise StageError(f"{predictions_path}: differs from the predictions registered in "
+                         f"commit {commit[:12]} ({difference}); decisions use what was "
+                         "registered, so re-run the predict stage from the registered plans "
+                         "or restore the file")
+    return registration
 
 
 def decide(cfg: StudyConfig, study_name: str, *, channels_path: Path,
            predictions_path: Path, prereg_path: Path, repo_dir: Path, out: Path) -> None:
-    """The study's decision table under the criteria and rule it registered."""
-    from dataclasses import replace
+    """The study's decision table from its registration commit: the design, criteria
+    and predictions registered before the runs, and the channels of the runs."""
+    from rearrival.atomic import atomic_write_text
+    from rearrival.decisions import decision_table
+    from rearrival.ledger import require_sealed
 
-    from rearrival.decide import DecisionCriteria
-    from rearrival.decisions import decide_study
-
-    criteria = DecisionCriteria.from_dict(
-        json.loads(committed_prereg_file(repo_dir, prereg_path, "criteria.json")),
-        f"preregistration/{study_name}/criteria.json")
-    design = json.loads(committed_prereg_file(repo_dir, prereg_path, "design.json"))
-    registered = replace(cfg, studies=cfg.studies | {
-        study_name: replace(cfg.study(study_name), rule=design["rule"])})
-    decide_study(registered, study_name, channels_path, predictions_path, criteria, out)
+    cfg.study(study_name)
+    registration = registration_for_decision(repo_dir, study_name, prereg_path,
+                                             predictions_path)
+    channels = read_frame(channels_path, "channels")
+    if "run_dir" in channels:
+        require_sealed(repo_dir, study_name,
+                       sorted({Path(run_dir).parent for run_dir in channels["run_dir"]}))
+    text, _ = decision_table(registration.study, registration.replicates,
+                             registration.study_seed, channels,
+                             registration.predictions, registration.criteria)
+    atomic_write_text(out, text)
 
 
 def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
@@ -453,19 +669,24 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     prefill of each configured size, on the emulated engine."""
     from rearrival.emulate import run_injection
 
+    if cfg.backend != INJECTION_BACKEND:
+        raise StageError(f"{cfg.source}: backend {cfg.backend}: the prefill injection "
+                         f"(paper III-C) has a driver only on the {INJECTION_BACKEND} engine, "
+                         "and its result would be filed under a backend that did not produce "
+                         "it; the workflow leaves it out on this backend (set backend: "
+                         f"{INJECTION_BACKEND} to measure it)")
     settings = cfg.injection
-    configuration = cfg.configurations[settings.get("configuration", "baseline")]
+    configuration = cfg.configurations[settings.configuration]
     frames = []
-    for size in settings.get("injected_prompt_tokens", [256, 1024, 2048, 4096]):
+    for size in settings.injected_prompt_tokens:
         seed = derive_seed(cfg.study_seed, 0, int(size), 0, "injection")
         frames.append(run_injection(
-            background_sessions=int(settings.get("background_sessions", 4)),
-            injected_prompt_tokens=int(size),
-            inject_at_s=float(settings.get("inject_at_s", 1.2)),
-            gen_tokens=int(settings.get("background_gen_tokens", 256)),
+            background_sessions=settings.background_sessions,
+            injected_prompt_tokens=int(size), inject_at_s=settings.inject_at_s,
+            gen_tokens=settings.background_gen_tokens,
             buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed))
     frame = pd.concat(frames, ignore_index=True)
-    frame["backend"] = "emulated"
+    frame["backend"] = INJECTION_BACKEND
     write_frame(frame, out)
     return frame
 
@@ -482,14 +703,13 @@ def compile_study(cfg: StudyConfig, study_name: str, out: Path,
 
     study = cfg.study(study_name)
     settings = cfg.rbln
-    artifacts = Path(settings.get("artifacts", "artifacts"))
+    artifacts = Path(settings.artifacts)
     entries = {}
     for name, configuration in resolve_configurations(cfg, study, selected_path).items():
         result = compile_artifact(CompileConfig(
-            model=str(settings.get("model", "Qwen/Qwen3-4B")),
+            model=settings.model,
             batch_size=configuration.batch_size, buckets=configuration.buckets,
-            max_seq_len=int(settings.get("max_seq_len", 8192)),
-            num_devices=int(settings.get("num_devices", 4))), artifacts)
+            max_seq_len=settings.max_seq_len, num_devices=settings.num_devices), artifacts)
         entries[name] = {"artifact": str(result.artifact), "reused": result.skipped,
                          **json.loads(result.record.read_text())}
     record = {"study": study.name, "configurations": entries}

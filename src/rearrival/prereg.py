@@ -338,7 +338,7 @@ def write_study_record(repo: Any, study: str, records_dir: Path) -> Path:
 def register(repo_dir: str | Path, study: str,
              files: Mapping[str, bytes | str | Mapping[str, Any]], *, message: str,
              amendment_of: str | None = None,
-             records_dir: str | Path | None = None) -> PreregRecord:
+             records_dir: str | Path | None = None, write_record: bool = True) -> PreregRecord:
     """Commit a study's predictions and criteria before any run they judge (SPEC 9).
 
     Writes ``files`` under ``preregistration/<study>/`` (dicts as key-sorted JSON) and
@@ -346,7 +346,9 @@ def register(repo_dir: str | Path, study: str,
     the commit that registered it. Changing a registered file is refused; adding files to
     a registered study requires ``amendment_of`` (sha of the registration amended) and
     becomes a new commit. ``records_dir`` (default ``<repo>/results/prereg``) receives
-    ``<study>.json`` with the sha and time, written after the commit.
+    ``<study>.json`` with the sha and time, written after the commit (not with
+    ``write_record`` False: an amendment leaves the amended study's record as its runs
+    saw it).
     """
     _check_name(study, "study", "rename the study in config/config.yaml")
     if not files:
@@ -373,8 +375,10 @@ def register(repo_dir: str | Path, study: str,
             trailers += f"\n{AMENDS_TRAILER}: {amended}"
         _commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
     record = record_at(repo, _latest(repo, sorted(wanted)), study)
-    records = Path(records_dir) if records_dir is not None else root / "results" / RECORDS_SUBDIR
-    write_study_record(repo, study, records)
+    if write_record:
+        records = (Path(records_dir) if records_dir is not None
+                   else root / "results" / RECORDS_SUBDIR)
+        write_study_record(repo, study, records)
     return record
 
 
@@ -432,6 +436,28 @@ def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
     if problem:
         raise PreregError(f"run of study {study} refused: {problem}")
     return record_at(repo, registrations(repo, study)[-1], study)
+
+
+def registered_json(repo_dir: str | Path, study: str,
+                    names: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+    """The named JSON files of a study's registration as committed at HEAD, with the sha
+    of the commit that first registered the study; None when the study (or the directory
+    as a git repository) has no registration. Read from git objects, never the working
+    tree, so an edited working copy cannot stand in for what was registered."""
+    import git
+
+    try:
+        repo = git.Repo(Path(repo_dir))
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    head = _head_commit(repo)
+    committed = _tree_files(head, study) if head is not None else {}
+    wanted = {name: committed.get(f"{_study_dir(study)}/{name}") for name in names}
+    if not committed or any(blob is None for blob in wanted.values()):
+        return None
+    first = registrations(repo, study)[0]
+    return first.hexsha, {name: json.loads(blob.data_stream.read())
+                          for name, blob in wanted.items()}
 
 
 def parse_utc(value: Any, where: str) -> datetime:

@@ -388,14 +388,18 @@ def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFram
         tables[TOKENS_FILE] = table.replace_schema_metadata(None)
     _check_metrics(metrics, f"{out_dir}/{METRICS_FILE}")
 
+    contents = {name: _parquet_bytes(table) for name, table in tables.items()}
+    contents[METRICS_FILE] = _json_bytes(metrics)
+    if server_log is not None:
+        contents[SERVER_LOG_FILE] = server_log.encode("utf-8")
+    # the manifest seals the run: the sha256 of every file it wrote (checked by read_run)
+    manifest = manifest | {"files": {name: hashlib.sha256(data).hexdigest()
+                                     for name, data in sorted(contents.items())}}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
-        for name, table in tables.items():
-            (tmp / name).write_bytes(_parquet_bytes(table))
-        (tmp / METRICS_FILE).write_bytes(_json_bytes(metrics))
-        if server_log is not None:
-            (tmp / SERVER_LOG_FILE).write_text(server_log, encoding="utf-8")
+        for name, data in contents.items():
+            (tmp / name).write_bytes(data)
         (tmp / MANIFEST_FILE).write_bytes(_json_bytes(manifest))
         os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a run dir is an ordinary result dir
         try:
@@ -500,5 +504,23 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
         except (pa.ArrowException, OSError):
             raise RunRecordError(f"{tokens_path}: not a readable Parquet file; re-run the "
                                  "condition into a fresh --out") from None
+    _check_sealed(run_dir, manifest)
     return RunRecord(requests=requests, steps=steps, metrics=metrics, manifest=manifest,
                      server_log=server_log, path=run_dir, tokens=tokens)
+
+
+def _check_sealed(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Every file the run wrote still has the sha256 its manifest recorded, and no file
+    was added or removed since (manifests written before sealing have no ``files``)."""
+    if "files" not in manifest:
+        return
+    sealed = manifest["files"]
+    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in run_dir.iterdir() if p.is_file() and p.name != MANIFEST_FILE}
+    for name in sorted(set(sealed) | set(found)):
+        change = ("removed" if name not in found else "added" if name not in sealed
+                  else "edited" if sealed[name] != found[name] else None)
+        if change:
+            raise RunRecordError(f"{run_dir / name}: {change} after run {manifest['run_id']} "
+                                 "wrote its manifest (sha256 in manifest.json 'files'); "
+                                 "restore the measured file or re-run the condition")

@@ -232,7 +232,7 @@ def reading_repeats(table: Table, tau: float) -> list[str]:
 
 
 def reading(res: Results, prov: Provenance, tables: dict[str, Table]) -> list[str]:
-    tau = float(res.cfg.decision.get("tau_fixed", 0.02))
+    tau = res.cfg.decision.tau_fixed
     paragraphs = [reading_backend(prov)]
     paragraphs += reading_slots(tables["III"])
     paragraphs += reading_grid(tables["VI"])

@@ -282,8 +282,8 @@ def prediction_figure(res: Results) -> Figure:
     if not points:
         return _absent(fid, title, "No decision table with observed ratios produced yet.")
     decision = res.cfg.decision
-    tolerance = float(decision.get("error_tolerance", 0.03))
-    low, high = (float(x) for x in decision.get("equivalence_band", (0.98, 1.02)))
+    tolerance = decision.error_tolerance
+    low, high = decision.equivalence_band
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 5.5))
     values = [v for p in points for v in p[:2]] + [low, high]
@@ -375,7 +375,7 @@ def saturation_figure(res: Results) -> Figure:
         rows += [r for r in decision_records(res, study, notes) if r.get("ci_low") is not None]
     if not rows:
         return _absent(fid, title, "No saturation decision with a bootstrap CI produced yet.")
-    width = float(res.cfg.decision.get("saturation_width", 0.04))
+    width = res.cfg.decision.saturation_width
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for i, row in enumerate(rows):

@@ -426,11 +426,21 @@ def _run_path(res: Results, run_dir: str) -> Path:
 
 
 def study_backend(res: Results, studies: Iterable[Study]) -> str:
-    found: set[str] = set()
+    """The one backend whose runs a table shows. Rows do not carry a backend, so a
+    table mixing backends would put numbers of different substrates side by side
+    unlabelled: refused, naming the studies and their backends."""
+    found: dict[str, set[str]] = {}
     for study in studies:
         frame = res.channels(study.name)
         if frame is not None and "backend" in frame:
-            found |= set(frame["backend"])
+            for backend in set(frame["backend"]):
+                found.setdefault(backend, set()).add(study.name)
+    if len(found) > 1:
+        mixed = "; ".join(f"{backend}: {', '.join(sorted(names))}"
+                          for backend, names in sorted(found.items()))
+        raise ReportError(f"results/channels: one table would mix runs of several backends "
+                          f"({mixed}) in rows that do not say which; re-measure these studies "
+                          "on one backend (a backend change is a new study)")
     return backend_phrase(sorted(found))
 
 
@@ -975,7 +985,7 @@ def table_xiii(res: Results) -> Table:
                           "width": None if low is None or high is None else high - low,
                           "verdict": row.get("verdict"), "note": row.get("note"),
                           "run_ids": row.get("run_ids") or ""})
-    width = res.cfg.decision.get("saturation_width")
+    width = res.cfg.decision.saturation_width
     return Table("XIII", "Saturation of added slots",
                  "Channel-A ratio of each enlarged configuration to the study's baseline per "
                  "N (replicate sums), then for each adjacent pair the median of the per-"
@@ -1117,7 +1127,7 @@ def table_s8(res: Results) -> Table:
                          f"{'' if cands.get('memory_filter') else '; filter off'}), "
                          f"{cands.get('searched')} searched.")
     if scores is not None:
-        count = int(res.cfg.search.get("top", 20))
+        count = int(res.cfg.search["top"])
         for row in scores.head(count).to_dict("records"):
             top.append({"rank": row["rank"], "id": row["id"], "batch_size": row["batch_size"],
                         "score": row["score"], "mean_ratio_score": row["mean_ratio_score"],

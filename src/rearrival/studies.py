@@ -8,8 +8,11 @@ list of files without repeating the rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -49,7 +52,8 @@ def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configurat
     problem = bucket_set_problem(buckets, batch_size)
     if problem is not None:
         raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
-    return Configuration(name, buckets, batch_size, int(raw.get("slots", batch_size)))
+    slots = int(raw["slots"]) if "slots" in raw else batch_size  # eager attention, SPEC 1
+    return Configuration(name, buckets, batch_size, slots)
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,54 @@ class Study:
 
 
 @dataclass(frozen=True)
+class DecisionSettings:
+    """The ``decision`` section: the criteria a study registers (paper II-D, IV, V-C)."""
+
+    confirmatory_n: tuple[int, ...]
+    exploratory_n: tuple[int, ...]
+    tau_fixed: float
+    error_tolerance: float
+    equivalence_band: tuple[float, float]
+    saturation_width: float
+    bootstrap_resamples: int
+
+
+@dataclass(frozen=True)
+class InjectionSettings:
+    """The ``injection`` section: the prefill-injection study (paper III-C)."""
+
+    background_sessions: int
+    background_gen_tokens: int
+    injected_prompt_tokens: tuple[int, ...]
+    inject_at_s: float
+    configuration: str
+
+
+@dataclass(frozen=True)
+class EmulatedHttpSettings:
+    """The ``emulated_http`` section: wall seconds per emulated second."""
+
+    time_scale: float
+
+
+@dataclass(frozen=True)
+class RblnSettings:
+    """The ``rbln`` section: what real hardware compiles and where artifacts go."""
+
+    model: str
+    max_seq_len: int
+    num_devices: int
+    artifacts: str
+    site_packages: str | None
+
+
+@dataclass(frozen=True)
 class StudyConfig:
-    """The whole validated study definition."""
+    """The whole validated study definition.
+
+    Every section is typed; ``search`` stays the schema-filled mapping that
+    :class:`rearrival.search.SearchSettings` types and checks (the search owns its keys).
+    """
 
     source: str
     backend: str
@@ -101,17 +151,45 @@ class StudyConfig:
     tool_table: str
     configurations: dict[str, Configuration]
     studies: dict[str, Study]
-    decision: dict[str, Any] = field(default_factory=dict)
-    injection: dict[str, Any] = field(default_factory=dict)
-    search: dict[str, Any] = field(default_factory=dict)
-    emulated_http: dict[str, Any] = field(default_factory=dict)
-    rbln: dict[str, Any] = field(default_factory=dict)
+    decision: DecisionSettings
+    injection: InjectionSettings
+    search: Mapping[str, Any]
+    emulated_http: EmulatedHttpSettings
+    rbln: RblnSettings
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
             raise StudyConfigError(f"{self.source}: no study '{name}' under studies; "
                                    f"defined: {', '.join(self.studies)}")
         return self.studies[name]
+
+
+@cache
+def schema_defaults() -> dict[str, Any]:
+    """Every documented default, read from config/schema.yaml: the one place defaults
+    live. Top-level keys map to their default, sections to {key: default}, and
+    ``studies`` to the per-study defaults."""
+    schema = yaml.safe_load(config_schema_path().read_text())
+    props = schema["properties"]
+    out: dict[str, Any] = {key: spec["default"] for key, spec in props.items()
+                           if "default" in spec}
+    for key, spec in props.items():
+        if spec.get("type") == "object" and "properties" in spec:
+            out[key] = {name: inner.get("default") for name, inner in spec["properties"].items()}
+    study_props = props["studies"]["additionalProperties"]["properties"]
+    out["studies"] = {name: inner["default"] for name, inner in study_props.items()
+                      if "default" in inner}
+    return out
+
+
+def _filled(raw: dict[str, Any], section: str) -> dict[str, Any]:
+    """A section's values over the schema defaults (a key may be left out of the YAML)."""
+    return schema_defaults()[section] | (raw.get(section) or {})
+
+
+def _tuples(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: tuple(value) if isinstance(value, list) else value
+            for key, value in values.items()}
 
 
 def _study(name: str, raw: dict[str, Any], configurations: dict[str, Configuration],
@@ -121,14 +199,15 @@ def _study(name: str, raw: dict[str, Any], configurations: dict[str, Configurati
             raise StudyConfigError(
                 f"{where}: studies.{name}.configurations names '{config_name}', which is not "
                 f"under configurations; define it or use one of {', '.join(configurations)}")
-    kind = raw["kind"]
-    repeats = int(raw.get("repeats", 2)) if kind == "repeats" else 1
+    values = schema_defaults()["studies"] | {"description": "", "amends": None} | raw
+    kind = values["kind"]
     return Study(
-        name=name, kind=kind, description=str(raw.get("description", "")),
-        n=tuple(int(n) for n in raw["n"]),
-        configurations=tuple(raw["configurations"]),
-        variants=tuple(raw["variants"]), seed_block=int(raw["seed_block"]),
-        rule=str(raw.get("rule", "fixed")), amends=raw.get("amends"), repeats=repeats,
+        name=name, kind=kind, description=str(values["description"]),
+        n=tuple(int(n) for n in values["n"]),
+        configurations=tuple(values["configurations"]),
+        variants=tuple(values["variants"]), seed_block=int(values["seed_block"]),
+        rule=str(values["rule"]), amends=values["amends"],
+        repeats=int(values["repeats"]) if kind == "repeats" else 1,
     )
 
 
@@ -148,13 +227,21 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         if study.amends is not None and study.amends not in studies:
             raise StudyConfigError(f"{source}: studies.{study.name}.amends names unknown study "
                                    f"'{study.amends}'")
+    top = schema_defaults() | raw
+    injection = InjectionSettings(**_tuples(_filled(raw, "injection")))
+    if injection.configuration not in configurations:
+        raise StudyConfigError(f"{source}: injection.configuration names "
+                               f"'{injection.configuration}', which is not under "
+                               f"configurations; use one of {', '.join(configurations)}")
     return StudyConfig(
-        source=source, backend=raw["backend"], study_seed=int(raw["study_seed"]),
-        replicates=int(raw["replicates"]), tool_table=str(raw.get("tool_table", "default")),
+        source=source, backend=str(top["backend"]), study_seed=int(top["study_seed"]),
+        replicates=int(top["replicates"]), tool_table=str(top["tool_table"]),
         configurations=configurations, studies=studies,
-        decision=dict(raw.get("decision", {})), injection=dict(raw.get("injection", {})),
-        search=dict(raw.get("search", {})), emulated_http=dict(raw.get("emulated_http", {})),
-        rbln=dict(raw.get("rbln", {})),
+        decision=DecisionSettings(**_tuples(_filled(raw, "decision"))),
+        injection=injection,
+        search=MappingProxyType(_filled(raw, "search")),
+        emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
+        rbln=RblnSettings(**_filled(raw, "rbln")),
     )
 
 

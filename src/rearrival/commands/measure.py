@@ -77,7 +77,8 @@ def run(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Run seed (server and sampler).")] = 0,
     time_scale: Annotated[float | None, typer.Option(
-        "--time-scale", help="Wall s per plan s (emulated-http; default 0.05).")] = None,
+        "--time-scale", help="Wall s per plan s (emulated-http; default: the schema's "
+        "emulated_http.time_scale).")] = None,
     study: Annotated[str, typer.Option("--study", help="Study name in the manifest.")] = "adhoc",
     replicate: Annotated[int | None, typer.Option(
         "--replicate", help="Replicate index; default: the plan's.")] = None,
@@ -123,7 +124,7 @@ def run(
     settings = BackendSettings(
         backend=backend, time_scale=_time_scale(backend, time_scale, served, url),
         url=url, artifact=artifact,
-        rbln={"site_packages": str(site_packages)} if site_packages else {})
+        site_packages=site_packages)
     label = condition or (f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:"
                           f"s{configuration.slots}:{variant}")
     request = RunRequest(
@@ -142,7 +143,7 @@ def run(
 def _time_scale(backend: str, asked: float | None, served: dict | None,
                 url: str | None) -> float:
     """Wall seconds per plan second: 1 for the in-process twin and real hardware, the
-    server's own scale for a running emulate-server, else 0.05 for a fresh one."""
+    server's own scale for a running emulate-server, else the schema's default."""
     from rearrival.errors import RearrivalError
 
     if backend == "emulated":
@@ -154,7 +155,10 @@ def _time_scale(backend: str, asked: float | None, served: dict | None,
         return float(served["time_scale"])
     if asked is not None:
         return asked
-    return 0.05 if backend == "emulated-http" else 1.0
+    from rearrival.studies import schema_defaults
+
+    return float(schema_defaults()["emulated_http"]["time_scale"]) \
+        if backend == "emulated-http" else 1.0
 
 
 def emulate_server(

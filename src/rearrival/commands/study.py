@@ -12,12 +12,12 @@ StudyName = Annotated[str, typer.Option("--study", help="Study name under studie
 Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
 Predictions = Annotated[Path, typer.Option("--predictions", help="Predictions Parquet.")]
 Out = Annotated[Path, typer.Option("--out", help="Output file or directory.")]
-Selected = Annotated[Path, typer.Option(
-    "--selected", help="Search result; read only by studies comparing 'selected'.")]
+Selected = Annotated[Path | None, typer.Option(
+    "--selected", help="Search result (results/search/selected.json); needed by studies "
+    "comparing 'selected'.")]
 Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
 
 DEFAULT_CONFIG = Path("config/config.yaml")
-DEFAULT_SELECTED = Path("results/search/selected.json")
 DEFAULT_REPO = Path(".")
 
 
@@ -36,7 +36,7 @@ def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
 
 
 def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-            selected: Selected = DEFAULT_SELECTED) -> None:
+            selected: Selected = None) -> None:
     """Simulate every plan under every condition of a study (paper Section IV)."""
     from rearrival.experiments import predict as run_predict
 
@@ -45,7 +45,7 @@ def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_C
 
 
 def prereg(study: StudyName, plans: Plans, predictions: Predictions, out: Out,
-           config: Config = DEFAULT_CONFIG, selected: Selected = DEFAULT_SELECTED,
+           config: Config = DEFAULT_CONFIG, selected: Selected = None,
            repo: Repo = DEFAULT_REPO) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
     from rearrival.experiments import preregister
@@ -60,7 +60,7 @@ def run(study: StudyName,
         n: Annotated[int, typer.Option("--n", min=1, help="Concurrent sessions N.")],
         replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
         plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-        selected: Selected = DEFAULT_SELECTED, repo: Repo = DEFAULT_REPO,
+        selected: Selected = None, repo: Repo = DEFAULT_REPO,
         compiled: Annotated[Path | None, typer.Option(
             "--compiled", help="Compile record of the study (backend rbln).")] = None) -> None:
     """Run every condition of one replicate in its seeded shuffled order."""
@@ -81,13 +81,16 @@ def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
 
 
 def channels(study: StudyName,
-             runs: Annotated[Path, typer.Option("--runs", help="The study's runs directory.")],
-             out: Out, config: Config = DEFAULT_CONFIG) -> None:
+             replicates: Annotated[list[Path], typer.Argument(
+                 help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
+             out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.experiments import collect_channels
+    from rearrival.ledger import require_sealed
 
     _config(config).study(study)
-    frame = collect_channels(runs, out)
+    require_sealed(repo, study, replicates)
+    frame = collect_channels(replicates, out)
     typer.echo(f"{out}: {len(frame)} runs")
 
 
@@ -104,8 +107,19 @@ def decide(study: StudyName,
     typer.echo(str(out))
 
 
+def seal(study: StudyName,
+         replicates: Annotated[list[Path], typer.Argument(
+             help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
+         out: Out, repo: Repo = DEFAULT_REPO) -> None:
+    """Commit the sha256 of every run record file of a study (ledger/<study>.json)."""
+    from rearrival.ledger import seal as seal_records
+
+    record = seal_records(repo, study, replicates, out)
+    typer.echo(f"{study}: {record['files']} files sealed at {record['commit']}")
+
+
 def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG,
-            selected: Selected = DEFAULT_SELECTED) -> None:
+            selected: Selected = None) -> None:
     """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
     from rearrival.experiments import compile_study
 
@@ -120,7 +134,7 @@ def register(app: typer.Typer) -> None:
                             no_args_is_help=True)
     verbs = {"plans": plans, "predict": predict, "prereg": prereg,
              "compile": compile_configurations, "run": run, "injection": injection,
-             "channels": channels, "decide": decide}
+             "seal": seal, "channels": channels, "decide": decide}
     for name, verb in verbs.items():
         study_app.command(name)(verb)
     app.add_typer(study_app, name="study")
