@@ -131,9 +131,8 @@ def evidence(res: Any, tables: Sequence[Any]) -> Evidence:
     return Evidence(
         tables={t.id: t for t in tables}, search=res.search_summary(),
         backends=tuple(res.backends()), reproduction=reproduction(res),
-        band=tuple(decision.get("equivalence_band", (0.98, 1.02))),
-        confirmatory_n=tuple(decision.get("confirmatory_n", (6, 8))),
-        exploratory_n=tuple(decision.get("exploratory_n", (10,))))
+        band=decision.equivalence_band, confirmatory_n=decision.confirmatory_n,
+        exploratory_n=decision.exploratory_n)
 
 
 # --- rendering ------------------------------------------------------------------------------
