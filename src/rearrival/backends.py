@@ -43,10 +43,13 @@ class BackendSettings:
     @classmethod
     def from_study_config(cls, cfg: StudyConfig,
                           compile_record: Path | None = None) -> BackendSettings:
+        from rearrival.calibrate_config import calibration_config_for
+
         scale = float(cfg.emulated_http.get("time_scale", 0.25))
         return cls(backend=cfg.backend,
                    time_scale=scale if cfg.backend == "emulated-http" else 1.0,
-                   rbln=dict(cfg.rbln), compile_record=compile_record)
+                   rbln=dict(cfg.rbln), compile_record=compile_record,
+                   emulator_truth=calibration_config_for(cfg).truth_path())
 
 
 def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,9 @@ from rearrival.fits import (
 )
 from rearrival.plans import Plan, PlanMeta, Session
 from rearrival.profile import Profile, measured_profile, select_bucket
+
+if TYPE_CHECKING:
+    from rearrival.studies import StudyConfig
 
 STUDY = "calibration"
 DECODE_STEPS_FILE = "decode_steps.parquet"
@@ -491,6 +494,50 @@ def write_profile(document: dict[str, Any], path: Path) -> Path:
               "# Same schema as rearrival/data/profile_rbln_ca25.yaml; every value carries\n"
               "# its kind (measured/fitted/interpolated/assumed/model), CI, samples, backend\n"
               "# and run ids. Interpolated buckets are listed for reading only.\n")
-    text = header + yaml.safe_dump(document, sort_keys=False, width=100)
+    text = header + yaml.safe_dump(document, sort_keys=False, width=100, default_flow_style=None)
     atomic_write_bytes(path, text.encode())
     return path
+
+
+# ------------------------------------------------------------------ study definition, rbln
+
+
+def required_buckets(cfg: StudyConfig) -> tuple[int, ...]:
+    """Every bucket a configured study or the search can select (SPEC 12: the search
+    draws buckets from 1..batch_size for each candidate batch size)."""
+    wanted = {b for c in cfg.configurations.values() for b in c.buckets}
+    batch_sizes = cfg.search.get("batch_sizes", [8, 10, 12, 16])
+    wanted.update(range(1, max(batch_sizes) + 1))
+    return tuple(sorted(wanted))
+
+
+def compile_calibration(config: CalibrationConfig, rbln: dict[str, Any], out: Path) -> Path:
+    """Compile (or reuse) every calibration artifact with optimum-rbln and record where
+    each is and what compiling it cost; the record feeds ``--compiled`` and the compile
+    fit (backend rbln only)."""
+    from rearrival.atomic import atomic_write_json
+    from rearrival.rbln import CompileConfig, compile_artifact
+
+    model = config.model
+    entries = {}
+    for artifact in config.calibration.artifacts:
+        result = compile_artifact(CompileConfig(
+            model=str(rbln.get("model", model.name)), batch_size=artifact.batch_size,
+            buckets=artifact.buckets, max_seq_len=model.max_seq_len,
+            num_devices=model.num_devices), Path(rbln.get("artifacts", "artifacts")))
+        entries[artifact.name] = {"artifact": str(result.artifact), "reused": result.skipped,
+                                  **json.loads(result.record.read_text())}
+    atomic_write_json(out, {"study": STUDY, "configurations": entries})
+    return out
+
+
+def compile_records(record_path: Path) -> list[tuple[int, float, float]]:
+    """(buckets, compile seconds, artifact GiB) of every artifact in a compile record."""
+    try:
+        entries = json.loads(record_path.read_text())["configurations"]
+        return [(len(e["config"]["buckets"]), float(e["compile_s"]),
+                 float(e["artifact_bytes"]) / 1024**3) for e in entries.values()]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CalibrationError(f"{record_path}: not a compile record with config.buckets, "
+                               f"compile_s and artifact_bytes per artifact ({exc!r}); run "
+                               "`rearrival calibrate-compile`") from exc

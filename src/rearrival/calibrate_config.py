@@ -13,13 +13,16 @@ import json
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from rearrival.errors import RearrivalError
 from rearrival.fits import DTYPE_BYTES
-from rearrival.profile import bucket_set_problem
+from rearrival.profile import Profile, bucket_set_problem, load_profile_for_model
+
+if TYPE_CHECKING:
+    from rearrival.studies import StudyConfig
 
 PUBLISHED = "published"
 CALIBRATED = "calibrated"
@@ -62,6 +65,12 @@ class ModelSpec:
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    def architecture(self) -> dict[str, int]:
+        """The profile's KV fields this model fixes (rearrival.profile.MODEL_FIELDS)."""
+        return {"kv.layers": self.layers, "kv.kv_heads": self.kv_heads,
+                "kv.head_dim": self.head_dim, "kv.bytes_per_element": self.dtype_bytes,
+                "kv.slot_tokens": self.max_seq_len, "kv.num_devices": self.num_devices}
 
 
 def model_from_config_json(path: Path, base: ModelSpec) -> ModelSpec:
@@ -164,6 +173,12 @@ class CalibrationConfig:
             return CALIBRATED_PROFILE
         return Path(self.profile)
 
+    def prediction_profile(self) -> Profile:
+        """The profile predictions, the search and advise use, checked against the
+        model; a missing or foreign file is an error, never the published constants."""
+        return load_profile_for_model(self.profile_path(), self.model.name,
+                                      self.model.architecture())
+
     def truth_path(self) -> Path | None:
         """The emulator truth file: None for the shipped twin of the measured stack."""
         if self.emulator_truth == "default":
@@ -221,3 +236,11 @@ def load_calibration_config(path: str | Path) -> CalibrationConfig:
         raise CalibrationConfigError(f"{path}: cannot read the study definition ({exc})") \
             from exc
     return calibration_config_from_mapping(raw, str(path))
+
+
+def calibration_config_for(cfg: StudyConfig) -> CalibrationConfig:
+    """The calibration settings of a loaded study definition (read from its file; a
+    definition built in memory has none, so its profile is the published one)."""
+    path = Path(cfg.source)
+    return load_calibration_config(path) if path.is_file() else CalibrationConfig()
+

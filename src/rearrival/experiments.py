@@ -13,7 +13,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ from rearrival.plangen import derive_seed, generate_plan
 from rearrival.plans import Plan, load_plan, write_plan
 from rearrival.studies import SELECTED, Configuration, Study, StudyConfig
 from rearrival.tools import ToolTable, default_tool_table, load_summary_json
+
+if TYPE_CHECKING:
+    from rearrival.profile import Profile
 
 # Simulator variants predicted for every condition. "base" is the paper's predictor
 # (Section IV) and the only one preregistered as the prediction; "dummy" adds the
@@ -115,14 +118,14 @@ def resolve_configurations(cfg: StudyConfig, study: Study,
 
 
 def simulate_condition(plan: Plan, configuration: Configuration, variant: str,
-                       simulator: str) -> dict[str, Any]:
+                       simulator: str, profile: Profile | None = None) -> dict[str, Any]:
     """One simulator summary for one plan under one condition."""
     from rearrival.sim import SimConfig, simulate
 
     release, dummy_block = SIMULATORS[simulator]
     config = SimConfig(buckets=configuration.buckets, batch_size=configuration.batch_size,
                        slots=configuration.slots, release=release, dummy_block=dummy_block)
-    summary = simulate(plan.variant(variant), config).summary()
+    summary = simulate(plan.variant(variant), config, profile).summary()
     summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
     return summary
 
@@ -130,8 +133,11 @@ def simulate_condition(plan: Plan, configuration: Configuration, variant: str,
 def predict(cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path,
             selected_path: Path | None = None) -> pd.DataFrame:
     """Simulator predictions for every plan x condition x simulator variant (paper IV)."""
+    from rearrival.calibrate_config import calibration_config_for
+
     study = cfg.study(study_name)
     configurations = resolve_configurations(cfg, study, selected_path)
+    profile = calibration_config_for(cfg).prediction_profile()  # config `profile:`
     rows = []
     for n in study.n:
         for replicate in range(cfg.replicates):
@@ -140,7 +146,7 @@ def predict(cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path,
                 configuration = configurations[condition.configuration]
                 for simulator in SIMULATORS:
                     summary = simulate_condition(plan, configuration, condition.variant,
-                                                 simulator)
+                                                 simulator, profile)
                     rows.append({
                         "study": study.name, "n": n, "replicate": replicate,
                         "configuration": condition.configuration,
@@ -267,7 +273,8 @@ def run_dirs(runs_root: Path) -> list[Path]:
     return sorted(p.parent for p in runs_root.glob("*/*/manifest.json"))
 
 
-def collect_channels(runs_root: Path, out: Path) -> pd.DataFrame:
+def collect_channels(runs_root: Path, out: Path,
+                     profile: Profile | None = None) -> pd.DataFrame:
     """Channel A/B per run plus what decisions and tables need, incomplete runs included
     (with their status) so a decision can say which replicate is missing and why."""
     from rearrival.channels import channels
@@ -287,7 +294,7 @@ def collect_channels(runs_root: Path, out: Path) -> pd.DataFrame:
         }
         rows.append(row)
         if manifest["status"] == "complete":
-            row.update(channels(record))
+            row.update(channels(record, profile))
             row.update(run_statistics(record.requests, record.steps))
     frame = pd.DataFrame(rows)
     write_frame(frame, out)
@@ -349,8 +356,10 @@ def prediction_record(predictions: pd.DataFrame, study: Study) -> dict[str, Any]
 
 def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
     """What the study compares, on which backend, with which inputs: fixed before runs."""
-    from rearrival.profile import measured_profile
+    from rearrival.calibrate_config import calibration_config_for
+    from rearrival.profile import profile_sha256
 
+    calibration = calibration_config_for(cfg)
     configurations = resolve_configurations(cfg, study, selected_path)
     return {
         "study": study.name, "kind": study.kind, "description": study.description,
@@ -358,7 +367,9 @@ def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> 
         "n": list(study.n), "replicates": cfg.replicates, "variants": list(study.variants),
         "repeats": study.repeats, "seed_block": study.seed_block,
         "study_seed": cfg.study_seed, "tool_table": tool_table_for(cfg).source,
-        "profile": measured_profile().version,
+        "profile": calibration.prediction_profile().version,
+        # the profile predictions used; its bytes are committed beside (profile.yaml)
+        "profile_sha256": profile_sha256(calibration.profile_path()),
         "configurations": {name: c.as_dict() for name, c in configurations.items()},
     }
 
@@ -383,8 +394,10 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     An amending study first commits its amendment to the study it amends, then its own
     registration; identical re-registration makes no commit (a re-run does no work).
     """
+    from rearrival.calibrate_config import calibration_config_for
     from rearrival.decisions import criteria_from_config
-    from rearrival.prereg import open_repo, register, registrations
+    from rearrival.prereg import PROFILE_FILE, open_repo, register, registrations
+    from rearrival.profile import profile_bytes
 
     study = cfg.study(study_name)
     criteria = criteria_from_config(cfg).to_dict()
@@ -406,6 +419,7 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
         "predictions.json": prediction_record(predictions, study),
+        PROFILE_FILE: profile_bytes(calibration_config_for(cfg).profile_path()),
     }
     record = register(repo_dir, study.name, files,
                       message=f"prereg({study.name}): predictions and criteria before runs",

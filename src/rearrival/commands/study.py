@@ -84,10 +84,13 @@ def channels(study: StudyName,
              runs: Annotated[Path, typer.Option("--runs", help="The study's runs directory.")],
              out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
+    from rearrival.calibrate_config import calibration_config_for
     from rearrival.experiments import collect_channels
 
-    _config(config).study(study)
-    frame = collect_channels(runs, out)
+    cfg = _config(config)
+    cfg.study(study)
+    # channel A prices steps with the same profile the predictions used (config profile:)
+    frame = collect_channels(runs, out, calibration_config_for(cfg).prediction_profile())
     typer.echo(f"{out}: {len(frame)} runs")
 
 
