@@ -5,6 +5,7 @@
 rule channels:
     input:
         replicate_run_dirs,
+        profile=profile_input,
     output:
         "results/channels/{study}.parquet",
     log:

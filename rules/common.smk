@@ -62,8 +62,33 @@ def compiled_option(wildcards):
     return f"--compiled results/compile/{wildcards.study}.json"
 
 
+def profile_input(wildcards):
+    """The profile file predictions, channel A, the prereg and the search read when the
+    config says `profile: calibrated` or names a file (none for `published`)."""
+    choice = config.get("profile", "published")
+    if choice == "published":
+        return []
+    if choice == "calibrated":
+        return "results/calibration/profile.yaml"
+    return choice
+
+
+def calibration_compile_input(wildcards):
+    """On real hardware the calibration artifacts are compiled first."""
+    if config["backend"] != "rbln":
+        return []
+    return "results/calibration/compile.json"
+
+
+def calibration_compiled_option(wildcards):
+    if config["backend"] != "rbln":
+        return ""
+    return "--compiled results/calibration/compile.json"
+
+
 def final_targets():
     return [
+        "results/calibration/profile.yaml",
         *[f"results/decisions/{name}.csv" for name in STUDY_NAMES],
         "results/search/summary.json",
         "results/injection/gaps.parquet",

@@ -11,6 +11,7 @@ rule preregister:
     input:
         unpack(prereg_inputs),
         plans="results/plans/{study}",
+        profile=profile_input,
     output:
         "results/prereg/{study}.json",
     log:

@@ -7,6 +7,7 @@ rule report:
         decisions=expand("results/decisions/{study}.csv", study=STUDY_NAMES),
         search="results/search/summary.json",
         injection="results/injection/gaps.parquet",
+        calibration="results/calibration/profile.yaml",
     output:
         html=report("reports/report.html", category="Report"),
     log:

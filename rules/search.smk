@@ -17,7 +17,8 @@ rule search_plans:
 
 rule search_shard:
     input:
-        "results/search/plans",
+        plans="results/search/plans",
+        profile=profile_input,
     output:
         "results/search/shards/shard_{shard}.parquet",
     log:
@@ -28,14 +29,15 @@ rule search_shard:
         config_file=CONFIG_FILE,
         shards=config["search"]["shards"],
     shell:
-        "rearrival search shard --config {params.config_file:q} --plans {input:q}"
+        "rearrival search shard --config {params.config_file:q} --plans {input.plans:q}"
         " --shard {wildcards.shard} --shards {params.shards} --out {output:q} > {log:q} 2>&1"
 
 
 rule search_merge:
     input:
-        expand("results/search/shards/shard_{shard}.parquet",
-               shard=range(config["search"]["shards"])),
+        shards=expand("results/search/shards/shard_{shard}.parquet",
+                      shard=range(config["search"]["shards"])),
+        profile=profile_input,
     output:
         scores="results/search/scores.parquet",
         selected="results/search/selected.json",
@@ -48,4 +50,4 @@ rule search_merge:
         config_file=CONFIG_FILE,
     shell:
         "rearrival search merge --config {params.config_file:q} --out-dir results/search"
-        " {input:q} > {log:q} 2>&1"
+        " {input.shards:q} > {log:q} 2>&1"
