@@ -1198,5 +1198,15 @@ TABLE_BUILDERS = {
 
 
 def build_tables(res: Results) -> list[Table]:
-    """Every table, in the paper's order (plus M, the mechanism studies)."""
-    return [builder(res) for builder in TABLE_BUILDERS.values()]
+    """Every table, in the paper's order (plus M, the mechanism studies; the calibration
+    tables VII, VII-P and IX-P from rearrival.report_calibration)."""
+    from rearrival.report_calibration import table_ix_profiles, table_prefill, table_vii
+
+    builders = []
+    for key, builder in TABLE_BUILDERS.items():
+        if key == "VIII":
+            builders += [table_vii, table_prefill]
+        builders.append(builder)
+        if key == "IX":
+            builders.append(table_ix_profiles)
+    return [builder(res) for builder in builders]
