@@ -98,7 +98,7 @@ def test_profile_file_has_provenance_and_predicts(default_run):
     result, path = default_run
     tree = yaml.safe_load(path.read_text())
     costs = tree["decode"]["bucket_cost_ms"]
-    for bucket, entry in costs.items():
+    for entry in costs.values():
         assert entry["kind"] == "measured" and entry["samples"] >= 50
         assert entry["g_ci95_ms"][0] <= entry["g_ms"] <= entry["g_ci95_ms"][1]
         assert entry["run_ids"] and entry["backend"] == "emulated"
@@ -205,7 +205,7 @@ def test_reuse_violations_are_listed():
 
 def test_step_log_without_timestamps_is_refused():
     log = "\n".join(format_bucket_line(2, 2) for _ in range(5))
-    with pytest.raises(CalibrationError, match="without t_mono_ns.*patch"):
+    with pytest.raises(CalibrationError, match=r"without t_mono_ns.*patch"):
         steady_durations(log, 2, 0, "decode-b2-n2")
 
 
@@ -263,7 +263,7 @@ def test_model_from_config_json(tmp_path):
     assert model_from_config_json(path, ModelSpec(layers=1)).architecture() == \
         QWEN.architecture()
     path.write_text("{}")
-    with pytest.raises(CalibrationConfigError, match="model.config_json"):
+    with pytest.raises(CalibrationConfigError, match=r"model\.config_json"):
         model_from_config_json(path, QWEN)
 
 
