@@ -270,3 +270,29 @@ def test_cli_not_a_repository_exits_2_with_one_line(tmp_path, monkeypatch, capsy
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rearrival: error:") and "git init" in err and "\n" not in err
+
+
+def _profile_files(profile: bytes, recorded: bytes) -> dict:
+    import hashlib
+
+    return {"predictions.json": PREDICTIONS, "plans.json": PLANS, "profile.yaml": profile,
+            "design.json": {"profile_sha256": hashlib.sha256(recorded).hexdigest()}}
+
+
+def test_committed_prediction_profile_passes(repo, monkeypatch):
+    """SPEC 4: the profile predictions used is committed with them (design.json's hash)."""
+    profile = b"profile_version: calibrated/emulated/x\n"
+    record = _register(repo, monkeypatch, T0, files=_profile_files(profile, profile))
+    _manifest(repo, "v-r0", start=_at(3600), record=record)
+    row = _row(_audit(repo), "v-r0")
+    assert row.verdict == OK and "profile committed" in row.reason
+
+
+def test_prediction_profile_not_committed_is_caught(repo, monkeypatch):
+    used = b"profile_version: calibrated/emulated/used\n"
+    record = _register(repo, monkeypatch, T0,
+                       files=_profile_files(b"profile_version: other\n", used))
+    _manifest(repo, "v-r0", start=_at(3600), record=record)
+    row = _row(_audit(repo), "v-r0")
+    assert row.verdict == VIOLATION
+    assert "profile was not committed before the run" in row.reason

@@ -275,3 +275,33 @@ def test_every_bucket_is_measured_once_with_its_counts():
     assert counts[8] == (5, 6, 7, 8) and counts[24] == tuple(range(1, 25))
     thin = {b: ns for _, b, ns in characterised(CalibrationSettings(max_n_per_bucket=3))}
     assert thin[24] == (1, 13, 24) and thin[4] == (3, 4)
+
+
+def test_schema_documents_the_dataclass_defaults():
+    """The typed settings are the one source of defaults; the schema says the same."""
+    from dataclasses import asdict, fields
+
+    schema = yaml.safe_load((Path(__file__).parents[1] / "config" / "schema.yaml").read_text())
+    props = schema["properties"]
+    assert props["profile"]["default"] == CalibrationConfig().profile
+    assert props["emulator_truth"]["default"] == CalibrationConfig().emulator_truth
+    model = props["model"]["properties"]
+    for f in fields(ModelSpec):
+        if f.default is not None:
+            assert model[f.name]["default"] == f.default, f.name
+    calibration = props["calibration"]["properties"]
+    defaults = asdict(CalibrationSettings())
+    assert set(calibration) == set(defaults)
+    for name, value in defaults.items():
+        documented = calibration[name]["default"]
+        if name == "artifacts":
+            value = [{"buckets": list(a["buckets"]), "batch_size": a["batch_size"]}
+                     for a in value]
+        assert documented == (list(value) if isinstance(value, tuple) else value), name
+
+
+def test_shipped_config_parses_to_the_defaults():
+    from rearrival.calibrate_config import load_calibration_config
+
+    loaded = load_calibration_config(Path(__file__).parents[1] / "config" / "config.yaml")
+    assert replace(loaded, source="<config>") == CalibrationConfig()
