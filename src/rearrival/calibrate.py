@@ -10,10 +10,16 @@ measurements a stage of the workflow on whatever backend the study runs on:
   Per-step durations are the gaps between consecutive ``[BUCKET]`` lines' monotonic
   timestamps inside the steady window (after every session is admitted, before the
   first completion), minus ``warmup_steps``;
-- prefill: single requests over the prompt lengths the studies use, whose follow-ups
-  (prompt + 1 generated + appended tokens) give the short re-arrival remainders;
-- reuse: every follow-up in the prefill plans still holds its session's slot (at most
-  half the slots are used), so each must report floor(min(P, L-1)/128)*128 cached tokens.
+- prefill: one "clock" session decodes alone for the whole run while probe sessions
+  come back, one at a time (staggered tool waits), with a follow-up whose prompt shares
+  no cached block, so its q tokens are all computed. Prefill and decode never share a
+  step (II-B), so the gap between the two decode lines around a probe's prefill is T(q)
+  plus one decode step: T(q) = gap - the median step gap. This reads server-side time from
+  the step log alone, so it works over HTTP and on hardware, where requests carry no
+  prefill time. Probe sizes are the studies' prompt lengths and re-arrival remainders;
+- reuse: sessions prefill P tokens and come back at once with P + 1 + appended tokens
+  (at most half the slots used, so every prefix survives); each follow-up must report
+  floor(min(P, L-1)/128)*128 cached tokens.
 
 Every plan runs through the backends dispatcher (``rearrival.backends.run_backend``), so
 ``emulated``, ``emulated-http`` and ``rbln`` measure the same plans and write the same run
@@ -62,6 +68,11 @@ PROFILE_FILE = "profile.yaml"
 # Steps before the last admission: arrival spread (first sends 2-12 ms plus HTTP ingress)
 # and one prefill per session; generations are this much longer than the steady window.
 ADMISSION_MARGIN_STEPS = 64
+# Prefill probes per clocked plan: keeps each plan's clock session well inside 8,192 tokens.
+PROBES_PER_PLAN = 8
+# A gap this many times the median step gap holds a prefill (T(q) >= one chunk's cost,
+# about twice a decode step on the paper's stack).
+PREFILL_GAP_FACTOR = 1.5
 
 
 class CalibrationError(RearrivalError, ValueError):
@@ -73,7 +84,7 @@ class Measurement:
     """One planned calibration run: its plan, the artifact it runs on, what it measures."""
 
     label: str
-    kind: str  # "decode" | "prefill"
+    kind: str  # "decode" | "prefill" | "reuse"
     artifact: Artifact
     plan: Plan
     n: int
@@ -102,7 +113,7 @@ def characterised(settings: CalibrationSettings) -> list[tuple[Artifact, int, tu
 
 
 def _meta(seed: int, n: int) -> PlanMeta:
-    return PlanMeta(seed=seed, n=n, variant="control", generator_version="rearrival-calibrate/1")
+    return PlanMeta(seed=seed, n=n, variant="wait", generator_version="rearrival-calibrate/1")
 
 
 def decode_measurements(settings: CalibrationSettings, seed: int) -> list[Measurement]:
@@ -118,15 +129,61 @@ def decode_measurements(settings: CalibrationSettings, seed: int) -> list[Measur
     return out
 
 
+def probe_sizes(settings: CalibrationSettings) -> list[int]:
+    """Computed-token sizes of the prefill probes: the prompt lengths, and the re-arrival
+    remainders (1 generated + appended + one partial block's worth of the 128)."""
+    sizes = sorted({*settings.prefill_tokens, *(a + 9 for a in settings.appended_tokens)})
+    return [q for q in sizes for _ in range(settings.prefill_repeats)]
+
+
 def prefill_measurements(settings: CalibrationSettings, max_seq_len: int,
                          seed: int) -> list[Measurement]:
-    """Prefill probes: each session prefills L0 tokens, emits one token and comes back at
-    once with L0 + 1 + appended tokens, so its follow-up computes only the remainder past
-    the cached 128-token blocks (the re-arrival case below 500 tokens). At most half the
-    artifact's slots are used per plan, so every follow-up finds its prefix alive."""
+    """Clocked prefill probes (see the module docstring), at most ``PROBES_PER_PLAN`` per
+    plan. Session 0 is the clock; probe i sends a 1-token first request at t = 0 and
+    comes back after its tool wait with a ``q``-token follow-up (nothing cached: its
+    previous prompt is shorter than one block). Waits leave each probe's prefill (at up
+    to twice the published T(q)) plus the spread of first completions before the next."""
+    reference = measured_profile()
+    artifact = settings.artifacts[0]
+    sizes = probe_sizes(settings)
+    out = []
+    for start in range(0, len(sizes), PROBES_PER_PLAN):
+        chunk = sizes[start:start + PROBES_PER_PLAN]
+        spread = len(chunk) * 2 * reference.prefill_s(1) + 0.3
+        waits, at = [], spread
+        for q in chunk:
+            if q + 2 > max_seq_len:
+                raise CalibrationError(f"calibration.prefill_tokens: {q} does not fit "
+                                       f"max_seq_len {max_seq_len}; use lengths <= "
+                                       f"{max_seq_len - 2}")
+            waits.append(at)
+            at += 2 * reference.prefill_s(q) + spread
+        step = reference.decode_step_s(1, select_bucket(1, artifact.buckets))
+        clock_steps = int(2 * (at + spread) / step) + 64
+        limit = max_seq_len - settings.decode_prompt_tokens - 2
+        if clock_steps > limit:
+            raise CalibrationError(f"prefill probes {chunk}: the clock session would need "
+                                   f"{clock_steps} tokens, over max_seq_len; lower "
+                                   "calibration.prefill_tokens or prefill_repeats")
+        sessions = (Session(0, settings.decode_prompt_tokens, clock_steps, 1, 8, 0.0,
+                            "calibration"),
+                    *(Session(i + 1, 1, 1, 1, q - 2, wait, "calibration")
+                      for i, (q, wait) in enumerate(zip(chunk, waits, strict=True))))
+        plan = Plan(sessions, _meta(seed, len(sessions)))
+        out.append(Measurement(f"prefill-{start // PROBES_PER_PLAN}", "prefill", artifact,
+                               plan, 1))
+    return out
+
+
+def reuse_measurements(settings: CalibrationSettings, max_seq_len: int,
+                       seed: int) -> list[Measurement]:
+    """Reuse probes: each session prefills L0 tokens, emits one token and comes back at
+    once with L0 + 1 + appended tokens, so its follow-up should reuse every whole 128-token
+    block of L0. At most half the artifact's slots are used per plan, so every follow-up
+    finds its prefix alive (no eviction can explain a miss)."""
     artifact = settings.artifacts[0]
     per_plan = max(1, artifact.batch_size // 2)
-    lengths = [q for q in settings.prefill_tokens for _ in range(settings.prefill_repeats)]
+    lengths = list(settings.prefill_tokens)
     rows = []
     for index, q in enumerate(lengths):
         if q + 3 > max_seq_len:
@@ -140,7 +197,7 @@ def prefill_measurements(settings: CalibrationSettings, max_seq_len: int,
         chunk = rows[start:start + per_plan]
         sessions = tuple(Session(i, q, 1, 1, appended, 0.0, "calibration")
                          for i, (q, appended) in enumerate(chunk))
-        out.append(Measurement(f"prefill-{start // per_plan}", "prefill", artifact,
+        out.append(Measurement(f"reuse-{start // per_plan}", "reuse", artifact,
                                Plan(sessions, _meta(seed, len(sessions))), len(sessions)))
     return out
 
@@ -172,12 +229,39 @@ def steady_durations(log_text: str, n: int, warmup: int, label: str) -> np.ndarr
     return (np.diff(stamps) / 1e9)[warmup:]
 
 
+def probe_prefills(log_text: str, probes: int, label: str) -> np.ndarray:
+    """T(q) of each probe, in send order, from the clock session's step log: the last
+    ``probes`` gaps longer than ``PREFILL_GAP_FACTOR`` median gaps, less one median gap
+    (the decode step inside each). Earlier long gaps are the 1-token first requests."""
+    from rearrival.steplog import parse_step_times
+
+    lines = parse_step_times(log_text)
+    if any(t is None for _, _, t in lines):
+        raise CalibrationError(f"run {label}: the step log has [BUCKET] lines without "
+                               "t_mono_ns; apply the current observation patch "
+                               "(`rearrival rbln patch apply`) and re-run calibration")
+    stamps = np.array([t for n, _, t in lines if n == 1], dtype=np.int64)
+    gaps = np.diff(stamps) / 1e9
+    if gaps.size == 0:
+        raise CalibrationError(f"run {label}: no decode steps of the clock session in the "
+                               "step log; check that the server logs [BUCKET] lines")
+    step = float(np.median(gaps))
+    long_gaps = gaps[gaps > PREFILL_GAP_FACTOR * step]
+    if long_gaps.size < probes:
+        raise CalibrationError(f"run {label}: found {long_gaps.size} prefill gaps in the "
+                               f"clock session's step log, expected at least {probes}; a "
+                               "probe prefill ran while the clock was not decoding (it "
+                               "ended early or started late): lower calibration."
+                               "prefill_tokens or check the server for other load")
+    return long_gaps[-probes:] - step
+
+
 @dataclass(frozen=True)
 class Measured:
     """Every calibration sample, as tables (one row per step, prefill or re-arrival)."""
 
     decode: pd.DataFrame  # label, run_id, artifact, bucket, n, duration_s
-    prefill: pd.DataFrame  # label, run_id, turn, computed_tokens, prefill_s
+    prefill: pd.DataFrame  # label, run_id, computed_tokens, prefill_s
     reuse: pd.DataFrame  # label, run_id, previous_prompt, prompt, cached_tokens
     run_ids: tuple[str, ...]
 
@@ -202,17 +286,17 @@ def collect(measurements: list[Measurement], runs_dir: Path,
                 "label": m.label, "run_id": record.run_id, "artifact": m.artifact.name,
                 "bucket": bucket, "n": m.n, "duration_s": durations}))
             continue
+        if m.kind == "prefill":
+            sizes = [s.followup_prompt_tokens for s in m.plan.sessions[1:]]
+            prefill.append(pd.DataFrame({
+                "label": m.label, "run_id": record.run_id, "computed_tokens": sizes,
+                "prefill_s": probe_prefills(record.server_log or "", len(sizes), m.label)}))
+            continue
         requests = record.requests
-        if requests["prefill_s"].isna().any():
-            raise CalibrationError(f"calibration run {m.label}: backend "
-                                   f"{record.manifest['backend']} records no server-side "
-                                   "prefill times (prefill_s is NaN), so the prefill model "
-                                   "cannot be fitted from it; calibrate prefill on a backend "
-                                   "that reports them")
-        prefill.append(pd.DataFrame({
-            "label": m.label, "run_id": record.run_id, "turn": requests["turn"].to_numpy(),
-            "computed_tokens": requests["computed_tokens"].astype("int64").to_numpy(),
-            "prefill_s": requests["prefill_s"].to_numpy()}))
+        if requests["cached_tokens"].isna().any():
+            raise CalibrationError(f"calibration run {m.label}: the backend reported no "
+                                   "cached-token counts, so the reuse rule cannot be "
+                                   "checked; serve with prefix-cache usage details enabled")
         first = requests[requests["turn"] == 0].set_index("session")
         follow = requests[requests["turn"] == 1].set_index("session")
         reuse.append(pd.DataFrame({
@@ -259,7 +343,7 @@ def run_measurements(measurements: list[Measurement], runs_dir: Path, backend: A
         configuration = Configuration(m.artifact.name, m.artifact.buckets,
                                       m.artifact.batch_size, m.artifact.batch_size)
         run = RunRequest(study=STUDY, plan=m.plan, plan_path=plan_path,
-                         configuration=configuration, variant="control", label=m.label,
+                         configuration=configuration, variant="wait", label=m.label,
                          replicate=0, seed=derive_seed(seed, 0, m.n, 0, f"calib:{m.label}"),
                          condition_order=[m.label], prereg={})
         run_backend(backend, run, runs_dir / m.label)
@@ -277,8 +361,10 @@ def calibrate(config: CalibrationConfig, backend: Any, out_dir: Path, *, seed: i
 
     settings = config.calibration
     seed = seed + settings.seed_block
+    max_seq_len = config.model.max_seq_len
     measurements = (decode_measurements(settings, seed)
-                    + prefill_measurements(settings, config.model.max_seq_len, seed))
+                    + prefill_measurements(settings, max_seq_len, seed)
+                    + reuse_measurements(settings, max_seq_len, seed))
     runs_dir = out_dir / "runs"
     if runs_dir.exists():
         raise CalibrationError(f"{runs_dir}: exists; calibration writes fresh runs, remove "
