@@ -465,8 +465,10 @@ def decide(cfg: StudyConfig, study_name: str, *, channels_path: Path,
 def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     """Prefill injection (paper III-C): background inter-token gaps around one injected
     prefill of each configured size, on the emulated engine."""
-    from rearrival.emulate import run_injection
+    from rearrival.calibrate_config import calibration_config_for
+    from rearrival.emulate import load_truth, run_injection
 
+    truth = load_truth(calibration_config_for(cfg).truth_path())  # config emulator_truth:
     settings = cfg.injection
     configuration = cfg.configurations[settings.get("configuration", "baseline")]
     frames = []
@@ -477,7 +479,8 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
             injected_prompt_tokens=int(size),
             inject_at_s=float(settings.get("inject_at_s", 1.2)),
             gen_tokens=int(settings.get("background_gen_tokens", 256)),
-            buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed))
+            buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed,
+            truth=truth))
     frame = pd.concat(frames, ignore_index=True)
     frame["backend"] = "emulated"
     write_frame(frame, out)
