@@ -327,3 +327,38 @@ def test_calibrated_profile_meets_the_criteria_on_the_assumed_truth():
         verdicts[(r[0], r[1])].append(r[-1])
     assert any("FAIL" in verdicts[("published", n)] for n in ("6", "8"))
     assert all(v == "pass" for n in ("6", "8") for v in verdicts[("calibrated", n)])
+
+
+def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
+    """backend rbln: the calibration artifacts' own compile records are fitted (Table XIV
+    form); compile_artifact is replaced by a recorder since no device is attached."""
+    import json
+
+    from rearrival import rbln
+    from rearrival.calibrate import compile_calibration, compile_records
+    from rearrival.fits import fit_compile
+
+    def fake_compile(config, artifacts_dir):
+        count = len(config.buckets)
+        record = Path(artifacts_dir) / f"{count}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({
+            "config": {"buckets": list(config.buckets)},
+            "compile_s": 42.3 + 61.33 * (count + 1),
+            "artifact_bytes": int((8.276 + 0.806 * count) * 1024**3)}))
+        return rbln.CompileResult(Path(artifacts_dir) / str(count), record, False, 0.0, 0)
+
+    monkeypatch.setattr(rbln, "compile_artifact", fake_compile)
+    out = compile_calibration(CalibrationConfig(), {"artifacts": str(tmp_path / "a")},
+                              tmp_path / "compile.json")
+    records = compile_records(out)
+    assert sorted(r[0] for r in records) == [2, 4, 5, 7]
+    fit = fit_compile(records)
+    assert fit.seconds_intercept == pytest.approx(42.3) and fit.seconds_per_graph == \
+        pytest.approx(61.33)
+    assert fit.gib_per_bucket == pytest.approx(0.806, rel=1e-6)
+    with pytest.raises(FitError, match="two bucket counts"):
+        fit_compile(records[:1])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(CalibrationError, match="not a compile record"):
+        compile_records(tmp_path / "bad.json")
