@@ -33,9 +33,7 @@ def calibrate(
     from dataclasses import replace
 
     from rearrival.backends import BackendSettings
-    from rearrival.calibrate import (
-        calibrate as run_calibration,
-    )
+    from rearrival.calibrate import calibrate as run_calibration
     from rearrival.calibrate import (
         compile_records,
         profile_document,
@@ -70,7 +68,7 @@ def calibrate(
                f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
                f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
                f"b={result.prefill.per_token_s:.4g} s/token, reuse {result.reuse.checked} "
-               f"re-arrivals, 0 violations")
+               f"re-arrivals, {len(result.reuse.violations)} violations")
 
 
 def calibrate_compile(
