@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rearrival.calibrate import DECODE_STEPS_FILE, PREFILL_FILE, PROFILE_FILE
 from rearrival.report_figures import BUCKET_COLOURS, Figure, _absent, _pyplot, to_svg
 from rearrival.report_tables import (
     Column,
@@ -32,7 +33,7 @@ CALIBRATION_DIR = "calibration"
 
 def calibrated_tree(res: Results) -> dict[str, Any] | None:
     """The calibrated profile as written, or None (noted as missing) before the stage ran."""
-    path = res.root / CALIBRATION_DIR / "profile.yaml"
+    path = res.root / CALIBRATION_DIR / PROFILE_FILE
     key = f"yaml:{path}"
     if key not in res._cache:
         if path.exists():
@@ -148,7 +149,7 @@ def table_prefill(res: Results) -> Table:
         for name, key, ref, scale in (
             ("a: per chunk (ms)", "per_chunk_s", paper.prefill_per_chunk_s, 1e3),
             ("b: per token, per chunk (ns)", "per_token_s", paper.prefill_per_token_s, 1e9)))
-    samples_path = res.root / CALIBRATION_DIR / "prefill.parquet"
+    samples_path = res.root / CALIBRATION_DIR / PREFILL_FILE
     ranges = []
     if samples_path.exists():
         samples = pd.read_parquet(samples_path)
@@ -214,7 +215,7 @@ def table_ix_profiles(res: Results) -> Table:
     from rearrival.profile import load_profile, measured_profile
 
     title = "Cost validation: published vs calibrated constants"
-    path = res.root / CALIBRATION_DIR / "profile.yaml"
+    path = res.root / CALIBRATION_DIR / PROFILE_FILE
     if calibrated_tree(res) is None:
         return _absent_table("IX-P", title)
     profiles = {"published": measured_profile(), "calibrated": load_profile(path)}
@@ -256,7 +257,7 @@ def step_time_figure(res: Results) -> Figure:
 
     fid, title = "calibration-steps", "Decode step time against running requests"
     tree = calibrated_tree(res)
-    path = res.root / CALIBRATION_DIR / "decode_steps.parquet"
+    path = res.root / CALIBRATION_DIR / DECODE_STEPS_FILE
     if tree is None or not Path(path).exists():
         return _absent(fid, title, "Calibration stage not run yet.")
     steps = pd.read_parquet(path)
