@@ -362,3 +362,15 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(CalibrationError, match="not a compile record"):
         compile_records(tmp_path / "bad.json")
+
+
+def test_cli_bad_backend_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    cli = str(Path(sys.executable).with_name("rearrival"))
+    done = subprocess.run([cli, "calibrate", "--config", str(tmp_path / "none.yaml"),
+                           "--backend", "tpu", "--out", str(tmp_path / "p.yaml")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "backend 'tpu'" in done.stderr and "Traceback" not in done.stderr
