@@ -267,8 +267,11 @@ def step_time_figure(res: Results) -> Figure:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     buckets = sorted(int(b) for b in costs)
+    # the report's palette while it suffices, else one distinct colour per bucket
+    palette = (BUCKET_COLOURS if len(buckets) <= len(BUCKET_COLOURS)
+               else [plt.get_cmap("tab20")(i % 20) for i in range(len(buckets))])
     for index, bucket in enumerate(buckets):
-        colour = BUCKET_COLOURS[index % len(BUCKET_COLOURS)]
+        colour = palette[index]
         points = medians[medians["bucket"] == bucket]
         ax.scatter(points["n"], points["duration_s"] * 1e3, color=colour, s=14, zorder=3)
         ns = np.array(costs[bucket]["n_values"], dtype=float)
