@@ -374,3 +374,21 @@ def test_cli_bad_backend_is_one_line(tmp_path):
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "backend 'tpu'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_emulated_http_calibration_uses_the_same_plans(tmp_path):
+    """The same measurement plans through a fresh loopback server per run (backend
+    emulated-http): only the step log and the client's records are read."""
+    settings = CalibrationSettings(artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=60,
+                                   min_steps=40, prefill_tokens=(256, 1024, 4096),
+                                   appended_tokens=(8, 250), prefill_repeats=2,
+                                   bootstrap_resamples=100)
+    config = CalibrationConfig(calibration=settings)
+    result = calibrate(config, BackendSettings(backend="emulated-http", time_scale=0.1),
+                       tmp_path, seed=SEED)
+    truth = load_truth(None)
+    for fit in result.decode.buckets:
+        expected = true_bucket_cost_s(truth, fit.bucket) + truth.alpha_s
+        assert fit.g_s == pytest.approx(expected, rel=0.02)
+    assert result.backend == "emulated-http" and result.reuse.violations == ()
