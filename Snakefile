@@ -22,6 +22,7 @@ wildcard_constraints:
 
 
 include: "rules/common.smk"
+include: "rules/calibrate.smk"
 include: "rules/plans.smk"
 include: "rules/predict.smk"
 include: "rules/search.smk"

@@ -6,6 +6,7 @@ rule channels:
     input:
         runs=replicate_run_dirs,
         ledger="results/ledger/{study}.json",
+        profile=profile_input,
     output:
         "results/channels/{study}.parquet",
     log:

@@ -100,6 +100,7 @@ def report_inputs(wildcards):
         "search": f"{RESULTS}/search/summary.json",
         "scores": f"{RESULTS}/search/scores.parquet",
         "selected": f"{RESULTS}/search/selected.json",
+        "calibration": f"{RESULTS}/calibration/profile.yaml",
     }
     if STUDY.backend == INJECTION_BACKEND:
         inputs["injection"] = f"{RESULTS}/injection/gaps.parquet"
@@ -113,10 +114,30 @@ def results_root(wildcards, input):
     return str(Path(input.search).parents[1])
 
 
+def profile_input(wildcards):
+    """The profile file predictions, channel A, the prereg and the search read when the
+    config says `profile: calibrated` or names a file (none for `published`)."""
+    path = STUDY.measurement.profile_path()
+    return [] if path is None else str(path)
+
+
+def calibration_compile_input(wildcards):
+    """On real hardware the calibration artifacts are compiled first."""
+    if STUDY.backend != "rbln":
+        return []
+    return f"{RESULTS}/calibration/compile.json"
+
+
+def calibration_compiled_option(wildcards, input):
+    """The compile record the calibration runs read their artifacts from (rbln only)."""
+    return f"--compiled '{input.compiled}'" if input.compiled else ""
+
+
 def final_targets():
     """Every decision, the search, the report, and the injection where its backend has a
     driver (elsewhere it is left out, never run on another backend)."""
     return [
+        f"{RESULTS}/calibration/profile.yaml",
         *[f"{RESULTS}/decisions/{name}.csv" for name in STUDY_NAMES],
         f"{RESULTS}/search/summary.json",
         *([f"{RESULTS}/injection/gaps.parquet"] if STUDY.backend == INJECTION_BACKEND else []),

@@ -6,6 +6,7 @@ rule predict:
     input:
         plans="results/plans/{study}",
         selected=selected_input,
+        profile=profile_input,
     output:
         "results/predictions/{study}.parquet",
     log:

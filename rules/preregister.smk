@@ -12,6 +12,7 @@ rule preregister:
         unpack(prereg_inputs),
         plans="results/plans/{study}",
         selected=selected_input,
+        profile=profile_input,
     output:
         "results/prereg/{study}.json",
     log:

@@ -18,7 +18,8 @@ rule search_plans:
 
 rule search_shard:
     input:
-        "results/search/plans",
+        plans="results/search/plans",
+        profile=profile_input,
     output:
         "results/search/shards/shard_{shard}.parquet",
     log:
@@ -30,14 +31,17 @@ rule search_shard:
         values=constant("search"),
         shards=STUDY.search["shards"],
     shell:
-        "rearrival search shard --config {params.config_file:q} --plans {input:q}"
+        "rearrival search shard --config {params.config_file:q} --plans {input.plans:q}"
         " --shard {wildcards.shard} --shards {params.shards} --out {output:q} > {log:q} 2>&1"
 
 
 rule search_merge:
     input:
-        expand("results/search/shards/shard_{shard}.parquet",
-               shard=range(STUDY.search["shards"])),
+        shards=expand(
+            "results/search/shards/shard_{shard}.parquet",
+            shard=range(STUDY.search["shards"]),
+        ),
+        profile=profile_input,
     output:
         scores="results/search/scores.parquet",
         selected="results/search/selected.json",
@@ -52,4 +56,4 @@ rule search_merge:
         out_dir=lambda wildcards, output: str(Path(output.scores).parent),
     shell:
         "rearrival search merge --config {params.config_file:q} --out-dir {params.out_dir:q}"
-        " {input:q} > {log:q} 2>&1"
+        " {input.shards:q} > {log:q} 2>&1"

@@ -45,6 +45,9 @@ def _register(repo, monkeypatch, when: datetime, study="validation", files=None,
                     **kwargs)
 
 
+BASELINE = {"buckets": [1, 2, 4, 8], "batch_size": 8, "slots": 8}
+
+
 def _manifest(repo, run_id: str, *, start: datetime, record=None, study="validation",
               seed: int | None = 101, sha: str = SHA_A, replicate=0, n=6,
               status="complete", committed_at=None, variant="wait") -> None:
@@ -56,7 +59,7 @@ def _manifest(repo, run_id: str, *, start: datetime, record=None, study="validat
             prereg["committed_at"] = committed_at
     manifest = {
         "run_id": run_id, "study": study, "backend": "emulated",
-        "configuration": {"buckets": [1, 2, 4, 8], "batch_size": 8, "slots": 8},
+        "configuration": {"name": "baseline", **BASELINE},
         "variant": variant, "condition": f"baseline-{variant}", "replicate": replicate, "n": n,
         "plan_path": f"results/plans/{run_id}.parquet", "plan_sha256": sha,
         "seeds": {"plan": seed, "run": 7}, "software": {"rearrival": "0.1.0"},
@@ -270,3 +273,31 @@ def test_cli_not_a_repository_exits_2_with_one_line(tmp_path, monkeypatch, capsy
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rearrival: error:") and "git init" in err and "\n" not in err
+
+
+def _profile_files(profile: bytes, recorded: bytes) -> dict:
+    import hashlib
+
+    return {"predictions.json": PREDICTIONS, "plans.json": PLANS, "profile.yaml": profile,
+            "design.json": {"profile_sha256": hashlib.sha256(recorded).hexdigest(),
+                            "backend": "emulated", "n": [6], "replicates": 1,
+                            "variants": ["wait"], "configurations": {"baseline": BASELINE}}}
+
+
+def test_committed_prediction_profile_passes(repo, monkeypatch):
+    """SPEC 4: the profile predictions used is committed with them (design.json's hash)."""
+    profile = b"profile_version: calibrated/emulated/x\n"
+    record = _register(repo, monkeypatch, T0, files=_profile_files(profile, profile))
+    _manifest(repo, "v-r0", start=_at(3600), record=record)
+    row = _row(_audit(repo), "v-r0")
+    assert row.verdict == OK and "profile committed" in row.reason
+
+
+def test_prediction_profile_not_committed_is_caught(repo, monkeypatch):
+    used = b"profile_version: calibrated/emulated/used\n"
+    record = _register(repo, monkeypatch, T0,
+                       files=_profile_files(b"profile_version: other\n", used))
+    _manifest(repo, "v-r0", start=_at(3600), record=record)
+    row = _row(_audit(repo), "v-r0")
+    assert row.verdict == VIOLATION
+    assert "profile was not committed before the run" in row.reason

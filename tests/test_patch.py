@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from rearrival import patch
-from rearrival.steplog import parse_step_log
+from rearrival.steplog import parse_step_log, parse_step_times
 
 WHEEL = "vllm_rbln-0.11.1-py3-none-any.whl"
 CLI = str(Path(sys.executable).with_name("rearrival"))
@@ -128,6 +128,9 @@ def test_emitted_line_reads_back_through_the_step_log_parser(site: Path) -> None
     finally:
         logger.removeHandler(handler)
     assert parse_step_log(stream.getvalue()) == [(3, 4), (1, 1), (8, 8)]
+    stamps = [t for _, _, t in parse_step_times(stream.getvalue())]
+    assert all(t is not None for t in stamps) and stamps == sorted(stamps), \
+        "every line carries a monotonic clock reading for calibration (SPEC section 4)"
 
 
 def test_revert_restores_the_original_bytes_and_mode(site: Path, wheel: Path) -> None:

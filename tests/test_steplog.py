@@ -89,3 +89,16 @@ def test_malformed_text_names_the_text_source() -> None:
 def test_unreadable_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StepLogError, match="cannot read"):
         parse_step_log(tmp_path / "missing.log")
+
+
+def test_timestamps_are_read_when_present_and_optional() -> None:
+    """Calibration (SPEC 4) reads the patch's monotonic clock; older logs carry none."""
+    from rearrival.steplog import parse_step_times
+
+    text = (f"DEBUG {PATCH_AT} {format_bucket_line(3, 4, 1_000)}\n"
+            "[BUCKET] request_nums=3 padded_batch_size=4 t_mono_ns=2500\n"
+            "[BUCKET] request_nums=1 padded_batch_size=1\n")
+    assert parse_step_times(text) == [(3, 4, 1000), (3, 4, 2500), (1, 1, None)]
+    assert parse_step_log(text) == [(3, 4), (3, 4), (1, 1)]
+    with pytest.raises(StepLogError, match=r":1: malformed bucket line"):
+        parse_step_times("[BUCKET] request_nums=3 padded_batch_size=4 t_mono_ns=x\n")

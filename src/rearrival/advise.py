@@ -64,11 +64,12 @@ def evaluation_plans(cfg: StudyConfig, n: int) -> list[Plan]:
             for seed in range(settings.seeds) for block in range(settings.blocks)]
 
 
-def predict(plans: Sequence[Plan], candidate: Candidate) -> dict[str, Any]:
+def predict(plans: Sequence[Plan], candidate: Candidate,
+            profile: Profile | None = None) -> dict[str, Any]:
     """Base-simulator totals over the inputs (seconds summed first) and the summed h(n->b)."""
     from rearrival.sim import simulate
 
-    results = [simulate(p, candidate.sim_config()) for p in plans]
+    results = [simulate(p, candidate.sim_config(), profile) for p in plans]
     histogram: dict[str, int] = {}
     for r in results:
         for (n, b), steps in r.histogram_nb.items():
@@ -112,9 +113,10 @@ def resources(candidate: Candidate, profile: Profile) -> dict[str, Any]:
             "within_compile_budget": compile_s <= profile.compile_budget_s}
 
 
-def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int) -> tuple[Candidate, str]:
+def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int,
+          profile: Profile | None = None) -> tuple[Candidate, str]:
     if search_dir is None:
-        pick, score = select(cfg, workers)
+        pick, score = select(cfg, workers, profile)
         return pick, f"search run now on the config's search inputs (score {score:.4f})"
     # --search takes the finished search's directory or its selected.json itself
     path = search_dir if search_dir.is_file() else search_dir / "selected.json"
@@ -142,10 +144,10 @@ def advise(cfg: StudyConfig, *, n: int = 8, plans_dir: Path | None = None,
         plans = load_plan_dir(plans_dir)
         source = f"{len(plans)} plan files under {plans_dir}"
     baseline = baseline_of(cfg)
-    pick, pick_source = _pick(cfg, search_dir, workers)
+    pick, pick_source = _pick(cfg, search_dir, workers, profile)
     larger = larger_candidate(pick, settings.batch_sizes)
     floor = full_reuse_tokens(plans, profile)
-    base, chosen, more = (predict(plans, c) for c in (baseline, pick, larger))
+    base, chosen, more = (predict(plans, c, profile) for c in (baseline, pick, larger))
     for entry, cand in ((base, baseline), (chosen, pick), (more, larger)):
         entry["extra_prefill_tokens"] = entry["computed_prefill_tokens"] - floor
         entry["reuse_misses"] = entry["re_arrivals"] - entry["reuse_hits"]

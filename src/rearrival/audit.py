@@ -26,6 +26,7 @@ their seeds still count as used.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -36,6 +37,7 @@ from typing import Any
 from rearrival.errors import RearrivalError
 from rearrival.prereg import (
     PREREG_ROOT,
+    PROFILE_FILE,
     PlanRegistry,
     PreregError,
     bad_revision_errors,
@@ -374,9 +376,35 @@ def _audit_run(auditor: _Auditor, run: _Run) -> AuditRow:
             passed.append("files unchanged since")
     _check_plans(auditor, run, commit, study, problems, passed)
     _check_design(run, commit, study, problems, passed)
+    _check_profile(commit, study, problems, passed)
     verdict, reason = (VIOLATION, "; ".join(problems)) if problems else (OK, ", ".join(passed))
     return AuditRow(run.study, run.label, commit.hexsha, committed.isoformat(),
                     run.started_at, verdict, reason)
+
+
+def _check_profile(commit: Any, study: str, problems: list[str], passed: list[str]) -> None:
+    """The profile the predictions used (design.json's sha256) must be the profile.yaml
+    committed with them, so every constant a prediction rests on predates the run."""
+    try:
+        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json")
+                            .data_stream.read())
+    except (KeyError, ValueError):
+        return
+    recorded = design.get("profile_sha256") if isinstance(design, dict) else None
+    if recorded is None:
+        return  # registered before profiles were recorded: nothing to compare
+    try:
+        committed = hashlib.sha256((commit.tree / f"{PREREG_ROOT}/{study}/{PROFILE_FILE}")
+                                   .data_stream.read()).hexdigest()
+    except KeyError:
+        committed = None
+    if committed != recorded:
+        problems.append(f"predictions used profile sha256 {str(recorded)[:12]}, but prereg "
+                        f"commit {commit.hexsha[:12]} holds "
+                        f"{'no ' + PROFILE_FILE if committed is None else 'a different one'}: "
+                        "the profile was not committed before the run; re-register the study")
+    else:
+        passed.append("profile committed")
 
 
 def _check_recorded_time(run: _Run, committed: datetime, problems: list[str]) -> None:

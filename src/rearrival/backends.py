@@ -32,6 +32,7 @@ class BackendSettings:
     compile_record: Path | None = None
     url: str | None = None  # emulated-http: replay against this running server
     artifact: Path | None = None  # rbln: this artifact instead of the compile record's
+    emulator_truth: Path | None = None  # emulated backends: truth file; None = shipped twin
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -42,12 +43,15 @@ class BackendSettings:
     @classmethod
     def from_study_config(cls, cfg: StudyConfig,
                           compile_record: Path | None = None) -> BackendSettings:
+        from rearrival.calibrate_config import calibration_config_for
+
         site_packages = cfg.rbln.site_packages
         return cls(backend=cfg.backend,
                    time_scale=(cfg.emulated_http.time_scale if cfg.backend == "emulated-http"
                                else 1.0),
                    site_packages=Path(site_packages) if site_packages else None,
-                   compile_record=compile_record)
+                   compile_record=compile_record,
+                   emulator_truth=calibration_config_for(cfg).truth_path())
 
 
 def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
@@ -70,13 +74,14 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
 
 def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
-    from rearrival.emulate import run_emulated
+    from rearrival.emulate import load_truth, run_emulated
 
     manifest = run_manifest(settings, run)
     configuration = run.configuration
     result = run_emulated(run.plan, buckets=configuration.buckets,
                           batch_size=configuration.batch_size, slots=configuration.slots,
-                          variant=run.variant, seed=run.seed)
+                          variant=run.variant, seed=run.seed,
+                          truth=load_truth(settings.emulator_truth))
     manifest["software"]["emulator_truth"] = result.truth_version
     return write_run(out, requests=result.requests, steps=result.steps,
                      metrics=result.metrics, manifest=finish_manifest(manifest),
@@ -112,7 +117,8 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
     port = free_port()
     argv = server_argv(EngineConfig(configuration.buckets, configuration.batch_size,
                                     configuration.slots),
-                       port=port, seed=run.seed, time_scale=settings.time_scale)
+                       port=port, seed=run.seed, time_scale=settings.time_scale,
+                       truth=settings.emulator_truth)
     outcome = run_with_server(run.plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
                               variant=run.variant, options=options, manifest=manifest,
                               log_path=out.with_name(f"{out.name}.server.log"),

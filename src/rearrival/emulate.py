@@ -83,6 +83,10 @@ class Truth:
     ingress_median_s: float
     egress_median_s: float
     latency_sigma: float
+    # True prefill law ceil(q/chunk) * (per_chunk + per_token * q); None: the profile's fit
+    # (the shipped truth), so only a truth file that says otherwise departs from it.
+    prefill_per_chunk_s: float | None = None
+    prefill_per_token_s: float | None = None
 
     def __post_init__(self) -> None:
         points = [b for b, _ in self.bucket_cost_s]
@@ -107,7 +111,12 @@ class Truth:
             "http.ingress_median_ms": self.ingress_median_s,
             "http.egress_median_ms": self.egress_median_s,
             "http.latency_sigma": self.latency_sigma,
+            "prefill.per_chunk_ms": self.prefill_per_chunk_s or 0.0,
+            "prefill.per_token_ms": self.prefill_per_token_s or 0.0,
         }
+        if (self.prefill_per_chunk_s is None) != (self.prefill_per_token_s is None):
+            raise EmulateError("truth fields 'prefill.per_chunk_ms' and 'prefill.per_token_ms' "
+                               "go together: give both or neither")
         for name, value in nonnegative.items():
             if not value >= 0:  # also rejects NaN
                 raise EmulateError(f"truth field '{name}' must be a number >= 0, got {value}")
@@ -154,6 +163,10 @@ def truth_from_mapping(tree: dict[str, Any], source: str = "<truth>") -> Truth:
             egress_median_s=ms("http.egress_median_ms"),
             latency_sigma=float(_field(tree, "http.latency_sigma", source)),
         )
+        prefill = tree.get("prefill") or {}
+        if "per_chunk_ms" in prefill or "per_token_ms" in prefill:
+            values["prefill_per_chunk_s"] = ms("prefill.per_chunk_ms")
+            values["prefill_per_token_s"] = ms("prefill.per_token_ms")
     except (AttributeError, TypeError, ValueError) as exc:
         if isinstance(exc, EmulateError):
             raise
@@ -190,6 +203,17 @@ def _cost_curve(points: tuple[tuple[int, float], ...],
     # d f / d b at the largest measured bucket, from the curve's log2-space slope.
     end_slope = float(curve.derivative()(x[-1])) / (top * math.log(2))
     return curve, end_slope
+
+
+def true_prefill_s(truth: Truth, profile: Profile, computed_tokens: int) -> float:
+    """The twin's noise-free prefill time: the truth file's own law when it has one, else
+    the profile's fitted T(q) (paper Section III-C), both with T(0) = 0."""
+    if truth.prefill_per_chunk_s is None or truth.prefill_per_token_s is None:
+        return profile.prefill_s(computed_tokens)
+    if computed_tokens <= 0:
+        return 0.0
+    chunks = math.ceil(computed_tokens / profile.prefill_chunk_tokens)
+    return chunks * (truth.prefill_per_chunk_s + truth.prefill_per_token_s * computed_tokens)
 
 
 def true_bucket_cost_s(truth: Truth, bucket: int) -> float:
@@ -514,7 +538,8 @@ class Engine:
         reported = (self.profile.reusable_tokens(self._ever_cached[key], prompt)
                     if key in self._ever_cached else 0)
         computed = prompt - cached
-        duration = self.profile.prefill_s(computed) * self._prefill_noise.factor()
+        duration = true_prefill_s(self.truth, self.profile, computed) \
+            * self._prefill_noise.factor()
         running_before = len(self._running)
         self._slots[index] = _Slot(_RUNNING, key, prompt, self._allocations)
         self._allocations += 1
@@ -573,8 +598,9 @@ class Engine:
             self._running = [r for r in running if r.generated < r.max_tokens]
             finished = tuple(self._finish(r) for r in done)
         self.counters["vllm:generation_tokens_total"] += n
+        # The patch's monotonic reading at the step's start (virtual clock, ns).
         self.log_lines.append(f"DEBUG t={now_s:.6f} [model_base.py] "
-                              f"{format_bucket_line(n, b)}")
+                              f"{format_bucket_line(n, b, round(now_s * 1e9))}")
         return StepOutcome("decode", now_s, duration, n, b, emitted, finished, evictions,
                            None)
 

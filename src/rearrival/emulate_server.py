@@ -42,7 +42,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
-from rearrival.emulate import EMULATOR_VERSION, Engine, EngineConfig, StepOutcome
+from rearrival.emulate import EMULATOR_VERSION, Engine, EngineConfig, StepOutcome, load_truth
 from rearrival.errors import RearrivalError
 
 MODEL_NAME = "rearrival-emulated-qwen3"
@@ -70,6 +70,7 @@ class ServerOptions:
     seed: int = 0
     time_scale: float = 1.0
     log_path: Path | None = None
+    truth_path: Path | None = None  # emulator truth file; None: the shipped twin
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -159,7 +160,8 @@ class EmulateServer:
 
     def __init__(self, options: ServerOptions, log: IO[str] | None = None) -> None:
         self.options = options
-        self.engine = Engine(options.config, seed=options.seed)
+        self.engine = Engine(options.config, seed=options.seed,
+                             truth=load_truth(options.truth_path))
         self.prefixes = _Prefixes()
         self.live: dict[str, _Live] = {}
         self.log_lines: list[str] = []
@@ -411,7 +413,7 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
 
 
 def server_argv(config: EngineConfig, *, port: int, seed: int, time_scale: float,
-                host: str = "127.0.0.1") -> list[str]:
+                host: str = "127.0.0.1", truth: Path | None = None) -> list[str]:
     """``rearrival emulate-server`` for this interpreter, as an argument list (no shell, no
     reliance on PATH), for launching a fresh server per run (rearrival.rbln.running_server)."""
     argv = [sys.executable, "-c", "import sys; from rearrival.cli import main; "
@@ -419,4 +421,5 @@ def server_argv(config: EngineConfig, *, port: int, seed: int, time_scale: float
             "--port", str(port), "--buckets", ",".join(map(str, config.buckets)),
             "--batch-size", str(config.batch_size), "--seed", str(seed),
             "--time-scale", repr(float(time_scale))]
+    argv += ["--truth", str(truth)] if truth is not None else []
     return argv + (["--slots", str(config.slots)] if config.slots is not None else [])

@@ -13,7 +13,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ from rearrival.plangen import derive_seed, generate_plan
 from rearrival.plans import Plan, load_plan, write_plan
 from rearrival.studies import SELECTED, Configuration, Study, StudyConfig
 from rearrival.tools import ToolTable, default_tool_table, load_summary_json
+
+if TYPE_CHECKING:
+    from rearrival.profile import Profile
 
 # Simulator variants predicted for every condition. "base" is the paper's predictor
 # (Section IV) and the only one preregistered as the prediction; "dummy" adds the
@@ -116,14 +119,14 @@ def resolve_configurations(cfg: StudyConfig, study: Study,
 
 
 def simulate_condition(plan: Plan, configuration: Configuration, variant: str,
-                       simulator: str) -> dict[str, Any]:
+                       simulator: str, profile: Profile | None = None) -> dict[str, Any]:
     """One simulator summary for one plan under one condition."""
     from rearrival.sim import SimConfig, simulate
 
     release, dummy_block = SIMULATORS[simulator]
     config = SimConfig(buckets=configuration.buckets, batch_size=configuration.batch_size,
                        slots=configuration.slots, release=release, dummy_block=dummy_block)
-    summary = simulate(plan.variant(variant), config).summary()
+    summary = simulate(plan.variant(variant), config, profile).summary()
     summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
     return summary
 
@@ -131,8 +134,11 @@ def simulate_condition(plan: Plan, configuration: Configuration, variant: str,
 def predict(cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path,
             selected_path: Path | None = None) -> pd.DataFrame:
     """Simulator predictions for every plan x condition x simulator variant (paper IV)."""
+    from rearrival.calibrate_config import calibration_config_for
+
     study = cfg.study(study_name)
     configurations = resolve_configurations(cfg, study, selected_path)
+    profile = calibration_config_for(cfg).prediction_profile()  # config `profile:`
     rows = []
     for n in study.n:
         for replicate in range(cfg.replicates):
@@ -141,7 +147,7 @@ def predict(cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path,
                 configuration = configurations[condition.configuration]
                 for simulator in SIMULATORS:
                     summary = simulate_condition(plan, configuration, condition.variant,
-                                                 simulator)
+                                                 simulator, profile)
                     rows.append({
                         "study": study.name, "n": n, "replicate": replicate,
                         "configuration": condition.configuration,
@@ -268,7 +274,8 @@ def run_dirs(replicate_dirs: list[Path]) -> list[Path]:
     return sorted(p.parent for d in replicate_dirs for p in Path(d).glob("*/manifest.json"))
 
 
-def collect_channels(replicate_dirs: list[Path], out: Path | None) -> pd.DataFrame:
+def collect_channels(replicate_dirs: list[Path], out: Path | None,
+                     profile: Profile | None = None) -> pd.DataFrame:
     """Channel A/B per run plus what decisions and tables need, incomplete runs included
     (with their status) so a decision can say which replicate is missing and why.
     ``out`` None returns the table without writing it (the audit recomputes it)."""
@@ -289,7 +296,7 @@ def collect_channels(replicate_dirs: list[Path], out: Path | None) -> pd.DataFra
         }
         rows.append(row)
         if manifest["status"] == "complete":
-            row.update(channels(record))
+            row.update(channels(record, profile))
             row.update(run_statistics(record.requests, record.steps))
     frame = pd.DataFrame(rows)
     if out is not None:
@@ -362,6 +369,8 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
         "n": list(study.n), "replicates": cfg.replicates, "variants": list(study.variants),
         "repeats": study.repeats, "seed_block": study.seed_block,
         "study_seed": cfg.study_seed, "tool_table": tool_table_for(cfg).source,
+        "prediction_profile": cfg.measurement.profile,
+        "emulator_truth": cfg.measurement.emulator_truth,
         "configurations": {name: cfg.configurations[name].as_dict()
                            for name in study.configurations if name != SELECTED},
     }
@@ -369,11 +378,16 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
 
 def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
     """What the study compares, on which backend, with which inputs: fixed before runs."""
-    from rearrival.profile import measured_profile
+    from rearrival.calibrate_config import calibration_config_for
+    from rearrival.profile import profile_sha256
 
+    calibration = calibration_config_for(cfg)
     configurations = resolve_configurations(cfg, study, selected_path)
     return registered_design(cfg, study) | {
-        "description": study.description, "profile": measured_profile().version,
+        "description": study.description,
+        "profile": calibration.prediction_profile().version,
+        # the profile predictions used; its bytes are committed beside (profile.yaml)
+        "profile_sha256": profile_sha256(calibration.profile_path()),
         "configurations": {name: c.as_dict() for name, c in configurations.items()},
     }
 
@@ -465,7 +479,8 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
         plans = {key: design[key] for key in PLAN_KEYS}
         params[f"plans:{name}"] = _canonical(plans)
         params[f"predict:{name}"] = _canonical(
-            plans | {key: design[key] for key in ("configurations", "variants")})
+            plans | {key: design[key]
+                     for key in ("configurations", "variants", "prediction_profile")})
         params[f"prereg:{name}"] = _canonical(design | {"criteria": criteria})
         params[f"run:{name}"] = _canonical(design | {"settings": backend})
         params[f"decide:{name}"] = _canonical(design | {"criteria": criteria})
@@ -474,8 +489,14 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
     params["injection"] = _canonical({
         "injection": asdict(cfg.injection), "backend": cfg.backend, "study_seed": cfg.study_seed,
         "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
+    params["calibration"] = _canonical({
+        "backend": cfg.backend, "study_seed": cfg.study_seed,
+        "emulator_truth": cfg.measurement.emulator_truth,
+        "model": asdict(cfg.measurement.model),
+        "calibration": asdict(cfg.measurement.calibration)})
     params["search"] = _canonical({
         "search": dict(cfg.search), "study_seed": cfg.study_seed,
+        "profile": cfg.measurement.profile,
         "tool_table": tool_table_for(cfg).source,
         "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
     return params
@@ -501,8 +522,10 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     An amending study first commits its amendment to the study it amends, then its own
     registration; identical re-registration makes no commit (a re-run does no work).
     """
+    from rearrival.calibrate_config import calibration_config_for
     from rearrival.decisions import criteria_from_config
-    from rearrival.prereg import open_repo, register, registered_json, registrations
+    from rearrival.prereg import PROFILE_FILE, open_repo, register, registered_json, registrations
+    from rearrival.profile import profile_bytes
 
     study = cfg.study(study_name)
     criteria = criteria_from_config(cfg).to_dict()
@@ -530,6 +553,7 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
         "predictions.json": prediction_record(predictions, study),
+        PROFILE_FILE: profile_bytes(calibration_config_for(cfg).profile_path()),
     }
     record = register(repo_dir, study.name, files,
                       message=f"prereg({study.name}): predictions and criteria before runs",
@@ -667,7 +691,8 @@ def decide(cfg: StudyConfig, study_name: str, *, channels_path: Path,
 def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     """Prefill injection (paper III-C): background inter-token gaps around one injected
     prefill of each configured size, on the emulated engine."""
-    from rearrival.emulate import run_injection
+    from rearrival.calibrate_config import calibration_config_for
+    from rearrival.emulate import load_truth, run_injection
 
     if cfg.backend != INJECTION_BACKEND:
         raise StageError(f"{cfg.source}: backend {cfg.backend}: the prefill injection "
@@ -675,6 +700,7 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
                          "and its result would be filed under a backend that did not produce "
                          "it; the workflow leaves it out on this backend (set backend: "
                          f"{INJECTION_BACKEND} to measure it)")
+    truth = load_truth(calibration_config_for(cfg).truth_path())  # config emulator_truth:
     settings = cfg.injection
     configuration = cfg.configurations[settings.configuration]
     frames = []
@@ -684,7 +710,8 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
             background_sessions=settings.background_sessions,
             injected_prompt_tokens=int(size), inject_at_s=settings.inject_at_s,
             gen_tokens=settings.background_gen_tokens,
-            buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed))
+            buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed,
+            truth=truth))
     frame = pd.concat(frames, ignore_index=True)
     frame["backend"] = INJECTION_BACKEND
     write_frame(frame, out)

@@ -29,7 +29,7 @@ SHA256_ORIGINAL = "46ce1675a2b55e36d4d6dd0154edae793cd3874ed1fbe16e74a40ed7c8092
 # Derived once: `pip download --no-deps vllm-rbln==0.11.1`, unzip, run `patched_text()` below
 # on the target file (insert ADDED after ANCHOR), sha256 of the resulting UTF-8 bytes.
 # tests/test_patch.py recomputes it from the real wheel, so a drift cannot go unnoticed.
-SHA256_PATCHED = "d8bd915cc7f91db4eaa930bf05696eeeaebdeaf8ca0a1e5d3e762030ef8d4079"
+SHA256_PATCHED = "37fc8029a907fa939a3ce72f30b4bd3fdf4632a69605251ec91f71ea2376683f"
 
 # The select_bucket_size call inside preprocess_for_decoder (occurs exactly once).
 ANCHOR = (
@@ -39,11 +39,14 @@ ANCHOR = (
 )
 # Five lines, one log statement, after the bucket is chosen and before any padding.
 # Lazy %-formatting keeps the cost of a disabled DEBUG level to one level check.
+# The monotonic clock reading (SPEC section 4, calibration) turns consecutive lines into
+# per-step durations; ``__import__`` keeps the edit to this one statement (the module does
+# not import ``time``), so no import line and no control flow changes.
 ADDED = (
-    "                    # rearrival observation patch: actual count and chosen bucket\n"
+    "                    # rearrival observation patch: count, chosen bucket, monotonic time\n"
     "                    logger.debug(\n"
-    '                        "[BUCKET] request_nums=%d padded_batch_size=%d",\n'
-    "                        request_nums, padded_batch_size,\n"
+    '                        "[BUCKET] request_nums=%d padded_batch_size=%d t_mono_ns=%d",\n'
+    '                        request_nums, padded_batch_size, __import__("time").monotonic_ns(),\n'
     "                    )\n"
 )
 

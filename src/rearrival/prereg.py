@@ -43,6 +43,9 @@ from rearrival.errors import RearrivalError
 PREREG_ROOT = "preregistration"
 RECORDS_SUBDIR = "prereg"
 PLAN_REGISTRY_SUFFIX = "plans.json"
+# The profile file a study's predictions used, committed beside design.json, which
+# records its sha256 (SPEC section 4, "Calibration"); the audit checks the pair.
+PROFILE_FILE = "profile.yaml"
 STUDY_TRAILER = "Prereg-Study"
 AMENDS_TRAILER = "Prereg-Amends"
 PIPELINE_NAME = "rearrival pipeline"

@@ -7,12 +7,16 @@ provenance (``data/profile_rbln_ca25.yaml``); this module only applies them.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rearrival.errors import RearrivalError
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
@@ -202,6 +206,57 @@ def load_profile(path: str | Path | None = None) -> Profile:
         return measured_profile()
     tree = read_mapping(Path(path), error=ProfileError, reference=DEFAULT_PROFILE)
     return profile_from_mapping(tree, str(path))
+
+
+# The architecture fields a profile shares with the served model (SPEC section 4, Table XV).
+MODEL_FIELDS = ("kv.layers", "kv.kv_heads", "kv.head_dim", "kv.bytes_per_element",
+                "kv.slot_tokens", "kv.num_devices")
+
+
+def profile_bytes(path: str | Path | None) -> bytes:
+    """The exact bytes of a profile file (the shipped one for ``None``): what a
+    preregistration commits and hashes, so a run's predictions name their constants."""
+    if path is None:
+        return resources.files("rearrival.data").joinpath(DEFAULT_PROFILE).read_bytes()
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read the profile ({exc.strerror}); run `rearrival "
+                           "calibrate --out PROFILE.yaml` (or the workflow's calibration "
+                           "stage) or set profile: published") from exc
+
+
+def profile_sha256(path: str | Path | None) -> str:
+    return hashlib.sha256(profile_bytes(path)).hexdigest()
+
+
+def load_profile_for_model(path: str | Path | None, model_id: str,
+                           architecture: dict[str, int]) -> Profile:
+    """Load a profile and refuse one made for another model (SPEC section 4).
+
+    ``architecture`` maps the dotted :data:`MODEL_FIELDS` to the configured model's
+    values. A profile naming another ``model_id``, or whose KV fields differ, is one
+    error naming the field and the fix; there is no fallback to the published constants.
+    """
+    source = DEFAULT_PROFILE if path is None else str(path)
+    tree = yaml.safe_load(profile_bytes(path))
+    if not isinstance(tree, dict):
+        raise ProfileError(f"{source}: must be a YAML mapping; see {DEFAULT_PROFILE}")
+    profile = profile_from_mapping(tree, source)
+    fix = (f"calibrate on {model_id} (`rearrival calibrate`) or point profile: at a "
+           "profile measured for it")
+    named = tree.get("model_id")
+    if named is None:
+        raise ProfileError(f"{source}: missing field 'model_id'; {fix}")
+    if str(named) != model_id:
+        raise ProfileError(f"{source}: field 'model_id' is {named!r} but the study serves "
+                           f"{model_id!r}; {fix}")
+    for dotted in MODEL_FIELDS:
+        value = int(_value(tree, dotted, source))
+        if value != architecture[dotted]:
+            raise ProfileError(f"{source}: field '{dotted}' is {value} but model "
+                               f"{model_id} has {architecture[dotted]}; {fix}")
+    return profile
 
 
 @cache

@@ -440,4 +440,6 @@ def build_figures(res: Results) -> list[Figure]:
     figures = [histogram_figure(res, s) for s in comparison]
     figures += [timeline_figure(res), prediction_figure(res), search_figure(res),
                 saturation_figure(res), injection_figure(res)]
-    return figures
+    from rearrival.report_calibration import step_time_figure
+
+    return [*figures, step_time_figure(res)]

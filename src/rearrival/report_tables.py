@@ -1218,9 +1218,18 @@ TABLE_BUILDERS = {
 
 
 def build_tables(res: Results) -> list[Table]:
-    """Every table, in the paper's order (plus M, the mechanism studies), with the
-    paper's published value and the difference beside each cell the paper reports."""
+    """Every table, in the paper's order (plus M, the mechanism studies; the calibration
+    tables VII, VII-P and IX-P from rearrival.report_calibration), with the paper's
+    published value and the difference beside each cell the paper reports."""
     from rearrival.paper_numbers import load_paper_numbers, with_paper
+    from rearrival.report_calibration import table_ix_profiles, table_prefill, table_vii
 
+    builders = []
+    for key, builder in TABLE_BUILDERS.items():
+        if key == "VIII":
+            builders += [table_vii, table_prefill]
+        builders.append(builder)
+        if key == "IX":
+            builders.append(table_ix_profiles)
     numbers = load_paper_numbers()
-    return [with_paper(builder(res), numbers) for builder in TABLE_BUILDERS.values()]
+    return [with_paper(builder(res), numbers) for builder in builders]

@@ -335,6 +335,7 @@ class CandidateArrays:
         import numpy as np
 
         self.candidates = list(cands)
+        self.profile = profile
         self.count = len(cands)
         self.batches = np.array([c.batch_size for c in cands], dtype=np.int64)
         self.slots = np.array([c.slots for c in cands], dtype=np.int64)
@@ -420,13 +421,13 @@ def _python_batch(plan: Plan, arrays: CandidateArrays, reps: list[int], profile:
 _WORKER: list[CandidateArrays] = []
 
 
-def _init_worker(cands: list[Candidate]) -> None:
-    _WORKER[:] = [CandidateArrays(cands, measured_profile())]
+def _init_worker(cands: list[Candidate], profile: Profile | None = None) -> None:
+    _WORKER[:] = [CandidateArrays(cands, profile or measured_profile())]
 
 
 def _score_plan(task: tuple[int, Plan]) -> tuple[int, PlanScores]:
     index, plan = task
-    return index, score_plan(plan, _WORKER[0])
+    return index, score_plan(plan, _WORKER[0], _WORKER[0].profile)
 
 
 # Below this many candidate-plan pairs one process is faster than starting workers (each
@@ -435,7 +436,7 @@ POOL_MIN_PAIRS = 400_000
 
 
 def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
-             workers: int = 1) -> tuple[pd.DataFrame, int]:
+             workers: int = 1, profile: Profile | None = None) -> tuple[pd.DataFrame, int]:
     """Outcome of every candidate on every plan as a long frame, and the number of
     simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
@@ -445,13 +446,14 @@ def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
     outcomes: dict[int, PlanScores] = {}
     if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
-        _init_worker(list(cands))
+        _init_worker(list(cands), profile)
         for task in tasks:
             index, scores = _score_plan(task)
             outcomes[index] = scores
     else:
         context = multiprocessing.get_context("spawn")  # no fork of pyarrow's threads
-        with context.Pool(workers, initializer=_init_worker, initargs=(list(cands),)) as pool:
+        with context.Pool(workers, initializer=_init_worker,
+                          initargs=(list(cands), profile)) as pool:
             for index, scores in pool.imap_unordered(_score_plan, tasks):
                 outcomes[index] = scores
     simulations = sum(scores.simulations for scores in outcomes.values())
@@ -521,12 +523,13 @@ def shard_candidates(cands: Sequence[Candidate], shard: int, shards: int) -> lis
 
 
 def run_shard(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]], shard: int,
-              shards: int, baseline: Candidate, workers: int = 1) -> pd.DataFrame:
+              shards: int, baseline: Candidate, workers: int = 1,
+              profile: Profile | None = None) -> pd.DataFrame:
     """One shard's rows; every shard also carries the baseline so merge needs no plans."""
     part = shard_candidates(cands, shard, shards)
     if baseline not in part:
         part.append(baseline)
-    frame, _ = evaluate(part, plans, workers)
+    frame, _ = evaluate(part, plans, workers, profile)
     return frame
 
 
@@ -805,14 +808,15 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
 
 
 def write_outputs(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Candidate,
-                  settings: SearchSettings, out_dir: Path) -> dict[str, Any]:
+                  settings: SearchSettings, out_dir: Path,
+                  profile: Profile | None = None) -> dict[str, Any]:
     """DIR/scores.parquet, DIR/selected.json, DIR/summary.json (each atomically)."""
     from rearrival.atomic import atomic_write_json
     from rearrival.experiments import write_frame
 
     check_complete(results, cands, baseline, settings)
-    table, comparison = score_table(results, cands, baseline, settings)
-    selected, summary = summarize(table, comparison, settings)
+    table, comparison = score_table(results, cands, baseline, settings, profile)
+    selected, summary = summarize(table, comparison, settings, profile)
     write_frame(table, out_dir / "scores.parquet")
     atomic_write_json(out_dir / "selected.json", selected)
     atomic_write_json(out_dir / "summary.json", summary)
@@ -846,26 +850,29 @@ def override_settings(settings: SearchSettings, **changes: Any) -> SearchSetting
 
 
 def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2,
+               profile: Profile | None = None,
                overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
     same scores/selected/summary files the sharded path writes, byte for byte."""
     settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
     plans = make_plans(cfg, settings)
     write_plans(plans, out_dir / "plans")
-    cands = search_candidates(settings)
+    cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
     evaluated = cands if baseline in cands else [*cands, baseline]
-    results, _ = evaluate(evaluated, plans, workers)
-    return write_outputs(results, cands, baseline, settings, out_dir)
+    results, _ = evaluate(evaluated, plans, workers, profile)
+    return write_outputs(results, cands, baseline, settings, out_dir, profile)
 
 
-def select(cfg: StudyConfig, workers: int = 2) -> tuple[Candidate, float]:
+def select(cfg: StudyConfig, workers: int = 2,
+           profile: Profile | None = None) -> tuple[Candidate, float]:
     """The search's pick and its score, from the search inputs alone (no files written)."""
     settings = SearchSettings.from_config(cfg)
     plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
-    cands = search_candidates(settings)
+    cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
-    results, _ = evaluate(cands if baseline in cands else [*cands, baseline], plans, workers)
+    results, _ = evaluate(cands if baseline in cands else [*cands, baseline], plans, workers,
+                          profile)
     totals = _totals(results)
     scores = set_scores({c.id: totals[c.id] for c in cands}, totals[baseline.id], settings.n)
     best = ranking(scores, {c.id: c.tiebreak() for c in cands})[0]

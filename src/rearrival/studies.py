@@ -9,7 +9,7 @@ list of files without repeating the rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from rearrival.calibrate_config import CalibrationConfig, calibration_config_from_mapping
 from rearrival.errors import RearrivalError
 from rearrival.profile import bucket_set_problem
 
@@ -156,6 +157,8 @@ class StudyConfig:
     search: Mapping[str, Any]
     emulated_http: EmulatedHttpSettings
     rbln: RblnSettings
+    # profile:, emulator_truth:, model: and calibration: (typed in rearrival.calibrate_config)
+    measurement: CalibrationConfig = field(default_factory=CalibrationConfig)
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -242,6 +245,7 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         search=MappingProxyType(_filled(raw, "search")),
         emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
         rbln=RblnSettings(**_filled(raw, "rbln")),
+        measurement=calibration_config_from_mapping(raw, source),
     )
 
 

@@ -2,10 +2,12 @@
 
 plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
 decide: decide · pipeline: audit, prereg · search: search, advise · report: tables ·
-rbln: rbln patch/compile · study: the pipeline stages the Snakefile calls
+rbln: rbln patch/compile · calibrate: calibrate,
+calibrate-compile · study: the pipeline stages the Snakefile calls
 """
 
 from rearrival.commands import (
+    calibrate,
     decide,
     measure,
     pipeline,
@@ -27,4 +29,5 @@ ALL_AREAS = (
     report.register,
     rbln.register,
     study.register,
+    calibrate.register,
 )

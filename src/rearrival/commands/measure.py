@@ -174,6 +174,9 @@ def emulate_server(
     seed: Annotated[int, typer.Option("--seed", help="Engine noise and generated ids.")] = 0,
     log: Annotated[Path | None, typer.Option(
         "--log", help="Append the step log here; default: stdout.")] = None,
+    truth: Annotated[Path | None, typer.Option(
+        "--truth", help="Emulator truth YAML (default: the shipped twin of the measured "
+        "stack; e.g. the hypothetical emulator_truth_assumed.yaml).")] = None,
 ) -> None:
     """Serve the emulated engine over HTTP like vLLM until SIGTERM (SPEC 6 emulated-http).
 
@@ -186,5 +189,5 @@ def emulate_server(
     from rearrival.emulate_server import ServerOptions, serve
 
     options = ServerOptions(EngineConfig(_buckets(buckets), batch_size, slots), seed=seed,
-                            time_scale=time_scale, log_path=log)
+                            time_scale=time_scale, log_path=log, truth_path=truth)
     asyncio.run(serve(options, host, port))

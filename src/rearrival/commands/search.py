@@ -11,6 +11,22 @@ import typer
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
+ProfileOption = Annotated[Path | None, typer.Option(
+    "--profile", help="Profile YAML to predict with (default: the config's profile:, "
+    "published | calibrated | PATH).")]
+
+
+def _profile(cfg, path: Path | None):
+    """The profile a search or advice predicts with: --profile, else the config's choice,
+    checked against the config's model either way."""
+    from dataclasses import replace
+
+    from rearrival.calibrate_config import calibration_config_for
+
+    chosen = calibration_config_for(cfg)
+    if path is not None:
+        chosen = replace(chosen, profile=str(path))
+    return chosen.prediction_profile()
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -60,6 +76,7 @@ def search(
     memory_filter: Annotated[bool | None, typer.Option(
         "--memory-filter/--no-memory-filter", help="Exclude candidates whose KV and "
         "weights do not fit the devices (default: search.memory_filter).")] = None,
+    profile: ProfileOption = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
@@ -76,7 +93,8 @@ def search(
     if out is None:
         raise SearchError("option --out is missing: give the directory for the search "
                           "results, e.g. `rearrival search --out results/search`")
-    summary = run_search(load_study_config(config), out, workers, overrides)
+    cfg = load_study_config(config)
+    summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides)
     selected = summary["selected"]
     typer.echo(f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
                f"evaluation score {selected['evaluation_score']:.4f}")
@@ -107,6 +125,7 @@ def shard(
         "--shards", min=1, help="Shard count (default: search.shards of the config).")] = None,
     workers: Annotated[int, typer.Option("--workers", min=1,
                                          help="Worker processes.")] = 1,
+    profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
     from rearrival.experiments import write_frame
@@ -114,8 +133,9 @@ def shard(
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
-    frame = run_shard(search_candidates(settings), read_plans(plans_dir, settings), index,
-                      count, baseline_of(cfg), workers)
+    costs = _profile(cfg, profile)
+    frame = run_shard(search_candidates(settings, costs), read_plans(plans_dir, settings),
+                      index, count, baseline_of(cfg), workers, costs)
     write_frame(frame, out)
     typer.echo(f"{out}: shard {index}/{count}, {frame['candidate'].nunique()} candidates, "
                f"{len(frame)} rows")
@@ -127,6 +147,7 @@ def merge(
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Directory for scores.parquet, "
                                           "selected.json and summary.json.")],
     config: ConfigOption = DEFAULT_CONFIG,
+    profile: ProfileOption = None,
 ) -> None:
     """Merge shard files into one ranking; the bytes do not depend on the shard count."""
     import pandas as pd
@@ -147,8 +168,9 @@ def merge(
         except (OSError, ValueError) as exc:
             raise SearchError(f"{path}: not a readable shard file ({exc}); re-run "
                               "`rearrival search shard`") from exc
-    summary = write_outputs(combine_shards(frames), search_candidates(settings),
-                            baseline_of(cfg), settings, out_dir)
+    costs = _profile(cfg, profile)
+    summary = write_outputs(combine_shards(frames), search_candidates(settings, costs),
+                            baseline_of(cfg), settings, out_dir, costs)
     typer.echo(f"{out_dir}: selected {summary['selected']['id']}")
 
 
@@ -167,6 +189,7 @@ def advise(
                                          help="Worker processes for the search.")] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of "
                                           "Markdown.")] = False,
+    profile: ProfileOption = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory and compile cost, and whether more slots would still help."""
@@ -174,8 +197,9 @@ def advise(
     from rearrival.advise import to_markdown
     from rearrival.studies import load_study_config
 
-    advice = make_advice(load_study_config(config), n=n, plans_dir=plans_dir,
-                         search_dir=search_dir, workers=workers)
+    cfg = load_study_config(config)
+    advice = make_advice(cfg, n=n, plans_dir=plans_dir, search_dir=search_dir,
+                         workers=workers, profile=_profile(cfg, profile))
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json
                else to_markdown(advice))
 

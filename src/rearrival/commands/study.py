@@ -85,12 +85,15 @@ def channels(study: StudyName,
                  help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
              out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
+    from rearrival.calibrate_config import calibration_config_for
     from rearrival.experiments import collect_channels
     from rearrival.ledger import require_sealed
 
-    _config(config).study(study)
+    cfg = _config(config)
+    cfg.study(study)
     require_sealed(repo, study, replicates)
-    frame = collect_channels(replicates, out)
+    # channel A prices steps with the same profile the predictions used (config profile:)
+    frame = collect_channels(replicates, out, calibration_config_for(cfg).prediction_profile())
     typer.echo(f"{out}: {len(frame)} runs")
 
 

@@ -1,0 +1,46 @@
+# Stage 0: calibration (SPEC 4, paper II-B, III-C, IV): measure g(b), beta, the prefill
+# model and the reuse rule on the configured backend and write a profile with CIs and
+# run ids. It runs in every `make all` (Table VII is always regenerated); predictions,
+# channel A, the search and advise read it only with `profile: calibrated`.
+
+
+rule calibrate_compile:
+    output:
+        "results/calibration/compile.json",
+    log:
+        "logs/calibration/compile.log",
+    resources:
+        device=1,
+    conda:
+        "../envs/rbln.yaml"
+    params:
+        config_file=CONFIG_FILE,
+        values=constant("calibration"),
+    shell:
+        "rearrival calibrate-compile --config {params.config_file:q} --out {output:q}"
+        " > {log:q} 2>&1"
+
+
+rule calibrate:
+    input:
+        compiled=calibration_compile_input,
+    output:
+        profile="results/calibration/profile.yaml",
+        decode="results/calibration/decode_steps.parquet",
+        prefill="results/calibration/prefill.parquet",
+        reuse="results/calibration/reuse.parquet",
+        runs=directory("results/calibration/runs"),
+        plans=directory("results/calibration/plans"),
+    log:
+        "logs/calibration/calibrate.log",
+    resources:
+        device=1,
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        config_file=CONFIG_FILE,
+        values=constant("calibration"),
+        compiled=calibration_compiled_option,
+    shell:
+        "rearrival calibrate --config {params.config_file:q} --out {output.profile:q}"
+        " {params.compiled} > {log:q} 2>&1"
