@@ -1,10 +1,24 @@
 # Helpers shared by the workflow files. The study definition as typed objects and the file
 # lists derived from it. No science here: rearrival.studies expands the config.
+import os
+
+from rearrival.cluster import check_slurm_site, device_gres
 from rearrival.studies import study_config_from_mapping
 
 STUDY = study_config_from_mapping(config, workflow.configfiles[0])
 STUDY_NAMES = list(STUDY.studies)
 CONFIG_FILE = workflow.configfiles[0]
+# Site settings for profiles/slurm come from the environment (rearrival.cluster): the
+# generic resource a real-device job holds on the cluster, '' for emulated backends.
+REAL_DEVICE = config["backend"] == "rbln"
+DEVICE_GRES = device_gres(os.environ, real_device=REAL_DEVICE)
+
+
+onstart:
+    # Before the first sbatch: no Slurm, controller down or a missing partition is one
+    # clear line, not one failed submission per job.
+    if workflow.executor_plugin.cli_prefix == "slurm":
+        check_slurm_site(os.environ, real_device=REAL_DEVICE)
 
 
 def plan_files(study):

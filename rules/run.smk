@@ -15,6 +15,7 @@ rule run_replicate:
         "logs/runs/{study}/n{n}_r{rep}.log",
     resources:
         device=1 if config["backend"] == "rbln" else 0,
+        gres=DEVICE_GRES,
     conda:
         "../envs/workflow.yaml"
     params:
@@ -33,6 +34,7 @@ rule injection:
         "logs/injection.log",
     resources:
         device=1 if config["backend"] == "rbln" else 0,
+        gres=DEVICE_GRES,
     conda:
         "../envs/workflow.yaml"
     params:
