@@ -8,8 +8,10 @@
 #   scripts/slurm/cluster.sh down    # cancel its jobs, stop what `up` started, remove its state
 #
 # Needs root and Debian's slurm-wlm and munge packages. Every daemon talks on 127.0.0.1;
-# all state, logs and the generated slurm.conf live in $REARRIVAL_SLURM_STATE
-# (default /tmp/rearrival-slurm), never in /etc/slurm.
+# state and logs live in $REARRIVAL_SLURM_STATE (default /tmp/rearrival-slurm). The
+# generated slurm.conf and gres.conf go to /etc/slurm, the one place every Slurm command
+# finds them (the executor plugin drops SLURM_CONF from a job's environment before its
+# inner srun); `up` refuses to overwrite a slurm.conf it did not write, `down` removes it.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -17,7 +19,9 @@ STATE="${REARRIVAL_SLURM_STATE:-/tmp/rearrival-slurm}"
 PARTITION="${REARRIVAL_TEST_PARTITION:-rearrival}"
 CTLD_PORT="${REARRIVAL_SLURMCTLD_PORT:-6817}"
 SLURMD_PORT="${REARRIVAL_SLURMD_PORT:-6818}"
-export SLURM_CONF="$STATE/slurm.conf"
+CONF_DIR=/etc/slurm
+export SLURM_CONF="$CONF_DIR/slurm.conf"
+MARKER="# rearrival throwaway test cluster"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -50,7 +54,7 @@ start_munge() {
 node_state() { sinfo -h -n "$(hostname -s)" -o %T 2>/dev/null | head -n 1; }
 
 is_up() {
-  [ -s "$SLURM_CONF" ] && pid_alive "$STATE/slurmctld.pid" && pid_alive "$STATE/slurmd.pid" \
+  [ -d "$STATE" ] && ours "$SLURM_CONF" && [ -s "$SLURM_CONF" ] && pid_alive "$STATE/slurmctld.pid" && pid_alive "$STATE/slurmd.pid" \
     && case "$(node_state)" in idle*|mixed*|alloc*) true ;; *) false ;; esac
 }
 
@@ -61,18 +65,23 @@ write_config() {
   cpus="$(slurmd -C | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' | head -n 1)"
   mem="$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n 1)"
   [ -n "$cpus" ] && [ -n "$mem" ] || die "slurmd -C did not report CPUs and RealMemory"
-  mkdir -p "$STATE/ctld" "$STATE/slurmd"
+  mkdir -p "$STATE/ctld" "$STATE/slurmd" "$CONF_DIR"
   local template
   for template in slurm.conf gres.conf; do
-    sed -e "s|@HOST@|$host|g" -e "s|@CPUS@|$cpus|g" -e "s|@MEM_MB@|$mem|g" \
-        -e "s|@STATE@|$STATE|g" -e "s|@PARTITION@|$PARTITION|g" \
-        -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
-        "$HERE/$template.in" > "$STATE/$template"
+    { echo "$MARKER (scripts/slurm/cluster.sh; removed by its down)"
+      sed -e "s|@HOST@|$host|g" -e "s|@CPUS@|$cpus|g" -e "s|@MEM_MB@|$mem|g" \
+          -e "s|@STATE@|$STATE|g" -e "s|@PARTITION@|$PARTITION|g" \
+          -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
+          "$HERE/$template.in"; } > "$CONF_DIR/$template"
   done
 }
 
+ours() { [ ! -e "$1" ] || head -n 1 "$1" | grep -qF "$MARKER"; }
+
 up() {
   need_tools
+  ours "$SLURM_CONF" && ours "$CONF_DIR/gres.conf" \
+    || die "$CONF_DIR holds a Slurm configuration this script did not write; not touching it"
   if is_up; then
     echo "cluster.sh: already up (SLURM_CONF=$SLURM_CONF)"
     return
@@ -121,6 +130,9 @@ down_daemons() {
 down() {
   down_daemons
   rm -rf "$STATE"
+  if ours "$SLURM_CONF" && ours "$CONF_DIR/gres.conf"; then
+    rm -f "$SLURM_CONF" "$CONF_DIR/gres.conf"
+  fi
   echo "cluster.sh: down"
 }
 
@@ -129,7 +141,6 @@ case "${1:-}" in
   down) down ;;
   status) is_up ;;
   env)
-    echo "export SLURM_CONF=$SLURM_CONF"
     echo "export REARRIVAL_SLURM_PARTITION=$PARTITION"
     echo "export REARRIVAL_SLURM_ACCOUNT="
     echo "export REARRIVAL_SLURM_DEVICE_GRES=rbln:1"
