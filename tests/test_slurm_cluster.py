@@ -37,6 +37,9 @@ PARTITION = "rearrival"  # the test cluster's one partition (cluster.sh)
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
 LOCAL_RULES = {"preregister", "all"}  # git commits stay on the submitting host
 IN_CI = os.environ.get("CI") == "true"
+# Each Slurm job starts snakemake twice (sbatch step, srun step) before its command: the
+# small study takes about 4 minutes on a loaded 2-core machine, over the 300 s default.
+pytestmark = pytest.mark.timeout(900)
 
 __all__ = ["finished_study"]  # imported as a fixture: the local reference run
 
@@ -189,7 +192,7 @@ def test_real_device_runs_never_overlap(slurm_study, tmp_path):
     targets = ["results/runs/mechanisms/n4_r0", "results/runs/mechanisms/n4_r1"]
     for target in targets:
         shutil.rmtree(copy / target)
-    held = _slurm(copy, home, "--set-resources", "run_replicate:gres='rbln:1'", *targets)
+    held = _slurm(copy, home, *targets, "--set-resources", "run_replicate:gres='rbln:1'")
     assert held.returncode == 0, held.stdout[-3000:] + held.stderr[-3000:]
     first, second = (job_id for job_id, _ in _submissions(held.stdout + held.stderr)[
         "run_replicate"])
