@@ -72,6 +72,14 @@ def cluster():
     assert not Path("/etc/slurm/slurm.conf").exists()
 
 
+def test_cluster_up_is_idempotent(cluster):
+    again = subprocess.run([str(CLUSTER), "up"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "already up" in again.stdout
+    status = subprocess.run([str(CLUSTER), "status"], capture_output=True, timeout=60)
+    assert status.returncode == 0
+
+
 def _slurm(work: Path, home: Path, *args: str, env: dict | None = None
            ) -> subprocess.CompletedProcess:
     """`snakemake --profile profiles/slurm ...` as a user would type it."""
