@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test lint bench clean-results
+.PHONY: all test lint bench clean-results slurm-up slurm-down test-slurm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,16 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+
+# A throwaway single-node Slurm cluster on this machine (root; README "Running on a cluster").
+slurm-up:
+	scripts/slurm/cluster.sh up
+
+slurm-down:
+	scripts/slurm/cluster.sh down
+
+test-slurm: $(STAMP)
+	$(BIN)/pytest tests/test_slurm_cluster.py
 
 clean-results:
 	rm -rf results reports

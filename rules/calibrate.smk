@@ -10,7 +10,8 @@ rule calibrate_compile:
     log:
         "logs/calibration/compile.log",
     resources:
-        device=1,
+        device=1 if REAL_DEVICE else 0,
+        gres=DEVICE_GRES,
     conda:
         "../envs/rbln.yaml"
     params:
@@ -34,7 +35,8 @@ rule calibrate:
     log:
         "logs/calibration/calibrate.log",
     resources:
-        device=1,
+        device=1 if REAL_DEVICE else 0,
+        gres=DEVICE_GRES,
     conda:
         "../envs/workflow.yaml"
     params:

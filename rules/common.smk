@@ -2,8 +2,10 @@
 # lists derived from it, and the config values each rule depends on (as params, so an
 # edit reruns exactly the jobs it affects). No science here: rearrival.studies expands
 # the config and rearrival.experiments says which values each stage uses.
+import os
 from pathlib import Path
 
+from rearrival.cluster import check_slurm_site, device_gres
 from rearrival.experiments import INJECTION_BACKEND, refuse_changed_designs, workflow_params
 from rearrival.studies import study_config_from_mapping
 
@@ -16,6 +18,18 @@ RESULTS = "results"
 refuse_changed_designs(STUDY, Path("."), Path(RESULTS) / "runs")
 
 PARAMS = workflow_params(STUDY, config)
+
+# Site settings for profiles/slurm come from the environment (rearrival.cluster): the
+# generic resource a real-device job holds on the cluster, '' for emulated backends.
+REAL_DEVICE = STUDY.backend == "rbln"
+DEVICE_GRES = device_gres(os.environ, real_device=REAL_DEVICE)
+
+
+onstart:
+    # Before the first sbatch: no Slurm, controller down or a missing partition is one
+    # clear line, not one failed submission per job.
+    if workflow.executor_plugin.cli_prefix == "slurm":
+        check_slurm_site(os.environ, real_device=REAL_DEVICE)
 
 
 def values(stage):

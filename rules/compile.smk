@@ -11,6 +11,7 @@ rule compile:
         "logs/compile/{study}.log",
     resources:
         device=1,
+        gres=DEVICE_GRES,
     conda:
         "../envs/rbln.yaml"
     params:

@@ -14,7 +14,8 @@ rule run_replicate:
     log:
         "logs/runs/{study}/n{n}_r{rep}.log",
     resources:
-        device=1 if config["backend"] == "rbln" else 0,
+        device=1 if REAL_DEVICE else 0,
+        gres=DEVICE_GRES,
     conda:
         "../envs/workflow.yaml"
     params:
@@ -34,7 +35,8 @@ rule injection:
     log:
         "logs/injection.log",
     resources:
-        device=1 if config["backend"] == "rbln" else 0,
+        device=1 if REAL_DEVICE else 0,
+        gres=DEVICE_GRES,
     conda:
         "../envs/workflow.yaml"
     params:
