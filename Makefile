@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# compile the simulator core once into its on-disk cache (about 10 s), so the first
 	# `rearrival simulate` or search of a fresh checkout does not pay it
-	$(BIN)/python -c "from rearrival.simcore import warm_up; warm_up()"
+	$(BIN)/python -c "from rearrival.model.simcore import warm_up; warm_up()"
 	touch $(STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.

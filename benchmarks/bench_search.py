@@ -26,7 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rearrival.search import (
+from rearrival.config.study import load_study_config
+from rearrival.model.sim import simulate
+from rearrival.search.scoring import (
     SearchSettings,
     baseline_of,
     enumerate_candidates,
@@ -36,8 +38,6 @@ from rearrival.search import (
     search_candidates,
     write_outputs,
 )
-from rearrival.sim import simulate
-from rearrival.studies import load_study_config
 
 PAPER_TARGET_S = 2.0
 FLEET_TARGET_S = 60.0

@@ -1,7 +1,7 @@
 """Predictor speed (SPEC section 14), figures 1 and 2 of `make bench`, as ratios in one run.
 
 1. Single call: ``simulate(plan, SimConfig(...)).summary()`` against
-   ``rearrival.sim_reference`` on the mixed workload of issue 12: 45 plans, N in
+   ``rearrival.model.sim_reference`` on the mixed workload of issue 12: 45 plans, N in
    {3,4,5,6,7,8,10,12,16}, 5 plans each (TraceLab-mixture tool waits, the default plan
    generator), each on 5 configurations ({1,2,4,8}@8, {1,2,4,8,16}@16,
    {1,4,6,8,10,16}@16, {1,2,4,6,8}@8, {1,3,5,12}@12), all in one process. Each side
@@ -9,7 +9,7 @@
    pass CPU time of the reference over that of the core (target >= 120x,
    about 100x the authors' own simulator, which runs 1.2x our reference).
 2. Batch evaluation: every one of the paper's 2,077 search candidates on each plan of the
-   mix in one compiled call per plan (``rearrival.simcore.run_batch``, no re-use), per
+   mix in one compiled call per plan (``rearrival.model.simcore.run_batch``, no re-use), per
    simulation, against the reference on a random sample of the same (plan, candidate)
    pairs (target >= 600x).
 
@@ -31,11 +31,11 @@ import time
 
 import numpy as np
 
-from rearrival.plangen import generate_plan
-from rearrival.profile import measured_profile
-from rearrival.search import CandidateArrays, enumerate_candidates
-from rearrival.sim import SimConfig, compiled_core, core_inputs, simulate
-from rearrival.sim_reference import simulate_reference
+from rearrival.model.plangen import generate_plan
+from rearrival.model.profile import measured_profile
+from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
+from rearrival.model.sim_reference import simulate_reference
+from rearrival.search.scoring import CandidateArrays, enumerate_candidates
 
 MIX_N = (3, 4, 5, 6, 7, 8, 10, 12, 16)
 PLANS_PER_N = 5

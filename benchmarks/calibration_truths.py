@@ -4,7 +4,7 @@ emulator truths (issue 11; SPEC section 4). Not a speed benchmark: an experiment
 For each truth (``default``: the twin of the paper's stack; ``assumed``: the clearly
 hypothetical stack of ``rearrival/data/emulator_truth_assumed.yaml``):
 
-1. calibrate on the emulated backend with that truth (``rearrival.calibrate``);
+1. calibrate on the emulated backend with that truth (``rearrival.measure.calibrate``);
 2. for each profile (published constants, this calibration), run the search to pick a
    configuration, then predict the validation study's ratios (baseline vs slots16 and vs
    the pick, N in {6, 8, 10}, the config's three replicates) with the base simulator;
@@ -22,18 +22,18 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rearrival.backends import BackendSettings
-from rearrival.calibrate import calibrate, profile_document, write_profile
-from rearrival.calibrate_config import CalibrationConfig, calibration_config_for
-from rearrival.channels import channel_a
-from rearrival.emulate import load_truth, run_emulated
-from rearrival.experiments import study_plan, tool_table_for
-from rearrival.plangen import derive_seed
-from rearrival.profile import load_profile, measured_profile
-from rearrival.records import finish_manifest, manifest_template, read_run, write_run
-from rearrival.search import select
-from rearrival.sim import SimConfig, simulate
-from rearrival.studies import load_study_config
+from rearrival.config.calibration import CalibrationConfig, calibration_config_for
+from rearrival.config.study import load_study_config
+from rearrival.judge.channels import channel_a
+from rearrival.measure.backends import BackendSettings
+from rearrival.measure.calibrate import calibrate, profile_document, write_profile
+from rearrival.measure.emulate import load_truth, run_emulated
+from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
+from rearrival.model.plangen import derive_seed
+from rearrival.model.profile import load_profile, measured_profile
+from rearrival.model.sim import SimConfig, simulate
+from rearrival.search.scoring import select
+from rearrival.workflow.stages import study_plan, tool_table_for
 
 TOLERANCE = 0.03
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.plans import Plan, PlanMeta, Session
+from rearrival.model.plans import Plan, PlanMeta, Session
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 

@@ -1,4 +1,4 @@
-"""The Section V-D "what should I compile" summary (rearrival.advise, `rearrival advise`)."""
+"""The Section V-D "what should I compile" summary (rearrival.search.advise, `rearrival advise`)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import pytest
 from conftest import config_with_search
 from typer.testing import CliRunner
 
-from rearrival.advise import (
+from rearrival.atomic import atomic_write_json
+from rearrival.cli import app
+from rearrival.config.study import load_study_config
+from rearrival.model.plans import write_plan
+from rearrival.model.profile import measured_profile
+from rearrival.search.advise import (
     advise,
     full_reuse_tokens,
     larger_candidate,
     predict,
     to_markdown,
 )
-from rearrival.atomic import atomic_write_json
-from rearrival.cli import app
-from rearrival.plans import write_plan
-from rearrival.profile import measured_profile
-from rearrival.search import BASELINE, Candidate, SearchError
-from rearrival.studies import load_study_config
+from rearrival.search.scoring import BASELINE, Candidate, SearchError
 
 TINY_SEARCH = {"batch_sizes": [4, 6], "max_buckets": 3, "n": [2, 3], "seeds": 1,
                "blocks": 2, "restricted_n": [[2]], "top": 3, "shards": 2}
@@ -57,7 +57,7 @@ def test_larger_candidate_keeps_buckets_and_moves_the_top() -> None:
 
 
 def test_full_reuse_floor_by_hand(plans_dir: Path) -> None:
-    from rearrival.advise import load_plan_dir
+    from rearrival.search.advise import load_plan_dir
 
     profile = measured_profile()
     plans = load_plan_dir(plans_dir)

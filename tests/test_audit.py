@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_write_json
-from rearrival.audit import EXCLUDED, OK, REGISTRATION_ROW, VIOLATION, AuditReport, audit
 from rearrival.cli import app, main
-from rearrival.prereg import PlanRegistry, RegisteredPlan, register
+from rearrival.prereg.audit import EXCLUDED, OK, REGISTRATION_ROW, VIOLATION, AuditReport, audit
+from rearrival.prereg.registration import PlanRegistry, RegisteredPlan, register
 
 T0 = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64

@@ -15,16 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.backends import BackendSettings
-from rearrival.calibrate import (
-    CalibrationError,
-    calibrate,
-    characterised,
-    profile_document,
-    steady_durations,
-    write_profile,
-)
-from rearrival.calibrate_config import (
+from rearrival.config.calibration import (
     Artifact,
     CalibrationConfig,
     CalibrationConfigError,
@@ -33,16 +24,25 @@ from rearrival.calibrate_config import (
     calibration_config_from_mapping,
     model_from_config_json,
 )
-from rearrival.emulate import load_truth, true_bucket_cost_s, true_prefill_s
-from rearrival.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
-from rearrival.profile import (
+from rearrival.measure.backends import BackendSettings
+from rearrival.measure.calibrate import (
+    CalibrationError,
+    calibrate,
+    characterised,
+    profile_document,
+    steady_durations,
+    write_profile,
+)
+from rearrival.measure.emulate import load_truth, true_bucket_cost_s, true_prefill_s
+from rearrival.measure.steplog import format_bucket_line
+from rearrival.model.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
+from rearrival.model.profile import (
     ProfileError,
     load_profile,
     load_profile_for_model,
     measured_profile,
     profile_bytes,
 )
-from rearrival.steplog import format_bucket_line
 
 SEED = 20260601
 QWEN = ModelSpec()
@@ -301,7 +301,7 @@ def test_schema_documents_the_dataclass_defaults():
 
 
 def test_shipped_config_parses_to_the_defaults():
-    from rearrival.calibrate_config import load_calibration_config
+    from rearrival.config.calibration import load_calibration_config
 
     loaded = load_calibration_config(Path(__file__).parents[1] / "config" / "config.yaml")
     assert replace(loaded, source="<config>") == CalibrationConfig()
@@ -334,9 +334,9 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
     form); compile_artifact is replaced by a recorder since no device is attached."""
     import json
 
-    from rearrival import rbln
-    from rearrival.calibrate import compile_calibration, compile_records
-    from rearrival.fits import fit_compile
+    from rearrival.measure import rbln
+    from rearrival.measure.calibrate import compile_calibration, compile_records
+    from rearrival.model.fits import fit_compile
 
     def fake_compile(config, artifacts_dir):
         count = len(config.buckets)

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rearrival import records
-from rearrival.channels import ChannelError, channel_a, channel_b, channels, union_length
 from rearrival.cli import app
-from rearrival.records import read_run, write_run
+from rearrival.judge.channels import ChannelError, channel_a, channel_b, channels, union_length
+from rearrival.measure import records
+from rearrival.measure.records import read_run, write_run
 
 runner = CliRunner()
 

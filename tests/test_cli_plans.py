@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.plangen import generate_plan
-from rearrival.plans import load_plan
-from rearrival.tools import build_summary_from_trace
+from rearrival.model.plangen import generate_plan
+from rearrival.model.plans import load_plan
+from rearrival.model.tools import build_summary_from_trace
 
 TRACE = Path("/work/shared/data/tracelab/round_trace.example.jsonl")
 CLI = Path(sys.executable).with_name("rearrival")

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from rearrival import client, rbln
-from rearrival.client import ClientError, ReplayOptions, replay, replay_url
-from rearrival.plans import Plan, PlanMeta, Session, write_plan
-from rearrival.records import RunRecordError, manifest_template, read_run
+from rearrival.measure import client, rbln
+from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
+from rearrival.measure.records import RunRecordError, manifest_template, read_run
+from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)

@@ -1,4 +1,4 @@
-"""Slurm site settings and the pre-submission check (rearrival.cluster), without Slurm:
+"""Slurm site settings and the pre-submission check (rearrival.workflow.cluster), without Slurm:
 the Slurm commands are answered by a stand-in, so each refusal is checked for naming its
 cause. tests/test_slurm_cluster.py runs the same check against a real cluster."""
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from rearrival.cluster import (
+from rearrival.workflow.cluster import (
     ENV_ACCOUNT,
     ENV_DEVICE_GRES,
     ENV_PARTITION,

@@ -22,9 +22,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from rearrival import records
 from rearrival.cli import app
-from rearrival.decide import (
+from rearrival.judge.decide import (
     DEFAULT_CRITERIA,
     DecisionCriteria,
     DecisionError,
@@ -39,8 +38,9 @@ from rearrival.decide import (
     tau_for,
     write_criteria,
 )
-from rearrival.profile import measured_profile
-from rearrival.records import read_run, write_run
+from rearrival.measure import records
+from rearrival.measure.records import read_run, write_run
+from rearrival.model.profile import measured_profile
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()

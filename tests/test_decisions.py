@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rearrival.decide import DEFAULT_CRITERIA
-from rearrival.decisions import comparison_pairs, validation_rows
-from rearrival.studies import Study, study_config_from_mapping
+from rearrival.config.study import Study, study_config_from_mapping
+from rearrival.judge.decide import DEFAULT_CRITERIA
+from rearrival.judge.decisions import comparison_pairs, validation_rows
 
 CONFIG = {
     "backend": "emulated", "study_seed": 1, "replicates": 3,

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.emulate import (
+from rearrival.errors import RearrivalError
+from rearrival.measure.emulate import (
     EmulateError,
     Engine,
     EngineConfig,
@@ -24,10 +25,9 @@ from rearrival.emulate import (
     run_injection,
     true_bucket_cost_s,
 )
-from rearrival.errors import RearrivalError
-from rearrival.plans import Plan, PlanMeta, Session
-from rearrival.profile import measured_profile, select_bucket
-from rearrival.steplog import parse_step_log
+from rearrival.measure.steplog import parse_step_log
+from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.profile import measured_profile, select_bucket
 
 PROFILE = measured_profile()
 BASELINE = {"buckets": (1, 2, 4, 8), "batch_size": 8}

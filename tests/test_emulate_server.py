@@ -30,14 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from rearrival import rbln
-from rearrival.channels import channels
-from rearrival.client import ReplayOptions, parse_counters, replay_url
-from rearrival.emulate import EngineConfig, run_emulated
-from rearrival.emulate_server import EmulateServer, ServerOptions
-from rearrival.plans import Plan, PlanMeta, Session
-from rearrival.records import manifest_template, read_run
-from rearrival.steplog import parse_step_log
+from rearrival.judge.channels import channels
+from rearrival.measure import rbln
+from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
+from rearrival.measure.emulate import EngineConfig, run_emulated
+from rearrival.measure.emulate_server import EmulateServer, ServerOptions
+from rearrival.measure.records import manifest_template, read_run
+from rearrival.measure.steplog import parse_step_log
+from rearrival.model.plans import Plan, PlanMeta, Session
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 TIME_SCALE = 0.2
@@ -119,7 +119,7 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
 
 def read_back(plan: Plan, emulated, tmp_path: Path):
     """The in-process run written and read through the same records contract."""
-    from rearrival.records import finish_manifest, write_run
+    from rearrival.measure.records import finish_manifest, write_run
 
     out = tmp_path / "emulated-run"
     write_run(out, requests=emulated.requests, steps=emulated.steps, metrics=emulated.metrics,

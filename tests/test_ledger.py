@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.ledger import LedgerError, ledger_path, require_sealed, seal, verify
+from rearrival.prereg.ledger import LedgerError, ledger_path, require_sealed, seal, verify
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""The paper's published numbers (rearrival.paper_numbers, data/paper_numbers.yaml) and
+"""The paper's published numbers (rearrival.report.paper_numbers, data/paper_numbers.yaml) and
 the "paper" and "difference" columns they add to the regenerated tables."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rearrival.paper_numbers import (
+from rearrival.config.study import load_study_config
+from rearrival.report.paper_numbers import (
     PROVENANCE,
     PaperNumbersError,
     load_paper_numbers,
     with_paper,
 )
-from rearrival.report_tables import TABLE_BUILDERS, Column, Part, Results, Table, build_tables
-from rearrival.studies import load_study_config
+from rearrival.report.tables import TABLE_BUILDERS, Column, Part, Results, Table, build_tables
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 NUMBERS = load_paper_numbers()

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rearrival import patch
-from rearrival.steplog import parse_step_log, parse_step_times
+from rearrival.measure import patch
+from rearrival.measure.steplog import parse_step_log, parse_step_times
 
 WHEEL = "vllm_rbln-0.11.1-py3-none-any.whl"
 CLI = str(Path(sys.executable).with_name("rearrival"))

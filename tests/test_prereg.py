@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
-from rearrival.prereg import (
+from rearrival.prereg.registration import (
     PIPELINE_EMAIL,
     PIPELINE_NAME,
     PlanRegistry,

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rearrival.profile import ProfileError, load_profile, measured_profile, select_bucket
+from rearrival.model.profile import ProfileError, load_profile, measured_profile, select_bucket
 
 
 @pytest.fixture(scope="module")

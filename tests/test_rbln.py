@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rearrival import rbln
+from rearrival.measure import rbln
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 CONFIG = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8))
@@ -204,9 +204,9 @@ def test_launcher_refuses_a_missing_command(tmp_path: Path) -> None:
 def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every pre-flight check fails in one line before a server or run directory exists."""
-    from rearrival import patch
-    from rearrival.client import ReplayOptions
-    from rearrival.plans import Plan, Session
+    from rearrival.measure import patch
+    from rearrival.measure.client import ReplayOptions
+    from rearrival.model.plans import Plan, Session
 
     plan = Plan((Session(0, 100, 4, 4, 8, 1.0, "aggregate"),))
     fake = tmp_path / "fake"

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rearrival import records
 from rearrival.errors import RearrivalError
-from rearrival.records import RunRecordError, read_run, write_run
+from rearrival.measure import records
+from rearrival.measure.records import RunRecordError, read_run, write_run
 
 
 def _requests() -> pd.DataFrame:

@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
-from rearrival.backends import BackendSettings, run_backend
-from rearrival.report import build_report
-from rearrival.report_tables import Column, Part, Table, display, table_csv, tex_escape
-from rearrival.studies import Configuration, load_study_config
+from rearrival.config.study import Configuration, load_study_config
+from rearrival.measure.backends import BackendSettings, run_backend
+from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
+from rearrival.report.render import build_report
+from rearrival.report.tables import Column, Part, Table, display, table_csv, tex_escape
 
 PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV",
                 "S1", "S8", "S9")
@@ -63,7 +63,7 @@ TINY_CONFIG = {
 
 def _short_plans(plans_dir: Path) -> None:
     """Shorten generations so the emulated runs take milliseconds (inputs stay valid)."""
-    from rearrival.plans import load_plan, write_plan
+    from rearrival.model.plans import load_plan, write_plan
 
     for path in sorted(plans_dir.glob("*.parquet")):
         plan = load_plan(path)
@@ -75,8 +75,8 @@ def _short_plans(plans_dir: Path) -> None:
 
 def build_tree(root: Path) -> Path:
     """results/ with plans, predictions, runs, channels, decisions, prereg, injection."""
-    from rearrival import experiments as ex
-    from rearrival.decisions import criteria_from_config, decide_study
+    from rearrival.judge.decisions import criteria_from_config, decide_study
+    from rearrival.workflow import stages as ex
 
     config_path = root / "config.yaml"
     config_path.write_text(yaml.safe_dump(TINY_CONFIG))
@@ -215,9 +215,8 @@ def test_absent_results_are_reported_not_fatal(rendered):
 
 
 def test_templates_and_code_hold_no_paper_numbers():
-    sources = [*sorted((SRC / "templates").glob("*.j2")), SRC / "report.py",
-               SRC / "report_tables.py", SRC / "report_figures.py", SRC / "analysis.py",
-               SRC / "scorecard.py", SRC / "findings.py", SRC / "paper_numbers.py"]
+    report = SRC / "report"
+    sources = [*sorted((report / "templates").glob("*.j2")), *sorted(report.glob("*.py"))]
     assert sources[0].suffix == ".j2"
     for path in sources:
         text = path.read_text()
@@ -229,7 +228,7 @@ def test_templates_and_code_hold_no_paper_numbers():
 def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(small_plan):
     """Oracle: pinning re-arrivals at the times the full simulator computes changes
     nothing, so the fixed-arrival path differs only through the arrivals it is given."""
-    from rearrival.sim import SimConfig, simulate
+    from rearrival.model.sim import SimConfig, simulate
 
     conf = Configuration("baseline", (1, 2, 4), 4, 4)
     full = simulate(small_plan, SimConfig(buckets=(1, 2, 4), batch_size=4))
@@ -277,8 +276,8 @@ def test_cli_tables_rerenders_same_bytes_and_reruns_nothing(tree, rendered, tmp_
 
 
 def test_report_opens_with_the_scorecard_and_writes_it_beside_the_tables(rendered):
-    from rearrival.findings import findings
-    from rearrival.paper_numbers import load_paper_numbers
+    from rearrival.report.findings import findings
+    from rearrival.report.paper_numbers import load_paper_numbers
 
     html = (rendered / "report.html").read_text()
     assert html.index('id="scorecard"') < html.index('id="prereg"') < html.index('id="tables"')

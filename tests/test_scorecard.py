@@ -1,4 +1,4 @@
-"""The scorecard of the paper's findings (rearrival.scorecard) on small synthetic results:
+"""The scorecard of the paper's findings (rearrival.report.scorecard) on small synthetic results:
 each verdict (holds, does not hold, not comparable) is reached by the stated test."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rearrival.findings import (
+from rearrival.report.findings import (
     FAILS,
     HOLDS,
     NOT_COMPARABLE,
@@ -16,9 +16,8 @@ from rearrival.findings import (
     in_printed_range,
     within_printed,
 )
-from rearrival.paper_numbers import load_paper_numbers
-from rearrival.report_tables import Column, Part, Table
-from rearrival.scorecard import (
+from rearrival.report.paper_numbers import load_paper_numbers
+from rearrival.report.scorecard import (
     Scorecard,
     read_scorecard_csv,
     score,
@@ -26,6 +25,7 @@ from rearrival.scorecard import (
     scorecard_markdown,
     summary_lines,
 )
+from rearrival.report.tables import Column, Part, Table
 
 NUMBERS = load_paper_numbers()
 PAPER_PICK = str(NUMBERS["search_pick"].value)

@@ -16,10 +16,10 @@ from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.experiments import write_frame
-from rearrival.memory import device_memory
-from rearrival.profile import ProfileError, measured_profile
-from rearrival.search import (
+from rearrival.model.memory import device_memory
+from rearrival.model.profile import ProfileError, measured_profile
+from rearrival.model.sim import simulate
+from rearrival.search.scoring import (
     BASELINE,
     Candidate,
     CandidateArrays,
@@ -42,7 +42,7 @@ from rearrival.search import (
     score_table,
     write_outputs,
 )
-from rearrival.sim import simulate
+from rearrival.workflow.stages import write_frame
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
@@ -349,7 +349,7 @@ def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
 
 def test_batch_scores_without_the_compiled_core_are_the_same(monkeypatch) -> None:
     """No numba: the search falls back to the Python core and gets the same outcomes."""
-    import rearrival.sim as sim
+    import rearrival.model.sim as sim
 
     settings = SearchSettings(n=(6,), seeds=1, blocks=1, restricted_n=())
     plan = make_plan(plan_keys(settings)[0], settings, 9, None)

@@ -15,9 +15,9 @@ from conftest import random_plan
 from typer.testing import CliRunner
 
 from rearrival.errors import RearrivalError
-from rearrival.plans import Plan, PlanMeta, Session, write_plan
-from rearrival.profile import measured_profile, select_bucket
-from rearrival.sim import SUMMARY_KEYS, SimConfig, SimConfigError, simulate
+from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
+from rearrival.model.profile import measured_profile, select_bucket
+from rearrival.model.sim import SUMMARY_KEYS, SimConfig, SimConfigError, simulate
 
 # The paper's constants written out (SPEC section 4), so these cases do not lean on
 # the profile code they exercise.

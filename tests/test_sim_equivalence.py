@@ -3,7 +3,7 @@
 Integer outputs (steps, histogram, reuse, tokens, slots, evictions, stretch shapes) must
 match exactly; times to 1e-9 relative, because the core multiplies a step time by a
 stretch length where the reference adds it step by step. The compiled core
-(``rearrival.simcore``, what ``simulate`` runs) and the Python event core it compiles must
+(``rearrival.model.simcore``, what ``simulate`` runs) and the Python event core it compiles must
 agree bit for bit, since the search's outputs may not depend on which one ran.
 """
 
@@ -16,10 +16,10 @@ import random
 import pytest
 from conftest import random_plan
 
-from rearrival.plans import Plan, PlanMeta, Session
-from rearrival.profile import measured_profile
-from rearrival.sim import SimConfig, SimResult, _simulate_python, simulate
-from rearrival.sim_reference import simulate_reference
+from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.profile import measured_profile
+from rearrival.model.sim import SimConfig, SimResult, _simulate_python, simulate
+from rearrival.model.sim_reference import simulate_reference
 
 # bucket sets chosen so that many n fall between buckets, plus single-bucket grids
 BUCKET_SETS = [(1, 2, 4, 8), (1, 4, 8), (1, 2, 8), (1, 3, 6, 12), (1, 16), (2, 4), (1,),

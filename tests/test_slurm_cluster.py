@@ -30,7 +30,7 @@ from test_pipeline import (  # the local run of the same study, for byte compari
     small_config,
 )
 
-from rearrival.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITION
+from rearrival.workflow.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITION
 
 CLUSTER = REPO / "scripts" / "slurm" / "cluster.sh"
 PARTITION = "rearrival"  # the test cluster's one partition (cluster.sh)

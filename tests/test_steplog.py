@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rearrival.errors import RearrivalError
-from rearrival.steplog import StepLogError, format_bucket_line, parse_step_log
+from rearrival.measure.steplog import StepLogError, format_bucket_line, parse_step_log
 
 # What `VLLM_LOGGING_LEVEL=DEBUG vllm serve ...` prints with the observation patch:
 # engine-core process prefix, level, date, source location, other DEBUG/INFO lines.
@@ -93,7 +93,7 @@ def test_unreadable_path_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_timestamps_are_read_when_present_and_optional() -> None:
     """Calibration (SPEC 4) reads the patch's monotonic clock; older logs carry none."""
-    from rearrival.steplog import parse_step_times
+    from rearrival.measure.steplog import parse_step_times
 
     text = (f"DEBUG {PATCH_AT} {format_bucket_line(3, 4, 1_000)}\n"
             "[BUCKET] request_nums=3 padded_batch_size=4 t_mono_ns=2500\n"

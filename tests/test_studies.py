@@ -10,11 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rearrival.backends import BackendSettings
-from rearrival.decide import DecisionCriteria
-from rearrival.decisions import criteria_from_config
-from rearrival.experiments import design_changes, registered_design, workflow_params
-from rearrival.studies import (
+from rearrival.config.study import (
     DecisionSettings,
     EmulatedHttpSettings,
     InjectionSettings,
@@ -24,6 +20,10 @@ from rearrival.studies import (
     schema_defaults,
     study_config_from_mapping,
 )
+from rearrival.judge.decide import DecisionCriteria
+from rearrival.judge.decisions import criteria_from_config
+from rearrival.measure.backends import BackendSettings
+from rearrival.workflow.stages import design_changes, registered_design, workflow_params
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())

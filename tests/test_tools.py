@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.tools import (
+from rearrival.model.tools import (
     CAP_S,
     HUMAN_WAITING_TOOLS,
     ToolStats,

@@ -32,17 +32,17 @@ def calibrate(
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
     from dataclasses import replace
 
-    from rearrival.backends import BackendSettings
-    from rearrival.calibrate import calibrate as run_calibration
-    from rearrival.calibrate import (
+    from rearrival.config.calibration import CalibrationConfig, calibration_config_for
+    from rearrival.config.study import load_study_config, schema_defaults
+    from rearrival.measure.backends import BackendSettings
+    from rearrival.measure.calibrate import calibrate as run_calibration
+    from rearrival.measure.calibrate import (
         compile_records,
         profile_document,
         required_buckets,
         write_profile,
         write_samples,
     )
-    from rearrival.calibrate_config import CalibrationConfig, calibration_config_for
-    from rearrival.studies import load_study_config, schema_defaults
 
     cfg = load_study_config(config) if config.is_file() else None
     settings = calibration_config_for(cfg) if cfg is not None else CalibrationConfig()
@@ -78,9 +78,9 @@ def calibrate_compile(
     DEFAULT_CONFIG,
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
-    from rearrival.calibrate import compile_calibration
-    from rearrival.calibrate_config import calibration_config_for
-    from rearrival.studies import load_study_config
+    from rearrival.config.calibration import calibration_config_for
+    from rearrival.config.study import load_study_config
+    from rearrival.measure.calibrate import compile_calibration
 
     cfg = load_study_config(config)
     compile_calibration(calibration_config_for(cfg), dict(cfg.rbln), out)

@@ -31,7 +31,7 @@ def decide(
     is at most 0.03 and prediction and observation share a side of 1 or both lie in
     the band 0.98 to 1.02; other N are exploratory.
     """
-    from rearrival.decide import DEFAULT_CRITERIA, decide_table, load_criteria
+    from rearrival.judge.decide import DEFAULT_CRITERIA, decide_table, load_criteria
 
     rules = DEFAULT_CRITERIA if criteria is None else load_criteria(criteria)
     text = decide_table(table, out, criteria=rules)

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     app.command("emulate-server")(emulate_server)
 
 
-# --- channels (rearrival.channels; SPEC sections 7-8) ---------------------------------------
+# --- channels (rearrival.judge.channels; SPEC sections 7-8) ---------------------------------------
 
 
 def channels(
@@ -34,9 +34,9 @@ def channels(
     """
     import json
 
-    from rearrival.channels import channels as run_channels
-    from rearrival.profile import load_profile
-    from rearrival.records import read_run
+    from rearrival.judge.channels import channels as run_channels
+    from rearrival.measure.records import read_run
+    from rearrival.model.profile import load_profile
 
     costs = load_profile(profile)
     for run_dir in run_dirs:
@@ -49,7 +49,7 @@ def channels(
                        f"r={values['r_s']:.6f} s")
 
 
-# --- run and emulate-server (rearrival.client, rearrival.emulate_server; SPEC 6-7) ----------
+# --- run and emulate-server (measure.client, measure.emulate_server; SPEC 6-7) ------
 
 
 def _buckets(text: str) -> tuple[int, ...]:
@@ -98,12 +98,12 @@ def run(
     """
     import asyncio
 
-    from rearrival.backends import BackendSettings, run_backend, run_status
+    from rearrival.config.study import make_configuration
     from rearrival.errors import RearrivalError
-    from rearrival.experiments import RunRequest
-    from rearrival.plans import load_plan
-    from rearrival.records import BACKENDS
-    from rearrival.studies import make_configuration
+    from rearrival.measure.backends import BackendSettings, run_backend, run_status
+    from rearrival.measure.records import BACKENDS
+    from rearrival.model.plans import load_plan
+    from rearrival.workflow.stages import RunRequest
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
@@ -115,7 +115,7 @@ def run(
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
     if backend == "emulated-http" and url is not None:
-        from rearrival.client import ClientError, server_configuration
+        from rearrival.measure.client import ClientError, server_configuration
 
         try:
             served = asyncio.run(server_configuration(url))
@@ -155,7 +155,7 @@ def _time_scale(backend: str, asked: float | None, served: dict | None,
         return float(served["time_scale"])
     if asked is not None:
         return asked
-    from rearrival.studies import schema_defaults
+    from rearrival.config.study import schema_defaults
 
     return float(schema_defaults()["emulated_http"]["time_scale"]) \
         if backend == "emulated-http" else 1.0
@@ -185,8 +185,8 @@ def emulate_server(
     """
     import asyncio
 
-    from rearrival.emulate import EngineConfig
-    from rearrival.emulate_server import ServerOptions, serve
+    from rearrival.measure.emulate import EngineConfig
+    from rearrival.measure.emulate_server import ServerOptions, serve
 
     options = ServerOptions(EngineConfig(_buckets(buckets), batch_size, slots), seed=seed,
                             time_scale=time_scale, log_path=log, truth_path=truth)

@@ -1,7 +1,7 @@
 """CLI verbs of the pipeline area (registered by rearrival.cli): prereg and audit.
 
 Both are thin: ``prereg`` lets a Snakemake rule commit files an earlier rule prepared,
-``audit`` prints the table of rearrival.audit and turns violations into exit code 1
+``audit`` prints the table of rearrival.prereg.audit and turns violations into exit code 1
 (SPEC section 9).
 """
 
@@ -34,7 +34,7 @@ def prereg(
     Registering identical files again makes no commit. Registered files never change: add
     an amendment file with --amends instead (paper Section II-D).
     """
-    from rearrival.prereg import RECORDS_SUBDIR, read_prepared_files, register
+    from rearrival.prereg.registration import RECORDS_SUBDIR, read_prepared_files, register
 
     kind = "Amend" if amends else "Preregister"
     record = register(
@@ -59,7 +59,7 @@ def audit(
     """
     import json
 
-    from rearrival.audit import audit as run_audit
+    from rearrival.prereg.audit import audit as run_audit
 
     report = run_audit(repo, results or repo / "results")
     typer.echo(json.dumps(report.to_json(), indent=2) if as_json else report.table())

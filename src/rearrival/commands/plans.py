@@ -17,7 +17,7 @@ class PlanOutputError(RearrivalError, ValueError):
 
 
 def _tool_table(path: Path | None):
-    from rearrival.tools import default_tool_table, load_summary_json
+    from rearrival.model.tools import default_tool_table, load_summary_json
 
     return default_tool_table() if path is None else load_summary_json(path)
 
@@ -36,8 +36,8 @@ def plan(
     """Write one replicate's input plan (SPEC 3) and print path, sha256 and cap fraction."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
-    from rearrival.plangen import generate_plan
-    from rearrival.plans import write_plan
+    from rearrival.model.plangen import generate_plan
+    from rearrival.model.plans import write_plan
 
     drawn = generate_plan(n, study_seed=study_seed, replicate=replicate, block=block,
                           tool_table=_tool_table(tool_table))
@@ -52,7 +52,7 @@ def tools_build(
 ) -> None:
     """Summarise a TraceLab round trace into summary.json (per-tool n, p50/p90/p99 in ms)."""
     from rearrival.atomic import atomic_write_json
-    from rearrival.tools import build_summary_from_trace, table_from_summary
+    from rearrival.model.tools import build_summary_from_trace, table_from_summary
 
     summary = build_summary_from_trace(trace)
     table_from_summary(summary, str(trace), str(out))  # refuse to write an unusable table

@@ -1,5 +1,5 @@
 """CLI verbs of the rbln area (registered by rearrival.cli): rbln patch apply|revert|check,
-rbln compile. See rearrival.patch and rearrival.rbln (SPEC section 6 "rbln")."""
+rbln compile. See rearrival.measure.patch and rearrival.measure.rbln (SPEC section 6 "rbln")."""
 
 from __future__ import annotations
 
@@ -32,21 +32,21 @@ def patch_apply(site_packages: SitePackages = None) -> None:
     Refuses unless vllm-rbln is 0.11.1 and the file has the published SHA256; prints the
     new state and the sha256 every rbln run records as patch_sha256.
     """
-    from rearrival.patch import apply_patch
+    from rearrival.measure.patch import apply_patch
 
     typer.echo(apply_patch(site_packages).line())
 
 
 def patch_revert(site_packages: SitePackages = None) -> None:
     """Remove the log line, restoring the original file byte for byte (hash checked)."""
-    from rearrival.patch import revert_patch
+    from rearrival.measure.patch import revert_patch
 
     typer.echo(revert_patch(site_packages).line())
 
 
 def patch_check(site_packages: SitePackages = None) -> None:
     """Print the target file's state (original|patched|modified|missing) and sha256."""
-    from rearrival.patch import patch_status
+    from rearrival.measure.patch import patch_status
 
     typer.echo(patch_status(site_packages).line())
 
@@ -66,7 +66,7 @@ def compile_model(
     Prints the artifact directory, compile seconds and bytes; fails fast with what to
     install when optimum-rbln or an RBLN device is missing.
     """
-    from rearrival.rbln import CompileConfig, RblnError, compile_artifact
+    from rearrival.measure.rbln import CompileConfig, RblnError, compile_artifact
 
     try:
         sizes = tuple(int(part) for part in buckets.split(","))

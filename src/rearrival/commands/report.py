@@ -33,8 +33,8 @@ def tables(
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
     and .md; --scorecard prints it here, one line per finding.
     """
-    from rearrival.report import build_report
-    from rearrival.scorecard import read_scorecard_csv, summary_lines
+    from rearrival.report.render import build_report
+    from rearrival.report.scorecard import read_scorecard_csv, summary_lines
 
     index = build_report(config, results, out)
     typer.echo(f"{out / index['report']}: {len(index['tables'])} tables, "

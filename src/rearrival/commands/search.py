@@ -21,7 +21,7 @@ def _profile(cfg, path: Path | None):
     checked against the config's model either way."""
     from dataclasses import replace
 
-    from rearrival.calibrate_config import calibration_config_for
+    from rearrival.config.calibration import calibration_config_for
 
     chosen = calibration_config_for(cfg)
     if path is not None:
@@ -30,7 +30,7 @@ def _profile(cfg, path: Path | None):
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    from rearrival.search import SearchError
+    from rearrival.search.scoring import SearchError
 
     if text is None:
         return None
@@ -46,8 +46,8 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
-    from rearrival.search import SearchSettings, override_settings
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.search.scoring import SearchSettings, override_settings
 
     cfg = load_study_config(config)
     settings = SearchSettings.from_config(cfg)
@@ -87,8 +87,8 @@ def search(
     ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides}
     if ctx.invoked_subcommand is not None:
         return
-    from rearrival.search import SearchError, run_search
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.search.scoring import SearchError, run_search
 
     if out is None:
         raise SearchError("option --out is missing: give the directory for the search "
@@ -107,7 +107,7 @@ def plans(
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
     """Write the search and evaluation input plans (N x seeds x blocks each, disjoint seeds)."""
-    from rearrival.search import make_plans, write_plans
+    from rearrival.search.scoring import make_plans, write_plans
 
     cfg, settings = _load(config, ctx)
     made = make_plans(cfg, settings)
@@ -128,8 +128,8 @@ def shard(
     profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
-    from rearrival.experiments import write_frame
-    from rearrival.search import baseline_of, read_plans, run_shard, search_candidates
+    from rearrival.search.scoring import baseline_of, read_plans, run_shard, search_candidates
+    from rearrival.workflow.stages import write_frame
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
@@ -152,7 +152,7 @@ def merge(
     """Merge shard files into one ranking; the bytes do not depend on the shard count."""
     import pandas as pd
 
-    from rearrival.search import (
+    from rearrival.search.scoring import (
         SearchError,
         baseline_of,
         combine_shards,
@@ -193,9 +193,9 @@ def advise(
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory and compile cost, and whether more slots would still help."""
-    from rearrival.advise import advise as make_advice
-    from rearrival.advise import to_markdown
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.search.advise import advise as make_advice
+    from rearrival.search.advise import to_markdown
 
     cfg = load_study_config(config)
     advice = make_advice(cfg, n=n, plans_dir=plans_dir, search_dir=search_dir,

@@ -9,7 +9,7 @@ import typer
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8); anything else is a one-line error naming --buckets."""
-    from rearrival.sim import SimConfigError
+    from rearrival.model.sim import SimConfigError
 
     try:
         return tuple(int(part) for part in text.split(","))
@@ -46,9 +46,9 @@ def register(app: typer.Typer) -> None:
         """
         import json
 
-        from rearrival.plans import load_plan
-        from rearrival.profile import load_profile
-        from rearrival.sim import SimConfig, simulate
+        from rearrival.model.plans import load_plan
+        from rearrival.model.profile import load_profile
+        from rearrival.model.sim import SimConfig, simulate
 
         config = SimConfig(buckets=parse_buckets(buckets), batch_size=batch_size, slots=slots,
                            release=release, dummy_block=dummy_block)
