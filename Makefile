@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test lint bench clean-results slurm-up slurm-down test-slurm
+.PHONY: all test lint format bench clean-results slurm-up slurm-down test-slurm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +24,16 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
 
+# The formatters only check here; `make format` rewrites.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/snakefmt --check Snakefile rules
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/snakefmt Snakefile rules
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
