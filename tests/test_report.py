@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from rearrival.config.study import Configuration, load_study_config
-from rearrival.measure.backends import BackendSettings, run_backend
+from rearrival.judge.collect import collect_channels
+from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.render import build_report
 from rearrival.report.tables import Column, Part, Table, display, table_csv, tex_escape
@@ -98,7 +99,7 @@ def build_tree(root: Path) -> Path:
                 plan = ex.read_study_plan(plans_dir, n, replicate)
                 slots = ex.run_slots(cfg, study, n, replicate)
                 for slot in slots:
-                    run = ex.RunRequest(
+                    run = RunRequest(
                         study=name, plan=plan, plan_path=ex.plan_file(plans_dir, n, replicate),
                         configuration=cfg.configurations[slot.configuration],
                         variant=slot.variant, label=slot.label, replicate=replicate,
@@ -106,7 +107,7 @@ def build_tree(root: Path) -> Path:
                     run_backend(BackendSettings.from_study_config(cfg), run,
                                 results / "runs" / name / f"n{n}_r{replicate}" / slot.label)
         channels = results / "channels" / f"{name}.parquet"
-        ex.collect_channels(sorted((results / "runs" / name).iterdir()), channels)
+        collect_channels(sorted((results / "runs" / name).iterdir()), channels)
         decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
                      results / "decisions" / f"{name}.csv")
     ex.injection(cfg, results / "injection" / "gaps.parquet")

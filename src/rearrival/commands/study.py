@@ -86,8 +86,8 @@ def channels(study: StudyName,
              out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.config.calibration import calibration_config_for
+    from rearrival.judge.collect import collect_channels
     from rearrival.prereg.ledger import require_sealed
-    from rearrival.workflow.stages import collect_channels
 
     cfg = _config(config)
     cfg.study(study)

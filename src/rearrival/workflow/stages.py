@@ -17,41 +17,31 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rearrival.atomic import atomic_directory, atomic_write_bytes
-from rearrival.config.study import SELECTED, Configuration, Study, StudyConfig
-from rearrival.errors import RearrivalError
+from rearrival.atomic import atomic_directory
+from rearrival.config.study import (
+    SELECTED,
+    Configuration,
+    Study,
+    StudyConfig,
+    resolve_configurations,
+    tool_table_for,
+)
+from rearrival.errors import StageError
+from rearrival.measure.backends import RunRequest
 from rearrival.model.plangen import derive_seed, generate_plan
 from rearrival.model.plans import Plan, load_plan, write_plan
-from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
+from rearrival.model.sim import PREDICTION, SIMULATORS
+from rearrival.model.tools import ToolTable
+from rearrival.parquet import read_frame, write_frame
+from rearrival.prereg.registered import registration_for_decision
 
 if TYPE_CHECKING:
     from rearrival.model.profile import Profile
 
-# Simulator variants predicted for every condition. "base" is the paper's predictor
-# (Section IV) and the only one preregistered as the prediction; "dummy" adds the
-# observed dummy-block rule (Supplementary S9); "stack" uses the measured stack's rules
-# (immediate release + dummy block).
-SIMULATORS: dict[str, tuple[str, str]] = {
-    "base": ("deferred", "off"),
-    "dummy": ("deferred", "pre-evict"),
-    "stack": ("immediate", "pre-evict"),
-}
-PREDICTION = "base"
 INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
 
 
-class StageError(RearrivalError):
-    """A stage's inputs are missing or inconsistent; the message names the file and fix."""
-
-
 # --- plans ------------------------------------------------------------------------------
-
-
-def tool_table_for(cfg: StudyConfig) -> ToolTable:
-    """The configured tool-latency table; 'default' is the published TraceLab aggregate."""
-    if cfg.tool_table == "default":
-        return default_tool_table()
-    return load_summary_json(cfg.tool_table)
 
 
 def plan_file(plans_dir: Path, n: int, replicate: int) -> Path:
@@ -85,34 +75,6 @@ def read_study_plan(plans_dir: Path, n: int, replicate: int) -> Plan:
         raise StageError(f"{path}: plan missing; re-run the plans stage "
                          "(snakemake results/plans/<study>)")
     return load_plan(path)
-
-
-# --- configurations ---------------------------------------------------------------------
-
-
-def read_selected(path: Path) -> Configuration:
-    """The configuration the search picked (results/search/selected.json)."""
-    if not path.exists():
-        raise StageError(f"{path}: no search result; run the search stage first "
-                         "(snakemake results/search/selected.json)")
-    raw = json.loads(path.read_text())
-    buckets = tuple(int(b) for b in raw["buckets"])
-    batch = int(raw["batch_size"])
-    return Configuration(SELECTED, buckets, batch, int(raw.get("slots", batch)))
-
-
-def resolve_configurations(cfg: StudyConfig, study: Study,
-                           selected_path: Path | None) -> dict[str, Configuration]:
-    resolved = {}
-    for name in study.configurations:
-        if name == SELECTED:
-            if selected_path is None:
-                raise StageError(f"study {study.name} compares the search's pick; pass "
-                                 "--selected results/search/selected.json")
-            resolved[name] = read_selected(selected_path)
-        else:
-            resolved[name] = cfg.configurations[name]
-    return resolved
 
 
 # --- predictions ------------------------------------------------------------------------
@@ -158,23 +120,6 @@ def predict(cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path,
     frame = pd.DataFrame(rows)
     write_frame(frame, out)
     return frame
-
-
-def write_frame(frame: pd.DataFrame, out: Path) -> None:
-    """Parquet without the pandas index, published atomically (same data, same bytes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink,
-                   compression="zstd")
-    atomic_write_bytes(out, sink.getvalue().to_pybytes())
-
-
-def read_frame(path: Path, stage: str) -> pd.DataFrame:
-    if not path.exists():
-        raise StageError(f"{path}: missing; run the {stage} stage first")
-    return pd.read_parquet(path)
 
 
 def predicted_ratios(predictions: pd.DataFrame, baseline: str,
@@ -251,77 +196,6 @@ def run_replicate(cfg: StudyConfig, study_name: str, n: int, replicate: int, *,
             run_backend(settings, run, staging / slot.label)
             written.append(out_dir / slot.label)
     return written
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """Everything one backend run needs besides the backend settings."""
-
-    study: str
-    plan: Plan
-    plan_path: Path
-    configuration: Configuration
-    variant: str
-    label: str
-    replicate: int
-    seed: int
-    condition_order: list[str]
-    prereg: dict[str, Any]
-
-
-def run_dirs(replicate_dirs: list[Path]) -> list[Path]:
-    """Every run directory (one per condition) under the given replicate directories."""
-    return sorted(p.parent for d in replicate_dirs for p in Path(d).glob("*/manifest.json"))
-
-
-def collect_channels(replicate_dirs: list[Path], out: Path | None,
-                     profile: Profile | None = None) -> pd.DataFrame:
-    """Channel A/B per run plus what decisions and tables need, incomplete runs included
-    (with their status) so a decision can say which replicate is missing and why.
-    ``out`` None returns the table without writing it (the audit recomputes it)."""
-    from rearrival.judge.channels import channels
-    from rearrival.measure.records import read_run
-
-    rows = []
-    for run_dir in run_dirs(replicate_dirs):
-        record = read_run(run_dir, require_complete=False)
-        manifest = record.manifest
-        row = {
-            "run_id": manifest["run_id"], "run_dir": str(run_dir),
-            "study": manifest["study"], "backend": manifest["backend"],
-            "condition": manifest["condition"], "variant": manifest["variant"],
-            "configuration": manifest["configuration"].get("name"),
-            "n": manifest["n"], "replicate": manifest["replicate"],
-            "status": manifest["status"], "reason": manifest.get("reason"),
-        }
-        rows.append(row)
-        if manifest["status"] == "complete":
-            row.update(channels(record, profile))
-            row.update(run_statistics(record.requests, record.steps))
-    frame = pd.DataFrame(rows)
-    if out is not None:
-        write_frame(frame, out)
-    return frame
-
-
-def run_statistics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
-    """What the mechanism tables show per run: reuse on re-arrivals (III-B), decode
-    steps and padding (III-A), prefill work; read from the records, never predicted."""
-    followups = requests[requests["turn"] == 1]
-    decode = steps[steps["kind"] == "decode"]
-    buckets = decode["b"].astype("int64")
-    histogram = decode.groupby(["n", "b"]).size()
-    return {
-        "re_arrivals": len(followups),
-        "reuse_hits": int((followups["cached_tokens"].fillna(0) > 0).sum()),
-        "computed_prefill_tokens": int(followups["computed_tokens"].fillna(0).sum()),
-        "total_computed_tokens": int(requests["computed_tokens"].fillna(0).sum()),
-        "decode_steps": len(decode),
-        "padding_ratio": float((buckets - decode["n"]).sum() / buckets.sum())
-        if len(decode) else 0.0,
-        "histogram": json.dumps({f"{n}->{b}": int(c) for (n, b), c in histogram.items()},
-                                sort_keys=True),
-    }
 
 
 # --- preregistration --------------------------------------------------------------------
@@ -567,112 +441,6 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     return record.to_json()
 
 
-@dataclass(frozen=True)
-class Registration:
-    """A study as its registration commit holds it: what the study compares (design),
-    the criteria and the predictions. Decisions are computed from this, never from the
-    working files, so an edit after measuring cannot change what is judged."""
-
-    commit: str
-    study: Study
-    replicates: int
-    study_seed: int
-    criteria: Any  # DecisionCriteria
-    predictions: pd.DataFrame
-    files: dict[str, bytes]
-
-
-REGISTERED_FILES = ("design.json", "criteria.json", "predictions.json")
-
-
-def registered_study(design: dict[str, Any], per_plan: list[dict[str, Any]]) -> Study:
-    """The Study a design.json registered. Its configurations are a key-sorted JSON
-    object, so their order (the first is the baseline) is read from the per-plan
-    predictions, which list conditions in the study's order."""
-    order = list(dict.fromkeys(row["configuration"] for row in per_plan))
-    return Study(name=design["study"], kind=design["kind"],
-                 description=design["description"], n=tuple(design["n"]),
-                 configurations=tuple(order), variants=tuple(design["variants"]),
-                 seed_block=design["seed_block"], rule=design["rule"],
-                 amends=design["amends"], repeats=design["repeats"])
-
-
-def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
-    """The registration of ``study_name`` at ``commit`` read from git objects."""
-    from rearrival.judge.decide import DecisionCriteria
-
-    files = {}
-    for name in REGISTERED_FILES:
-        path = f"preregistration/{study_name}/{name}"
-        try:
-            files[name] = (repo.commit(commit).tree / path).data_stream.read()
-        except KeyError:
-            raise StageError(f"{path}: not in prereg commit {commit[:12]}; re-run the prereg "
-                             "stage") from None
-    design = json.loads(files["design.json"])
-    per_plan = json.loads(files["predictions.json"])["per_plan"]
-    predictions = pd.DataFrame(per_plan)
-    predictions["simulator"] = PREDICTION
-    criteria = DecisionCriteria.from_dict(json.loads(files["criteria.json"]),
-                                          f"preregistration/{study_name}/criteria.json at "
-                                          f"{commit[:12]}")
-    return Registration(commit, registered_study(design, per_plan), design["replicates"],
-                        design["study_seed"], criteria, predictions, files)
-
-
-PER_PLAN_KEYS = ["n", "replicate", "configuration", "variant", "plan_sha256", "device_s"]
-
-
-def prediction_difference(working: pd.DataFrame, registered: pd.DataFrame) -> str | None:
-    """The first per-plan prediction (base simulator) that differs from the registered
-    one, as text; None when the working predictions are what was registered."""
-    keys = PER_PLAN_KEYS[:4]
-    mine = (working[working["simulator"] == PREDICTION][PER_PLAN_KEYS]
-            .sort_values(keys).reset_index(drop=True))
-    theirs = registered[PER_PLAN_KEYS].sort_values(keys).reset_index(drop=True)
-    if len(mine) != len(theirs):
-        return f"{len(mine)} per-plan predictions, {len(theirs)} registered"
-    for ours, reg in zip(mine.itertuples(index=False), theirs.itertuples(index=False),
-                         strict=True):
-        if tuple(ours) != tuple(reg):
-            return (f"N={reg.n} replicate {reg.replicate} {reg.configuration}-{reg.variant}: "
-                    f"device_s {ours.device_s!r}, registered {reg.device_s!r}")
-    return None
-
-
-def registration_for_decision(repo_dir: Path, study_name: str, prereg_path: Path,
-                              predictions_path: Path) -> Registration:
-    """The registration a decision uses, refusing when the working copy disagrees: the
-    record must name a registration of the study on HEAD's history, the working
-    preregistration files must be the committed ones, and the working predictions must
-    be the registered predictions."""
-    from rearrival.prereg.registration import open_repo, registrations
-
-    if not prereg_path.exists():
-        raise StageError(f"{prereg_path}: no preregistration record; run the prereg stage")
-    commit = json.loads(prereg_path.read_text())["commit"]
-    repo = open_repo(repo_dir)
-    if commit not in {c.hexsha for c in registrations(repo, study_name)}:
-        raise StageError(f"{prereg_path}: commit {commit[:12]} is not a registration of study "
-                         f"{study_name} on HEAD's history; re-run the prereg stage")
-    registration = read_registration(repo, study_name, commit)
-    root = Path(repo.working_tree_dir)
-    for name, data in registration.files.items():
-        path = root / "preregistration" / study_name / name
-        if not path.exists() or path.read_bytes() != data:
-            raise StageError(f"preregistration/{study_name}/{name}: the working copy differs "
-                             f"from registration commit {commit[:12]}; decisions use what was "
-                             f"registered, so restore it (git checkout -- {path})")
-    difference = prediction_difference(read_frame(predictions_path, "predict"),
-                                       registration.predictions)
-    if difference is not None:
-        raise StageError(f"{predictions_path}: differs from the predictions registered in "
-                         f"commit {commit[:12]} ({difference}); decisions use what was "
-                         "registered, so re-run the predict stage from the registered plans "
-                         "or restore the file")
-    return registration
-
-
 def decide(cfg: StudyConfig, study_name: str, *, channels_path: Path,
            predictions_path: Path, prereg_path: Path, repo_dir: Path, out: Path) -> None:
     """The study's decision table from its registration commit: the design, criteria
@@ -748,15 +516,3 @@ def compile_study(cfg: StudyConfig, study_name: str, out: Path,
     record = {"study": study.name, "configurations": entries}
     atomic_write_json(out, record)
     return record
-
-
-def compiled_artifact(compile_record: Path, configuration: str) -> Path:
-    """The artifact directory the compile stage recorded for a configuration."""
-    if not compile_record.exists():
-        raise StageError(f"{compile_record}: no compile record; run the compile stage "
-                         "(backend rbln)")
-    entries = json.loads(compile_record.read_text())["configurations"]
-    if configuration not in entries:
-        raise StageError(f"{compile_record}: configuration {configuration} was not compiled; "
-                         "re-run the compile stage")
-    return Path(entries[configuration]["artifact"])
