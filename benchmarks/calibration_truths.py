@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from rearrival.config.calibration import CalibrationConfig, calibration_config_for
-from rearrival.config.study import load_study_config
+from rearrival.config.study import load_study_config, tool_table_for
 from rearrival.judge.channels import channel_a
 from rearrival.measure.backends import BackendSettings
 from rearrival.measure.calibrate import calibrate, profile_document, write_profile
@@ -33,7 +33,7 @@ from rearrival.model.plangen import derive_seed
 from rearrival.model.profile import load_profile, measured_profile
 from rearrival.model.sim import SimConfig, simulate
 from rearrival.search.scoring import select
-from rearrival.workflow.stages import study_plan, tool_table_for
+from rearrival.workflow.plans import study_plan
 
 TOLERANCE = 0.03
 

@@ -1,12 +1,14 @@
 # Helpers shared by the workflow files. The study definition as typed objects, the file
 # lists derived from it, and the config values each rule depends on (as params, so an
 # edit reruns exactly the jobs it affects). No science here: rearrival.config.study expands
-# the config and rearrival.workflow.stages says which values each stage uses.
+# the config and rearrival.workflow.params says which values each stage uses.
 import os
 from pathlib import Path
 
 from rearrival.workflow.cluster import check_slurm_site, device_gres
-from rearrival.workflow.stages import INJECTION_BACKEND, refuse_changed_designs, workflow_params
+from rearrival.workflow.params import workflow_params
+from rearrival.workflow.preregister import refuse_changed_designs
+from rearrival.workflow.run import INJECTION_BACKEND
 from rearrival.config.study import study_config_from_mapping
 
 STUDY = study_config_from_mapping(config, workflow.configfiles[0])

@@ -19,10 +19,14 @@ import pytest
 import yaml
 
 from rearrival.config.study import Configuration, load_study_config
-from rearrival.measure.backends import BackendSettings, run_backend
+from rearrival.judge.collect import collect_channels
+from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.render import build_report
 from rearrival.report.tables import Column, Part, Table, display, table_csv, tex_escape
+from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
+from rearrival.workflow.predict import predict
+from rearrival.workflow.run import injection, run_slots
 
 PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV",
                 "S1", "S8", "S9")
@@ -76,7 +80,6 @@ def _short_plans(plans_dir: Path) -> None:
 def build_tree(root: Path) -> Path:
     """results/ with plans, predictions, runs, channels, decisions, prereg, injection."""
     from rearrival.judge.decisions import criteria_from_config, decide_study
-    from rearrival.workflow import stages as ex
 
     config_path = root / "config.yaml"
     config_path.write_text(yaml.safe_dump(TINY_CONFIG))
@@ -84,10 +87,10 @@ def build_tree(root: Path) -> Path:
     results = root / "results"
     for name, study in cfg.studies.items():
         plans_dir = results / "plans" / name
-        ex.make_plans(cfg, name, plans_dir)
+        make_plans(cfg, name, plans_dir)
         _short_plans(plans_dir)
         predictions = results / "predictions" / f"{name}.parquet"
-        ex.predict(cfg, name, plans_dir, predictions)
+        predict(cfg, name, plans_dir, predictions)
         commit = f"{sum(map(ord, name)):040x}"
         prereg = {"study": name, "commit": commit, "committed_at": "2026-01-01T00:00:00+00:00"}
         (results / "prereg").mkdir(parents=True, exist_ok=True)
@@ -95,21 +98,21 @@ def build_tree(root: Path) -> Path:
             json.dumps(prereg | {"history": [prereg]}))
         for n in study.n:
             for replicate in range(cfg.replicates):
-                plan = ex.read_study_plan(plans_dir, n, replicate)
-                slots = ex.run_slots(cfg, study, n, replicate)
+                plan = read_study_plan(plans_dir, n, replicate)
+                slots = run_slots(cfg, study, n, replicate)
                 for slot in slots:
-                    run = ex.RunRequest(
-                        study=name, plan=plan, plan_path=ex.plan_file(plans_dir, n, replicate),
+                    run = RunRequest(
+                        study=name, plan=plan, plan_path=plan_file(plans_dir, n, replicate),
                         configuration=cfg.configurations[slot.configuration],
                         variant=slot.variant, label=slot.label, replicate=replicate,
                         seed=slot.seed, condition_order=[s.label for s in slots], prereg=prereg)
                     run_backend(BackendSettings.from_study_config(cfg), run,
                                 results / "runs" / name / f"n{n}_r{replicate}" / slot.label)
         channels = results / "channels" / f"{name}.parquet"
-        ex.collect_channels(sorted((results / "runs" / name).iterdir()), channels)
+        collect_channels(sorted((results / "runs" / name).iterdir()), channels)
         decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
                      results / "decisions" / f"{name}.csv")
-    ex.injection(cfg, results / "injection" / "gaps.parquet")
+    injection(cfg, results / "injection" / "gaps.parquet")
     return config_path
 
 

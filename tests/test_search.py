@@ -19,6 +19,7 @@ from rearrival.cli import app
 from rearrival.model.memory import device_memory
 from rearrival.model.profile import ProfileError, measured_profile
 from rearrival.model.sim import simulate
+from rearrival.parquet import write_frame
 from rearrival.search.scoring import (
     BASELINE,
     Candidate,
@@ -42,7 +43,6 @@ from rearrival.search.scoring import (
     score_table,
     write_outputs,
 )
-from rearrival.workflow.stages import write_frame
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()

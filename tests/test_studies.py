@@ -23,7 +23,8 @@ from rearrival.config.study import (
 from rearrival.judge.decide import DecisionCriteria
 from rearrival.judge.decisions import criteria_from_config
 from rearrival.measure.backends import BackendSettings
-from rearrival.workflow.stages import design_changes, registered_design, workflow_params
+from rearrival.workflow.params import workflow_params
+from rearrival.workflow.preregister import design_changes, registered_design
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())

@@ -100,10 +100,9 @@ def run(
 
     from rearrival.config.study import make_configuration
     from rearrival.errors import RearrivalError
-    from rearrival.measure.backends import BackendSettings, run_backend, run_status
+    from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
     from rearrival.measure.records import BACKENDS
     from rearrival.model.plans import load_plan
-    from rearrival.workflow.stages import RunRequest
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")

@@ -128,8 +128,8 @@ def shard(
     profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
+    from rearrival.parquet import write_frame
     from rearrival.search.scoring import baseline_of, read_plans, run_shard, search_candidates
-    from rearrival.workflow.stages import write_frame
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards

@@ -29,7 +29,7 @@ def _config(path: Path):
 
 def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Write every input plan of a study (one per N and replicate)."""
-    from rearrival.workflow.stages import make_plans
+    from rearrival.workflow.plans import make_plans
 
     for path in make_plans(_config(config), study, out):
         typer.echo(str(path))
@@ -38,7 +38,7 @@ def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
 def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
             selected: Selected = None) -> None:
     """Simulate every plan under every condition of a study (paper Section IV)."""
-    from rearrival.workflow.stages import predict as run_predict
+    from rearrival.workflow.predict import predict as run_predict
 
     frame = run_predict(_config(config), study, plans, out, selected)
     typer.echo(f"{out}: {len(frame)} predictions")
@@ -48,7 +48,7 @@ def prereg(study: StudyName, plans: Plans, predictions: Predictions, out: Out,
            config: Config = DEFAULT_CONFIG, selected: Selected = None,
            repo: Repo = DEFAULT_REPO) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
-    from rearrival.workflow.stages import preregister
+    from rearrival.workflow.preregister import preregister
 
     record = preregister(_config(config), study, plans_dir=plans,
                          predictions_path=predictions, repo_dir=repo,
@@ -64,7 +64,7 @@ def run(study: StudyName,
         compiled: Annotated[Path | None, typer.Option(
             "--compiled", help="Compile record of the study (backend rbln).")] = None) -> None:
     """Run every condition of one replicate in its seeded shuffled order."""
-    from rearrival.workflow.stages import run_replicate
+    from rearrival.workflow.run import run_replicate
 
     for path in run_replicate(_config(config), study, n, replicate, plans_dir=plans,
                               out_dir=out, repo_dir=repo, selected_path=selected,
@@ -74,7 +74,7 @@ def run(study: StudyName,
 
 def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Prefill injection: background inter-token gaps per injected prefill size."""
-    from rearrival.workflow.stages import injection as run_injection
+    from rearrival.workflow.run import injection as run_injection
 
     frame = run_injection(_config(config), out)
     typer.echo(f"{out}: {len(frame)} gaps")
@@ -86,8 +86,8 @@ def channels(study: StudyName,
              out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.config.calibration import calibration_config_for
+    from rearrival.judge.collect import collect_channels
     from rearrival.prereg.ledger import require_sealed
-    from rearrival.workflow.stages import collect_channels
 
     cfg = _config(config)
     cfg.study(study)
@@ -103,7 +103,7 @@ def decide(study: StudyName,
            prereg: Annotated[Path, typer.Option("--prereg", help="Prereg record JSON.")],
            out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Apply the registered decision rules to the study's replicate-summed ratios."""
-    from rearrival.workflow.stages import decide as run_decide
+    from rearrival.workflow.decide import decide as run_decide
 
     run_decide(_config(config), study, channels_path=channels, predictions_path=predictions,
                prereg_path=prereg, repo_dir=repo, out=out)
@@ -124,7 +124,7 @@ def seal(study: StudyName,
 def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG,
             selected: Selected = None) -> None:
     """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
-    from rearrival.workflow.stages import compile_study
+    from rearrival.workflow.compile import compile_study
 
     record = compile_study(_config(config), study, out, selected)
     for name, entry in record["configurations"].items():

@@ -8,6 +8,7 @@ list of files without repeating the rules.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -18,8 +19,9 @@ from typing import Any
 import yaml
 
 from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
-from rearrival.errors import RearrivalError
+from rearrival.errors import RearrivalError, StageError
 from rearrival.model.profile import bucket_set_problem
+from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -281,3 +283,41 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
         raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
     validate_against_schema(raw, str(path), schema_path or config_schema_path())
     return study_config_from_mapping(raw, str(path))
+
+
+# --- what a study's stages read besides the config ----------------------------------------
+
+
+def tool_table_for(cfg: StudyConfig) -> ToolTable:
+    """The configured tool-latency table; 'default' is the published TraceLab aggregate."""
+    if cfg.tool_table == "default":
+        return default_tool_table()
+    return load_summary_json(cfg.tool_table)
+
+
+def read_selected(path: Path) -> Configuration:
+    """The configuration the search picked (results/search/selected.json)."""
+    if not path.exists():
+        raise StageError(f"{path}: no search result; run the search stage first "
+                         "(snakemake results/search/selected.json)")
+    raw = json.loads(path.read_text())
+    buckets = tuple(int(b) for b in raw["buckets"])
+    batch = int(raw["batch_size"])
+    return Configuration(SELECTED, buckets, batch, int(raw.get("slots", batch)))
+
+
+def resolve_configurations(cfg: StudyConfig, study: Study,
+                           selected_path: Path | None) -> dict[str, Configuration]:
+    """Every configuration a study compares, by name, the search's pick read from
+    ``selected_path`` (predict, preregister, run and compile all resolve them here)."""
+    resolved = {}
+    for name in study.configurations:
+        if name == SELECTED:
+            if selected_path is None:
+                raise StageError(f"study {study.name} compares the search's pick; pass "
+                                 "--selected results/search/selected.json")
+            resolved[name] = read_selected(selected_path)
+        else:
+            resolved[name] = cfg.configurations[name]
+    return resolved
+

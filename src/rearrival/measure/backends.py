@@ -16,8 +16,8 @@ from rearrival.errors import RearrivalError
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
 
 if TYPE_CHECKING:
-    from rearrival.config.study import StudyConfig
-    from rearrival.workflow.stages import RunRequest
+    from rearrival.config.study import Configuration, StudyConfig
+    from rearrival.model.plans import Plan
 
 BACKENDS = ("emulated", "emulated-http", "rbln")
 
@@ -52,6 +52,22 @@ class BackendSettings:
                    site_packages=Path(site_packages) if site_packages else None,
                    compile_record=compile_record,
                    emulator_truth=calibration_config_for(cfg).truth_path())
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything one backend run needs besides the backend settings."""
+
+    study: str
+    plan: Plan
+    plan_path: Path
+    configuration: Configuration
+    variant: str
+    label: str
+    replicate: int
+    seed: int
+    condition_order: list[str]
+    prereg: dict[str, Any]
 
 
 def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
@@ -130,8 +146,7 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
 def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """Real hardware: the compiled artifact served by vllm-rbln, a fresh server per run."""
     from rearrival.measure.client import ReplayOptions
-    from rearrival.measure.rbln import run_rbln
-    from rearrival.workflow.stages import compiled_artifact
+    from rearrival.measure.rbln import compiled_artifact, run_rbln
 
     configuration = run.configuration
     artifact = settings.artifact

@@ -43,6 +43,7 @@ import yaml
 from rearrival.atomic import atomic_write_bytes
 from rearrival.config.calibration import Artifact, CalibrationConfig, CalibrationSettings
 from rearrival.errors import RearrivalError
+from rearrival.measure.backends import RunRequest
 from rearrival.model.fits import (
     CompileFit,
     DecodeFit,
@@ -56,6 +57,7 @@ from rearrival.model.fits import (
 )
 from rearrival.model.plans import Plan, PlanMeta, Session
 from rearrival.model.profile import Profile, measured_profile, select_bucket
+from rearrival.parquet import write_frame
 
 if TYPE_CHECKING:
     from rearrival.config.study import StudyConfig
@@ -335,7 +337,6 @@ def run_measurements(measurements: list[Measurement], runs_dir: Path, backend: A
     from rearrival.measure.backends import run_backend
     from rearrival.model.plangen import derive_seed
     from rearrival.model.plans import write_plan
-    from rearrival.workflow.stages import RunRequest
 
     plans_dir = runs_dir.parent / "plans"
     for m in measurements:
@@ -401,8 +402,6 @@ def calibrate(config: CalibrationConfig, backend: Any, out_dir: Path, *, seed: i
 
 def write_samples(calibration: Calibration, out_dir: Path) -> None:
     """The samples behind the fits, for Table VII and the step-time figure."""
-    from rearrival.workflow.stages import write_frame
-
     write_frame(calibration.measured.decode, out_dir / DECODE_STEPS_FILE)
     write_frame(calibration.measured.prefill, out_dir / PREFILL_FILE)
     write_frame(calibration.measured.reuse, out_dir / REUSE_FILE)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
-from rearrival.errors import RearrivalError
+from rearrival.errors import RearrivalError, StageError
 from rearrival.model.profile import bucket_set_problem
 
 if TYPE_CHECKING:
@@ -195,6 +195,18 @@ def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
         "from_pretrained_kwargs": config.from_pretrained_kwargs(),
     })
     return CompileResult(artifact, record, False, compile_s, size)
+
+
+def compiled_artifact(compile_record: Path, configuration: str) -> Path:
+    """The artifact directory the compile stage recorded for a configuration."""
+    if not compile_record.exists():
+        raise StageError(f"{compile_record}: no compile record; run the compile stage "
+                         "(backend rbln)")
+    entries = json.loads(compile_record.read_text())["configurations"]
+    if configuration not in entries:
+        raise StageError(f"{compile_record}: configuration {configuration} was not compiled; "
+                         "re-run the compile stage")
+    return Path(entries[configuration]["artifact"])
 
 
 # --- serve -------------------------------------------------------------------------------

@@ -78,6 +78,17 @@ SUMMARY_KEYS = (
     "makespan_s", "histogram",
 )
 
+# Simulator variants predicted for every condition. "base" is the paper's predictor
+# (Section IV) and the only one preregistered as the prediction; "dummy" adds the
+# observed dummy-block rule (Supplementary S9); "stack" uses the measured stack's rules
+# (immediate release + dummy block).
+SIMULATORS: dict[str, tuple[str, str]] = {
+    "base": ("deferred", "off"),
+    "dummy": ("deferred", "pre-evict"),
+    "stack": ("immediate", "pre-evict"),
+}
+PREDICTION = "base"
+
 
 class SimConfigError(RearrivalError, ValueError):
     """A simulator configuration that cannot run; the message names the field and the fix."""

@@ -35,7 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rearrival.errors import RearrivalError
+from rearrival.errors import RearrivalError, StageError
+from rearrival.judge.collect import collect_channels
+from rearrival.prereg.registered import read_registration
 from rearrival.prereg.registration import (
     PREREG_ROOT,
     PROFILE_FILE,
@@ -467,7 +469,6 @@ def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
     registration (design, criteria, predictions) and the run records."""
     from rearrival.judge.decisions import decision_table
     from rearrival.measure.records import RunRecordError
-    from rearrival.workflow.stages import StageError, collect_channels, read_registration
 
     for path in sorted((results / "decisions").glob("*.csv")):
         study = path.stem

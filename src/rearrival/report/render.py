@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.atomic import atomic_write_json, atomic_write_text
-from rearrival.config.study import StudyConfig
+from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.report.figures import Figure, build_figures
 from rearrival.report.scorecard import (
     Scorecard,
@@ -68,8 +68,6 @@ class Provenance:
 
 
 def provenance(res: Results) -> Provenance:
-    from rearrival.workflow.stages import tool_table_for
-
     software, software_from = {}, None
     frame = res.all_channels()
     if not frame.empty:

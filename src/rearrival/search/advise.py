@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.search.scoring import (
     Candidate,
@@ -33,7 +34,6 @@ from rearrival.search.scoring import (
 )
 
 if TYPE_CHECKING:
-    from rearrival.config.study import StudyConfig
     from rearrival.model.plans import Plan
 
 # Below this further saving (paper V-C: 16 -> 24 -> 32 slots changed cost by < 0.1 %
@@ -56,7 +56,6 @@ def load_plan_dir(plans_dir: Path) -> list[Plan]:
 
 def evaluation_plans(cfg: StudyConfig, n: int) -> list[Plan]:
     """The config's evaluation inputs at one N: seeds x blocks plans never used to select."""
-    from rearrival.workflow.stages import tool_table_for
 
     settings = SearchSettings.from_config(cfg)
     table = tool_table_for(cfg)

@@ -33,14 +33,15 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.errors import RearrivalError
 from rearrival.model.memory import DeviceMemory, device_memory
 from rearrival.model.profile import Profile, measured_profile, select_bucket
+from rearrival.parquet import write_frame
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rearrival.config.study import StudyConfig
     from rearrival.model.plans import Plan
 
 INPUT_SETS = ("search", "evaluation")
@@ -273,8 +274,6 @@ def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: An
 
 
 def make_plans(cfg: StudyConfig, settings: SearchSettings) -> list[tuple[PlanKey, Plan]]:
-    from rearrival.workflow.stages import tool_table_for
-
     table = tool_table_for(cfg)
     return [(key, make_plan(key, settings, cfg.study_seed, table))
             for key in plan_keys(settings)]
@@ -812,7 +811,6 @@ def write_outputs(results: pd.DataFrame, cands: Sequence[Candidate], baseline: C
                   profile: Profile | None = None) -> dict[str, Any]:
     """DIR/scores.parquet, DIR/selected.json, DIR/summary.json (each atomically)."""
     from rearrival.atomic import atomic_write_json
-    from rearrival.workflow.stages import write_frame
 
     check_complete(results, cands, baseline, settings)
     table, comparison = score_table(results, cands, baseline, settings, profile)
