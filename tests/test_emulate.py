@@ -14,15 +14,13 @@ import pytest
 import yaml
 
 from rearrival.errors import RearrivalError
-from rearrival.measure.emulate import (
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import Engine, EngineConfig, StepOutcome
+from rearrival.measure.emulate.injection import run_injection
+from rearrival.measure.emulate.truth import (
     EmulateError,
-    Engine,
-    EngineConfig,
-    StepOutcome,
     default_truth,
     load_truth,
-    run_emulated,
-    run_injection,
     true_bucket_cost_s,
 )
 from rearrival.measure.steplog import parse_step_log

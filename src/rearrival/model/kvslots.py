@@ -40,7 +40,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from heapq import heappop, heappush
 
-RELEASES = ("deferred", "immediate")
+from rearrival.vocabulary import RELEASES
+
 NO_OWNER = -1
 
 

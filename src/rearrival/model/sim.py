@@ -67,11 +67,10 @@ from heapq import heappop, heappush
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.kvslots import NO_OWNER, RELEASES, SlotPool
+from rearrival.model.kvslots import NO_OWNER, SlotPool
 from rearrival.model.profile import Profile, bucket_set_problem, measured_profile, select_bucket
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, DUMMY_BLOCKS, RELEASES
 
-DUMMY_BLOCKS = ("off", "pre-evict")
-ARRIVAL_TOLERANCE_S = 1e-12
 SUMMARY_KEYS = (
     "decode_steps", "prefill_steps", "padding_ratio", "reuse_hits", "re_arrivals",
     "computed_prefill_tokens", "decode_s", "prefill_s", "device_s", "interference_s",

@@ -23,12 +23,12 @@ from typing import Any
 from rearrival.model.kvslots import NO_OWNER, SlotPool
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import (
-    ARRIVAL_TOLERANCE_S,
     REQUEST_COLUMNS,
     SimConfig,
     SimResult,
     plan_arrays,
 )
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
 
 
 @dataclass

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+
 NO_OWNER = -1
 # result codes of the kernel
 OK = 0
@@ -139,7 +141,7 @@ def run(gen, wait, fixed, miss_cost, hit_reuse, hit_cost, step_s, batch, slots, 
     requests = gen.shape[0]
     count = requests // 2
     has_fixed = fixed.shape[0] > 0
-    eps = 1e-12
+    eps = ARRIVAL_TOLERANCE_S
     inf = np.inf
     arrival = req_f[0]
     admit_s = req_f[1]

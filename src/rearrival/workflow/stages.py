@@ -698,7 +698,8 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     """Prefill injection (paper III-C): background inter-token gaps around one injected
     prefill of each configured size, on the emulated engine."""
     from rearrival.config.calibration import calibration_config_for
-    from rearrival.measure.emulate import load_truth, run_injection
+    from rearrival.measure.emulate.injection import run_injection
+    from rearrival.measure.emulate.truth import load_truth
 
     if cfg.backend != INJECTION_BACKEND:
         raise StageError(f"{cfg.source}: backend {cfg.backend}: the prefill injection "
