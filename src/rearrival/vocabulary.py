@@ -23,6 +23,13 @@ RELEASES = ("deferred", "immediate")
 # evictable slot before a partly filled decode step (the measured stack).
 DUMMY_BLOCKS = ("off", "pre-evict")
 
+# Why a KV slot's cached prefix was dropped: an admission securing its slot, or the
+# dummy padding block. "dummy-block" is the spelling the emulated server log writes
+# (``reason=dummy-block``); the dummy-block *mode* that causes it is "pre-evict".
+EVICTED_BY_ADMISSION = "admission"
+EVICTED_BY_DUMMY_BLOCK = "dummy-block"
+EVICTION_CAUSES = (EVICTED_BY_ADMISSION, EVICTED_BY_DUMMY_BLOCK)
+
 # An arrival at t counts at the first step boundary >= t - ARRIVAL_TOLERANCE_S (SPEC 5),
 # so float round-off in "completion + wait" never delays an admission by a whole step.
 ARRIVAL_TOLERANCE_S = 1e-12

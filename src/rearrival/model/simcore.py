@@ -134,7 +134,8 @@ def run(gen, wait, fixed, miss_cost, hit_reuse, hit_cost, step_s, batch, slots, 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
     evicted tag, running at admission; hist[n] decode steps; with ``record``, stretch
     rows (st_i: n, steps; st_f: start, end) and eviction rows (ev_f: time; ev_i: slot,
-    victim rid, cause 0 admission / 1 pre-evict). ``work`` is scratch (7 rows).
+    victim rid, cause: 0 admission / 1 dummy block, the index into
+    ``rearrival.vocabulary.EVICTION_CAUSES``). ``work`` is scratch (7 rows).
 
     Returns (code, prefill_total, interference, makespan, stretches, evictions).
     """

@@ -34,7 +34,7 @@ from rearrival.measure.emulate.frames import (
 from rearrival.measure.emulate.truth import EmulateError, Truth, default_truth
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile, measured_profile
-from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, EVICTED_BY_DUMMY_BLOCK
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,8 @@ class Client:
             self.requests[adm.request_id].update(admitted_s=outcome.start_s,
                                                  reported_hit_tokens=adm.reported_hit_tokens)
         for ev in outcome.evictions:
-            self.eviction_rows.append((ev.time_s, ev.slot, ev.session_key, ev.cached_tokens,
-                                       ev.reason))
+            self.eviction_rows.append((ev.time_s, ev.slot, ev.session, ev.cached_tokens,
+                                       ev.cause))
         for session, turn in outcome.emitted:
             row = self.requests[(session, turn)]
             t_s = end + float(self.egress[session, turn])
@@ -221,7 +221,7 @@ def run_emulated(plan: Plan, *, buckets: tuple[int, ...] | list[int], batch_size
         "re_arrivals": len(follow),
         "reported_hits": int(reported),
         "evictions": len(evictions),
-        "dummy_evictions": int((evictions["reason"] == "dummy-block").sum()),
+        "dummy_evictions": int((evictions["reason"] == EVICTED_BY_DUMMY_BLOCK).sum()),
         "decode_steps": int((steps["kind"] == "decode").sum()),
         "prefill_steps": int((steps["kind"] == "prefill").sum()),
     }

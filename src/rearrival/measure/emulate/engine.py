@@ -24,8 +24,13 @@ from rearrival.measure.emulate.truth import (
     true_prefill_s,
 )
 from rearrival.measure.steplog import format_bucket_line
+from rearrival.model.kvslots import Eviction
 from rearrival.model.profile import Profile, bucket_set_problem, measured_profile, select_bucket
-from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+from rearrival.vocabulary import (
+    ARRIVAL_TOLERANCE_S,
+    EVICTED_BY_ADMISSION,
+    EVICTED_BY_DUMMY_BLOCK,
+)
 
 EMULATOR_VERSION = "rearrival-emulate/1"
 METRIC_NAMES = (
@@ -58,17 +63,6 @@ class EngineConfig:
     def slot_count(self) -> int:
         """S defaults to batch_size: one 8,192-token block per sequence (paper II-B)."""
         return self.batch_size if self.slots is None else self.slots
-
-
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """A KV slot whose cached prefix was dropped: by an admission or as the padding block."""
-
-    time_s: float
-    slot: int
-    session_key: Hashable
-    cached_tokens: int
-    reason: str  # "admission" | "dummy-block"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +257,7 @@ class Engine:
 
     # -- slots ---------------------------------------------------------------------
 
-    def _evict_oldest(self, now_s: float, reason: str) -> tuple[int, Eviction] | None:
+    def _evict_oldest(self, now_s: float, cause: str) -> tuple[int, Eviction] | None:
         best = -1
         for index, slot in enumerate(self._slots):
             if slot.state == _EVICTABLE and (
@@ -272,18 +266,18 @@ class Engine:
         if best < 0:
             return None
         slot = self._slots[best]
-        eviction = Eviction(now_s, best, slot.session_key, slot.cached_tokens, reason)
+        eviction = Eviction(now_s, best, slot.session_key, slot.cached_tokens, cause)
         self._slots[best] = _Slot()
         self._free += 1
         self.log_lines.append(f"INFO t={now_s:.6f} [emulate.kv] evict slot={best} "
                               f"session={slot.session_key} cached_tokens={slot.cached_tokens} "
-                              f"reason={reason}")
+                              f"reason={cause}")
         return best, eviction
 
     def _secure_slot(self, now_s: float) -> tuple[int, Eviction | None] | None:
         if self._free:
             return next(i for i, s in enumerate(self._slots) if s.state == _FREE), None
-        evicted = self._evict_oldest(now_s, "admission")
+        evicted = self._evict_oldest(now_s, EVICTED_BY_ADMISSION)
         return None if evicted is None else evicted
 
     def _apply_pending(self) -> None:
@@ -380,7 +374,7 @@ class Engine:
         evictions: tuple[Eviction, ...] = ()
         if (self.truth.dummy_block == "pre-evict" and n < self.config.batch_size
                 and not self._free):
-            evicted = self._evict_oldest(now_s, "dummy-block")
+            evicted = self._evict_oldest(now_s, EVICTED_BY_DUMMY_BLOCK)
             if evicted is not None:
                 evictions = (evicted[1],)
         b = select_bucket(n, self.config.buckets)
