@@ -27,7 +27,8 @@ from rearrival.config.study import load_study_config, tool_table_for
 from rearrival.judge.channels import channel_a
 from rearrival.measure.backends import BackendSettings
 from rearrival.measure.calibrate import calibrate, profile_document, write_profile
-from rearrival.measure.emulate import load_truth, run_emulated
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
 from rearrival.model.plangen import derive_seed
 from rearrival.model.profile import load_profile, measured_profile

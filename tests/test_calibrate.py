@@ -33,7 +33,7 @@ from rearrival.measure.calibrate import (
     steady_durations,
     write_profile,
 )
-from rearrival.measure.emulate import load_truth, true_bucket_cost_s, true_prefill_s
+from rearrival.measure.emulate.truth import load_truth, true_bucket_cost_s, true_prefill_s
 from rearrival.measure.steplog import format_bucket_line
 from rearrival.model.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
 from rearrival.model.profile import (

@@ -14,15 +14,13 @@ import pytest
 import yaml
 
 from rearrival.errors import RearrivalError
-from rearrival.measure.emulate import (
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import Engine, EngineConfig, StepOutcome
+from rearrival.measure.emulate.injection import run_injection
+from rearrival.measure.emulate.truth import (
     EmulateError,
-    Engine,
-    EngineConfig,
-    StepOutcome,
     default_truth,
     load_truth,
-    run_emulated,
-    run_injection,
     true_bucket_cost_s,
 )
 from rearrival.measure.steplog import parse_step_log
@@ -168,7 +166,7 @@ def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
 def test_dummy_block_evicts_oldest_evictable_before_a_partial_decode() -> None:
     outcomes = dummy_scenario("pre-evict")
     evictions = [(o, e) for o in outcomes for e in o.evictions]
-    assert [(e.session_key, e.reason) for _, e in evictions] == [
+    assert [(e.session, e.cause) for _, e in evictions] == [
         ("c", "dummy-block"), ("b", "dummy-block")]
     for outcome, _ in evictions:  # only before decode steps with 0 < n < batch_size
         assert outcome.kind == "decode" and 0 < outcome.n < 3
@@ -181,7 +179,7 @@ def test_dummy_block_evicts_oldest_evictable_before_a_partial_decode() -> None:
 def test_without_dummy_block_the_admission_evicts() -> None:
     outcomes = dummy_scenario("off")
     evictions = [e for o in outcomes for e in o.evictions]
-    assert [(e.session_key, e.reason) for e in evictions] == [("c", "admission")]
+    assert [(e.session, e.cause) for e in evictions] == [("c", "admission")]
     readmit = next(o for o in outcomes if o.admission and o.admission.request_id == "b1")
     assert readmit.admission.cached_tokens == 896
 

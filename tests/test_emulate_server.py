@@ -33,7 +33,8 @@ import pytest
 from rearrival.judge.channels import channels
 from rearrival.measure import rbln
 from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
-from rearrival.measure.emulate import EngineConfig, run_emulated
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate_server import EmulateServer, ServerOptions
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.steplog import parse_step_log

@@ -146,7 +146,7 @@ def test_pre_evict_frees_the_padding_block_before_the_decode_step():
     assert follow_off.evicted_slot == 0 and follow_pre.evicted_slot is None
     assert follow_pre.slot == 0 and follow_pre.cached_tokens == 0
     first = pre.evictions[0]
-    assert (first.cause, first.session, first.turn) == ("pre-evict", 0, 0)
+    assert (first.cause, first.session, first.turn) == ("dummy-block", 0, 0)
     assert first.time_s == pytest.approx(pre.requests[0].complete_s, rel=1e-12)
     # same decode distribution: the dummy block changes KV, not the schedule here
     assert pre.summary()["histogram"] == off.summary()["histogram"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rearrival.judge.channels import channel_a, channel_b
-from rearrival.measure.emulate import run_emulated
+from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.records import RunRecord
 from rearrival.model.plangen import derive_seed, generate_plan
 from rearrival.model.sim import SimConfig, simulate

@@ -101,8 +101,8 @@ def run(
     from rearrival.config.study import make_configuration
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
-    from rearrival.measure.records import BACKENDS
     from rearrival.model.plans import load_plan
+    from rearrival.vocabulary import BACKENDS
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
@@ -184,7 +184,7 @@ def emulate_server(
     """
     import asyncio
 
-    from rearrival.measure.emulate import EngineConfig
+    from rearrival.measure.emulate.engine import EngineConfig
     from rearrival.measure.emulate_server import ServerOptions, serve
 
     options = ServerOptions(EngineConfig(_buckets(buckets), batch_size, slots), seed=seed,

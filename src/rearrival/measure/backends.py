@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
+from rearrival.vocabulary import BACKENDS
 
 if TYPE_CHECKING:
     from rearrival.config.study import Configuration, StudyConfig
     from rearrival.model.plans import Plan
-
-BACKENDS = ("emulated", "emulated-http", "rbln")
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,8 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
 
 def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
-    from rearrival.measure.emulate import load_truth, run_emulated
+    from rearrival.measure.emulate.driver import run_emulated
+    from rearrival.measure.emulate.truth import load_truth
 
     manifest = run_manifest(settings, run)
     configuration = run.configuration
@@ -111,7 +111,7 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
     import os
 
     from rearrival.measure.client import ReplayOptions, check_configuration, replay_url
-    from rearrival.measure.emulate import EngineConfig
+    from rearrival.measure.emulate.engine import EngineConfig
     from rearrival.measure.emulate_server import server_argv
     from rearrival.measure.rbln import free_port, run_with_server
 

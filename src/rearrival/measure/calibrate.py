@@ -357,7 +357,7 @@ def calibrate(config: CalibrationConfig, backend: Any, out_dir: Path, *, seed: i
     ``backend`` is a :class:`rearrival.measure.backends.BackendSettings`. Any fit that does not
     hold raises (``rearrival.model.fits.FitError``) naming bucket or range and the fix.
     """
-    from rearrival.measure.emulate import load_truth
+    from rearrival.measure.emulate.truth import load_truth
     from rearrival.model.fits import fit_compile
 
     settings = config.calibration

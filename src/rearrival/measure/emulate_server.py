@@ -43,13 +43,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily
 
 from rearrival.errors import RearrivalError
-from rearrival.measure.emulate import (
-    EMULATOR_VERSION,
-    Engine,
-    EngineConfig,
-    StepOutcome,
-    load_truth,
-)
+from rearrival.measure.emulate.engine import EMULATOR_VERSION, Engine, EngineConfig, StepOutcome
+from rearrival.measure.emulate.truth import load_truth
 
 MODEL_NAME = "rearrival-emulated-qwen3"
 VOCAB = 151_643  # Qwen3's ordinary token ids; generated ids stay below the specials

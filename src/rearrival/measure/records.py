@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from rearrival.errors import RearrivalError
 from rearrival.measure.steplog import StepLogError, parse_step_log
+from rearrival.vocabulary import BACKENDS, VARIANTS
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -42,8 +43,6 @@ METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
 SERVER_LOG_FILE = "server.log"
 
-BACKENDS = ("emulated", "emulated-http", "rbln")
-VARIANTS = ("wait", "control", "equal")
 STATUSES = ("complete", "failed", "partial")
 STEP_KINDS = ("prefill", "decode")
 

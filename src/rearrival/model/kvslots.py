@@ -37,11 +37,33 @@ the rules here by hand-made cases.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from heapq import heappop, heappush
 
-RELEASES = ("deferred", "immediate")
+from rearrival.vocabulary import RELEASES
+
 NO_OWNER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """KV destroyed: by an admission securing its slot, or taken as the dummy padding block.
+
+    One type for every evictor, the predictor (``rearrival.model.sim``) and the emulated
+    engine (``rearrival.measure.emulate.engine``). ``session`` is the predictor's session
+    index or the engine's session key; ``cached_tokens`` the prompt tokens the slot held;
+    ``cause`` one of ``rearrival.vocabulary.EVICTION_CAUSES``; ``turn`` the victim
+    request's turn where the evictor knows turns (the predictor), None in the engine,
+    which knows a session only by its KV prefix.
+    """
+
+    time_s: float
+    slot: int
+    session: Hashable
+    cached_tokens: int
+    cause: str
+    turn: int | None = None
 
 
 class SlotPool:

@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 
 from rearrival.atomic import atomic_write_bytes
 from rearrival.errors import RearrivalError
+from rearrival.vocabulary import VARIANTS
 
 GENERATOR_VERSION = "rearrival-plans/2"
 APPENDED_TOKENS = 8
-VARIANTS = ("wait", "control", "equal")
 
 COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("session", pa.int64()),

@@ -67,11 +67,17 @@ from heapq import heappop, heappush
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.kvslots import NO_OWNER, RELEASES, SlotPool
+from rearrival.model.kvslots import NO_OWNER, Eviction, SlotPool
 from rearrival.model.profile import Profile, bucket_set_problem, measured_profile, select_bucket
+from rearrival.vocabulary import (
+    ARRIVAL_TOLERANCE_S,
+    DUMMY_BLOCKS,
+    EVICTED_BY_ADMISSION,
+    EVICTED_BY_DUMMY_BLOCK,
+    EVICTION_CAUSES,
+    RELEASES,
+)
 
-DUMMY_BLOCKS = ("off", "pre-evict")
-ARRIVAL_TOLERANCE_S = 1e-12
 SUMMARY_KEYS = (
     "decode_steps", "prefill_steps", "padding_ratio", "reuse_hits", "re_arrivals",
     "computed_prefill_tokens", "decode_s", "prefill_s", "device_s", "interference_s",
@@ -207,17 +213,6 @@ class Stretch:
     end_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """KV destroyed: by an admission securing its slot, or by the dummy-block rule."""
-
-    time_s: float
-    slot: int
-    session: int
-    turn: int
-    cause: str  # "admission" | "pre-evict"
-
-
 # Per-request arrays both simulators fill, indexed by request id rid = 2 * session + turn.
 # first_token_s (= admit_s + prefill_s), computed_tokens and evicted_slot are derived when
 # records are built; evicted_tag is the victim's rid or NO_OWNER.
@@ -274,8 +269,8 @@ class SimResult:
         self._columns = (arrival, admit, complete, prompt, cached, prefill, slot, tag, running)
         self._stretch_rows = [[n, k, a, b] for (n, k), (a, b)
                               in zip(st_i.T.tolist(), st_f.T.tolist(), strict=True)]
-        causes = ("admission", "pre-evict")
-        self._eviction_rows = [(time, s, victim, causes[cause]) for time, (s, victim, cause)
+        self._eviction_rows = [(time, s, victim, EVICTION_CAUSES[cause])
+                               for time, (s, victim, cause)
                                in zip(ev_f.tolist(), ev_i.T.tolist(), strict=True)]
         self._raw = None
 
@@ -369,7 +364,8 @@ class SimResult:
         """Every KV eviction in time order (admissions and dummy-block pre-evictions)."""
         if self._eviction_rows is None:
             self._materialize()
-        return tuple(Eviction(time, slot, tag >> 1, tag & 1, cause)
+        prompt = self.columns[_PROMPT]  # a slot holds its request's prompt KV
+        return tuple(Eviction(time, slot, tag >> 1, prompt[tag], cause, tag & 1)
                      for time, slot, tag, cause in self._eviction_rows)
 
     def summary(self) -> dict[str, Any]:
@@ -719,7 +715,7 @@ def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResul
                     victim = slot_owner[slot][0]
                     slot_owner[slot] = None  # its KV is gone, even if it was the prefix
                     evicted_tag[rid] = victim
-                    evictions.append((t, slot, victim, "admission"))
+                    evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
                 if pending:
                     for finished in pending:
                         heappush(evictable, slot_key[finished])
@@ -772,7 +768,7 @@ def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResul
             victim = slot_owner[slot][0]
             slot_owner[slot] = None
             heappush(free, slot)
-            evictions.append((t, slot, victim, "pre-evict"))
+            evictions.append((t, slot, victim, EVICTED_BY_DUMMY_BLOCK))
         dt = step_s[nrun]
         k = (running[0] >> shift) - clock  # steps to the next completion
         end = t + k * dt

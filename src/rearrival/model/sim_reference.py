@@ -23,11 +23,15 @@ from typing import Any
 from rearrival.model.kvslots import NO_OWNER, SlotPool
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import (
-    ARRIVAL_TOLERANCE_S,
     REQUEST_COLUMNS,
     SimConfig,
     SimResult,
     plan_arrays,
+)
+from rearrival.vocabulary import (
+    ARRIVAL_TOLERANCE_S,
+    EVICTED_BY_ADMISSION,
+    EVICTED_BY_DUMMY_BLOCK,
 )
 
 
@@ -98,7 +102,7 @@ def simulate_reference(plan: Any, config: SimConfig,
                                                      profile.reusable_tokens)
                 if victim != NO_OWNER:
                     request.evicted_tag = victim
-                    evictions.append((t, slot, victim, "admission"))
+                    evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
                 request.slot = slot
                 request.admit_s = t
                 request.cached_tokens = cached
@@ -128,7 +132,7 @@ def simulate_reference(plan: Any, config: SimConfig,
         if config.dummy_block == "pre-evict" and n < config.batch_size:
             freed = pool.pre_evict()
             if freed is not None:
-                evictions.append((t, *freed, "pre-evict"))
+                evictions.append((t, *freed, EVICTED_BY_DUMMY_BLOCK))
         b = select_bucket(n, config.buckets)
         step = profile.decode_step_s(n, b)
         start = t

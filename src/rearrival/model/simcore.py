@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+
 NO_OWNER = -1
 # result codes of the kernel
 OK = 0
@@ -132,14 +134,15 @@ def run(gen, wait, fixed, miss_cost, hit_reuse, hit_cost, step_s, batch, slots, 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
     evicted tag, running at admission; hist[n] decode steps; with ``record``, stretch
     rows (st_i: n, steps; st_f: start, end) and eviction rows (ev_f: time; ev_i: slot,
-    victim rid, cause 0 admission / 1 pre-evict). ``work`` is scratch (7 rows).
+    victim rid, cause: 0 admission / 1 dummy block, the index into
+    ``rearrival.vocabulary.EVICTION_CAUSES``). ``work`` is scratch (7 rows).
 
     Returns (code, prefill_total, interference, makespan, stretches, evictions).
     """
     requests = gen.shape[0]
     count = requests // 2
     has_fixed = fixed.shape[0] > 0
-    eps = 1e-12
+    eps = ARRIVAL_TOLERANCE_S
     inf = np.inf
     arrival = req_f[0]
     admit_s = req_f[1]

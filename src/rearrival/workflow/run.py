@@ -16,7 +16,8 @@ from rearrival.config.calibration import calibration_config_for
 from rearrival.config.study import Study, StudyConfig, resolve_configurations
 from rearrival.errors import StageError
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
-from rearrival.measure.emulate import load_truth, run_injection
+from rearrival.measure.emulate.injection import run_injection
+from rearrival.measure.emulate.truth import load_truth
 from rearrival.model.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.prereg.registration import check_before_run
