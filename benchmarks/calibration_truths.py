@@ -22,7 +22,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rearrival.config.calibration import CalibrationConfig, calibration_config_for
+from rearrival.config.calibration import CalibrationConfig
 from rearrival.config.study import load_study_config, tool_table_for
 from rearrival.judge.channels import channel_a
 from rearrival.measure.backends import BackendSettings
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     cfg = load_study_config(args.config)
-    settings = calibration_config_for(cfg)
+    settings = cfg.measurement
     settings = CalibrationConfig(profile=settings.profile, model=settings.model,
                                  emulator_truth=args.truth, calibration=settings.calibration)
     truth = load_truth(settings.truth_path())

@@ -24,6 +24,7 @@ from rearrival.config.calibration import (
     calibration_config_from_mapping,
     model_from_config_json,
 )
+from rearrival.config.study import RblnSettings
 from rearrival.measure.backends import BackendSettings
 from rearrival.measure.calibrate import (
     CalibrationError,
@@ -349,8 +350,9 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
         return rbln.CompileResult(Path(artifacts_dir) / str(count), record, False, 0.0, 0)
 
     monkeypatch.setattr(rbln, "compile_artifact", fake_compile)
-    out = compile_calibration(CalibrationConfig(), {"artifacts": str(tmp_path / "a")},
-                              tmp_path / "compile.json")
+    rbln_settings = RblnSettings(model="Qwen/Qwen3-4B", max_seq_len=8192, num_devices=4,
+                                 artifacts=str(tmp_path / "a"), site_packages=None)
+    out = compile_calibration(CalibrationConfig(), rbln_settings, tmp_path / "compile.json")
     records = compile_records(out)
     assert sorted(r[0] for r in records) == [2, 4, 5, 7]
     fit = fit_compile(records)

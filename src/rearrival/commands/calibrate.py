@@ -32,7 +32,7 @@ def calibrate(
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
     from dataclasses import replace
 
-    from rearrival.config.calibration import CalibrationConfig, calibration_config_for
+    from rearrival.config.calibration import CalibrationConfig
     from rearrival.config.study import load_study_config, schema_defaults
     from rearrival.measure.backends import BackendSettings
     from rearrival.measure.calibrate import calibrate as run_calibration
@@ -45,7 +45,7 @@ def calibrate(
     )
 
     cfg = load_study_config(config) if config.is_file() else None
-    settings = calibration_config_for(cfg) if cfg is not None else CalibrationConfig()
+    settings = cfg.measurement if cfg is not None else CalibrationConfig()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
     chosen = backend or (cfg.backend if cfg is not None else "emulated")
@@ -78,12 +78,11 @@ def calibrate_compile(
     DEFAULT_CONFIG,
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
-    from rearrival.config.calibration import calibration_config_for
     from rearrival.config.study import load_study_config
     from rearrival.measure.calibrate import compile_calibration
 
     cfg = load_study_config(config)
-    compile_calibration(calibration_config_for(cfg), dict(cfg.rbln), out)
+    compile_calibration(cfg.measurement, cfg.rbln, out)
     typer.echo(f"{out}: calibration artifacts compiled")
 
 

@@ -21,9 +21,7 @@ def _profile(cfg, path: Path | None):
     checked against the config's model either way."""
     from dataclasses import replace
 
-    from rearrival.config.calibration import calibration_config_for
-
-    chosen = calibration_config_for(cfg)
+    chosen = cfg.measurement
     if path is not None:
         chosen = replace(chosen, profile=str(path))
     return chosen.prediction_profile()

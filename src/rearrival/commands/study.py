@@ -85,7 +85,6 @@ def channels(study: StudyName,
                  help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
              out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
-    from rearrival.config.calibration import calibration_config_for
     from rearrival.judge.collect import collect_channels
     from rearrival.prereg.ledger import require_sealed
 
@@ -93,7 +92,7 @@ def channels(study: StudyName,
     cfg.study(study)
     require_sealed(repo, study, replicates)
     # channel A prices steps with the same profile the predictions used (config profile:)
-    frame = collect_channels(replicates, out, calibration_config_for(cfg).prediction_profile())
+    frame = collect_channels(replicates, out, cfg.measurement.prediction_profile())
     typer.echo(f"{out}: {len(frame)} runs")
 
 

@@ -13,16 +13,13 @@ import json
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from rearrival.errors import RearrivalError
 from rearrival.model.fits import DTYPE_BYTES
 from rearrival.model.profile import Profile, bucket_set_problem, load_profile_for_model
-
-if TYPE_CHECKING:
-    from rearrival.config.study import StudyConfig
 
 PUBLISHED = "published"
 CALIBRATED = "calibrated"
@@ -237,8 +234,4 @@ def load_calibration_config(path: str | Path) -> CalibrationConfig:
             from exc
     return calibration_config_from_mapping(raw, str(path))
 
-
-def calibration_config_for(cfg: StudyConfig) -> CalibrationConfig:
-    """The calibration settings of a loaded study definition (typed with the rest of it)."""
-    return cfg.measurement
 

@@ -42,7 +42,6 @@ class BackendSettings:
     @classmethod
     def from_study_config(cls, cfg: StudyConfig,
                           compile_record: Path | None = None) -> BackendSettings:
-        from rearrival.config.calibration import calibration_config_for
 
         site_packages = cfg.rbln.site_packages
         return cls(backend=cfg.backend,
@@ -50,7 +49,7 @@ class BackendSettings:
                                else 1.0),
                    site_packages=Path(site_packages) if site_packages else None,
                    compile_record=compile_record,
-                   emulator_truth=calibration_config_for(cfg).truth_path())
+                   emulator_truth=cfg.measurement.truth_path())
 
 
 @dataclass(frozen=True)

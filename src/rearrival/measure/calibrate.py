@@ -60,7 +60,7 @@ from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.parquet import write_frame
 
 if TYPE_CHECKING:
-    from rearrival.config.study import StudyConfig
+    from rearrival.config.study import RblnSettings, StudyConfig
 
 STUDY = "calibration"
 DECODE_STEPS_FILE = "decode_steps.parquet"
@@ -596,7 +596,7 @@ def required_buckets(cfg: StudyConfig) -> tuple[int, ...]:
     return tuple(sorted(wanted))
 
 
-def compile_calibration(config: CalibrationConfig, rbln: dict[str, Any], out: Path) -> Path:
+def compile_calibration(config: CalibrationConfig, rbln: RblnSettings, out: Path) -> Path:
     """Compile (or reuse) every calibration artifact with optimum-rbln and record where
     each is and what compiling it cost; the record feeds ``--compiled`` and the compile
     fit (backend rbln only)."""
@@ -607,9 +607,9 @@ def compile_calibration(config: CalibrationConfig, rbln: dict[str, Any], out: Pa
     entries = {}
     for artifact in config.calibration.artifacts:
         result = compile_artifact(CompileConfig(
-            model=str(rbln.get("model", model.name)), batch_size=artifact.batch_size,
+            model=rbln.model, batch_size=artifact.batch_size,
             buckets=artifact.buckets, max_seq_len=model.max_seq_len,
-            num_devices=model.num_devices), Path(rbln.get("artifacts", "artifacts")))
+            num_devices=model.num_devices), Path(rbln.artifacts))
         entries[artifact.name] = {"artifact": str(result.artifact), "reused": result.skipped,
                                   **json.loads(result.record.read_text())}
     atomic_write_json(out, {"study": STUDY, "configurations": entries})

@@ -484,7 +484,7 @@ def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
         try:
             registration = read_registration(auditor.repo, study, commit.hexsha)
             channels = collect_channels(sorted(p for p in (results / "runs" / study).glob("*")
-                                               if p.is_dir()), None)
+                                               if p.is_dir()), None, registration.profile)
             recomputed, _ = decision_table(registration.study, registration.replicates,
                                            registration.study_seed, channels,
                                            registration.predictions, registration.criteria)

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from rearrival.config.study import Study
 from rearrival.errors import StageError
 from rearrival.judge.decide import DecisionCriteria
+from rearrival.model.profile import Profile, measured_profile, profile_from_mapping
 from rearrival.model.sim import PREDICTION
 from rearrival.parquet import read_frame
-from rearrival.prereg.registration import open_repo, registrations
+from rearrival.prereg.registration import PROFILE_FILE, open_repo, registrations
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Registration:
     criteria: DecisionCriteria
     predictions: pd.DataFrame
     files: dict[str, bytes]
+    profile: Profile  # the constants the predictions (and channel A) were registered with
 
 
 REGISTERED_FILES = ("design.json", "criteria.json", "predictions.json")
@@ -71,7 +74,19 @@ def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
                                           f"preregistration/{study_name}/criteria.json at "
                                           f"{commit[:12]}")
     return Registration(commit, registered_study(design, per_plan), design["replicates"],
-                        design["study_seed"], criteria, predictions, files)
+                        design["study_seed"], criteria, predictions, files,
+                        registered_profile(repo, study_name, commit))
+
+
+def registered_profile(repo: Any, study_name: str, commit: str) -> Profile:
+    """The profile committed beside the predictions; registrations made before profiles
+    were committed used the shipped published constants."""
+    path = f"preregistration/{study_name}/{PROFILE_FILE}"
+    try:
+        text = (repo.commit(commit).tree / path).data_stream.read()
+    except KeyError:
+        return measured_profile()
+    return profile_from_mapping(yaml.safe_load(text), f"{path} at {commit[:12]}")
 
 
 PER_PLAN_KEYS = ["n", "replicate", "configuration", "variant", "plan_sha256", "device_s"]

@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.calibration import calibration_config_for
 from rearrival.config.study import Configuration, StudyConfig, resolve_configurations
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile
@@ -36,7 +35,7 @@ def predict(cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path,
     """Simulator predictions for every plan x condition x simulator variant (paper IV)."""
     study = cfg.study(study_name)
     configurations = resolve_configurations(cfg, study, selected_path)
-    profile = calibration_config_for(cfg).prediction_profile()  # config `profile:`
+    profile = cfg.measurement.prediction_profile()  # config `profile:`
     rows = []
     for n in study.n:
         for replicate in range(cfg.replicates):

@@ -10,7 +10,6 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.calibration import calibration_config_for
 from rearrival.config.study import (
     SELECTED,
     Study,
@@ -85,7 +84,7 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
 
 def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
     """What the study compares, on which backend, with which inputs: fixed before runs."""
-    calibration = calibration_config_for(cfg)
+    calibration = cfg.measurement
     configurations = resolve_configurations(cfg, study, selected_path)
     return registered_design(cfg, study) | {
         "description": study.description,
@@ -201,7 +200,7 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
         "predictions.json": prediction_record(predictions, study),
-        PROFILE_FILE: profile_bytes(calibration_config_for(cfg).profile_path()),
+        PROFILE_FILE: profile_bytes(cfg.measurement.profile_path()),
     }
     record = register(repo_dir, study.name, files,
                       message=f"prereg({study.name}): predictions and criteria before runs",

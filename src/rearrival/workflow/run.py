@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 
 from rearrival.atomic import atomic_directory
-from rearrival.config.calibration import calibration_config_for
 from rearrival.config.study import Study, StudyConfig, resolve_configurations
 from rearrival.errors import StageError
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
@@ -88,7 +87,7 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
                          "and its result would be filed under a backend that did not produce "
                          "it; the workflow leaves it out on this backend (set backend: "
                          f"{INJECTION_BACKEND} to measure it)")
-    truth = load_truth(calibration_config_for(cfg).truth_path())  # config emulator_truth:
+    truth = load_truth(cfg.measurement.truth_path())  # config emulator_truth:
     settings = cfg.injection
     configuration = cfg.configurations[settings.configuration]
     frames = []
