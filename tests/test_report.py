@@ -22,7 +22,7 @@ from rearrival.config.study import Configuration, load_study_config
 from rearrival.measure.backends import BackendSettings, run_backend
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.render import build_report
-from rearrival.report.tables import Column, Part, Table, display, table_csv, tex_escape
+from rearrival.report.table_model import Column, Part, Table, display, table_csv, tex_escape
 
 PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV",
                 "S1", "S8", "S9")
