@@ -11,7 +11,8 @@ XIV, XV), ``search`` (S8), ``supplementary`` (S1, S9), and the calibration table
 VII-P, IX-P) in ``rearrival.report.calibration``. The table type and its renderers are in
 ``rearrival.report.table_model``. ``TABLE_BUILDERS`` lists them all in the paper's order
 (M, the mechanism studies, last); ``build_tables`` builds them and joins the paper's
-published numbers.
+published numbers; ``table_family`` names a table's family, which ``snakemake --report``
+uses to group the table files (rules/report.smk).
 """
 
 from __future__ import annotations
@@ -41,3 +42,11 @@ def build_tables(res: Results) -> list[Table]:
     difference beside each cell the paper reports."""
     numbers = load_paper_numbers()
     return [with_paper(builder(res), numbers) for builder in TABLE_BUILDERS.values()]
+
+
+def table_family(table_id: str) -> str:
+    """The family a table is built in, named by its builder's module (``mechanisms``,
+    ``validation``, ``costs``, ``search``, ``supplementary`` or ``calibration``); any
+    other file of the tables folder (the scorecard) is a family of its own."""
+    builder = TABLE_BUILDERS.get(table_id)
+    return builder.__module__.rsplit(".", 1)[-1] if builder is not None else table_id
