@@ -16,7 +16,9 @@ from rearrival.report.paper_numbers import (
     load_paper_numbers,
     with_paper,
 )
-from rearrival.report.tables import TABLE_BUILDERS, Column, Part, Results, Table, build_tables
+from rearrival.report.results import Results
+from rearrival.report.table_model import Column, Part, Table
+from rearrival.report.tables import TABLE_BUILDERS, build_tables
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 NUMBERS = load_paper_numbers()

@@ -23,7 +23,8 @@ from rearrival.judge.collect import collect_channels
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.render import build_report
-from rearrival.report.tables import Column, Part, Table, display, table_csv, tex_escape
+from rearrival.report.table_model import Column, Part, Table, display, table_csv, tex_escape
+from rearrival.report.tables import TABLE_BUILDERS, table_family
 from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
 from rearrival.workflow.predict import predict
 from rearrival.workflow.run import injection, run_slots
@@ -248,6 +249,15 @@ def test_observed_rearrivals_name_the_run_when_incomplete():
     assert observed_rearrivals(requests, 1, "run x") == [2.5]
     with pytest.raises(AnalysisError, match=r"run x.*session 1"):
         observed_rearrivals(requests, 2, "run x")
+
+
+def test_every_table_has_a_family_for_the_snakemake_report():
+    """`snakemake --report` groups reports/tables/ by family (rules/report.smk); the
+    family is the module a table is built in, so a new table cannot go ungrouped."""
+    assert {table_family(t) for t in TABLE_BUILDERS} == {
+        "mechanisms", "calibration", "costs", "validation", "search", "supplementary"}
+    assert [t for t in TABLE_BUILDERS if table_family(t) == "mechanisms"] == ["III", "VI", "M"]
+    assert table_family("scorecard") == "scorecard"
 
 
 def test_formats_escape_and_keep_full_precision():

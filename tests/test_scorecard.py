@@ -25,7 +25,7 @@ from rearrival.report.scorecard import (
     scorecard_markdown,
     summary_lines,
 )
-from rearrival.report.tables import Column, Part, Table
+from rearrival.report.table_model import Column, Part, Table
 
 NUMBERS = load_paper_numbers()
 PAPER_PICK = str(NUMBERS["search_pick"].value)

@@ -15,33 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rearrival.measure.calibrate import DECODE_STEPS_FILE, PREFILL_FILE, PROFILE_FILE
 from rearrival.report.figures import BUCKET_COLOURS, Figure, _absent, _pyplot, to_svg
-from rearrival.report.tables import (
-    Column,
-    Part,
-    Results,
-    Table,
-    decision_records,
-    study_backend,
-)
+from rearrival.report.results import Results, decision_records, study_backend
+from rearrival.report.table_model import Column, Part, Table
 
 CALIBRATION_DIR = "calibration"
 
 
 def calibrated_tree(res: Results) -> dict[str, Any] | None:
     """The calibrated profile as written, or None (noted as missing) before the stage ran."""
-    path = res.root / CALIBRATION_DIR / PROFILE_FILE
-    key = f"yaml:{path}"
-    if key not in res._cache:
-        if path.exists():
-            res._cache[key] = yaml.safe_load(path.read_text())
-        else:
-            res._note_missing(path, "snakemake results/calibration/profile.yaml")
-            res._cache[key] = None
-    return res._cache[key]
+    return res.load(f"{CALIBRATION_DIR}/{PROFILE_FILE}")
 
 
 def _absent_table(tid: str, title: str) -> Table:

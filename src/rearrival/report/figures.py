@@ -13,16 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rearrival.report.tables import (
-    Results,
-    Study,
-    condition_sums,
-    decision_records,
-    grid_studies,
-    run_configuration,
-    slot_studies,
-    study_backend,
-)
+from rearrival.config.study import Study
+from rearrival.report.conditions import condition_sums, grid_studies, slot_studies
+from rearrival.report.results import Results, decision_records, run_configuration, study_backend
 
 BUCKET_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
                   "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
@@ -218,14 +211,13 @@ def predicted_session_rows(result: Any) -> list[dict[str, Any]]:
 def timeline_figure(res: Results) -> Figure:
     from rearrival.measure.records import read_run
     from rearrival.model.sim import SimConfig, simulate
-    from rearrival.report.tables import _run_path
 
     fid, title = "timeline", "Session timeline of one run"
     picked = _timeline_run(res)
     if picked is None:
         return _absent(fid, title, "No complete run to draw (no channel table produced).")
     study, run = picked
-    record = read_run(_run_path(res, run["run_dir"]))
+    record = read_run(res.run_path(run["run_dir"]))
     plt = _pyplot()
     plan = res.plan(study.name, int(run["n"]), int(run["replicate"]))
     fig, axes = plt.subplots(2 if plan is not None else 1, 1, figsize=(10, 7), sharex=True,

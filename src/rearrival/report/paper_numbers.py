@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from rearrival.errors import RearrivalError
-from rearrival.report.tables import Column, Part, Table
+from rearrival.report.table_model import Column, Part, Table
 
 DATA_FILE = "paper_numbers.yaml"
 PROVENANCE = ("unit", "text", "where", "experiment", "measures", "quote")

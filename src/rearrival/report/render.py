@@ -24,6 +24,7 @@ from typing import Any
 from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.report.figures import Figure, build_figures
+from rearrival.report.results import Results
 from rearrival.report.scorecard import (
     Scorecard,
     evidence,
@@ -31,16 +32,15 @@ from rearrival.report.scorecard import (
     scorecard_csv,
     scorecard_markdown,
 )
-from rearrival.report.tables import (
-    Results,
+from rearrival.report.table_model import (
     Table,
-    _run_path,
-    build_tables,
     display,
+    table_context,
     table_csv,
     table_latex,
     table_markdown,
 )
+from rearrival.report.tables import build_tables
 
 TEMPLATE = "report.html.j2"
 HARDWARE = "rbln"
@@ -73,7 +73,7 @@ def provenance(res: Results) -> Provenance:
     if not frame.empty:
         complete = frame[frame["status"] == "complete"].sort_values("run_id")
         for run_dir, run_id in zip(complete["run_dir"], complete["run_id"], strict=True):
-            manifest = _run_path(res, run_dir) / "manifest.json"
+            manifest = res.run_path(run_dir) / "manifest.json"
             if manifest.exists():
                 software = dict(sorted(json.loads(manifest.read_text())["software"].items()))
                 software_from = run_id
@@ -245,18 +245,6 @@ def reading(res: Results, prov: Provenance, tables: dict[str, Table]) -> list[st
 
 
 # --- rendering --------------------------------------------------------------------------
-
-
-def table_context(table: Table) -> dict[str, Any]:
-    parts = []
-    for part in table.parts:
-        columns = [c for c in part.columns if c.fmt != "ids"]
-        rows = [{"cells": [display(row.get(c.key), c.fmt) for c in columns],
-                 "run_ids": str(row.get("run_ids") or "").split()} for row in part.rows]
-        parts.append({"name": part.name, "headers": [c.header for c in columns], "rows": rows})
-    return {"id": table.id, "title": table.title, "caption": table.caption,
-            "backend": table.backend, "notes": list(table.notes), "parts": parts,
-            "multi": len(table.parts) > 1}
 
 
 def render_html(cfg: StudyConfig, prov: Provenance, tables: list[Table],

@@ -10,12 +10,14 @@ tables --scorecard`` prints one line per finding.
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rearrival.report.conditions import parse_histogram
 from rearrival.report.findings import (
     FAILS,
     HOLDS,
@@ -25,6 +27,7 @@ from rearrival.report.findings import (
     findings,
 )
 from rearrival.report.paper_numbers import PaperNumber, load_paper_numbers
+from rearrival.report.table_model import csv_text
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,6 @@ def reproduction(res: Any, kinds: Sequence[str] = ("comparison",)) -> dict[str, 
     """Base-simulator padding ratio and decode steps against every complete run of the
     mechanism studies (the analogue of the paper's check on its existing data), and the
     injection gaps."""
-    from rearrival.report.tables import parse_histogram
-
     padding, steps = [], []
     for study in res.studies(*kinds):
         channels, predictions = res.channels(study.name), res.predictions(study.name)
@@ -154,16 +155,7 @@ class Scorecard:
 
 
 def scorecard_csv(card: Scorecard) -> str:
-    import csv
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in card.rows:
-        data = row.as_dict()
-        writer.writerow([data[c] for c in COLUMNS])
-    return buffer.getvalue()
+    return csv_text(COLUMNS, ([row.as_dict()[c] for c in COLUMNS] for row in card.rows))
 
 
 def scorecard_markdown(card: Scorecard) -> str:
@@ -186,8 +178,6 @@ def scorecard_markdown(card: Scorecard) -> str:
 def read_scorecard_csv(path: Path) -> Scorecard:
     """A scorecard written by ``scorecard_csv`` (what ``rearrival tables --scorecard``
     prints from)."""
-    import csv
-
     with path.open(newline="") as handle:
         found = [ScoreRow(**{k: v for k, v in row.items() if k != "hardware"},
                           hardware=row["hardware"] == "yes") for row in csv.DictReader(handle)]
