@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rearrival.measure.calibrate import DECODE_STEPS_FILE, PREFILL_FILE, PROFILE_FILE
-from rearrival.report.figures import BUCKET_COLOURS, Figure, _absent, _pyplot, to_svg
+from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg
 from rearrival.report.results import Results, decision_records, study_backend
 from rearrival.report.table_model import Column, Part, Table
 
@@ -244,12 +244,12 @@ def step_time_figure(res: Results) -> Figure:
     tree = calibrated_tree(res)
     path = res.root / CALIBRATION_DIR / DECODE_STEPS_FILE
     if tree is None or not Path(path).exists():
-        return _absent(fid, title, "Calibration stage not run yet.")
+        return absent(fid, title, "Calibration stage not run yet.")
     steps = pd.read_parquet(path)
     medians = steps.groupby(["bucket", "n"])["duration_s"].median().reset_index()
     beta = float(tree["decode"]["beta_ms_per_request"]["value"])
     costs = tree["decode"]["bucket_cost_ms"]
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     buckets = sorted(int(b) for b in costs)
     # the report's palette while it suffices, else one distinct colour per bucket

@@ -8,56 +8,17 @@ inputs are absent comes back with ``svg=None`` and a note saying what is missing
 
 from __future__ import annotations
 
-import io
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from rearrival.config.study import Study
+from rearrival.report.calibration import step_time_figure
 from rearrival.report.conditions import condition_sums, grid_studies, slot_studies
+from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg
 from rearrival.report.results import Results, decision_records, run_configuration, study_backend
 
-BUCKET_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
-                  "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
 VERDICT_COLOURS = {"pass": "#2a9d4b", "fail": "#c0392b", "withheld": "#e69f00",
                    "exploratory": "#4c72b0", "descriptive": "#9a9a9a"}
-
-
-@dataclass(frozen=True)
-class Figure:
-    id: str
-    title: str
-    caption: str
-    svg: str | None
-    backend: str
-    note: str | None = None
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def to_svg(fig: Any, salt: str) -> str:
-    """Inline SVG (no XML prolog) with deterministic ids and no timestamp."""
-    import matplotlib
-
-    plt = _pyplot()
-    with matplotlib.rc_context({"svg.hashsalt": f"rearrival-{salt}", "svg.fonttype": "none"}):
-        buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    plt.close(fig)
-    text = buffer.getvalue()
-    text = re.sub(r"^<\?xml[^>]*>\s*", "", text)
-    return re.sub(r"<!DOCTYPE[^>]*>\s*", "", text).strip()
-
-
-def _absent(fid: str, title: str, note: str) -> Figure:
-    return Figure(fid, title, note, None, "none", note)
 
 
 # --- h(n) by bucket -----------------------------------------------------------------------
@@ -68,7 +29,7 @@ def histogram_figure(res: Results, study: Study) -> Figure:
     fid, title = f"hist-{study.name}", f"h(n) by bucket, study {study.name}"
     channels = res.channels(study.name)
     if channels is None:
-        return _absent(fid, title, f"results/channels/{study.name}.parquet not produced.")
+        return absent(fid, title, f"results/channels/{study.name}.parquet not produced.")
     n = study.n[0]
     panels = []
     for conf in study.configurations:
@@ -77,8 +38,8 @@ def histogram_figure(res: Results, study: Study) -> Figure:
             if sums is not None:
                 panels.append((f"{conf}-{variant}", sums))
     if not panels:
-        return _absent(fid, title, f"study {study.name}: no complete runs at N={n}.")
-    plt = _pyplot()
+        return absent(fid, title, f"study {study.name}: no complete runs at N={n}.")
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.8), sharey=True,
                              squeeze=False)
     buckets = sorted({b for _, s in panels for (_, b) in s.histogram})
@@ -215,10 +176,10 @@ def timeline_figure(res: Results) -> Figure:
     fid, title = "timeline", "Session timeline of one run"
     picked = _timeline_run(res)
     if picked is None:
-        return _absent(fid, title, "No complete run to draw (no channel table produced).")
+        return absent(fid, title, "No complete run to draw (no channel table produced).")
     study, run = picked
     record = read_run(res.run_path(run["run_dir"]))
-    plt = _pyplot()
+    plt = pyplot()
     plan = res.plan(study.name, int(run["n"]), int(run["replicate"]))
     fig, axes = plt.subplots(2 if plan is not None else 1, 1, figsize=(10, 7), sharex=True,
                              squeeze=False)
@@ -272,11 +233,11 @@ def prediction_figure(res: Results) -> Figure:
                 points.append((row["ratio_pred"], row["ratio_obs_a"], row.get("verdict"),
                                f"{study.name} N={row['n']} {row['comparison']}"))
     if not points:
-        return _absent(fid, title, "No decision table with observed ratios produced yet.")
+        return absent(fid, title, "No decision table with observed ratios produced yet.")
     decision = res.cfg.decision
     tolerance = decision.error_tolerance
     low, high = decision.equivalence_band
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 5.5))
     values = [v for p in points for v in p[:2]] + [low, high]
     lo, hi = min(values) - 0.02, max(values) + 0.02
@@ -317,8 +278,8 @@ def search_figure(res: Results) -> Figure:
     fid, title = "search", "Search landscape"
     scores = res.search_scores()
     if scores is None:
-        return _absent(fid, title, "results/search/scores.parquet not produced.")
-    plt = _pyplot()
+        return absent(fid, title, "results/search/scores.parquet not produced.")
+    plt = pyplot()
     fig, (dens, best) = plt.subplots(1, 2, figsize=(10, 3.6),
                                      gridspec_kw={"width_ratios": [3, 2]})
     batches = sorted(scores["batch_size"].unique())
@@ -366,9 +327,9 @@ def saturation_figure(res: Results) -> Figure:
         notes: list[str] = []
         rows += [r for r in decision_records(res, study, notes) if r.get("ci_low") is not None]
     if not rows:
-        return _absent(fid, title, "No saturation decision with a bootstrap CI produced yet.")
+        return absent(fid, title, "No saturation decision with a bootstrap CI produced yet.")
     width = res.cfg.decision.saturation_width
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for i, row in enumerate(rows):
         median, low, high = row["ratio_obs_a"], row["ci_low"], row["ci_high"]
@@ -401,8 +362,8 @@ def injection_figure(res: Results) -> Figure:
     fid, title = "injection", "Prefill injection: background inter-token gaps"
     gaps = res.gaps()
     if gaps is None or gaps.empty:
-        return _absent(fid, title, "results/injection/gaps.parquet not produced.")
-    plt = _pyplot()
+        return absent(fid, title, "results/injection/gaps.parquet not produced.")
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     at = gaps[gaps["relative"] == 0]
     other = gaps[gaps["relative"] != 0]
@@ -432,6 +393,4 @@ def build_figures(res: Results) -> list[Figure]:
     figures = [histogram_figure(res, s) for s in comparison]
     figures += [timeline_figure(res), prediction_figure(res), search_figure(res),
                 saturation_figure(res), injection_figure(res)]
-    from rearrival.report.calibration import step_time_figure
-
     return [*figures, step_time_figure(res)]

@@ -23,7 +23,8 @@ from typing import Any
 
 from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, tool_table_for
-from rearrival.report.figures import Figure, build_figures
+from rearrival.report.figure_model import Figure
+from rearrival.report.figures import build_figures
 from rearrival.report.results import Results
 from rearrival.report.scorecard import (
     Scorecard,
