@@ -35,7 +35,7 @@ from rearrival.workflow.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITI
 CLUSTER = REPO / "scripts" / "slurm" / "cluster.sh"
 PARTITION = "rearrival"  # the test cluster's one partition (cluster.sh)
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-LOCAL_RULES = {"preregister", "all"}  # git commits stay on the submitting host
+LOCAL_RULES = {"preregister", "seal", "all"}  # git commits stay on the submitting host
 IN_CI = os.environ.get("CI") == "true"
 # Each Slurm job starts snakemake twice (sbatch step, srun step) before its command: the
 # small study takes about 4 minutes on a loaded 2-core machine, over the 300 s default.
@@ -157,8 +157,10 @@ def test_results_are_byte_identical_to_a_local_run(slurm_study, finished_study):
     decisions: the executor changes where jobs run, never what they produce."""
     work, _, _ = slurm_study
     local, _ = finished_study
+    # manifests, prereg records and ledgers name this repository's commits and times
     produced = sorted(p.relative_to(work) for p in (work / "results").rglob("*")
-                      if p.is_file() and p.name != "manifest.json" and "prereg" not in p.parts)
+                      if p.is_file() and p.name != "manifest.json"
+                      and not {"prereg", "ledger"} & set(p.parts))
     stages = {p.parts[1] for p in produced}
     assert {"plans", "predictions", "search", "runs", "channels", "decisions"} <= stages
     assert Path("results/search/shards/shard_1.parquet") in produced
@@ -220,7 +222,8 @@ def test_rbln_backend_requests_the_site_device_gres(tmp_path):
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
     blocks = re.findall(r"rule (\w+):\n(?:.*\n)*?\s+resources: (.*)", dry.stdout)
     gres = {rule: "gres=rbln:4" in resources for rule, resources in blocks}
-    assert gres["run_replicate"] and gres["compile"] and gres["injection"]
+    assert gres["run_replicate"] and gres["compile"] and gres["calibrate"]
+    assert "injection" not in gres  # no rbln driver: left out, never run on the emulator
     assert not gres["plans"] and not gres["search_shard"]
 
 
@@ -303,11 +306,11 @@ def test_cancelled_job_is_named_unused_and_only_missing_jobs_rerun(slurm_study, 
     assert not target.exists(), "a cancelled run must not leave its replicate directory"
     dry = _snakemake(copy, home, "-n", "all")
     assert _job_counts(dry.stdout + dry.stderr) == {
-        "run_replicate": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
+        "run_replicate": 1, "seal": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
     redo = _slurm(copy, home, "all")
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
     assert {rule for rule in _submissions(redo.stdout + redo.stderr)} == {
-        "run_replicate", "channels", "decide", "report"}
+        "run_replicate", "channels", "decide", "report"}  # seal is local (a git commit)
     relative = Path("results/decisions/mechanisms.csv")
     assert (copy / relative).read_bytes() == (work / relative).read_bytes()
 
