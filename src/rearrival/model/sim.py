@@ -48,7 +48,7 @@ such boundary. ``rearrival.model.sim_reference`` is the plain per-step version u
 and the benchmark to check this one.
 
 The loop exists twice, with the same operations in the same order: in plain Python
-(``_simulate_python``, the readable statement and the fallback) and compiled with numba
+(``simulate_python``, the readable statement and the fallback) and compiled with numba
 on flat arrays (``rearrival.model.simcore``, machine code cached on disk), which ``simulate``
 runs once a process has made a few calls, and which the search runs over many
 configurations of one plan per call (``simcore.run_batch``). Tests hold both to the
@@ -615,7 +615,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
         raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
     if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
         _CALLS[0] += 1
-        return _simulate_python(plan, config, profile)
+        return simulate_python(plan, config, profile)
     core_module = compiled_core()
     inputs = core_inputs(plan, profile)
     if core_module is None or not inputs.compiled_ok or not core_module.fits_int64(
@@ -623,7 +623,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
         if core_module is not None:
             warnings.warn("plan too large for the compiled core's int64 keys; running the "
                           "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
-        return _simulate_python(plan, config, profile)
+        return simulate_python(plan, config, profile)
     _, _, bucket_of, step_s, bucket_array, labels = _step_entry(config, profile)
     batch = config.batch_size
     args = (inputs.ints, inputs.floats, _fixed_array(config), step_s, batch, config.slots,
@@ -637,7 +637,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
                      (hist, bucket_of, labels))
 
 
-def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
+def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
     """The event core in plain Python: the fallback of ``simulate`` and the readable
     statement of what ``rearrival.model.simcore`` compiles (same operations, same order)."""
     # Per-plan and per-configuration work is cached (plan_arrays, request_tables,

@@ -59,7 +59,7 @@ def ledger_bytes(study: str, hashes: dict[str, str]) -> bytes:
 def seal(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], out: Path) -> dict[str, Any]:
     """Commit the study's ledger (no commit when it is unchanged) and write the record
     ``out`` naming the commit, for the stages that verify against it."""
-    from rearrival.prereg.registration import _commit_paths, ensure_identity, open_repo
+    from rearrival.prereg.registration import commit_paths, ensure_identity, open_repo
 
     repo = open_repo(repo_dir)
     relative = ledger_path(study)
@@ -68,7 +68,7 @@ def seal(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], out: Path) 
     if committed_ledger_bytes(repo, study) != data:
         atomic_write_bytes(target, data)
         ensure_identity(repo)
-        _commit_paths(repo, [relative], f"ledger({study}): seal run records\n\n"
+        commit_paths(repo, [relative], f"ledger({study}): seal run records\n\n"
                       f"{STUDY_TRAILER}: {study}\n")
     commit = next(repo.iter_commits("HEAD", paths=[relative], max_count=1))
     record = {"study": study, "commit": commit.hexsha, "ledger": relative,

@@ -300,7 +300,7 @@ def _resolve_amended(repo: Any, study: str, amendment_of: str) -> str:
     return commit.hexsha
 
 
-def _commit_paths(repo: Any, paths: list[str], message: str) -> None:
+def commit_paths(repo: Any, paths: list[str], message: str) -> None:
     """Stage and commit exactly ``paths``; retry while another process holds index.lock."""
     import git
 
@@ -376,7 +376,7 @@ def register(repo_dir: str | Path, study: str,
         trailers = f"{STUDY_TRAILER}: {study}"
         if amended:
             trailers += f"\n{AMENDS_TRAILER}: {amended}"
-        _commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
+        commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
     record = record_at(repo, _latest(repo, sorted(wanted)), study)
     if write_record:
         records = (Path(records_dir) if records_dir is not None
