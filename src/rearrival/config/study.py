@@ -16,7 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import jsonschema
 import yaml
+from snakemake.utils import validate
 
 from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
 from rearrival.errors import RearrivalError, StageError
@@ -262,9 +264,6 @@ def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
     jsonschema's best match names the key (e.g. ``$.studies.grid.n[0]``); snakemake's own
     validate then fills the documented defaults exactly as the Snakefile does.
     """
-    import jsonschema
-    from snakemake.utils import validate
-
     schema = yaml.safe_load(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(raw))

@@ -444,6 +444,8 @@ def saturation(ratios: Sequence[float], *, n_boot: int = 10000, seed: int = 0,
     median of 9 values (ties make it degenerate), and the paper calls the rule an
     operational classification, not an equivalence test.
     """
+    # Lazy: scipy.stats takes 0.65 s to import (measured after numpy and pandas) and
+    # only this rule needs it.
     from scipy.stats import bootstrap
 
     values = np.asarray([float(r) for r in ratios], dtype=float)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from rearrival.atomic import atomic_write_text
 from rearrival.config.study import Condition, Study, StudyConfig
 from rearrival.judge.decide import DecisionCriteria, judge_rows, saturation, summed_ratio, table_csv
 
@@ -221,8 +222,6 @@ def repeat_rows(replicates: int, study: Study, channels: pd.DataFrame) -> list[d
 def decide_study(cfg: StudyConfig, study_name: str, channels_path: Path,
                  predictions_path: Path, criteria: DecisionCriteria, out: Path) -> pd.DataFrame:
     """The decision table of one study, written as CSV with the columns of COLUMNS."""
-    from rearrival.atomic import atomic_write_text
-
     text, frame = decision_table(cfg.study(study_name), cfg.replicates, cfg.study_seed,
                                  pd.read_parquet(channels_path),
                                  pd.read_parquet(predictions_path), criteria)

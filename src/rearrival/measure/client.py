@@ -29,8 +29,11 @@ from typing import Any
 
 import aiohttp
 import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
 
 from rearrival.errors import RearrivalError
+from rearrival.measure.records import finish_manifest, write_run
+from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.model.plans import Plan, Session
 
 CACHED_COUNTER = "vllm:prompt_tokens_cached_total"
@@ -151,8 +154,6 @@ def parse_counters(text: str) -> dict[str, float]:
     Untyped samples count too: a ``# TYPE`` line naming the family without ``_total``
     leaves the parser unable to type the sample, yet it is the same counter.
     """
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.type not in ("counter", "unknown", "untyped"):
@@ -417,8 +418,6 @@ def steps_from_log(log_text: str) -> pd.DataFrame:
     A real server log has no per-step times at useful resolution (paper III-C: 1 s) and
     no prefill line, so prefill is priced from the requests' computed tokens instead.
     """
-    from rearrival.measure.steplog import parse_step_log
-
     pairs = parse_step_log(log_text)
     return pd.DataFrame({
         "step": pd.array(range(len(pairs)), dtype="int64"),
@@ -464,9 +463,6 @@ class RunOutcome:
 def write_client_run(out: Path, run: ClientRun, *, manifest: dict[str, Any],
                      server_log: str | None) -> RunOutcome:
     """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
-    from rearrival.measure.records import finish_manifest, write_run
-    from rearrival.measure.steplog import StepLogError
-
     try:
         steps = steps_from_log(server_log or "")
         status, reason = _outcome(run, steps)

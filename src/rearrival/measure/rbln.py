@@ -22,7 +22,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,10 +36,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
 from rearrival.errors import RearrivalError, StageError
+from rearrival.measure import patch
+from rearrival.measure.client import (
+    ClientRun,
+    ReplayOptions,
+    RunOutcome,
+    replay_sync,
+    write_client_run,
+)
 from rearrival.model.profile import bucket_set_problem
 
 if TYPE_CHECKING:
-    from rearrival.measure.client import ReplayOptions, RunOutcome
     from rearrival.model.plans import Plan
 
 STACK_VERSION = "0.11.1"
@@ -172,6 +181,7 @@ def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
         stored = json.loads(record.read_text())
         return CompileResult(artifact, record, True, None, int(stored["artifact_bytes"]))
 
+    # Lazy: the device stack exists only on an RBLN host (require_stack checked it above).
     from optimum.rbln import RBLNQwen3ForCausalLM
 
     artifacts_dir.mkdir(parents=True, exist_ok=True)
@@ -214,8 +224,6 @@ def compiled_artifact(compile_record: Path, configuration: str) -> Path:
 
 def vllm_executable() -> str:
     """The ``vllm`` entry point of this interpreter's environment, else the one on PATH."""
-    import sys
-
     beside = Path(sys.executable).with_name("vllm")
     return str(beside) if beside.is_file() else "vllm"
 
@@ -246,8 +254,6 @@ def serve_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS considers free right now (the server binds it moments later)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -361,8 +367,6 @@ def run_with_server(plan: Plan, out: Path, *, argv: Sequence[str], url: str, var
     warm-up steps are never priced. The whole log (start-up included) stays at
     ``log_path`` for diagnosis.
     """
-    from rearrival.measure.client import ClientRun, replay_sync, write_client_run
-
     with running_server(argv, url, log_path, env=env, ready_timeout_s=ready_timeout_s,
                         grace_s=grace_s) as server:
         offset = log_path.stat().st_size
@@ -385,10 +389,8 @@ def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[
     Everything that can be wrong before the device is touched fails fast in one line,
     so no run directory is written for a run that never started.
     """
-    from rearrival.measure.patch import patch_status
-
     require_stack(["vllm", "vllm_rbln"], dev_dir=dev_dir)
-    status = patch_status(site_packages)
+    status = patch.patch_status(site_packages)  # via the module: tests replace it
     if status.state != "patched":
         raise RblnError(f"{status.path}: observation patch is not applied (state "
                         f"{status.state}); run `rearrival rbln patch apply` first")

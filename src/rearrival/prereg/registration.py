@@ -37,6 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import git
+from gitdb.exc import BadName, BadObject
+
 from rearrival.atomic import atomic_write_bytes, atomic_write_json
 from rearrival.errors import RearrivalError
 
@@ -57,8 +60,6 @@ _LOCK_WAIT_S = 1.0
 
 
 def bad_revision_errors() -> tuple[type[Exception], ...]:
-    from gitdb.exc import BadName, BadObject
-
     return (ValueError, BadName, BadObject)
 
 
@@ -182,8 +183,6 @@ def _registered_plan(entry: Any, where: str) -> RegisteredPlan:
 
 def open_repo(repo_dir: str | Path) -> Any:
     """The git repository at ``repo_dir`` (its top level), or a one-line PreregError."""
-    import git
-
     path = Path(repo_dir)
     try:
         repo = git.Repo(path)
@@ -203,8 +202,6 @@ def ensure_identity(repo: Any) -> None:
     Asking git (not reading files) honours every config level and GIT_CONFIG_* variables;
     only the repository's own config is ever written, never the user's global one.
     """
-    import git
-
     defaults = {"user.name": PIPELINE_NAME, "user.email": PIPELINE_EMAIL}
     for key, value in defaults.items():
         try:
@@ -302,8 +299,6 @@ def _resolve_amended(repo: Any, study: str, amendment_of: str) -> str:
 
 def commit_paths(repo: Any, paths: list[str], message: str) -> None:
     """Stage and commit exactly ``paths``; retry while another process holds index.lock."""
-    import git
-
     for attempt in range(_LOCK_RETRIES):
         try:
             repo.git.add("--", *paths)
@@ -447,8 +442,6 @@ def registered_json(repo_dir: str | Path, study: str,
     of the commit that first registered the study; None when the study (or the directory
     as a git repository) has no registration. Read from git objects, never the working
     tree, so an edited working copy cannot stand in for what was registered."""
-    import git
-
     try:
         repo = git.Repo(Path(repo_dir))
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
