@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from itertools import pairwise
 from statistics import NormalDist
 
@@ -30,7 +31,7 @@ from rearrival.model.profile import measured_profile, select_bucket
 PROFILE = measured_profile()
 BASELINE = {"buckets": (1, 2, 4, 8), "batch_size": 8}
 SLOTS16 = {"buckets": (1, 2, 4, 8, 16), "batch_size": 16}
-EXACT = default_truth().with_changes(step_noise_sigma=0.0, prefill_noise_sigma=0.0)
+EXACT = replace(default_truth(), step_noise_sigma=0.0, prefill_noise_sigma=0.0)
 
 
 # -- plans with the paper's workload (SPEC 3), inline so these tests pin their own inputs --
@@ -154,7 +155,7 @@ def drain(engine: Engine) -> list[StepOutcome]:
 
 def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
     """3 slots, batch 3: c finishes first, then b; b re-arrives while a still decodes."""
-    engine = Engine(EngineConfig((1, 2, 3), 3), truth=EXACT.with_changes(
+    engine = Engine(EngineConfig((1, 2, 3), 3), truth=replace(EXACT,
         dummy_block=dummy_block))
     engine.submit("a", "a", 1000, 40, 0.0)
     engine.submit("c", "c", 1000, 3, 0.0)
@@ -186,7 +187,7 @@ def test_without_dummy_block_the_admission_evicts() -> None:
 
 def release_scenario(release: str) -> list[StepOutcome]:
     """batch 2, 2 slots: b finishes while a decodes and c waits for a slot."""
-    engine = Engine(EngineConfig((1, 2), 2), truth=EXACT.with_changes(
+    engine = Engine(EngineConfig((1, 2), 2), truth=replace(EXACT,
         release=release, dummy_block="off"))
     engine.submit("a", "a", 1000, 30, 0.0)
     engine.submit("b", "b", 1000, 2, 0.0)

@@ -38,14 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from rearrival.atomic import atomic_write_json, atomic_write_text
+from rearrival.atomic import atomic_write_text
 from rearrival.errors import RearrivalError
 from rearrival.judge.channels import channel_a, channel_b
 from rearrival.measure.records import RunRecord
 from rearrival.model.profile import Profile
 
 RULES = ("fixed", "tau")
-VERDICTS = ("pass", "fail", "withheld", "exploratory")
 INPUT_COLUMNS = ("comparison", "n", "ratio_pred", "ratio_obs_a", "ratio_obs_b", "rule",
                  "r_base_s", "b_base_s")
 OUTPUT_COLUMNS = ("tau", "channel_diff", "error", "verdict")
@@ -108,15 +107,8 @@ class DecisionCriteria:
 DEFAULT_CRITERIA = DecisionCriteria()
 
 
-def write_criteria(criteria: DecisionCriteria, path: str | Path) -> Path:
-    """Write criteria as key-sorted JSON (atomic, byte-stable) for preregistration."""
-    path = Path(path)
-    atomic_write_json(path, criteria.to_dict())
-    return path
-
-
 def load_criteria(path: str | Path) -> DecisionCriteria:
-    """Read criteria written by :func:`write_criteria`."""
+    """Read criteria written as JSON (the keys of ``DecisionCriteria.to_dict``)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())

@@ -36,7 +36,6 @@ from rearrival.measure.records import finish_manifest, write_run
 from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.model.plans import Plan, Session
 
-CACHED_COUNTER = "vllm:prompt_tokens_cached_total"
 # Token ids drawn from Qwen3's ordinary vocabulary, away from the special tokens that
 # start at 151643; an emulator accepts any non-negative id.
 TOKEN_ID_LOW = 1_000
@@ -103,12 +102,6 @@ class ClientRun:
     model: str | None
     expected_requests: int
 
-    @property
-    def cached_tokens_total(self) -> float | None:
-        """Reuse as the paper reads it: the delta of prompt_tokens_cached_total."""
-        if CACHED_COUNTER in self.metrics_before and CACHED_COUNTER in self.metrics_after:
-            return self.metrics_after[CACHED_COUNTER] - self.metrics_before[CACHED_COUNTER]
-        return None
 
 
 # --- prompts ---------------------------------------------------------------------------

@@ -80,12 +80,6 @@ from rearrival.vocabulary import (
     RELEASES,
 )
 
-SUMMARY_KEYS = (
-    "decode_steps", "prefill_steps", "padding_ratio", "reuse_hits", "re_arrivals",
-    "computed_prefill_tokens", "decode_s", "prefill_s", "device_s", "interference_s",
-    "makespan_s", "histogram",
-)
-
 # Simulator variants predicted for every condition. "base" is the paper's predictor
 # (Section IV) and the only one preregistered as the prediction; "dummy" adds the
 # observed dummy-block rule (Supplementary S9); "stack" uses the measured stack's rules

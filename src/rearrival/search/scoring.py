@@ -47,7 +47,6 @@ from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.parquet import write_frame
 
 INPUT_SETS = ("search", "evaluation")
-PLAN_NAME = re.compile(r"^n(?P<n>\d+)_s(?P<seed>\d+)_b(?P<block>\d+)$")
 RESULT_COLUMNS = ("candidate", "inputs", "plan", "n", "plan_sha256", "device_s", "decode_s",
                   "prefill_s", "reuse_hits", "re_arrivals", "computed_prefill_tokens")
 

@@ -226,11 +226,6 @@ class Engine:
         heapq.heappush(self._waiting, request)
 
     @property
-    def idle(self) -> bool:
-        """Nothing running and nothing queued: the engine waits for a submission."""
-        return not self._running and not self._waiting
-
-    @property
     def next_arrival_s(self) -> float | None:
         """When the earliest queued request reaches the scheduler (None: queue empty)."""
         return self._waiting[0].arrival_s if self._waiting else None
