@@ -170,7 +170,7 @@ def test_counters_are_summed_over_labels_and_only_vllm_counters_kept() -> None:
 
 
 def test_replay_options_are_validated() -> None:
-    with pytest.raises(ClientError, match="--time-scale"):
+    with pytest.raises(ClientError, match="time_scale"):
         ReplayOptions(time_scale=0)
     with pytest.raises(ClientError, match="read_timeout_s"):
         ReplayOptions(read_timeout_s=-1)

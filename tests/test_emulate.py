@@ -223,9 +223,9 @@ def test_engine_rejects_bad_requests_and_clock_misuse() -> None:
     first = engine.step(0.0)
     with pytest.raises(EmulateError, match="advance the clock"):
         engine.step(first.end_s / 2)
-    with pytest.raises(EmulateError, match="--batch-size"):
+    with pytest.raises(EmulateError, match="batch_size"):
         EngineConfig((1, 2, 4), 8)
-    with pytest.raises(RearrivalError, match="--buckets"):
+    with pytest.raises(RearrivalError, match="buckets"):
         EngineConfig((4, 2), 4)
 
 
@@ -360,7 +360,7 @@ def test_generated_tokens_beyond_step_noise_follow_true_costs() -> None:
 
 
 def test_bad_seed_is_a_clear_error() -> None:
-    with pytest.raises(EmulateError, match="--seed"):
+    with pytest.raises(EmulateError, match="seed"):
         run_emulated(paper_plan(1, 2), **BASELINE, seed=-1)
 
 

@@ -32,6 +32,11 @@ class StudyConfigError(RearrivalError):
     """The study definition is inconsistent; the message names the key and the fix."""
 
 
+class SelectionMissingError(StageError):
+    """A study compares the search's pick but no selected.json was given; its own type so
+    the CLI can name its flag for it."""
+
+
 @dataclass(frozen=True)
 class Configuration:
     """A compile-time configuration: bucket set, batch size (max-num-seqs), KV slots."""
@@ -313,8 +318,8 @@ def resolve_configurations(cfg: StudyConfig, study: Study,
     for name in study.configurations:
         if name == SELECTED:
             if selected_path is None:
-                raise StageError(f"study {study.name} compares the search's pick; pass "
-                                 "--selected results/search/selected.json")
+                raise SelectionMissingError(f"study {study.name} compares the search's pick; give "
+                                 "the search's selected.json (results/search/selected.json)")
             resolved[name] = read_selected(selected_path)
         else:
             resolved[name] = cfg.configurations[name]

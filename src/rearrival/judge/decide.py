@@ -352,9 +352,9 @@ def read_table(path: str | Path) -> list[dict[str, str]]:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise DecisionError(f"{path}: no such table; pass --table FILE.csv") from None
+        raise DecisionError(f"{path}: no such table; give the decision-input CSV") from None
     except UnicodeDecodeError:
-        raise DecisionError(f"{path}: not a text CSV file; pass --table FILE.csv") from None
+        raise DecisionError(f"{path}: not a text CSV file; give the decision-input CSV") from None
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
     missing = [c for c in INPUT_COLUMNS if c not in header]

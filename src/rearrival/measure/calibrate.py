@@ -359,7 +359,7 @@ def calibrate(config: CalibrationConfig, backend: Any, out_dir: Path, *, seed: i
     runs_dir = out_dir / "runs"
     if runs_dir.exists():
         raise CalibrationError(f"{runs_dir}: exists; calibration writes fresh runs, remove "
-                               "it (or choose another --out) and re-run")
+                               "it (or choose another output directory) and re-run")
     run_measurements(measurements, runs_dir, backend, seed)
     measured = collect(measurements, runs_dir, settings)
     reference = measured_profile()

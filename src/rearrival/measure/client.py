@@ -63,7 +63,7 @@ class ReplayOptions:
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
-            raise ClientError(f"--time-scale {self.time_scale}: must be a positive number "
+            raise ClientError(f"time_scale {self.time_scale}: must be a positive number "
                               "(wall seconds per plan second, e.g. 0.05)")
         for name in ("connect_timeout_s", "read_timeout_s"):
             if not getattr(self, name) > 0:
@@ -172,8 +172,10 @@ async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
             last = exc
             await asyncio.sleep(0.1 * (attempt + 1))
         except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
-            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix --url") from None
-    raise ClientError(f"cannot reach {url} ({_describe(last)}); start the server or fix --url")
+            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") \
+                from None
+    raise ClientError(f"cannot reach {url} ({_describe(last)}); start the server or fix the "
+                      "server URL")
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -181,8 +183,8 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, 
     try:
         return parse_counters(text)
     except ValueError as exc:
-        raise ClientError(f"GET {url}/metrics: not Prometheus text ({exc}); point --url at "
-                          "a vLLM server") from None
+        raise ClientError(f"GET {url}/metrics: not Prometheus text ({exc}); point the server URL "
+                          "at a vLLM server") from None
 
 
 async def served_model(session: aiohttp.ClientSession, url: str) -> str:
@@ -191,8 +193,8 @@ async def served_model(session: aiohttp.ClientSession, url: str) -> str:
     try:
         return str(json.loads(body)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise ClientError(f"GET {url}/v1/models: no model listed; pass --model or check "
-                          "the server") from None
+        raise ClientError(f"GET {url}/v1/models: no model listed; name the model explicitly "
+                          "or check the server") from None
 
 
 # --- one request -----------------------------------------------------------------------
@@ -225,7 +227,7 @@ def _absorb_chunk(stream: _Stream, payload: str, now: float, url: str) -> None:
         chunk = None
     if not isinstance(chunk, dict):
         raise ClientError(f"POST {url}: stream chunk is not a JSON object ({payload[:80]!r}); "
-                          "point --url at an OpenAI-compatible server")
+                          "point the server URL at an OpenAI-compatible server")
     if "error" in chunk:
         raise ClientError(f"POST {url}: server reported an error in the stream: "
                           f"{str(chunk['error'])[:200]}")
@@ -477,8 +479,8 @@ async def _get_json(url: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        raise ClientError(f"GET {url}: not JSON; point --url at `rearrival emulate-server`") \
-            from None
+        raise ClientError(f"GET {url}: not JSON; point the server URL at "
+                          "`rearrival emulate-server`") from None
 
 
 async def fetch_server_log(url: str, *, since_bytes: int = 0) -> str:
@@ -499,9 +501,9 @@ def check_configuration(served: dict[str, Any], configuration: dict[str, Any],
     """Refuse to label a run with a configuration the server does not serve."""
     for key in ("buckets", "batch_size", "slots"):
         if served.get(key) != configuration[key]:
-            raise ClientError(f"--url {url}: the server serves {key}={served.get(key)}, the run "
+            raise ClientError(f"server {url}: serves {key}={served.get(key)}, the run "
                               f"asks for {configuration[key]}; restart emulate-server with the "
-                              "run's configuration or omit --url to start a fresh one")
+                              "run's configuration or let the run start a fresh one")
 
 
 async def replay_url(plan: Plan, url: str, out: Path, *, variant: str,

@@ -119,12 +119,12 @@ class CompileConfig:
 
     def __post_init__(self) -> None:
         if not self.model.strip():
-            raise RblnError("--model is empty; pass a Hugging Face id or a local model path")
+            raise RblnError("model is empty; give a Hugging Face id or a local model path")
         problem = bucket_set_problem(tuple(self.buckets), self.batch_size)
         if problem is not None:
-            raise RblnError(f"--buckets/--batch-size: {problem}")
+            raise RblnError(f"compile buckets/batch_size: {problem}")
         if self.max_seq_len < 1 or self.num_devices < 1:
-            raise RblnError("--max-seq-len and --num-devices must be >= 1")
+            raise RblnError("max_seq_len and num_devices must be >= 1")
 
     def from_pretrained_kwargs(self) -> dict[str, object]:
         """The optimum-rbln export arguments, exactly as SPEC section 6 names them."""
@@ -395,16 +395,16 @@ def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[
         raise RblnError(f"{status.path}: observation patch is not applied (state "
                         f"{status.state}); run `rearrival rbln patch apply` first")
     if slots is not None and slots != batch_size:
-        raise RblnError(f"--slots {slots}: on the eager path the artifact has exactly "
+        raise RblnError(f"slots {slots}: on the eager path the artifact has exactly "
                         f"batch_size={batch_size} KV slots; compile another batch size instead")
     if artifact is None or not artifact.is_dir():
-        raise RblnError(f"--artifact {artifact}: no compiled model there; build it with "
+        raise RblnError(f"artifact {artifact}: no compiled model there; build it with "
                         "`rearrival rbln compile`")
     record = artifact.with_name(f"{artifact.name}.json")
     if record.is_file():
         compiled = json.loads(record.read_text())["config"]
         if compiled["buckets"] != list(buckets) or compiled["batch_size"] != batch_size:
-            raise RblnError(f"--artifact {artifact}: compiled for buckets {compiled['buckets']} "
+            raise RblnError(f"artifact {artifact}: compiled for buckets {compiled['buckets']} "
                             f"batch {compiled['batch_size']}, not {list(buckets)} batch "
                             f"{batch_size}; pass the matching artifact")
     port = free_port()

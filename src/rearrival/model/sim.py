@@ -93,7 +93,14 @@ PREDICTION = "base"
 
 
 class SimConfigError(RearrivalError, ValueError):
-    """A simulator configuration that cannot run; the message names the field and the fix."""
+    """A simulator configuration that cannot run; the message names the field and the fix.
+
+    ``fields`` names the SimConfig fields at fault, so a caller that set them from its own
+    options (the CLI) can name those options."""
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 def _is_int(value: Any) -> bool:
@@ -141,27 +148,27 @@ class SimConfig:
         try:
             buckets = tuple(self.buckets)
         except TypeError as exc:
-            raise SimConfigError("SimConfig field 'buckets' (--buckets) must be a list of "
-                                 "integers such as 1,2,4,8") from exc
+            raise SimConfigError("SimConfig field 'buckets' must be a list of "
+                                 "integers such as 1,2,4,8", ("buckets",)) from exc
         key = (buckets, self.batch_size)
         if key not in _VALID_GRIDS or type(self.batch_size) is not int or not all(
                 type(b) is int for b in buckets):  # bool equals int in the key
             problem = bucket_set_problem(buckets, self.batch_size)
             if problem is not None:
-                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
-                                     f"--batch-size): {problem}")
+                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size': {problem}",
+                                     ("buckets", "batch_size"))
             if len(_VALID_GRIDS) < 100_000:
                 _VALID_GRIDS.add(key)
         slots = self.batch_size if self.slots is None else self.slots
         if not _is_int(slots) or slots < 1:
-            raise SimConfigError(f"SimConfig field 'slots' (--slots) {slots!r} must be a "
-                                 "positive integer (default: batch_size)")
+            raise SimConfigError(f"SimConfig field 'slots' {slots!r} must be a "
+                                 "positive integer (default: batch_size)", ("slots",))
         if self.release not in RELEASES:
-            raise SimConfigError(f"SimConfig field 'release' (--release) {self.release!r}: "
-                                 f"use one of {', '.join(RELEASES)}")
+            raise SimConfigError(f"SimConfig field 'release' {self.release!r}: "
+                                 f"use one of {', '.join(RELEASES)}", ("release",))
         if self.dummy_block not in DUMMY_BLOCKS:
-            raise SimConfigError(f"SimConfig field 'dummy_block' (--dummy-block) "
-                                 f"{self.dummy_block!r}: use one of {', '.join(DUMMY_BLOCKS)}")
+            raise SimConfigError(f"SimConfig field 'dummy_block' {self.dummy_block!r}: "
+                                 f"use one of {', '.join(DUMMY_BLOCKS)}", ("dummy_block",))
         fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
         object.__setattr__(self, "buckets", buckets)
         object.__setattr__(self, "slots", slots)

@@ -532,8 +532,8 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     repo = open_repo(repo_dir)
     results = Path(results_dir)
     if not results.is_dir():
-        raise RearrivalError(f"--results {results}: no such directory; run the pipeline first "
-                             "or pass the directory holding the run records")
+        raise RearrivalError(f"results directory {results}: no such directory; run the "
+                             "pipeline first or pass the directory holding the run records")
     loaded = [_load_run(p, results) for p in sorted(results.rglob("manifest.json"))]
     runs = [r for r in loaded if isinstance(r, _Run)]
     auditor = _Auditor(repo, runs)

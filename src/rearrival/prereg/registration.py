@@ -188,11 +188,11 @@ def open_repo(repo_dir: str | Path) -> Any:
         repo = git.Repo(path)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise PreregError(
-            f"{path}: not a git repository; run `git init {path}` (and commit) or pass "
-            "--repo with the repository's top-level directory") from None
+            f"{path}: not a git repository; run `git init {path}` (and commit) or give "
+            "the repository's top-level directory") from None
     if repo.bare or repo.working_tree_dir is None:
         raise PreregError(f"{path}: is a bare git repository; preregistration needs a "
-                          "working tree, so pass --repo with a checkout")
+                          "working tree, so give a checkout")
     return repo
 
 
@@ -388,16 +388,16 @@ def _new_paths(wanted: dict[str, bytes], existing: dict[str, Any], study: str,
             raise PreregError(
                 f"{path}: already registered with different content and registered files "
                 "never change; register the change as an amendment under a new file name "
-                "(e.g. amendment-01-tau.json) with amendment_of / --amends")
+                "(e.g. amendment-01-tau.json) with amendment_of")
     new = {path for path in wanted if path not in existing}
     if new and existing and amendment_of is None:
         raise PreregError(
             f"{_study_dir(study)}/: study {study} is already registered, so adding "
-            f"{', '.join(sorted(new))} is an amendment; pass amendment_of / --amends with the "
+            f"{', '.join(sorted(new))} is an amendment; pass amendment_of with the "
             "sha of the registration it amends")
     if amendment_of is not None and not existing:
         raise PreregError(f"{_study_dir(study)}/: nothing registered yet, so there is nothing "
-                          "to amend; register without amendment_of / --amends first")
+                          "to amend; register without amendment_of first")
     return new
 
 
@@ -428,8 +428,8 @@ def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
     committed = _tree_files(head, study) if head is not None else {}
     if not committed:
         raise PreregError(f"{_study_dir(study)}/: no committed preregistration for study "
-                          f"{study}; run the prereg stage (`rearrival prereg {study} --files "
-                          "...`) before measuring")
+                          f"{study}; run the prereg stage (`rearrival prereg {study}`) "
+                          "before measuring")
     problem = _working_tree_problem(Path(repo.working_tree_dir), study, committed)
     if problem:
         raise PreregError(f"run of study {study} refused: {problem}")
@@ -505,14 +505,14 @@ def read_prepared_files(sources: Iterable[str | Path]) -> dict[str, bytes]:
         elif source.is_file():
             paths = [source]
         else:
-            raise PreregError(f"--files {source}: no such file or directory; pass the prepared "
-                              "prediction/criteria files or their directory")
+            raise PreregError(f"prepared file {source}: no such file or directory; pass the "
+                              "prepared prediction/criteria files or their directory")
         for path in paths:
             if path.name in out:
-                raise PreregError(f"--files {path}: a second file named {path.name}; "
+                raise PreregError(f"prepared file {path}: a second file named {path.name}; "
                                   "prereg file names must be unique within a study")
             out[path.name] = path.read_bytes()
     if not out:
-        raise PreregError("--files: no files found; pass the prepared prediction/criteria "
+        raise PreregError("prepared files: none found; pass the prepared prediction/criteria "
                           "files or a directory holding them")
     return out

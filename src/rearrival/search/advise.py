@@ -46,7 +46,7 @@ def load_plan_dir(plans_dir: Path) -> list[Plan]:
     """Every plan file (.parquet/.json) under ``plans_dir``, in path order."""
     paths = sorted(p for p in plans_dir.rglob("*") if p.suffix in (".parquet", ".json"))
     if not paths:
-        raise SearchError(f"option --plans {plans_dir}: no .parquet or .json plan files; "
+        raise SearchError(f"plans directory {plans_dir}: no .parquet or .json plan files; "
                           "write some with `rearrival plan` or `rearrival search plans`")
     return [load_plan(p) for p in paths]
 
@@ -118,9 +118,9 @@ def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int,
         raw = json.loads(path.read_text())
         pick = parse_candidate_id(raw["id"])
     except (OSError, ValueError, KeyError) as exc:
-        raise SearchError(f"{path}: no usable search result ({exc}); give --search the "
-                          "directory of a finished `rearrival search --out DIR` or its "
-                          "selected.json, or drop --search") from exc
+        raise SearchError(f"{path}: no usable search result ({exc}); give the "
+                          "directory of a finished `rearrival search` or its "
+                          "selected.json, or no search result at all") from exc
     return pick, f"{path} (search score {raw.get('search_score', float('nan')):.4f})"
 
 

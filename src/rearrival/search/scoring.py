@@ -130,7 +130,7 @@ def enumerate_candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16),
     if not sizes or any(not isinstance(b, int) or b < 1 for b in sizes):
         raise SearchError(f"search.batch_sizes {list(batch_sizes)} must be integers >= 1")
     if not isinstance(max_buckets, int) or max_buckets < 2:
-        raise SearchError(f"search.max_buckets (--max-buckets) {max_buckets!r} must be an "
+        raise SearchError(f"search.max_buckets {max_buckets!r} must be an "
                           "integer >= 2: it counts 1 and batch_size too")
     out: list[Candidate] = []
     for batch in sizes:
@@ -290,7 +290,7 @@ def read_plans(plans_dir: Path, settings: SearchSettings) -> list[tuple[PlanKey,
         path = plans_dir / key.relpath
         if not path.exists():
             raise SearchError(f"{path}: search plan missing; write the plans with "
-                              f"`rearrival search plans --config F --out {plans_dir}`")
+                              f"`rearrival search plans` into {plans_dir}")
         out.append((key, load_plan(path)))
     return out
 
@@ -493,7 +493,7 @@ def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
 def shard_candidates(cands: Sequence[Candidate], shard: int, shards: int) -> list[Candidate]:
     """Round robin ``cands[shard::shards]``: every shard gets a share of every batch size."""
     if not 0 <= shard < shards:
-        raise SearchError(f"option --shard {shard} must be in 0..{shards - 1} (--shards "
+        raise SearchError(f"shard {shard} must be in 0..{shards - 1} (shards "
                           f"{shards})")
     return list(cands[shard::shards])
 
