@@ -134,10 +134,10 @@ def test_search_option_takes_the_directory_or_selected_json(
         assert data["recommendation_source"].startswith(str(search / "selected.json"))
 
 
-def test_bad_inputs_name_the_option(tiny_config: Path, tmp_path: Path) -> None:
+def test_bad_inputs_name_the_input(tiny_config: Path, tmp_path: Path) -> None:
     cfg = load_study_config(tiny_config)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SearchError, match="--plans"):
+    with pytest.raises(SearchError, match="plans directory"):
         advise(cfg, plans_dir=tmp_path / "empty", search_dir=tmp_path)
     with pytest.raises(SearchError, match=r"selected\.json"):
         advise(cfg, n=2, search_dir=tmp_path / "missing")

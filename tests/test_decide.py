@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import subprocess
 import sys
@@ -36,7 +37,6 @@ from rearrival.judge.decide import (
     saturation,
     summed_ratio,
     tau_for,
-    write_criteria,
 )
 from rearrival.measure import records
 from rearrival.measure.records import read_run, write_run
@@ -147,7 +147,8 @@ def test_channel_gate_applies_to_exploratory_rows_too() -> None:
 
 
 def test_criteria_round_trip_and_validation(tmp_path: Path) -> None:
-    path = write_criteria(DEFAULT_CRITERIA, tmp_path / "criteria.json")
+    path = tmp_path / "criteria.json"
+    path.write_text(json.dumps(DEFAULT_CRITERIA.to_dict()))
     assert load_criteria(path) == DEFAULT_CRITERIA
     stricter = DecisionCriteria(error_tolerance=0.005)
     assert decide_comparison(n=8, ratio_pred=0.9114, ratio_obs_a=0.9175, ratio_obs_b=0.9175,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from itertools import pairwise
 from statistics import NormalDist
 
@@ -30,7 +31,7 @@ from rearrival.model.profile import measured_profile, select_bucket
 PROFILE = measured_profile()
 BASELINE = {"buckets": (1, 2, 4, 8), "batch_size": 8}
 SLOTS16 = {"buckets": (1, 2, 4, 8, 16), "batch_size": 16}
-EXACT = default_truth().with_changes(step_noise_sigma=0.0, prefill_noise_sigma=0.0)
+EXACT = replace(default_truth(), step_noise_sigma=0.0, prefill_noise_sigma=0.0)
 
 
 # -- plans with the paper's workload (SPEC 3), inline so these tests pin their own inputs --
@@ -154,7 +155,7 @@ def drain(engine: Engine) -> list[StepOutcome]:
 
 def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
     """3 slots, batch 3: c finishes first, then b; b re-arrives while a still decodes."""
-    engine = Engine(EngineConfig((1, 2, 3), 3), truth=EXACT.with_changes(
+    engine = Engine(EngineConfig((1, 2, 3), 3), truth=replace(EXACT,
         dummy_block=dummy_block))
     engine.submit("a", "a", 1000, 40, 0.0)
     engine.submit("c", "c", 1000, 3, 0.0)
@@ -186,7 +187,7 @@ def test_without_dummy_block_the_admission_evicts() -> None:
 
 def release_scenario(release: str) -> list[StepOutcome]:
     """batch 2, 2 slots: b finishes while a decodes and c waits for a slot."""
-    engine = Engine(EngineConfig((1, 2), 2), truth=EXACT.with_changes(
+    engine = Engine(EngineConfig((1, 2), 2), truth=replace(EXACT,
         release=release, dummy_block="off"))
     engine.submit("a", "a", 1000, 30, 0.0)
     engine.submit("b", "b", 1000, 2, 0.0)
@@ -222,9 +223,9 @@ def test_engine_rejects_bad_requests_and_clock_misuse() -> None:
     first = engine.step(0.0)
     with pytest.raises(EmulateError, match="advance the clock"):
         engine.step(first.end_s / 2)
-    with pytest.raises(EmulateError, match="--batch-size"):
+    with pytest.raises(EmulateError, match="batch_size"):
         EngineConfig((1, 2, 4), 8)
-    with pytest.raises(RearrivalError, match="--buckets"):
+    with pytest.raises(RearrivalError, match="buckets"):
         EngineConfig((4, 2), 4)
 
 
@@ -359,7 +360,7 @@ def test_generated_tokens_beyond_step_noise_follow_true_costs() -> None:
 
 
 def test_bad_seed_is_a_clear_error() -> None:
-    with pytest.raises(EmulateError, match="--seed"):
+    with pytest.raises(EmulateError, match="seed"):
         run_emulated(paper_plan(1, 2), **BASELINE, seed=-1)
 
 

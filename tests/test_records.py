@@ -95,7 +95,7 @@ def test_refuses_to_overwrite_a_run_and_keeps_it(tmp_path: Path) -> None:
     with pytest.raises(RunRecordError) as excinfo:
         _write(tmp_path / "run", manifest=_manifest("failed", "server died"))
     message = _one_line_error(excinfo)
-    assert str(run) in message and "delete it or choose another --out" in message
+    assert str(run) in message and "delete it or choose another output directory" in message
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 

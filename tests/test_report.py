@@ -20,6 +20,7 @@ import yaml
 
 from rearrival.config.study import Configuration, load_study_config
 from rearrival.judge.collect import collect_channels
+from rearrival.judge.decisions import criteria_from_config, decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.render import build_report
@@ -80,8 +81,6 @@ def _short_plans(plans_dir: Path) -> None:
 
 def build_tree(root: Path) -> Path:
     """results/ with plans, predictions, runs, channels, decisions, prereg, injection."""
-    from rearrival.judge.decisions import criteria_from_config, decide_study
-
     config_path = root / "config.yaml"
     config_path.write_text(yaml.safe_dump(TINY_CONFIG))
     cfg = load_study_config(config_path)
@@ -111,8 +110,11 @@ def build_tree(root: Path) -> Path:
                                 results / "runs" / name / f"n{n}_r{replicate}" / slot.label)
         channels = results / "channels" / f"{name}.parquet"
         collect_channels(sorted((results / "runs" / name).iterdir()), channels)
-        decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
-                     results / "decisions" / f"{name}.csv")
+        text, _ = decision_table(study, cfg.replicates, cfg.study_seed,
+                                 pd.read_parquet(channels), pd.read_parquet(predictions),
+                                 criteria_from_config(cfg))
+        (results / "decisions").mkdir(parents=True, exist_ok=True)
+        (results / "decisions" / f"{name}.csv").write_text(text)
     injection(cfg, results / "injection" / "gaps.parquet")
     return config_path
 

@@ -110,7 +110,7 @@ def test_compile_budget_filter() -> None:
 
 
 def test_bad_candidate_space_is_rejected() -> None:
-    with pytest.raises(SearchError, match="max-buckets"):
+    with pytest.raises(SearchError, match="max_buckets"):
         enumerate_candidates(max_buckets=1)
     with pytest.raises(SearchError, match="batch_size"):
         Candidate((1, 4), 8)

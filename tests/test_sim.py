@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 from rearrival.errors import RearrivalError
 from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
 from rearrival.model.profile import measured_profile, select_bucket
-from rearrival.model.sim import SUMMARY_KEYS, SimConfig, SimConfigError, simulate
+from rearrival.model.sim import SimConfig, SimConfigError, simulate
+
+# The keys of SimResult.summary(), in order (the record schema of the predictions).
+SUMMARY_KEYS = (
+    "decode_steps", "prefill_steps", "padding_ratio", "reuse_hits", "re_arrivals",
+    "computed_prefill_tokens", "decode_s", "prefill_s", "device_s", "interference_s",
+    "makespan_s", "histogram",
+)
 
 # The paper's constants written out (SPEC section 4), so these cases do not lean on
 # the profile code they exercise.

@@ -18,7 +18,7 @@ from conftest import random_plan
 
 from rearrival.model.plans import Plan, PlanMeta, Session
 from rearrival.model.profile import measured_profile
-from rearrival.model.sim import SimConfig, SimResult, _simulate_python, simulate
+from rearrival.model.sim import SimConfig, SimResult, simulate, simulate_python
 from rearrival.model.sim_reference import simulate_reference
 
 # bucket sets chosen so that many n fall between buckets, plus single-bucket grids
@@ -96,7 +96,7 @@ def check_random_plans(release: str, dummy_block: str, fixed: bool, count: int,
         label = f"case {index} N={plan.n} {config}"
         core = simulate(plan, config, core="compiled")
         assert_same(core, simulate_reference(plan, config), label)
-        assert_identical(core, _simulate_python(plan, config, profile), label)
+        assert_identical(core, simulate_python(plan, config, profile), label)
 
 
 @pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
@@ -119,7 +119,7 @@ def test_core_matches_reference_on_paper_sized_plans(n):
                    SimConfig(release="immediate", dummy_block="pre-evict")):
         core = simulate(plan, config, core="compiled")
         assert_same(core, simulate_reference(plan, config), str(config))
-        assert_identical(core, _simulate_python(plan, config, measured_profile()), str(config))
+        assert_identical(core, simulate_python(plan, config, measured_profile()), str(config))
 
 
 def test_plan_too_large_for_int64_keys_runs_the_python_core_with_a_warning():
@@ -127,7 +127,7 @@ def test_plan_too_large_for_int64_keys_runs_the_python_core_with_a_warning():
     with pytest.warns(RuntimeWarning, match="int64"):
         result = simulate(huge, SimConfig(), core="compiled")
     assert result.decode_steps == 2**61 - 1 + 2  # G0 - 1 then G1 - 1 decode steps
-    assert result.summary() == _simulate_python(huge, SimConfig(), measured_profile()).summary()
+    assert result.summary() == simulate_python(huge, SimConfig(), measured_profile()).summary()
 
 
 def test_auto_core_gives_the_compiled_bits():

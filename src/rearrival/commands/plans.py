@@ -36,11 +36,16 @@ def plan(
     """Write one replicate's input plan (SPEC 3) and print path, sha256 and cap fraction."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
-    from rearrival.model.plangen import generate_plan
+    from rearrival.model.plangen import PlanGenError, generate_plan
     from rearrival.model.plans import write_plan
 
-    drawn = generate_plan(n, study_seed=study_seed, replicate=replicate, block=block,
-                          tool_table=_tool_table(tool_table))
+    try:
+        drawn = generate_plan(n, study_seed=study_seed, replicate=replicate, block=block,
+                              tool_table=_tool_table(tool_table))
+    except PlanGenError as exc:  # the library names the argument; name its option
+        if exc.argument is None:
+            raise
+        raise PlanGenError(f"option --{exc.argument.replace('_', '-')}: {exc}") from None
     result = drawn.variant(variant)
     write_plan(result, out)
     typer.echo(f"{out} sha256={result.sha256()} cap_fraction={drawn.meta.cap_fraction:.4f}")

@@ -48,10 +48,14 @@ def register(app: typer.Typer) -> None:
 
         from rearrival.model.plans import load_plan
         from rearrival.model.profile import load_profile
-        from rearrival.model.sim import SimConfig, simulate
+        from rearrival.model.sim import SimConfig, SimConfigError, simulate
 
-        config = SimConfig(buckets=parse_buckets(buckets), batch_size=batch_size, slots=slots,
-                           release=release, dummy_block=dummy_block)
+        try:
+            config = SimConfig(buckets=parse_buckets(buckets), batch_size=batch_size,
+                               slots=slots, release=release, dummy_block=dummy_block)
+        except SimConfigError as exc:  # the library names fields; name their options
+            flags = ", ".join("--" + name.replace("_", "-") for name in exc.fields)
+            raise SimConfigError(f"{flags}: {exc}" if flags else str(exc)) from None
         profile = load_profile(profile_path)
         loaded = [load_plan(path).variant(variant) for path in plans]
         for path, plan in zip(plans, loaded, strict=True):

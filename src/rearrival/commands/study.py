@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +29,17 @@ def _config(path: Path):
     return load_study_config(path)
 
 
+@contextlib.contextmanager
+def _naming_selected() -> Iterator[None]:
+    """Add the flag to the library's "needs the search's pick" error."""
+    from rearrival.config.study import SelectionMissingError
+
+    try:
+        yield
+    except SelectionMissingError as exc:
+        raise SelectionMissingError(f"{exc}; pass --selected") from None
+
+
 def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Write every input plan of a study (one per N and replicate)."""
     from rearrival.workflow.plans import make_plans
@@ -40,7 +53,8 @@ def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_C
     """Simulate every plan under every condition of a study (paper Section IV)."""
     from rearrival.workflow.predict import predict as run_predict
 
-    frame = run_predict(_config(config), study, plans, out, selected)
+    with _naming_selected():
+        frame = run_predict(_config(config), study, plans, out, selected)
     typer.echo(f"{out}: {len(frame)} predictions")
 
 
@@ -50,9 +64,10 @@ def prereg(study: StudyName, plans: Plans, predictions: Predictions, out: Out,
     """Commit the study's design, criteria, plan hashes and predictions to git."""
     from rearrival.workflow.preregister import preregister
 
-    record = preregister(_config(config), study, plans_dir=plans,
-                         predictions_path=predictions, repo_dir=repo,
-                         records_dir=out.parent, selected_path=selected)
+    with _naming_selected():
+        record = preregister(_config(config), study, plans_dir=plans,
+                             predictions_path=predictions, repo_dir=repo,
+                             records_dir=out.parent, selected_path=selected)
     typer.echo(f"{study}: registered at {record['commit']} ({record['committed_at']})")
 
 
@@ -66,9 +81,11 @@ def run(study: StudyName,
     """Run every condition of one replicate in its seeded shuffled order."""
     from rearrival.workflow.run import run_replicate
 
-    for path in run_replicate(_config(config), study, n, replicate, plans_dir=plans,
+    with _naming_selected():
+        paths = run_replicate(_config(config), study, n, replicate, plans_dir=plans,
                               out_dir=out, repo_dir=repo, selected_path=selected,
-                              compile_record=compiled):
+                              compile_record=compiled)
+    for path in paths:
         typer.echo(str(path))
 
 
@@ -125,7 +142,8 @@ def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_
     """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
     from rearrival.workflow.compile import compile_study
 
-    record = compile_study(_config(config), study, out, selected)
+    with _naming_selected():
+        record = compile_study(_config(config), study, out, selected)
     for name, entry in record["configurations"].items():
         typer.echo(f"{name}: {entry['artifact']}{' (reused)' if entry['reused'] else ''}")
 

@@ -15,8 +15,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rearrival.errors import RearrivalError
 from rearrival.model.fits import DTYPE_BYTES
 from rearrival.model.profile import Profile, bucket_set_problem, load_profile_for_model
@@ -224,14 +222,5 @@ def calibration_config_from_mapping(raw: dict[str, Any], source: str) -> Calibra
                                      "config/schema.yaml") from exc
 
 
-def load_calibration_config(path: str | Path) -> CalibrationConfig:
-    """Read the calibration part of a study definition file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise CalibrationConfigError(f"{path}: cannot read the study definition ({exc})") \
-            from exc
-    return calibration_config_from_mapping(raw, str(path))
 
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import jsonschema
 import yaml
+from snakemake.utils import validate
 
 from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
 from rearrival.errors import RearrivalError, StageError
@@ -28,6 +30,11 @@ SELECTED = "selected"  # the configuration chosen by the search stage
 
 class StudyConfigError(RearrivalError):
     """The study definition is inconsistent; the message names the key and the fix."""
+
+
+class SelectionMissingError(StageError):
+    """A study compares the search's pick but no selected.json was given; its own type so
+    the CLI can name its flag for it."""
 
 
 @dataclass(frozen=True)
@@ -262,9 +269,6 @@ def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
     jsonschema's best match names the key (e.g. ``$.studies.grid.n[0]``); snakemake's own
     validate then fills the documented defaults exactly as the Snakefile does.
     """
-    import jsonschema
-    from snakemake.utils import validate
-
     schema = yaml.safe_load(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
@@ -314,8 +318,8 @@ def resolve_configurations(cfg: StudyConfig, study: Study,
     for name in study.configurations:
         if name == SELECTED:
             if selected_path is None:
-                raise StageError(f"study {study.name} compares the search's pick; pass "
-                                 "--selected results/search/selected.json")
+                raise SelectionMissingError(f"study {study.name} compares the search's pick; give "
+                                 "the search's selected.json (results/search/selected.json)")
             resolved[name] = read_selected(selected_path)
         else:
             resolved[name] = cfg.configurations[name]

@@ -14,7 +14,6 @@ import json
 import math
 from dataclasses import dataclass
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -216,18 +215,6 @@ def repeat_rows(replicates: int, study: Study, channels: pd.DataFrame) -> list[d
                                 labels[0], label)
                 rows.append(described(row, first, again))
     return rows
-
-
-def decide_study(cfg: StudyConfig, study_name: str, channels_path: Path,
-                 predictions_path: Path, criteria: DecisionCriteria, out: Path) -> pd.DataFrame:
-    """The decision table of one study, written as CSV with the columns of COLUMNS."""
-    from rearrival.atomic import atomic_write_text
-
-    text, frame = decision_table(cfg.study(study_name), cfg.replicates, cfg.study_seed,
-                                 pd.read_parquet(channels_path),
-                                 pd.read_parquet(predictions_path), criteria)
-    atomic_write_text(out, text)
-    return frame
 
 
 def decision_table(study: Study, replicates: int, study_seed: int, channels: pd.DataFrame,

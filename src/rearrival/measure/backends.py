@@ -8,11 +8,26 @@ vllm-rbln on the device).
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rearrival.errors import RearrivalError
+from rearrival.measure.client import (
+    ClientError,
+    ReplayOptions,
+    check_configuration,
+    replay_url,
+    server_configuration,
+)
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import EngineConfig
+from rearrival.measure.emulate.truth import load_truth
+from rearrival.measure.emulate_server import server_argv
+from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
 from rearrival.vocabulary import BACKENDS
 
@@ -88,9 +103,6 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
 
 def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
-    from rearrival.measure.emulate.driver import run_emulated
-    from rearrival.measure.emulate.truth import load_truth
-
     manifest = run_manifest(settings, run)
     configuration = run.configuration
     result = run_emulated(run.plan, buckets=configuration.buckets,
@@ -106,19 +118,9 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
 def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The emulated engine behind a real loopback server, replayed by the real client:
     a fresh server per run, or the running one at ``settings.url``."""
-    import asyncio
-    import os
-
-    from rearrival.measure.client import ReplayOptions, check_configuration, replay_url
-    from rearrival.measure.emulate.engine import EngineConfig
-    from rearrival.measure.emulate_server import server_argv
-    from rearrival.measure.rbln import free_port, run_with_server
-
     options = ReplayOptions(seed=run.seed, time_scale=settings.time_scale)
     manifest = run_manifest(settings, run)
     if settings.url is not None:
-        from rearrival.measure.client import ClientError, server_configuration
-
         try:
             served = asyncio.run(server_configuration(settings.url))
         except ClientError:
@@ -144,9 +146,6 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
 
 def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """Real hardware: the compiled artifact served by vllm-rbln, a fresh server per run."""
-    from rearrival.measure.client import ReplayOptions
-    from rearrival.measure.rbln import compiled_artifact, run_rbln
-
     configuration = run.configuration
     artifact = settings.artifact
     if artifact is None and settings.compile_record is not None:
@@ -170,7 +169,5 @@ def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
 
 def run_status(out: Path) -> tuple[str, str | None]:
     """Status and reason of a written run, from its manifest."""
-    import json
-
     manifest = json.loads((out / "manifest.json").read_text())
     return manifest["status"], manifest.get("reason")

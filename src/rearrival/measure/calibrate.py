@@ -34,33 +34,37 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from rearrival.atomic import atomic_write_bytes
+from rearrival.atomic import atomic_write_bytes, atomic_write_json
 from rearrival.config.calibration import Artifact, CalibrationConfig, CalibrationSettings
+from rearrival.config.study import Configuration, RblnSettings, StudyConfig
 from rearrival.errors import RearrivalError
-from rearrival.measure.backends import RunRequest
+from rearrival.measure import rbln as rbln_stack
+from rearrival.measure.backends import RunRequest, run_backend
+from rearrival.measure.emulate.truth import load_truth
+from rearrival.measure.records import read_run
+from rearrival.measure.steplog import parse_step_times
 from rearrival.model.fits import (
     CompileFit,
     DecodeFit,
     PrefillFit,
     ReuseCheck,
     check_reuse,
+    fit_compile,
     fit_decode,
     fit_prefill,
     interpolate_bucket,
     kv_bytes_per_token,
 )
-from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.plangen import derive_seed
+from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.parquet import write_frame
-
-if TYPE_CHECKING:
-    from rearrival.config.study import RblnSettings, StudyConfig
 
 STUDY = "calibration"
 DECODE_STEPS_FILE = "decode_steps.parquet"
@@ -214,8 +218,6 @@ def steady_durations(log_text: str, n: int, warmup: int, label: str) -> np.ndarr
     line with another count (the first completion); a prefill inside the window would
     change the count, so every gap inside it is one decode step.
     """
-    from rearrival.measure.steplog import parse_step_times
-
     lines = parse_step_times(log_text)
     if any(t is None for _, _, t in lines):
         raise CalibrationError(f"run {label}: the step log has [BUCKET] lines without "
@@ -235,8 +237,6 @@ def probe_prefills(log_text: str, probes: int, label: str) -> np.ndarray:
     """T(q) of each probe, in send order, from the clock session's step log: the last
     ``probes`` gaps longer than ``PREFILL_GAP_FACTOR`` median gaps, less one median gap
     (the decode step inside each). Earlier long gaps are the 1-token first requests."""
-    from rearrival.measure.steplog import parse_step_times
-
     lines = parse_step_times(log_text)
     if any(t is None for _, _, t in lines):
         raise CalibrationError(f"run {label}: the step log has [BUCKET] lines without "
@@ -271,8 +271,6 @@ class Measured:
 def collect(measurements: list[Measurement], runs_dir: Path,
             settings: CalibrationSettings) -> Measured:
     """Read the written runs back (complete ones only) into sample tables."""
-    from rearrival.measure.records import read_run
-
     decode, prefill, reuse, run_ids = [], [], [], []
     for m in measurements:
         try:
@@ -333,11 +331,6 @@ def run_measurements(measurements: list[Measurement], runs_dir: Path, backend: A
                      seed: int) -> None:
     """Run every calibration plan through the backends dispatcher (fresh server per run
     on HTTP backends); plans are written beside the runs so each manifest names its file."""
-    from rearrival.config.study import Configuration
-    from rearrival.measure.backends import run_backend
-    from rearrival.model.plangen import derive_seed
-    from rearrival.model.plans import write_plan
-
     plans_dir = runs_dir.parent / "plans"
     for m in measurements:
         plan_path = write_plan(m.plan, plans_dir / f"{m.label}.parquet")
@@ -357,9 +350,6 @@ def calibrate(config: CalibrationConfig, backend: Any, out_dir: Path, *, seed: i
     ``backend`` is a :class:`rearrival.measure.backends.BackendSettings`. Any fit that does not
     hold raises (``rearrival.model.fits.FitError``) naming bucket or range and the fix.
     """
-    from rearrival.measure.emulate.truth import load_truth
-    from rearrival.model.fits import fit_compile
-
     settings = config.calibration
     seed = seed + settings.seed_block
     max_seq_len = config.model.max_seq_len
@@ -369,7 +359,7 @@ def calibrate(config: CalibrationConfig, backend: Any, out_dir: Path, *, seed: i
     runs_dir = out_dir / "runs"
     if runs_dir.exists():
         raise CalibrationError(f"{runs_dir}: exists; calibration writes fresh runs, remove "
-                               "it (or choose another --out) and re-run")
+                               "it (or choose another output directory) and re-run")
     run_measurements(measurements, runs_dir, backend, seed)
     measured = collect(measurements, runs_dir, settings)
     reference = measured_profile()
@@ -600,13 +590,11 @@ def compile_calibration(config: CalibrationConfig, rbln: RblnSettings, out: Path
     """Compile (or reuse) every calibration artifact with optimum-rbln and record where
     each is and what compiling it cost; the record feeds ``--compiled`` and the compile
     fit (backend rbln only)."""
-    from rearrival.atomic import atomic_write_json
-    from rearrival.measure.rbln import CompileConfig, compile_artifact
-
     model = config.model
     entries = {}
     for artifact in config.calibration.artifacts:
-        result = compile_artifact(CompileConfig(
+        # Looked up on the module at call time, so a test can stand in for the compiler.
+        result = rbln_stack.compile_artifact(rbln_stack.CompileConfig(
             model=rbln.model, batch_size=artifact.batch_size,
             buckets=artifact.buckets, max_seq_len=model.max_seq_len,
             num_devices=model.num_devices), Path(rbln.artifacts))

@@ -29,11 +29,13 @@ from typing import Any
 
 import aiohttp
 import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
 
 from rearrival.errors import RearrivalError
+from rearrival.measure.records import finish_manifest, write_run
+from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.model.plans import Plan, Session
 
-CACHED_COUNTER = "vllm:prompt_tokens_cached_total"
 # Token ids drawn from Qwen3's ordinary vocabulary, away from the special tokens that
 # start at 151643; an emulator accepts any non-negative id.
 TOKEN_ID_LOW = 1_000
@@ -61,7 +63,7 @@ class ReplayOptions:
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
-            raise ClientError(f"--time-scale {self.time_scale}: must be a positive number "
+            raise ClientError(f"time_scale {self.time_scale}: must be a positive number "
                               "(wall seconds per plan second, e.g. 0.05)")
         for name in ("connect_timeout_s", "read_timeout_s"):
             if not getattr(self, name) > 0:
@@ -100,12 +102,6 @@ class ClientRun:
     model: str | None
     expected_requests: int
 
-    @property
-    def cached_tokens_total(self) -> float | None:
-        """Reuse as the paper reads it: the delta of prompt_tokens_cached_total."""
-        if CACHED_COUNTER in self.metrics_before and CACHED_COUNTER in self.metrics_after:
-            return self.metrics_after[CACHED_COUNTER] - self.metrics_before[CACHED_COUNTER]
-        return None
 
 
 # --- prompts ---------------------------------------------------------------------------
@@ -151,8 +147,6 @@ def parse_counters(text: str) -> dict[str, float]:
     Untyped samples count too: a ``# TYPE`` line naming the family without ``_total``
     leaves the parser unable to type the sample, yet it is the same counter.
     """
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.type not in ("counter", "unknown", "untyped"):
@@ -178,8 +172,10 @@ async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
             last = exc
             await asyncio.sleep(0.1 * (attempt + 1))
         except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
-            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix --url") from None
-    raise ClientError(f"cannot reach {url} ({_describe(last)}); start the server or fix --url")
+            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") \
+                from None
+    raise ClientError(f"cannot reach {url} ({_describe(last)}); start the server or fix the "
+                      "server URL")
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -187,8 +183,8 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, 
     try:
         return parse_counters(text)
     except ValueError as exc:
-        raise ClientError(f"GET {url}/metrics: not Prometheus text ({exc}); point --url at "
-                          "a vLLM server") from None
+        raise ClientError(f"GET {url}/metrics: not Prometheus text ({exc}); point the server URL "
+                          "at a vLLM server") from None
 
 
 async def served_model(session: aiohttp.ClientSession, url: str) -> str:
@@ -197,8 +193,8 @@ async def served_model(session: aiohttp.ClientSession, url: str) -> str:
     try:
         return str(json.loads(body)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise ClientError(f"GET {url}/v1/models: no model listed; pass --model or check "
-                          "the server") from None
+        raise ClientError(f"GET {url}/v1/models: no model listed; name the model explicitly "
+                          "or check the server") from None
 
 
 # --- one request -----------------------------------------------------------------------
@@ -231,7 +227,7 @@ def _absorb_chunk(stream: _Stream, payload: str, now: float, url: str) -> None:
         chunk = None
     if not isinstance(chunk, dict):
         raise ClientError(f"POST {url}: stream chunk is not a JSON object ({payload[:80]!r}); "
-                          "point --url at an OpenAI-compatible server")
+                          "point the server URL at an OpenAI-compatible server")
     if "error" in chunk:
         raise ClientError(f"POST {url}: server reported an error in the stream: "
                           f"{str(chunk['error'])[:200]}")
@@ -417,8 +413,6 @@ def steps_from_log(log_text: str) -> pd.DataFrame:
     A real server log has no per-step times at useful resolution (paper III-C: 1 s) and
     no prefill line, so prefill is priced from the requests' computed tokens instead.
     """
-    from rearrival.measure.steplog import parse_step_log
-
     pairs = parse_step_log(log_text)
     return pd.DataFrame({
         "step": pd.array(range(len(pairs)), dtype="int64"),
@@ -464,9 +458,6 @@ class RunOutcome:
 def write_client_run(out: Path, run: ClientRun, *, manifest: dict[str, Any],
                      server_log: str | None) -> RunOutcome:
     """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
-    from rearrival.measure.records import finish_manifest, write_run
-    from rearrival.measure.steplog import StepLogError
-
     try:
         steps = steps_from_log(server_log or "")
         status, reason = _outcome(run, steps)
@@ -488,8 +479,8 @@ async def _get_json(url: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        raise ClientError(f"GET {url}: not JSON; point --url at `rearrival emulate-server`") \
-            from None
+        raise ClientError(f"GET {url}: not JSON; point the server URL at "
+                          "`rearrival emulate-server`") from None
 
 
 async def fetch_server_log(url: str, *, since_bytes: int = 0) -> str:
@@ -510,9 +501,9 @@ def check_configuration(served: dict[str, Any], configuration: dict[str, Any],
     """Refuse to label a run with a configuration the server does not serve."""
     for key in ("buckets", "batch_size", "slots"):
         if served.get(key) != configuration[key]:
-            raise ClientError(f"--url {url}: the server serves {key}={served.get(key)}, the run "
+            raise ClientError(f"server {url}: serves {key}={served.get(key)}, the run "
                               f"asks for {configuration[key]}; restart emulate-server with the "
-                              "run's configuration or omit --url to start a fresh one")
+                              "run's configuration or let the run start a fresh one")
 
 
 async def replay_url(plan: Plan, url: str, out: Path, *, variant: str,

@@ -75,10 +75,10 @@ class ServerOptions:
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
-            raise EmulateServerError(f"--time-scale {self.time_scale}: must be > 0 (wall "
+            raise EmulateServerError(f"time_scale {self.time_scale}: must be > 0 (wall "
                                      "seconds per emulated second, e.g. 0.05)")
         if self.seed < 0:
-            raise EmulateServerError(f"--seed {self.seed}: must be >= 0")
+            raise EmulateServerError(f"seed {self.seed}: must be >= 0")
 
 
 class _Counters:
@@ -396,7 +396,7 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            raise EmulateServerError(f"--port {port}: cannot listen on {host}:{port} "
+            raise EmulateServerError(f"port {port}: cannot listen on {host}:{port} "
                                      f"({exc.strerror}); choose a free port") from None
         print(f"emulate-server listening on http://{host}:{port} "
               f"(buckets {list(options.config.buckets)}, batch {options.config.batch_size}, "

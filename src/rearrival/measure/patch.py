@@ -78,14 +78,14 @@ def locate_site_packages(site_packages: Path | None) -> Path:
     """The directory holding ``vllm_rbln/``: as given, or where Python would import it."""
     if site_packages is not None:
         if not (site_packages / PACKAGE).is_dir():
-            raise PatchError(f"--site-packages {site_packages}: no '{PACKAGE}' package there; "
+            raise PatchError(f"site-packages {site_packages}: no '{PACKAGE}' package there; "
                              f"pass the site-packages directory where vllm-rbln=={VERSION} "
                              "is installed")
         return site_packages
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise PatchError(f"vllm-rbln is not installed in this Python; install "
-                         f"vllm-rbln=={VERSION} or pass --site-packages DIR")
+                         f"vllm-rbln=={VERSION} or give its site-packages directory")
     return Path(next(iter(spec.submodule_search_locations))).parent
 
 

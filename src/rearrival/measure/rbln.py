@@ -22,7 +22,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,10 +36,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
 from rearrival.errors import RearrivalError, StageError
+from rearrival.measure import patch
+from rearrival.measure.client import (
+    ClientRun,
+    ReplayOptions,
+    RunOutcome,
+    replay_sync,
+    write_client_run,
+)
 from rearrival.model.profile import bucket_set_problem
 
 if TYPE_CHECKING:
-    from rearrival.measure.client import ReplayOptions, RunOutcome
     from rearrival.model.plans import Plan
 
 STACK_VERSION = "0.11.1"
@@ -110,12 +119,12 @@ class CompileConfig:
 
     def __post_init__(self) -> None:
         if not self.model.strip():
-            raise RblnError("--model is empty; pass a Hugging Face id or a local model path")
+            raise RblnError("model is empty; give a Hugging Face id or a local model path")
         problem = bucket_set_problem(tuple(self.buckets), self.batch_size)
         if problem is not None:
-            raise RblnError(f"--buckets/--batch-size: {problem}")
+            raise RblnError(f"compile buckets/batch_size: {problem}")
         if self.max_seq_len < 1 or self.num_devices < 1:
-            raise RblnError("--max-seq-len and --num-devices must be >= 1")
+            raise RblnError("max_seq_len and num_devices must be >= 1")
 
     def from_pretrained_kwargs(self) -> dict[str, object]:
         """The optimum-rbln export arguments, exactly as SPEC section 6 names them."""
@@ -172,6 +181,7 @@ def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
         stored = json.loads(record.read_text())
         return CompileResult(artifact, record, True, None, int(stored["artifact_bytes"]))
 
+    # Lazy: the device stack exists only on an RBLN host (require_stack checked it above).
     from optimum.rbln import RBLNQwen3ForCausalLM
 
     artifacts_dir.mkdir(parents=True, exist_ok=True)
@@ -214,8 +224,6 @@ def compiled_artifact(compile_record: Path, configuration: str) -> Path:
 
 def vllm_executable() -> str:
     """The ``vllm`` entry point of this interpreter's environment, else the one on PATH."""
-    import sys
-
     beside = Path(sys.executable).with_name("vllm")
     return str(beside) if beside.is_file() else "vllm"
 
@@ -246,8 +254,6 @@ def serve_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS considers free right now (the server binds it moments later)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -361,8 +367,6 @@ def run_with_server(plan: Plan, out: Path, *, argv: Sequence[str], url: str, var
     warm-up steps are never priced. The whole log (start-up included) stays at
     ``log_path`` for diagnosis.
     """
-    from rearrival.measure.client import ClientRun, replay_sync, write_client_run
-
     with running_server(argv, url, log_path, env=env, ready_timeout_s=ready_timeout_s,
                         grace_s=grace_s) as server:
         offset = log_path.stat().st_size
@@ -385,24 +389,22 @@ def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[
     Everything that can be wrong before the device is touched fails fast in one line,
     so no run directory is written for a run that never started.
     """
-    from rearrival.measure.patch import patch_status
-
     require_stack(["vllm", "vllm_rbln"], dev_dir=dev_dir)
-    status = patch_status(site_packages)
+    status = patch.patch_status(site_packages)  # via the module: tests replace it
     if status.state != "patched":
         raise RblnError(f"{status.path}: observation patch is not applied (state "
                         f"{status.state}); run `rearrival rbln patch apply` first")
     if slots is not None and slots != batch_size:
-        raise RblnError(f"--slots {slots}: on the eager path the artifact has exactly "
+        raise RblnError(f"slots {slots}: on the eager path the artifact has exactly "
                         f"batch_size={batch_size} KV slots; compile another batch size instead")
     if artifact is None or not artifact.is_dir():
-        raise RblnError(f"--artifact {artifact}: no compiled model there; build it with "
+        raise RblnError(f"artifact {artifact}: no compiled model there; build it with "
                         "`rearrival rbln compile`")
     record = artifact.with_name(f"{artifact.name}.json")
     if record.is_file():
         compiled = json.loads(record.read_text())["config"]
         if compiled["buckets"] != list(buckets) or compiled["batch_size"] != batch_size:
-            raise RblnError(f"--artifact {artifact}: compiled for buckets {compiled['buckets']} "
+            raise RblnError(f"artifact {artifact}: compiled for buckets {compiled['buckets']} "
                             f"batch {compiled['batch_size']}, not {list(buckets)} batch "
                             f"{batch_size}; pass the matching artifact")
     port = free_port()

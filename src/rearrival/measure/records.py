@@ -353,13 +353,14 @@ def _refuse_existing(out_dir: Path) -> None:
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
-        raise RunRecordError(f"{out_dir}: exists and is not a directory; choose another --out")
+        raise RunRecordError(f"{out_dir}: exists and is not a directory; choose another "
+                             "output directory")
     if (out_dir / MANIFEST_FILE).exists():
         raise RunRecordError(f"{out_dir}: already holds a run record; delete it or choose "
-                             "another --out (runs are never overwritten)")
+                             "another output directory (runs are never overwritten)")
     if any(out_dir.iterdir()):
         raise RunRecordError(f"{out_dir}: directory is not empty; delete it or choose another "
-                             "--out")
+                             "output directory")
 
 
 def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFrame,
@@ -405,7 +406,7 @@ def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFram
             os.rename(tmp, out_dir)  # replaces only an empty dir; fails if someone won the race
         except OSError as exc:
             raise RunRecordError(f"{out_dir}: could not be created ({exc.strerror}); delete it "
-                                 "or choose another --out") from exc
+                                 "or choose another output directory") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -418,13 +419,13 @@ def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFram
 def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
     if not path.is_file():
         raise RunRecordError(f"{path}: missing; the run record is incomplete, re-run the "
-                             "condition into a fresh --out")
+                             "condition into a fresh output directory")
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         raise RunRecordError(f"{path}: not a readable Parquet file (truncated or damaged: "
                              f"{str(exc).splitlines()[0]}); re-run the condition into a fresh "
-                             "--out") from None
+                             "output directory") from None
     expected = [(name, kind) for name, kind, _ in columns]
     found = [(field.name, field.type) for field in table.schema]
     if found != expected:
@@ -446,10 +447,10 @@ def _read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunRecordError(f"{path}: missing; the {what} was not written, re-run the "
-                             "condition into a fresh --out") from None
+                             "condition into a fresh output directory") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunRecordError(f"{path}: not valid JSON ({exc}); the file is damaged, re-run "
-                             "the condition into a fresh --out") from None
+                             "the condition into a fresh output directory") from None
 
 
 def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
@@ -461,7 +462,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunRecordError(f"{run_dir}: no such run directory; check the path or produce "
-                             "it with `rearrival run ... --out DIR`")
+                             "it with `rearrival run`")
     manifest_path = run_dir / MANIFEST_FILE
     if not manifest_path.is_file():
         raise RunRecordError(f"{manifest_path}: missing, so the run never finished; delete "
@@ -471,7 +472,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
     if require_complete and manifest["status"] != "complete":
         raise RunRecordError(f"{run_dir}: run status is '{manifest['status']}' (reason: "
                              f"{manifest['reason']}); it cannot be used, re-run the condition "
-                             "into a fresh --out")
+                             "into a fresh output directory")
     requests_path, steps_path = run_dir / REQUESTS_FILE, run_dir / STEPS_FILE
     requests = _read_table(requests_path, REQUEST_COLUMNS)
     steps = _read_table(steps_path, STEP_COLUMNS)
@@ -490,7 +491,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
             server_log = log_path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise RunRecordError(f"{log_path}: not UTF-8 text (garbage in the step log); "
-                                 "re-run the condition into a fresh --out") from None
+                                 "re-run the condition into a fresh output directory") from None
         try:
             parse_step_log(log_path)
         except StepLogError as exc:
@@ -502,7 +503,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
             tokens = pq.read_table(tokens_path).to_pandas()
         except (pa.ArrowException, OSError):
             raise RunRecordError(f"{tokens_path}: not a readable Parquet file; re-run the "
-                                 "condition into a fresh --out") from None
+                                 "condition into a fresh output directory") from None
     _check_sealed(run_dir, manifest)
     return RunRecord(requests=requests, steps=steps, metrics=metrics, manifest=manifest,
                      server_log=server_log, path=run_dir, tokens=tokens)

@@ -23,7 +23,14 @@ WAIT_DECIMALS = 6
 
 
 class PlanGenError(RearrivalError, ValueError):
-    """Arguments that cannot define a plan; the message names the option and the fix."""
+    """Arguments that cannot define a plan; the message names the argument and the fix.
+
+    ``argument`` is that argument's name (when one is at fault), so the CLI can name its
+    option."""
+
+    def __init__(self, message: str, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 def _check_range(name: str, bounds: tuple[int, int], low: int) -> None:
@@ -78,9 +85,9 @@ def _uniform_int(rng: random.Random, bounds: tuple[int, int]) -> int:
     return lo + min(int(rng.random() * (hi - lo + 1)), hi - lo)
 
 
-def _check_arg(option: str, value: int, low: int) -> None:
+def _check_arg(name: str, value: int, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise PlanGenError(f"option {option} must be an integer >= {low}, got {value!r}")
+        raise PlanGenError(f"{name} must be an integer >= {low}, got {value!r}", name)
 
 
 def generate_plan(n: int, *, study_seed: int, replicate: int, block: int = 0,
@@ -93,10 +100,10 @@ def generate_plan(n: int, *, study_seed: int, replicate: int, block: int = 0,
     session's seed comes from (plan seed, session index), so sessions never share
     generator state. The stored ``meta.seed`` reproduces the plan.
     """
-    _check_arg("--n", n, 1)
-    _check_arg("--study-seed", study_seed, 0)
-    _check_arg("--replicate", replicate, 0)
-    _check_arg("--block", block, 0)
+    _check_arg("n", n, 1)
+    _check_arg("study_seed", study_seed, 0)
+    _check_arg("replicate", replicate, 0)
+    _check_arg("block", block, 0)
     table = tool_table or default_tool_table()
     spec = spec or PlanSpec()
     seed = derive_seed(study_seed, replicate, n, block, "sessions")

@@ -222,7 +222,7 @@ def profile_bytes(path: str | Path | None) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read the profile ({exc.strerror}); run `rearrival "
-                           "calibrate --out PROFILE.yaml` (or the workflow's calibration "
+                           "calibrate` (or the workflow's calibration "
                            "stage) or set profile: published") from exc
 
 

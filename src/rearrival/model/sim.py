@@ -48,7 +48,7 @@ such boundary. ``rearrival.model.sim_reference`` is the plain per-step version u
 and the benchmark to check this one.
 
 The loop exists twice, with the same operations in the same order: in plain Python
-(``_simulate_python``, the readable statement and the fallback) and compiled with numba
+(``simulate_python``, the readable statement and the fallback) and compiled with numba
 on flat arrays (``rearrival.model.simcore``, machine code cached on disk), which ``simulate``
 runs once a process has made a few calls, and which the search runs over many
 configurations of one plan per call (``simcore.run_batch``). Tests hold both to the
@@ -66,6 +66,8 @@ from functools import lru_cache
 from heapq import heappop, heappush
 from typing import Any
 
+import numpy as np
+
 from rearrival.errors import RearrivalError
 from rearrival.model.kvslots import NO_OWNER, Eviction, SlotPool
 from rearrival.model.profile import Profile, bucket_set_problem, measured_profile, select_bucket
@@ -76,12 +78,6 @@ from rearrival.vocabulary import (
     EVICTED_BY_DUMMY_BLOCK,
     EVICTION_CAUSES,
     RELEASES,
-)
-
-SUMMARY_KEYS = (
-    "decode_steps", "prefill_steps", "padding_ratio", "reuse_hits", "re_arrivals",
-    "computed_prefill_tokens", "decode_s", "prefill_s", "device_s", "interference_s",
-    "makespan_s", "histogram",
 )
 
 # Simulator variants predicted for every condition. "base" is the paper's predictor
@@ -97,7 +93,14 @@ PREDICTION = "base"
 
 
 class SimConfigError(RearrivalError, ValueError):
-    """A simulator configuration that cannot run; the message names the field and the fix."""
+    """A simulator configuration that cannot run; the message names the field and the fix.
+
+    ``fields`` names the SimConfig fields at fault, so a caller that set them from its own
+    options (the CLI) can name those options."""
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 def _is_int(value: Any) -> bool:
@@ -145,27 +148,27 @@ class SimConfig:
         try:
             buckets = tuple(self.buckets)
         except TypeError as exc:
-            raise SimConfigError("SimConfig field 'buckets' (--buckets) must be a list of "
-                                 "integers such as 1,2,4,8") from exc
+            raise SimConfigError("SimConfig field 'buckets' must be a list of "
+                                 "integers such as 1,2,4,8", ("buckets",)) from exc
         key = (buckets, self.batch_size)
         if key not in _VALID_GRIDS or type(self.batch_size) is not int or not all(
                 type(b) is int for b in buckets):  # bool equals int in the key
             problem = bucket_set_problem(buckets, self.batch_size)
             if problem is not None:
-                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size' (--buckets, "
-                                     f"--batch-size): {problem}")
+                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size': {problem}",
+                                     ("buckets", "batch_size"))
             if len(_VALID_GRIDS) < 100_000:
                 _VALID_GRIDS.add(key)
         slots = self.batch_size if self.slots is None else self.slots
         if not _is_int(slots) or slots < 1:
-            raise SimConfigError(f"SimConfig field 'slots' (--slots) {slots!r} must be a "
-                                 "positive integer (default: batch_size)")
+            raise SimConfigError(f"SimConfig field 'slots' {slots!r} must be a "
+                                 "positive integer (default: batch_size)", ("slots",))
         if self.release not in RELEASES:
-            raise SimConfigError(f"SimConfig field 'release' (--release) {self.release!r}: "
-                                 f"use one of {', '.join(RELEASES)}")
+            raise SimConfigError(f"SimConfig field 'release' {self.release!r}: "
+                                 f"use one of {', '.join(RELEASES)}", ("release",))
         if self.dummy_block not in DUMMY_BLOCKS:
-            raise SimConfigError(f"SimConfig field 'dummy_block' (--dummy-block) "
-                                 f"{self.dummy_block!r}: use one of {', '.join(DUMMY_BLOCKS)}")
+            raise SimConfigError(f"SimConfig field 'dummy_block' {self.dummy_block!r}: "
+                                 f"use one of {', '.join(DUMMY_BLOCKS)}", ("dummy_block",))
         fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
         object.__setattr__(self, "buckets", buckets)
         object.__setattr__(self, "slots", slots)
@@ -419,8 +422,6 @@ def _step_entry(config: SimConfig, profile: Profile
     key = (config.buckets, config.batch_size)
     entry = _STEP_TABLES.get(key)
     if entry is None or entry[0] is not profile:
-        import numpy as np
-
         buckets = [0] + [select_bucket(n, config.buckets)
                          for n in range(1, config.batch_size + 1)]
         times = [0.0] + [profile.decode_step_s(n, buckets[n])
@@ -536,8 +537,7 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
     entry = _CORE_INPUTS.get(id(plan))
     if entry is not None and entry[0] is plan and entry[1] is profile:
         return entry[2]
-    import numpy as np
-
+    # Lazy: simcore imports numba, 0.22 s measured; the Python core never needs it.
     from rearrival.model.simcore import fits_int64
 
     prompt, gen, wait = plan_arrays(plan, SimConfig())
@@ -557,14 +557,10 @@ def _fixed_array(config: SimConfig) -> Any:
     """Fixed re-arrival times as float64 (empty: the base rule), cached per config."""
     if config.fixed_arrivals is None:
         if not _NO_FIXED:
-            import numpy as np
-
             _NO_FIXED.append(np.empty(0))
         return _NO_FIXED[0]
     entry = _FIXED.get(id(config))
     if entry is None or entry[0] is not config:
-        import numpy as np
-
         if len(_FIXED) > 1024:
             _FIXED.clear()
         entry = _FIXED[id(config)] = (config, np.array(config.fixed_arrivals,
@@ -615,7 +611,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
         raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
     if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
         _CALLS[0] += 1
-        return _simulate_python(plan, config, profile)
+        return simulate_python(plan, config, profile)
     core_module = compiled_core()
     inputs = core_inputs(plan, profile)
     if core_module is None or not inputs.compiled_ok or not core_module.fits_int64(
@@ -623,7 +619,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
         if core_module is not None:
             warnings.warn("plan too large for the compiled core's int64 keys; running the "
                           "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
-        return _simulate_python(plan, config, profile)
+        return simulate_python(plan, config, profile)
     _, _, bucket_of, step_s, bucket_array, labels = _step_entry(config, profile)
     batch = config.batch_size
     args = (inputs.ints, inputs.floats, _fixed_array(config), step_s, batch, config.slots,
@@ -637,7 +633,7 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
                      (hist, bucket_of, labels))
 
 
-def _simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
+def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
     """The event core in plain Python: the fallback of ``simulate`` and the readable
     statement of what ``rearrival.model.simcore`` compiles (same operations, same order)."""
     # Per-plan and per-configuration work is cached (plan_arrays, request_tables,

@@ -1,6 +1,6 @@
 """Compiled event loop of the predictor (paper Section IV), for ``rearrival.model.sim``.
 
-This is the loop of ``rearrival.model.sim._simulate_python`` written on flat numpy arrays and
+This is the loop of ``rearrival.model.sim.simulate_python`` written on flat numpy arrays and
 compiled with numba (``cache=True``: the machine code is kept on disk next to this file,
 so only the first process after an install pays the compile). The rules, the documented
 choices and the order of every floating-point operation are the same as the Python core,

@@ -21,6 +21,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+import numpy as np
+
 from rearrival.errors import RearrivalError
 
 HUMAN_WAITING_TOOLS = frozenset({"AskUserQuestion", "ExitPlanMode", "request_user_input",
@@ -257,8 +259,6 @@ def _effective_ms(call: dict[str, Any]) -> float | None:
 
 
 def _quantiles_ms(values: list[float]) -> tuple[float, float, float]:
-    import numpy as np
-
     p50, p90, p99 = np.quantile(np.asarray(values), [0.5, 0.9, 0.99], method=QUANTILE_METHOD)
     # Flooring p50 alone could put it above p90; keep the three ordered.
     p50 = max(float(p50), MIN_P50_MS)

@@ -27,7 +27,9 @@ their seeds still count as used.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -37,6 +39,9 @@ from typing import Any
 
 from rearrival.errors import RearrivalError, StageError
 from rearrival.judge.collect import collect_channels
+from rearrival.judge.decisions import decision_table
+from rearrival.measure.records import RunRecordError
+from rearrival.prereg.ledger import committed_ledger_bytes, ledger_path, verify
 from rearrival.prereg.registered import read_registration
 from rearrival.prereg.registration import (
     PREREG_ROOT,
@@ -447,9 +452,6 @@ def _registration_rows(auditor: _Auditor) -> Iterator[AuditRow]:
 def _table_differences(written: str, recomputed: str) -> list[str]:
     """Row by row, the columns where a written decision table differs from its
     recomputation (rows numbered from 1 after the header)."""
-    import csv
-    import io
-
     ours = list(csv.DictReader(io.StringIO(written)))
     theirs = list(csv.DictReader(io.StringIO(recomputed)))
     found = []
@@ -467,9 +469,6 @@ def _table_differences(written: str, recomputed: str) -> list[str]:
 def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
     """Check (f): every decision table equals its recomputation from the committed
     registration (design, criteria, predictions) and the run records."""
-    from rearrival.judge.decisions import decision_table
-    from rearrival.measure.records import RunRecordError
-
     for path in sorted((results / "decisions").glob("*.csv")):
         study = path.stem
         history = registrations(auditor.repo, study)
@@ -506,8 +505,6 @@ def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
     """Check (g): every study's run records are the files its committed ledger sealed;
     an edited, added or removed file is a violation naming the run and the file, and a
     decided study without a ledger is one too."""
-    from rearrival.prereg.ledger import committed_ledger_bytes, ledger_path, verify
-
     studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
     studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
     for study in sorted(studies):
@@ -535,8 +532,8 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     repo = open_repo(repo_dir)
     results = Path(results_dir)
     if not results.is_dir():
-        raise RearrivalError(f"--results {results}: no such directory; run the pipeline first "
-                             "or pass the directory holding the run records")
+        raise RearrivalError(f"results directory {results}: no such directory; run the "
+                             "pipeline first or pass the directory holding the run records")
     loaded = [_load_run(p, results) for p in sorted(results.rglob("manifest.json"))]
     runs = [r for r in loaded if isinstance(r, _Run)]
     auditor = _Auditor(repo, runs)

@@ -23,6 +23,7 @@ from typing import Any
 
 from rearrival.atomic import atomic_write_bytes
 from rearrival.errors import RearrivalError
+from rearrival.prereg.registration import commit_paths, ensure_identity, open_repo
 
 LEDGER_ROOT = "ledger"
 STUDY_TRAILER = "Ledger-Study"
@@ -59,8 +60,6 @@ def ledger_bytes(study: str, hashes: dict[str, str]) -> bytes:
 def seal(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], out: Path) -> dict[str, Any]:
     """Commit the study's ledger (no commit when it is unchanged) and write the record
     ``out`` naming the commit, for the stages that verify against it."""
-    from rearrival.prereg.registration import _commit_paths, ensure_identity, open_repo
-
     repo = open_repo(repo_dir)
     relative = ledger_path(study)
     data = ledger_bytes(study, file_hashes(replicate_dirs))
@@ -68,7 +67,7 @@ def seal(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], out: Path) 
     if committed_ledger_bytes(repo, study) != data:
         atomic_write_bytes(target, data)
         ensure_identity(repo)
-        _commit_paths(repo, [relative], f"ledger({study}): seal run records\n\n"
+        commit_paths(repo, [relative], f"ledger({study}): seal run records\n\n"
                       f"{STUDY_TRAILER}: {study}\n")
     commit = next(repo.iter_commits("HEAD", paths=[relative], max_count=1))
     record = {"study": study, "commit": commit.hexsha, "ledger": relative,
@@ -109,8 +108,6 @@ def verify(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], *,
     without a committed ledger yields one problem saying so. Only the replicates given
     are compared unless ``every_replicate`` (the audit: a sealed replicate that is gone
     is reported as removed)."""
-    from rearrival.prereg.registration import open_repo
-
     data = committed_ledger_bytes(open_repo(repo_dir), study)
     if data is None:
         return [f"{ledger_path(study)}: no committed ledger for study {study}; run the seal "

@@ -37,6 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import git
+from gitdb.exc import BadName, BadObject
+
 from rearrival.atomic import atomic_write_bytes, atomic_write_json
 from rearrival.errors import RearrivalError
 
@@ -57,8 +60,6 @@ _LOCK_WAIT_S = 1.0
 
 
 def bad_revision_errors() -> tuple[type[Exception], ...]:
-    from gitdb.exc import BadName, BadObject
-
     return (ValueError, BadName, BadObject)
 
 
@@ -182,18 +183,16 @@ def _registered_plan(entry: Any, where: str) -> RegisteredPlan:
 
 def open_repo(repo_dir: str | Path) -> Any:
     """The git repository at ``repo_dir`` (its top level), or a one-line PreregError."""
-    import git
-
     path = Path(repo_dir)
     try:
         repo = git.Repo(path)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise PreregError(
-            f"{path}: not a git repository; run `git init {path}` (and commit) or pass "
-            "--repo with the repository's top-level directory") from None
+            f"{path}: not a git repository; run `git init {path}` (and commit) or give "
+            "the repository's top-level directory") from None
     if repo.bare or repo.working_tree_dir is None:
         raise PreregError(f"{path}: is a bare git repository; preregistration needs a "
-                          "working tree, so pass --repo with a checkout")
+                          "working tree, so give a checkout")
     return repo
 
 
@@ -203,8 +202,6 @@ def ensure_identity(repo: Any) -> None:
     Asking git (not reading files) honours every config level and GIT_CONFIG_* variables;
     only the repository's own config is ever written, never the user's global one.
     """
-    import git
-
     defaults = {"user.name": PIPELINE_NAME, "user.email": PIPELINE_EMAIL}
     for key, value in defaults.items():
         try:
@@ -300,10 +297,8 @@ def _resolve_amended(repo: Any, study: str, amendment_of: str) -> str:
     return commit.hexsha
 
 
-def _commit_paths(repo: Any, paths: list[str], message: str) -> None:
+def commit_paths(repo: Any, paths: list[str], message: str) -> None:
     """Stage and commit exactly ``paths``; retry while another process holds index.lock."""
-    import git
-
     for attempt in range(_LOCK_RETRIES):
         try:
             repo.git.add("--", *paths)
@@ -376,7 +371,7 @@ def register(repo_dir: str | Path, study: str,
         trailers = f"{STUDY_TRAILER}: {study}"
         if amended:
             trailers += f"\n{AMENDS_TRAILER}: {amended}"
-        _commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
+        commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
     record = record_at(repo, _latest(repo, sorted(wanted)), study)
     if write_record:
         records = (Path(records_dir) if records_dir is not None
@@ -393,16 +388,16 @@ def _new_paths(wanted: dict[str, bytes], existing: dict[str, Any], study: str,
             raise PreregError(
                 f"{path}: already registered with different content and registered files "
                 "never change; register the change as an amendment under a new file name "
-                "(e.g. amendment-01-tau.json) with amendment_of / --amends")
+                "(e.g. amendment-01-tau.json) with amendment_of")
     new = {path for path in wanted if path not in existing}
     if new and existing and amendment_of is None:
         raise PreregError(
             f"{_study_dir(study)}/: study {study} is already registered, so adding "
-            f"{', '.join(sorted(new))} is an amendment; pass amendment_of / --amends with the "
+            f"{', '.join(sorted(new))} is an amendment; pass amendment_of with the "
             "sha of the registration it amends")
     if amendment_of is not None and not existing:
         raise PreregError(f"{_study_dir(study)}/: nothing registered yet, so there is nothing "
-                          "to amend; register without amendment_of / --amends first")
+                          "to amend; register without amendment_of first")
     return new
 
 
@@ -433,8 +428,8 @@ def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
     committed = _tree_files(head, study) if head is not None else {}
     if not committed:
         raise PreregError(f"{_study_dir(study)}/: no committed preregistration for study "
-                          f"{study}; run the prereg stage (`rearrival prereg {study} --files "
-                          "...`) before measuring")
+                          f"{study}; run the prereg stage (`rearrival prereg {study}`) "
+                          "before measuring")
     problem = _working_tree_problem(Path(repo.working_tree_dir), study, committed)
     if problem:
         raise PreregError(f"run of study {study} refused: {problem}")
@@ -447,8 +442,6 @@ def registered_json(repo_dir: str | Path, study: str,
     of the commit that first registered the study; None when the study (or the directory
     as a git repository) has no registration. Read from git objects, never the working
     tree, so an edited working copy cannot stand in for what was registered."""
-    import git
-
     try:
         repo = git.Repo(Path(repo_dir))
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -512,14 +505,14 @@ def read_prepared_files(sources: Iterable[str | Path]) -> dict[str, bytes]:
         elif source.is_file():
             paths = [source]
         else:
-            raise PreregError(f"--files {source}: no such file or directory; pass the prepared "
-                              "prediction/criteria files or their directory")
+            raise PreregError(f"prepared file {source}: no such file or directory; pass the "
+                              "prepared prediction/criteria files or their directory")
         for path in paths:
             if path.name in out:
-                raise PreregError(f"--files {path}: a second file named {path.name}; "
+                raise PreregError(f"prepared file {path}: a second file named {path.name}; "
                                   "prereg file names must be unique within a study")
             out[path.name] = path.read_bytes()
     if not out:
-        raise PreregError("--files: no files found; pass the prepared prediction/criteria "
+        raise PreregError("prepared files: none found; pass the prepared prediction/criteria "
                           "files or a directory holding them")
     return out

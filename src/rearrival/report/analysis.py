@@ -27,7 +27,9 @@ import pandas as pd
 
 from rearrival.config.study import Configuration
 from rearrival.errors import RearrivalError
+from rearrival.judge.decisions import predicted_ratio
 from rearrival.model.plans import Plan
+from rearrival.model.sim import SimConfig, simulate
 
 
 class AnalysisError(RearrivalError):
@@ -48,8 +50,6 @@ def fixed_arrival_device_s(plan: Plan, configuration: Configuration, variant: st
                            arrivals: Sequence[float]) -> float:
     """Predicted device time D of one plan with re-arrivals pinned to ``arrivals``
     (base rules: deferred release, no dummy block)."""
-    from rearrival.model.sim import SimConfig, simulate
-
     config = SimConfig(buckets=configuration.buckets, batch_size=configuration.batch_size,
                        slots=configuration.slots, release="deferred", dummy_block="off",
                        fixed_arrivals=list(arrivals))
@@ -149,8 +149,6 @@ def simulator_error_rows(*, decisions: pd.DataFrame, predictions: pd.DataFrame,
                          simulators: Sequence[str]) -> list[dict[str, Any]]:
     """S9: each simulator variant's replicate-summed predicted ratio and its error
     against the observed channel-A ratio, per comparison."""
-    from rearrival.judge.decisions import predicted_ratio
-
     rows = []
     for decision in decisions.to_dict("records"):
         observed = _number(decision.get("ratio_obs_a"))

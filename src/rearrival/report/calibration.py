@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from rearrival.measure.calibrate import DECODE_STEPS_FILE, PREFILL_FILE, PROFILE_FILE
+from rearrival.model.profile import load_profile, measured_profile
+from rearrival.model.sim import SimConfig, simulate
 from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg
 from rearrival.report.results import Results, decision_records, study_backend
 from rearrival.report.table_model import Column, Part, Table
@@ -41,8 +44,6 @@ def _runs(ids: list[str]) -> str:
 
 def table_vii(res: Results) -> Table:
     """Measured g(b) with CI beside the paper's, beta, and every (b, n) residual."""
-    from rearrival.model.profile import measured_profile
-
     tree = calibrated_tree(res)
     title = "Decode step cost per bucket (calibration)"
     if tree is None:
@@ -116,10 +117,6 @@ def table_vii(res: Results) -> Table:
 
 def table_prefill(res: Results) -> Table:
     """T(q) coefficients with CIs beside the paper's, fit error per range, reuse check."""
-    import pandas as pd
-
-    from rearrival.model.profile import measured_profile
-
     tree = calibrated_tree(res)
     title = "Prefill model and reuse rule (calibration)"
     if tree is None:
@@ -176,8 +173,6 @@ def table_prefill(res: Results) -> Table:
 
 
 def _predicted_ratio(res: Results, study: Any, n: int, changed: str, profile: Any) -> float | None:
-    from rearrival.model.sim import SimConfig, simulate
-
     totals = {}
     for name in (study.baseline, changed):
         conf = res.configuration(name)
@@ -197,8 +192,6 @@ def _predicted_ratio(res: Results, study: Any, n: int, changed: str, profile: An
 
 def table_ix_profiles(res: Results) -> Table:
     """Validation errors with the published and the calibrated profile side by side."""
-    from rearrival.model.profile import load_profile, measured_profile
-
     title = "Cost validation: published vs calibrated constants"
     path = res.root / CALIBRATION_DIR / PROFILE_FILE
     if calibrated_tree(res) is None:
@@ -238,8 +231,6 @@ def table_ix_profiles(res: Results) -> Table:
 
 def step_time_figure(res: Results) -> Figure:
     """Median step time against n per bucket, with the fitted g(b) + beta*n lines."""
-    import pandas as pd
-
     fid, title = "calibration-steps", "Decode step time against running requests"
     tree = calibrated_tree(res)
     path = res.root / CALIBRATION_DIR / DECODE_STEPS_FILE

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from rearrival.atomic import atomic_write_json, atomic_write_text
-from rearrival.config.study import StudyConfig, tool_table_for
+from rearrival.config.study import StudyConfig, load_study_config, tool_table_for
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
 from rearrival.report.results import Results
@@ -251,8 +253,6 @@ def reading(res: Results, prov: Provenance, tables: dict[str, Table]) -> list[st
 def render_html(cfg: StudyConfig, prov: Provenance, tables: list[Table],
                 figures: list[Figure], paragraphs: list[str], missing: list[str],
                 card: Scorecard | None = None) -> str:
-    import jinja2
-
     env = jinja2.Environment(loader=jinja2.PackageLoader("rearrival.report", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -269,8 +269,6 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
 
     Returns the index written to ``<out>/tables/index.json`` (paths relative to ``out``).
     """
-    from rearrival.config.study import load_study_config
-
     cfg = load_study_config(config)
     res = Results(cfg, Path(results))
     out = Path(out)

@@ -18,10 +18,12 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rearrival.config.study import StudyConfig, tool_table_for
+from rearrival.model.plans import Plan, load_plan
 from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.sim import simulate
 from rearrival.search.scoring import (
     Candidate,
     PlanKey,
@@ -33,9 +35,6 @@ from rearrival.search.scoring import (
     select,
 )
 
-if TYPE_CHECKING:
-    from rearrival.model.plans import Plan
-
 # Below this further saving (paper V-C: 16 -> 24 -> 32 slots changed cost by < 0.1 %
 # once reuse was complete) more slots are not worth their memory and compile cost.
 SMALL_GAIN = 0.005
@@ -45,11 +44,9 @@ SLOT_STEP = 8
 
 def load_plan_dir(plans_dir: Path) -> list[Plan]:
     """Every plan file (.parquet/.json) under ``plans_dir``, in path order."""
-    from rearrival.model.plans import load_plan
-
     paths = sorted(p for p in plans_dir.rglob("*") if p.suffix in (".parquet", ".json"))
     if not paths:
-        raise SearchError(f"option --plans {plans_dir}: no .parquet or .json plan files; "
+        raise SearchError(f"plans directory {plans_dir}: no .parquet or .json plan files; "
                           "write some with `rearrival plan` or `rearrival search plans`")
     return [load_plan(p) for p in paths]
 
@@ -66,8 +63,6 @@ def evaluation_plans(cfg: StudyConfig, n: int) -> list[Plan]:
 def predict(plans: Sequence[Plan], candidate: Candidate,
             profile: Profile | None = None) -> dict[str, Any]:
     """Base-simulator totals over the inputs (seconds summed first) and the summed h(n->b)."""
-    from rearrival.model.sim import simulate
-
     results = [simulate(p, candidate.sim_config(), profile) for p in plans]
     histogram: dict[str, int] = {}
     for r in results:
@@ -123,9 +118,9 @@ def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int,
         raw = json.loads(path.read_text())
         pick = parse_candidate_id(raw["id"])
     except (OSError, ValueError, KeyError) as exc:
-        raise SearchError(f"{path}: no usable search result ({exc}); give --search the "
-                          "directory of a finished `rearrival search --out DIR` or its "
-                          "selected.json, or drop --search") from exc
+        raise SearchError(f"{path}: no usable search result ({exc}); give the "
+                          "directory of a finished `rearrival search` or its "
+                          "selected.json, or no search result at all") from exc
     return pick, f"{path} (search score {raw.get('search_score', float('nan')):.4f})"
 
 

@@ -31,21 +31,22 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
+import numpy as np
+import pandas as pd
+
+from rearrival.atomic import atomic_directory, atomic_write_json
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.errors import RearrivalError
 from rearrival.model.memory import DeviceMemory, device_memory
+from rearrival.model.plangen import generate_plan
+from rearrival.model.plans import Plan, load_plan, write_plan
 from rearrival.model.profile import Profile, measured_profile, select_bucket
+from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.parquet import write_frame
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from rearrival.model.plans import Plan
-
 INPUT_SETS = ("search", "evaluation")
-PLAN_NAME = re.compile(r"^n(?P<n>\d+)_s(?P<seed>\d+)_b(?P<block>\d+)$")
 RESULT_COLUMNS = ("candidate", "inputs", "plan", "n", "plan_sha256", "device_s", "decode_s",
                   "prefill_s", "reuse_hits", "re_arrivals", "computed_prefill_tokens")
 
@@ -99,8 +100,6 @@ class Candidate:
 
     def sim_config(self) -> Any:
         """The base simulator of the paper (deferred release, no dummy-block rule)."""
-        from rearrival.model.sim import SimConfig
-
         return SimConfig(buckets=self.buckets, batch_size=self.batch_size, slots=self.slots,
                          release="deferred", dummy_block="off")
 
@@ -131,7 +130,7 @@ def enumerate_candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16),
     if not sizes or any(not isinstance(b, int) or b < 1 for b in sizes):
         raise SearchError(f"search.batch_sizes {list(batch_sizes)} must be integers >= 1")
     if not isinstance(max_buckets, int) or max_buckets < 2:
-        raise SearchError(f"search.max_buckets (--max-buckets) {max_buckets!r} must be an "
+        raise SearchError(f"search.max_buckets {max_buckets!r} must be an "
                           "integer >= 2: it counts 1 and batch_size too")
     out: list[Candidate] = []
     for batch in sizes:
@@ -266,8 +265,6 @@ def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: An
     and evaluation sets, and every study's plans, never share a plan seed (the generator
     also puts N in the seed, so the N levels are independent draws).
     """
-    from rearrival.model.plangen import generate_plan
-
     return generate_plan(key.n, study_seed=study_seed,
                          replicate=key.seed * settings.blocks + key.block,
                          block=settings.seed_block(key.inputs), tool_table=table)
@@ -281,9 +278,6 @@ def make_plans(cfg: StudyConfig, settings: SearchSettings) -> list[tuple[PlanKey
 
 def write_plans(plans: Sequence[tuple[PlanKey, Plan]], out_dir: Path) -> None:
     """DIR/search/*.parquet and DIR/evaluation/*.parquet, published as one directory."""
-    from rearrival.atomic import atomic_directory
-    from rearrival.model.plans import write_plan
-
     with atomic_directory(out_dir) as staging:
         for key, plan in plans:
             write_plan(plan, staging / key.relpath)
@@ -291,14 +285,12 @@ def write_plans(plans: Sequence[tuple[PlanKey, Plan]], out_dir: Path) -> None:
 
 def read_plans(plans_dir: Path, settings: SearchSettings) -> list[tuple[PlanKey, Plan]]:
     """Every plan the settings call for, from ``rearrival search plans`` output."""
-    from rearrival.model.plans import load_plan
-
     out = []
     for key in plan_keys(settings):
         path = plans_dir / key.relpath
         if not path.exists():
             raise SearchError(f"{path}: search plan missing; write the plans with "
-                              f"`rearrival search plans --config F --out {plans_dir}`")
+                              f"`rearrival search plans` into {plans_dir}")
         out.append((key, load_plan(path)))
     return out
 
@@ -331,8 +323,6 @@ class CandidateArrays:
     """
 
     def __init__(self, cands: Sequence[Candidate], profile: Profile) -> None:
-        import numpy as np
-
         self.candidates = list(cands)
         self.profile = profile
         self.count = len(cands)
@@ -352,8 +342,6 @@ class CandidateArrays:
 
     def groups(self, n: int) -> tuple[Any, Any]:
         """(representatives, index of each candidate's representative) for plans of N=n."""
-        import numpy as np
-
         if n not in self._groups:
             seen: dict[tuple[int, int, bytes], int] = {}
             reps: list[int] = []
@@ -386,10 +374,6 @@ class PlanScores(NamedTuple):
 
 def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = None) -> PlanScores:
     """Every candidate on one plan: one compiled batch call over the distinct runs."""
-    import numpy as np
-
-    from rearrival.model.sim import compiled_core, core_inputs
-
     profile = profile or measured_profile()
     core = compiled_core()
     inputs = core_inputs(plan, profile)
@@ -408,8 +392,6 @@ def _python_batch(plan: Plan, arrays: CandidateArrays, reps: list[int], profile:
                   out_f: Any, out_i: Any) -> None:
     """``run_batch``'s outputs from ``simulate`` calls (numba missing, or token counts
     too large for the compiled core's int64 keys)."""
-    from rearrival.model.sim import simulate
-
     for row, index in enumerate(reps):
         cand = arrays.candidates[index]
         result = simulate(plan, cand.sim_config(), profile, core="compiled")
@@ -467,9 +449,6 @@ def results_frame(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Pla
     sorting string columns costs more than the simulations); with repeated candidate ids
     it falls back to building and sorting.
     """
-    import numpy as np
-    import pandas as pd
-
     ids = [c.id for c in cands]
     if len(set(ids)) != len(ids):
         parts = [pd.DataFrame(_columns(np.array(ids, dtype=object), [key], [plan],
@@ -494,8 +473,6 @@ def _columns(candidate: Any, keys: Sequence[PlanKey], plans: Sequence[Plan], tim
              counts: Any, re_arrivals: Sequence[int], repeat: int = 0) -> dict[str, Any]:
     """RESULT_COLUMNS for rows candidate-major over ``keys`` (``repeat`` candidates), or
     for one plan's rows (``repeat`` 0: scalars broadcast)."""
-    import numpy as np
-
     def per_plan(values: list[Any], dtype: Any = object) -> Any:
         return np.tile(np.array(values, dtype=dtype), repeat) if repeat else values[0]
 
@@ -516,7 +493,7 @@ def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
 def shard_candidates(cands: Sequence[Candidate], shard: int, shards: int) -> list[Candidate]:
     """Round robin ``cands[shard::shards]``: every shard gets a share of every batch size."""
     if not 0 <= shard < shards:
-        raise SearchError(f"option --shard {shard} must be in 0..{shards - 1} (--shards "
+        raise SearchError(f"shard {shard} must be in 0..{shards - 1} (shards "
                           f"{shards})")
     return list(cands[shard::shards])
 
@@ -595,9 +572,6 @@ def _group_totals(frame: pd.DataFrame, mask: Any,
     contiguous run and runs come in (candidate, n) order; the run boundaries are found
     once for all columns, on integer codes (string columns are slow to walk row by row).
     """
-    import numpy as np
-    import pandas as pd
-
     codes, names = pd.factorize(frame["candidate"])
     codes, ns = codes[mask], frame["n"].to_numpy()[mask]
     change = np.ones(len(codes), dtype=bool)
@@ -619,8 +593,6 @@ def _group_totals(frame: pd.DataFrame, mask: Any,
 
 def _totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dict[int, float]]:
     """Per candidate, per N: exactly rounded sum of ``column`` over that N's plans."""
-    import numpy as np
-
     if len(frame) == 0:
         return {}
     frame = sort_results(frame) if not _is_sorted(frame) else frame
@@ -629,8 +601,6 @@ def _totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dict[int
 
 def _is_sorted(frame: pd.DataFrame) -> bool:
     """True when the rows are in ``sort_results`` order (as evaluate and merge leave them)."""
-    import pandas as pd
-
     keys = frame[["candidate", "inputs", "n", "plan"]]
     return pd.MultiIndex.from_frame(keys).is_monotonic_increasing
 
@@ -641,8 +611,6 @@ def _sum(totals: Mapping[int, float]) -> float:
 
 def combine_shards(frames: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     """One row per (candidate, plan); rows repeated across shards (the baseline) must agree."""
-    import pandas as pd
-
     for source, frame in frames:
         missing = set(RESULT_COLUMNS) - set(frame.columns)
         if missing:
@@ -688,8 +656,6 @@ def score_table(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Can
                 settings: SearchSettings,
                 profile: Profile | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One row per candidate (ranked) plus the N-set comparison used by the summary."""
-    import pandas as pd
-
     profile = profile or measured_profile()
     if not _is_sorted(results):
         results = sort_results(results)
@@ -810,8 +776,6 @@ def write_outputs(results: pd.DataFrame, cands: Sequence[Candidate], baseline: C
                   settings: SearchSettings, out_dir: Path,
                   profile: Profile | None = None) -> dict[str, Any]:
     """DIR/scores.parquet, DIR/selected.json, DIR/summary.json (each atomically)."""
-    from rearrival.atomic import atomic_write_json
-
     check_complete(results, cands, baseline, settings)
     table, comparison = score_table(results, cands, baseline, settings, profile)
     selected, summary = summarize(table, comparison, settings, profile)

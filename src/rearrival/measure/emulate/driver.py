@@ -179,7 +179,7 @@ def drive(script: Script, config: EngineConfig, truth: Truth, seed: int,
 def check_seed(seed: int) -> None:
     """Refuse a seed that is not a non-negative int (bools included): it names every draw."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise EmulateError(f"option --seed must be an integer >= 0, got {seed!r}")
+        raise EmulateError(f"emulator seed must be an integer >= 0, got {seed!r}")
 
 
 def first_sends(seed: int, truth: Truth, count: int) -> tuple[float, ...]:

@@ -54,9 +54,9 @@ class EngineConfig:
         buckets = tuple(self.buckets)
         problem = bucket_set_problem(buckets, self.batch_size)
         if problem is not None:
-            raise EmulateError(f"options --buckets/--batch-size: {problem}")
+            raise EmulateError(f"engine buckets/batch_size: {problem}")
         if self.slots is not None and self.slots < 1:
-            raise EmulateError(f"option --slots must be >= 1, got {self.slots}")
+            raise EmulateError(f"engine slots must be >= 1, got {self.slots}")
         object.__setattr__(self, "buckets", buckets)
 
     @property
@@ -224,11 +224,6 @@ class Engine:
                            float(arrival_s), self._submissions)
         self._submissions += 1
         heapq.heappush(self._waiting, request)
-
-    @property
-    def idle(self) -> bool:
-        """Nothing running and nothing queued: the engine waits for a submission."""
-        return not self._running and not self._waiting
 
     @property
     def next_arrival_s(self) -> float | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -90,10 +90,6 @@ class Truth:
             if not 0 <= low <= high:
                 raise EmulateError(f"truth field '{name}' must be [low, high] with "
                                    f"0 <= low <= high, got {[low, high]}")
-
-    def with_changes(self, **changes: Any) -> Truth:
-        """A variant of this truth (e.g. ``release="deferred"``), validated again."""
-        return replace(self, **changes)
 
 
 def _field(tree: dict[str, Any], dotted: str, source: str) -> Any:
