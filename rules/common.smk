@@ -58,11 +58,7 @@ def plan_files(study):
 def run_dirs(study):
     """The run directories (one per N and replicate) of a study."""
     s = STUDY.study(study)
-    return [
-        f"{RESULTS}/runs/{study}/n{n}_r{rep}"
-        for n in s.n
-        for rep in range(STUDY.replicates)
-    ]
+    return [f"{RESULTS}/runs/{study}/n{n}_r{rep}" for n in s.n for rep in range(STUDY.replicates)]
 
 
 def replicate_run_dirs(wildcards):

@@ -8,8 +8,18 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "rearrival"
-LAYERS = ("base", "model", "config", "measure", "judge", "prereg", "search", "report",
-          "workflow", "commands")
+LAYERS = (
+    "base",
+    "model",
+    "config",
+    "measure",
+    "judge",
+    "prereg",
+    "search",
+    "report",
+    "workflow",
+    "commands",
+)
 SHIMS = {"rearrival.plans", "rearrival.sim"}  # stable re-exports of model modules
 
 
@@ -51,10 +61,13 @@ def test_the_layer_table_covers_every_package():
 
 
 def test_no_package_imports_a_higher_layer():
-    upward = [f"{module} ({layer(module)}) imports {target} ({layer(target)})"
-              for module, targets in graph().items() if module not in SHIMS
-              for target in targets
-              if LAYERS.index(layer(target)) > LAYERS.index(layer(module))]
+    upward = [
+        f"{module} ({layer(module)}) imports {target} ({layer(target)})"
+        for module, targets in graph().items()
+        if module not in SHIMS
+        for target in targets
+        if LAYERS.index(layer(target)) > LAYERS.index(layer(module))
+    ]
     assert upward == []
 
 

@@ -25,8 +25,14 @@ def measured(plan, configuration, replicate):
     buckets, batch = configuration
     seed = derive_seed(STUDY_SEED, replicate, plan.n, 9, f"run:{batch}")
     run = run_emulated(plan, buckets=buckets, batch_size=batch, seed=seed)
-    record = RunRecord(requests=run.requests, steps=run.steps, metrics=run.metrics,
-                       manifest={}, server_log=None, path=None)
+    record = RunRecord(
+        requests=run.requests,
+        steps=run.steps,
+        metrics=run.metrics,
+        manifest={},
+        server_log=None,
+        path=None,
+    )
     return channel_a(record).total_s, channel_b(record), run.counts
 
 

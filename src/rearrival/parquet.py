@@ -21,8 +21,7 @@ from rearrival.errors import StageError
 def write_frame(frame: pd.DataFrame, out: Path) -> None:
     """Parquet without the pandas index, published atomically (same data, same bytes)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink,
-                   compression="zstd")
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink, compression="zstd")
     atomic_write_bytes(out, sink.getvalue().to_pybytes())
 
 
@@ -31,4 +30,3 @@ def read_frame(path: Path, stage: str) -> pd.DataFrame:
     if not path.exists():
         raise StageError(f"{path}: missing; run the {stage} stage first")
     return pd.read_parquet(path)
-

@@ -14,8 +14,9 @@ def parse_buckets(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError as exc:
-        raise SimConfigError(f"--buckets {text!r}: give comma-separated integers such as "
-                             "1,2,4,8") from exc
+        raise SimConfigError(
+            f"--buckets {text!r}: give comma-separated integers such as 1,2,4,8"
+        ) from exc
 
 
 def register(app: typer.Typer) -> None:
@@ -25,20 +26,31 @@ def register(app: typer.Typer) -> None:
     def simulate_cmd(
         plans: list[Path] = typer.Argument(..., help="Plan files (Parquet or JSON)."),  # noqa: B008
         buckets: str = typer.Option("1,2,4,8", "--buckets", help="Compiled decode buckets."),
-        batch_size: int = typer.Option(8, "--batch-size", help="Largest bucket and "
-                                       "execution limit."),
-        slots: int | None = typer.Option(None, "--slots", help="KV slots (default: "
-                                         "batch size)."),
-        release: str = typer.Option("deferred", "--release", help="Slot release timing: "
-                                    "deferred (paper's base) or immediate (measured stack)."),
-        dummy_block: str = typer.Option("off", "--dummy-block", help="off (paper's base) or "
-                                        "pre-evict (measured stack's padding block, S9)."),
-        variant: str = typer.Option("wait", "--variant", help="Workload variant of the plan: "
-                                    "wait, control (no tool wait) or equal (mean wait)."),
-        profile_path: Path | None = typer.Option(None, "--profile", help="Profile YAML "  # noqa: B008
-                                                 "(default: measured RBLN-CA25)."),
-        as_json: bool = typer.Option(False, "--json", help="One summary JSON object per "
-                                     "plan per line, sorted keys."),
+        batch_size: int = typer.Option(
+            8, "--batch-size", help="Largest bucket and execution limit."
+        ),
+        slots: int | None = typer.Option(None, "--slots", help="KV slots (default: batch size)."),
+        release: str = typer.Option(
+            "deferred",
+            "--release",
+            help="Slot release timing: deferred (paper's base) or immediate (measured stack).",
+        ),
+        dummy_block: str = typer.Option(
+            "off",
+            "--dummy-block",
+            help="off (paper's base) or pre-evict (measured stack's padding block, S9).",
+        ),
+        variant: str = typer.Option(
+            "wait",
+            "--variant",
+            help="Workload variant of the plan: wait, control (no tool wait) or equal (mean wait).",
+        ),
+        profile_path: Path | None = typer.Option(  # noqa: B008
+            None, "--profile", help="Profile YAML (default: measured RBLN-CA25)."
+        ),
+        as_json: bool = typer.Option(
+            False, "--json", help="One summary JSON object per plan per line, sorted keys."
+        ),
     ) -> None:
         """Predict decode steps, reuse and device time of plans on one configuration.
 
@@ -51,8 +63,13 @@ def register(app: typer.Typer) -> None:
         from rearrival.model.sim import SimConfig, SimConfigError, simulate
 
         try:
-            config = SimConfig(buckets=parse_buckets(buckets), batch_size=batch_size,
-                               slots=slots, release=release, dummy_block=dummy_block)
+            config = SimConfig(
+                buckets=parse_buckets(buckets),
+                batch_size=batch_size,
+                slots=slots,
+                release=release,
+                dummy_block=dummy_block,
+            )
         except SimConfigError as exc:  # the library names fields; name their options
             flags = ", ".join("--" + name.replace("_", "-") for name in exc.fields)
             raise SimConfigError(f"{flags}: {exc}" if flags else str(exc)) from None
@@ -69,4 +86,5 @@ def register(app: typer.Typer) -> None:
                     f"W={summary['interference_s']:.4f} session-s "
                     f"steps={summary['decode_steps']} padding={summary['padding_ratio']:.4f} "
                     f"reuse={summary['reuse_hits']}/{summary['re_arrivals']} "
-                    f"makespan={summary['makespan_s']:.3f}s")
+                    f"makespan={summary['makespan_s']:.3f}s"
+                )

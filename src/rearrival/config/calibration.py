@@ -49,13 +49,15 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
-            raise CalibrationConfigError(f"model.dtype '{self.dtype}': use one of "
-                                         f"{', '.join(DTYPE_BYTES)}")
+            raise CalibrationConfigError(
+                f"model.dtype '{self.dtype}': use one of {', '.join(DTYPE_BYTES)}"
+            )
         for name in ("layers", "kv_heads", "head_dim", "max_seq_len", "num_devices"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise CalibrationConfigError(f"model.{name} must be a positive integer, "
-                                             f"got {value!r}")
+                raise CalibrationConfigError(
+                    f"model.{name} must be a positive integer, got {value!r}"
+                )
 
     @property
     def dtype_bytes(self) -> int:
@@ -63,9 +65,14 @@ class ModelSpec:
 
     def architecture(self) -> dict[str, int]:
         """The profile's KV fields this model fixes (rearrival.model.profile.MODEL_FIELDS)."""
-        return {"kv.layers": self.layers, "kv.kv_heads": self.kv_heads,
-                "kv.head_dim": self.head_dim, "kv.bytes_per_element": self.dtype_bytes,
-                "kv.slot_tokens": self.max_seq_len, "kv.num_devices": self.num_devices}
+        return {
+            "kv.layers": self.layers,
+            "kv.kv_heads": self.kv_heads,
+            "kv.head_dim": self.head_dim,
+            "kv.bytes_per_element": self.dtype_bytes,
+            "kv.slot_tokens": self.max_seq_len,
+            "kv.num_devices": self.num_devices,
+        }
 
 
 def model_from_config_json(path: Path, base: ModelSpec) -> ModelSpec:
@@ -75,13 +82,18 @@ def model_from_config_json(path: Path, base: ModelSpec) -> ModelSpec:
         raw = json.loads(path.read_text())
         heads = int(raw["num_attention_heads"])
         head_dim = int(raw.get("head_dim") or int(raw["hidden_size"]) // heads)
-        values = dict(layers=int(raw["num_hidden_layers"]),
-                      kv_heads=int(raw.get("num_key_value_heads", heads)), head_dim=head_dim,
-                      dtype=str(raw.get("torch_dtype", base.dtype)))
+        values = dict(
+            layers=int(raw["num_hidden_layers"]),
+            kv_heads=int(raw.get("num_key_value_heads", heads)),
+            head_dim=head_dim,
+            dtype=str(raw.get("torch_dtype", base.dtype)),
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CalibrationConfigError(f"model.config_json {path}: cannot read the architecture "
-                                     f"({exc!r}); give the model's config.json or set "
-                                     "model.layers/kv_heads/head_dim/dtype instead") from exc
+        raise CalibrationConfigError(
+            f"model.config_json {path}: cannot read the architecture "
+            f"({exc!r}); give the model's config.json or set "
+            "model.layers/kv_heads/head_dim/dtype instead"
+        ) from exc
     fixed = {f.name: getattr(base, f.name) for f in fields(base)}
     return ModelSpec(**{**fixed, **values})
 
@@ -121,8 +133,7 @@ class CalibrationSettings:
     max_n_per_bucket: int = 0
     decode_prompt_tokens: int = 128
     max_residual: float = 0.02
-    prefill_tokens: tuple[int, ...] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
-                                       6144, 8000)
+    prefill_tokens: tuple[int, ...] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8000)
     prefill_repeats: int = 3
     appended_tokens: tuple[int, ...] = (8, 120, 250, 380)
     max_prefill_error: float = 0.05
@@ -131,19 +142,23 @@ class CalibrationSettings:
 
     def __post_init__(self) -> None:
         if not self.artifacts:
-            raise CalibrationConfigError("calibration.artifacts is empty; list at least one "
-                                         "bucket set, e.g. {buckets: [1, 2, 4, 8], "
-                                         "batch_size: 8}")
+            raise CalibrationConfigError(
+                "calibration.artifacts is empty; list at least one "
+                "bucket set, e.g. {buckets: [1, 2, 4, 8], "
+                "batch_size: 8}"
+            )
         for index, artifact in enumerate(self.artifacts):
             problem = bucket_set_problem(artifact.buckets, artifact.batch_size)
             if problem is not None:
                 raise CalibrationConfigError(f"calibration.artifacts[{index}]: {problem}")
         if self.min_steps < 2 or self.decode_steps < 1:
-            raise CalibrationConfigError("calibration.min_steps must be >= 2 and "
-                                         "calibration.decode_steps >= 1")
+            raise CalibrationConfigError(
+                "calibration.min_steps must be >= 2 and calibration.decode_steps >= 1"
+            )
         if not (self.max_residual > 0 and self.max_prefill_error > 0):
-            raise CalibrationConfigError("calibration.max_residual and max_prefill_error "
-                                         "must be > 0")
+            raise CalibrationConfigError(
+                "calibration.max_residual and max_prefill_error must be > 0"
+            )
 
     @property
     def measured_buckets(self) -> tuple[int, ...]:
@@ -171,8 +186,9 @@ class CalibrationConfig:
     def prediction_profile(self) -> Profile:
         """The profile predictions, the search and advise use, checked against the
         model; a missing or foreign file is an error, never the published constants."""
-        return load_profile_for_model(self.profile_path(), self.model.name,
-                                      self.model.architecture())
+        return load_profile_for_model(
+            self.profile_path(), self.model.name, self.model.architecture()
+        )
 
     def truth_path(self) -> Path | None:
         """The emulator truth file: None for the shipped twin of the measured stack."""
@@ -191,8 +207,9 @@ def _typed(cls: type, raw: Any, key: str) -> Any:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise CalibrationConfigError(f"{key}.{unknown[0]} is not a setting; use "
-                                     f"{', '.join(sorted(known))}")
+        raise CalibrationConfigError(
+            f"{key}.{unknown[0]} is not a setting; use {', '.join(sorted(known))}"
+        )
     values = {}
     for name, value in raw.items():
         if isinstance(value, list):
@@ -209,18 +226,20 @@ def calibration_config_from_mapping(raw: dict[str, Any], source: str) -> Calibra
             model = model_from_config_json(Path(model.config_json), model)
         section = dict(raw.get("calibration") or {})
         if "artifacts" in section:
-            section["artifacts"] = [Artifact(tuple(a["buckets"]), int(a["batch_size"]))
-                                    for a in section["artifacts"]]
+            section["artifacts"] = [
+                Artifact(tuple(a["buckets"]), int(a["batch_size"])) for a in section["artifacts"]
+            ]
         settings = _typed(CalibrationSettings, section, "calibration")
-        return CalibrationConfig(profile=str(raw.get("profile", PUBLISHED)), model=model,
-                                 emulator_truth=str(raw.get("emulator_truth", "default")),
-                                 calibration=settings, source=source)
+        return CalibrationConfig(
+            profile=str(raw.get("profile", PUBLISHED)),
+            model=model,
+            emulator_truth=str(raw.get("emulator_truth", "default")),
+            calibration=settings,
+            source=source,
+        )
     except CalibrationConfigError as exc:
         raise CalibrationConfigError(f"{source}: {exc}") from exc
     except (TypeError, KeyError) as exc:
-        raise CalibrationConfigError(f"{source}: calibration settings: {exc}; see "
-                                     "config/schema.yaml") from exc
-
-
-
-
+        raise CalibrationConfigError(
+            f"{source}: calibration settings: {exc}; see config/schema.yaml"
+        ) from exc

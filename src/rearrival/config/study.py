@@ -51,8 +51,7 @@ class Configuration:
         return f"{{{inner}}}/{self.batch_size}/{self.slots}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"buckets": list(self.buckets), "batch_size": self.batch_size,
-                "slots": self.slots}
+        return {"buckets": list(self.buckets), "batch_size": self.batch_size, "slots": self.slots}
 
 
 def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configuration:
@@ -171,8 +170,10 @@ class StudyConfig:
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
-            raise StudyConfigError(f"{self.source}: no study '{name}' under studies; "
-                                   f"defined: {', '.join(self.studies)}")
+            raise StudyConfigError(
+                f"{self.source}: no study '{name}' under studies; "
+                f"defined: {', '.join(self.studies)}"
+            )
         return self.studies[name]
 
 
@@ -183,14 +184,14 @@ def schema_defaults() -> dict[str, Any]:
     ``studies`` to the per-study defaults."""
     schema = yaml.safe_load(config_schema_path().read_text())
     props = schema["properties"]
-    out: dict[str, Any] = {key: spec["default"] for key, spec in props.items()
-                           if "default" in spec}
+    out: dict[str, Any] = {key: spec["default"] for key, spec in props.items() if "default" in spec}
     for key, spec in props.items():
         if spec.get("type") == "object" and "properties" in spec:
             out[key] = {name: inner.get("default") for name, inner in spec["properties"].items()}
     study_props = props["studies"]["additionalProperties"]["properties"]
-    out["studies"] = {name: inner["default"] for name, inner in study_props.items()
-                      if "default" in inner}
+    out["studies"] = {
+        name: inner["default"] for name, inner in study_props.items() if "default" in inner
+    }
     return out
 
 
@@ -200,55 +201,73 @@ def _filled(raw: dict[str, Any], section: str) -> dict[str, Any]:
 
 
 def _tuples(values: dict[str, Any]) -> dict[str, Any]:
-    return {key: tuple(value) if isinstance(value, list) else value
-            for key, value in values.items()}
+    return {
+        key: tuple(value) if isinstance(value, list) else value for key, value in values.items()
+    }
 
 
-def _study(name: str, raw: dict[str, Any], configurations: dict[str, Configuration],
-           where: str) -> Study:
+def _study(
+    name: str, raw: dict[str, Any], configurations: dict[str, Configuration], where: str
+) -> Study:
     for config_name in raw["configurations"]:
         if config_name != SELECTED and config_name not in configurations:
             raise StudyConfigError(
                 f"{where}: studies.{name}.configurations names '{config_name}', which is not "
-                f"under configurations; define it or use one of {', '.join(configurations)}")
+                f"under configurations; define it or use one of {', '.join(configurations)}"
+            )
     values = schema_defaults()["studies"] | {"description": "", "amends": None} | raw
     kind = values["kind"]
     return Study(
-        name=name, kind=kind, description=str(values["description"]),
+        name=name,
+        kind=kind,
+        description=str(values["description"]),
         n=tuple(int(n) for n in values["n"]),
         configurations=tuple(values["configurations"]),
-        variants=tuple(values["variants"]), seed_block=int(values["seed_block"]),
-        rule=str(values["rule"]), amends=values["amends"],
+        variants=tuple(values["variants"]),
+        seed_block=int(values["seed_block"]),
+        rule=str(values["rule"]),
+        amends=values["amends"],
         repeats=int(values["repeats"]) if kind == "repeats" else 1,
     )
 
 
 def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
     """Build the typed study definition from a schema-valid mapping."""
-    configurations = {name: make_configuration(name, value, f"{source}: configurations")
-                      for name, value in raw["configurations"].items()}
-    studies = {name: _study(name, value, configurations, source)
-               for name, value in raw["studies"].items()}
+    configurations = {
+        name: make_configuration(name, value, f"{source}: configurations")
+        for name, value in raw["configurations"].items()
+    }
+    studies = {
+        name: _study(name, value, configurations, source) for name, value in raw["studies"].items()
+    }
     blocks: dict[int, str] = {}
     for study in studies.values():
         if study.seed_block in blocks:
             raise StudyConfigError(
                 f"{source}: studies.{study.name}.seed_block {study.seed_block} is also used by "
-                f"{blocks[study.seed_block]}; give every study its own block so seeds differ")
+                f"{blocks[study.seed_block]}; give every study its own block so seeds differ"
+            )
         blocks[study.seed_block] = study.name
         if study.amends is not None and study.amends not in studies:
-            raise StudyConfigError(f"{source}: studies.{study.name}.amends names unknown study "
-                                   f"'{study.amends}'")
+            raise StudyConfigError(
+                f"{source}: studies.{study.name}.amends names unknown study '{study.amends}'"
+            )
     top = schema_defaults() | raw
     injection = InjectionSettings(**_tuples(_filled(raw, "injection")))
     if injection.configuration not in configurations:
-        raise StudyConfigError(f"{source}: injection.configuration names "
-                               f"'{injection.configuration}', which is not under "
-                               f"configurations; use one of {', '.join(configurations)}")
+        raise StudyConfigError(
+            f"{source}: injection.configuration names "
+            f"'{injection.configuration}', which is not under "
+            f"configurations; use one of {', '.join(configurations)}"
+        )
     return StudyConfig(
-        source=source, backend=str(top["backend"]), study_seed=int(top["study_seed"]),
-        replicates=int(top["replicates"]), tool_table=str(top["tool_table"]),
-        configurations=configurations, studies=studies,
+        source=source,
+        backend=str(top["backend"]),
+        study_seed=int(top["study_seed"]),
+        replicates=int(top["replicates"]),
+        tool_table=str(top["tool_table"]),
+        configurations=configurations,
+        studies=studies,
         decision=DecisionSettings(**_tuples(_filled(raw, "decision"))),
         injection=injection,
         search=MappingProxyType(_filled(raw, "search")),
@@ -273,8 +292,10 @@ def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
     if error is not None:
-        raise StudyConfigError(f"{source}: key {error.json_path}: {error.message}; "
-                               f"see {schema_path} for allowed values")
+        raise StudyConfigError(
+            f"{source}: key {error.json_path}: {error.message}; "
+            f"see {schema_path} for allowed values"
+        )
     validate(raw, str(schema_path))
 
 
@@ -302,26 +323,30 @@ def tool_table_for(cfg: StudyConfig) -> ToolTable:
 def read_selected(path: Path) -> Configuration:
     """The configuration the search picked (results/search/selected.json)."""
     if not path.exists():
-        raise StageError(f"{path}: no search result; run the search stage first "
-                         "(snakemake results/search/selected.json)")
+        raise StageError(
+            f"{path}: no search result; run the search stage first "
+            "(snakemake results/search/selected.json)"
+        )
     raw = json.loads(path.read_text())
     buckets = tuple(int(b) for b in raw["buckets"])
     batch = int(raw["batch_size"])
     return Configuration(SELECTED, buckets, batch, int(raw.get("slots", batch)))
 
 
-def resolve_configurations(cfg: StudyConfig, study: Study,
-                           selected_path: Path | None) -> dict[str, Configuration]:
+def resolve_configurations(
+    cfg: StudyConfig, study: Study, selected_path: Path | None
+) -> dict[str, Configuration]:
     """Every configuration a study compares, by name, the search's pick read from
     ``selected_path`` (predict, preregister, run and compile all resolve them here)."""
     resolved = {}
     for name in study.configurations:
         if name == SELECTED:
             if selected_path is None:
-                raise SelectionMissingError(f"study {study.name} compares the search's pick; give "
-                                 "the search's selected.json (results/search/selected.json)")
+                raise SelectionMissingError(
+                    f"study {study.name} compares the search's pick; give "
+                    "the search's selected.json (results/search/selected.json)"
+                )
             resolved[name] = read_selected(selected_path)
         else:
             resolved[name] = cfg.configurations[name]
     return resolved
-

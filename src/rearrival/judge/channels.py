@@ -59,8 +59,9 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     current_start = current_end = None
     for start, end in spans:
         if not (math.isfinite(start) and math.isfinite(end)) or end < start:
-            raise ValueError(f"interval [{start}, {end}] is not a finite interval with "
-                             "start <= end")
+            raise ValueError(
+                f"interval [{start}, {end}] is not a finite interval with start <= end"
+            )
         if current_end is None or start > current_end:
             if current_end is not None:
                 total += current_end - current_start
@@ -97,39 +98,52 @@ def channel_a(record: RunRecord, profile: Profile | None = None) -> ChannelA:
     requests = record.requests
     expected_advances = int((requests["generated_tokens"] - 1).clip(lower=0).sum())
     if not pairs and expected_advances > 0:
-        raise ChannelError(f"{record.path / STEPS_FILE}: no decode steps recorded (and no "
-                           f"[BUCKET] lines in {SERVER_LOG_FILE}) although requests generated "
-                           f"{expected_advances} tokens after prefill; re-run with step "
-                           "logging on (rbln: apply the observation patch)")
+        raise ChannelError(
+            f"{record.path / STEPS_FILE}: no decode steps recorded (and no "
+            f"[BUCKET] lines in {SERVER_LOG_FILE}) although requests generated "
+            f"{expected_advances} tokens after prefill; re-run with step "
+            "logging on (rbln: apply the observation patch)"
+        )
     decode_s = math.fsum(profile.decode_step_s(n, b) for n, b in pairs)
     computed = requests["computed_tokens"]
     unknown = computed.isna()
     if unknown.any():
         row = int(unknown.to_numpy().nonzero()[0][0])
-        raise ChannelError(f"{record.path / REQUESTS_FILE}: row {row} column 'computed_tokens' "
-                           "is unknown; channel A needs the computed prefill tokens of every "
-                           "request, re-run with cached-token reporting on")
+        raise ChannelError(
+            f"{record.path / REQUESTS_FILE}: row {row} column 'computed_tokens' "
+            "is unknown; channel A needs the computed prefill tokens of every "
+            "request, re-run with cached-token reporting on"
+        )
     prefill_s = math.fsum(profile.prefill_s(int(q)) for q in computed)
-    return ChannelA(decode_s=decode_s, prefill_s=prefill_s, decode_steps=len(pairs),
-                    step_source=source)
+    return ChannelA(
+        decode_s=decode_s, prefill_s=prefill_s, decode_steps=len(pairs), step_source=source
+    )
 
 
 def channel_b(record: RunRecord) -> float:
     """Union length of the client's in-flight intervals [send_s, complete_s] (seconds)."""
     requests = record.requests
     if not len(requests):
-        raise ChannelError(f"{record.path / REQUESTS_FILE}: no requests; channel B needs the "
-                           "client's send and completion times, re-run the condition")
+        raise ChannelError(
+            f"{record.path / REQUESTS_FILE}: no requests; channel B needs the "
+            "client's send and completion times, re-run the condition"
+        )
     try:
         return union_length(zip(requests["send_s"], requests["complete_s"], strict=True))
     except ValueError as exc:
-        raise ChannelError(f"{record.path / REQUESTS_FILE}: columns send_s/complete_s: {exc}; "
-                           "re-run the condition") from None
+        raise ChannelError(
+            f"{record.path / REQUESTS_FILE}: columns send_s/complete_s: {exc}; re-run the condition"
+        ) from None
 
 
 def channels(record: RunRecord, profile: Profile | None = None) -> dict[str, Any]:
     """Both channels and r = B - A of one run, as printed by ``rearrival channels``."""
     a = channel_a(record, profile)
     b = channel_b(record)
-    return {"a_s": a.total_s, "a_decode_s": a.decode_s, "a_prefill_s": a.prefill_s,
-            "b_s": b, "r_s": b - a.total_s}
+    return {
+        "a_s": a.total_s,
+        "a_decode_s": a.decode_s,
+        "a_prefill_s": a.prefill_s,
+        "b_s": b,
+        "r_s": b - a.total_s,
+    }

@@ -24,8 +24,9 @@ def run_dirs(replicate_dirs: list[Path]) -> list[Path]:
     return sorted(p.parent for d in replicate_dirs for p in Path(d).glob("*/manifest.json"))
 
 
-def collect_channels(replicate_dirs: list[Path], out: Path | None,
-                     profile: Profile | None = None) -> pd.DataFrame:
+def collect_channels(
+    replicate_dirs: list[Path], out: Path | None, profile: Profile | None = None
+) -> pd.DataFrame:
     """Channel A/B per run plus what decisions and tables need, incomplete runs included
     (with their status) so a decision can say which replicate is missing and why.
     ``out`` None returns the table without writing it (the audit recomputes it)."""
@@ -34,12 +35,17 @@ def collect_channels(replicate_dirs: list[Path], out: Path | None,
         record = read_run(run_dir, require_complete=False)
         manifest = record.manifest
         row = {
-            "run_id": manifest["run_id"], "run_dir": str(run_dir),
-            "study": manifest["study"], "backend": manifest["backend"],
-            "condition": manifest["condition"], "variant": manifest["variant"],
+            "run_id": manifest["run_id"],
+            "run_dir": str(run_dir),
+            "study": manifest["study"],
+            "backend": manifest["backend"],
+            "condition": manifest["condition"],
+            "variant": manifest["variant"],
             "configuration": manifest["configuration"].get("name"),
-            "n": manifest["n"], "replicate": manifest["replicate"],
-            "status": manifest["status"], "reason": manifest.get("reason"),
+            "n": manifest["n"],
+            "replicate": manifest["replicate"],
+            "status": manifest["status"],
+            "reason": manifest.get("reason"),
         }
         rows.append(row)
         if manifest["status"] == "complete":
@@ -65,7 +71,9 @@ def run_statistics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any
         "total_computed_tokens": int(requests["computed_tokens"].fillna(0).sum()),
         "decode_steps": len(decode),
         "padding_ratio": float((buckets - decode["n"]).sum() / buckets.sum())
-        if len(decode) else 0.0,
-        "histogram": json.dumps({f"{n}->{b}": int(c) for (n, b), c in histogram.items()},
-                                sort_keys=True),
+        if len(decode)
+        else 0.0,
+        "histogram": json.dumps(
+            {f"{n}->{b}": int(c) for (n, b), c in histogram.items()}, sort_keys=True
+        ),
     }

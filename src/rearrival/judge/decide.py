@@ -45,8 +45,16 @@ from rearrival.measure.records import RunRecord
 from rearrival.model.profile import Profile
 
 RULES = ("fixed", "tau")
-INPUT_COLUMNS = ("comparison", "n", "ratio_pred", "ratio_obs_a", "ratio_obs_b", "rule",
-                 "r_base_s", "b_base_s")
+INPUT_COLUMNS = (
+    "comparison",
+    "n",
+    "ratio_pred",
+    "ratio_obs_a",
+    "ratio_obs_b",
+    "rule",
+    "r_base_s",
+    "b_base_s",
+)
 OUTPUT_COLUMNS = ("tau", "channel_diff", "error", "verdict")
 SLACK = 1e-12
 
@@ -81,13 +89,16 @@ class DecisionCriteria:
         if not 0 < self.saturation_confidence < 1:
             raise DecisionError("decision criteria: 'saturation_confidence' must be in (0, 1)")
         if set(self.confirmatory_n) & set(self.exploratory_n):
-            raise DecisionError("decision criteria: an N cannot be both confirmatory and "
-                                "exploratory")
+            raise DecisionError(
+                "decision criteria: an N cannot be both confirmatory and exploratory"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form written to preregistration/<study>/ (lists for tuples)."""
-        return {key: list(value) if isinstance(value, tuple) else value
-                for key, value in asdict(self).items()}
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in asdict(self).items()
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<criteria>") -> DecisionCriteria:
@@ -96,8 +107,9 @@ class DecisionCriteria:
         missing = [name for name in names if name not in data]
         if unknown or missing:
             what = f"unknown key '{unknown[0]}'" if unknown else f"missing key '{missing[0]}'"
-            raise DecisionError(f"{source}: {what}; decision criteria have exactly "
-                                f"{', '.join(names)}")
+            raise DecisionError(
+                f"{source}: {what}; decision criteria have exactly {', '.join(names)}"
+            )
         try:
             return cls(**{key: tuple(v) if isinstance(v, list) else v for key, v in data.items()})
         except (TypeError, ValueError) as exc:
@@ -113,8 +125,10 @@ def load_criteria(path: str | Path) -> DecisionCriteria:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise DecisionError(f"{path}: no such criteria file; write it with the preregistration "
-                            "stage (`rearrival prereg`)") from None
+        raise DecisionError(
+            f"{path}: no such criteria file; write it with the preregistration "
+            "stage (`rearrival prereg`)"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DecisionError(f"{path}: not valid JSON ({exc}); restore it from git") from None
     if not isinstance(data, dict):
@@ -138,27 +152,36 @@ class Decision:
 def summed_ratio(changed: Sequence[float], baseline: Sequence[float]) -> float:
     """sum(changed) / sum(baseline) over paired replicates (never a mean of ratios)."""
     if len(changed) != len(baseline) or not baseline:
-        raise DecisionError(f"summed ratio needs the same, non-zero number of changed and "
-                            f"baseline replicates (got {len(changed)} and {len(baseline)})")
+        raise DecisionError(
+            f"summed ratio needs the same, non-zero number of changed and "
+            f"baseline replicates (got {len(changed)} and {len(baseline)})"
+        )
     denominator = math.fsum(baseline)
     if not denominator > 0:
         raise DecisionError(f"summed ratio: baseline sum is {denominator}; it must be > 0")
     return math.fsum(changed) / denominator
 
 
-def tau_for(rule: str, *, r_base_s: float | None = None, b_base_s: float | None = None,
-            criteria: DecisionCriteria = DEFAULT_CRITERIA) -> float:
+def tau_for(
+    rule: str,
+    *,
+    r_base_s: float | None = None,
+    b_base_s: float | None = None,
+    criteria: DecisionCriteria = DEFAULT_CRITERIA,
+) -> float:
     """Channel-agreement tolerance: ``fixed`` 0.02, ``tau`` max(0.02, r_BASE / B_BASE)."""
     if rule == "fixed":
         return criteria.tau_fixed
     if rule != "tau":
         raise DecisionError(f"rule '{rule}' is unknown; use one of {', '.join(RULES)}")
     if r_base_s is None or b_base_s is None:
-        raise DecisionError("rule 'tau' needs r_base_s and b_base_s (baseline sums over the "
-                            "three replicates)")
+        raise DecisionError(
+            "rule 'tau' needs r_base_s and b_base_s (baseline sums over the three replicates)"
+        )
     if not b_base_s > 0:
-        raise DecisionError(f"rule 'tau': b_base_s is {b_base_s}; channel B of the baseline "
-                            "must be > 0 seconds")
+        raise DecisionError(
+            f"rule 'tau': b_base_s is {b_base_s}; channel B of the baseline must be > 0 seconds"
+        )
     return max(criteria.tau_fixed, r_base_s / b_base_s)
 
 
@@ -169,9 +192,17 @@ def _same_side_or_in_band(pred: float, obs: float, band: tuple[float, float]) ->
     return same_side or in_band
 
 
-def decide_comparison(*, n: int, ratio_pred: float, ratio_obs_a: float, ratio_obs_b: float,
-                      rule: str, r_base_s: float | None = None, b_base_s: float | None = None,
-                      criteria: DecisionCriteria = DEFAULT_CRITERIA) -> Decision:
+def decide_comparison(
+    *,
+    n: int,
+    ratio_pred: float,
+    ratio_obs_a: float,
+    ratio_obs_b: float,
+    rule: str,
+    r_base_s: float | None = None,
+    b_base_s: float | None = None,
+    criteria: DecisionCriteria = DEFAULT_CRITERIA,
+) -> Decision:
     """Judge one preregistered comparison (paper Section IV rules, in this order):
     channel agreement, then exploratory N, then error and direction."""
     tau = tau_for(rule, r_base_s=r_base_s, b_base_s=b_base_s, criteria=criteria)
@@ -181,8 +212,9 @@ def decide_comparison(*, n: int, ratio_pred: float, ratio_obs_a: float, ratio_ob
         verdict = "withheld"
     elif n not in criteria.confirmatory_n:
         verdict = "exploratory"
-    elif (abs(error) <= criteria.error_tolerance + SLACK
-          and _same_side_or_in_band(ratio_pred, ratio_obs_a, criteria.band)):
+    elif abs(error) <= criteria.error_tolerance + SLACK and _same_side_or_in_band(
+        ratio_pred, ratio_obs_a, criteria.band
+    ):
         verdict = "pass"
     else:
         verdict = "fail"
@@ -224,19 +256,27 @@ def _by_replicate(runs: Sequence[RunRecord], side: str) -> dict[int, RunRecord]:
     found: dict[int, RunRecord] = {}
     for run in runs:
         if run.manifest.get("status") != "complete":
-            raise DecisionError(f"{run.path}: {side} run status is '{run.manifest.get('status')}' "
-                                f"(reason: {run.manifest.get('reason')}); decisions use "
-                                "complete runs only, re-run it")
+            raise DecisionError(
+                f"{run.path}: {side} run status is '{run.manifest.get('status')}' "
+                f"(reason: {run.manifest.get('reason')}); decisions use "
+                "complete runs only, re-run it"
+            )
         if run.replicate in found:
-            raise DecisionError(f"{run.path}: {side} replicate {run.replicate} also in "
-                                f"{found[run.replicate].path}; pass one run per replicate")
+            raise DecisionError(
+                f"{run.path}: {side} replicate {run.replicate} also in "
+                f"{found[run.replicate].path}; pass one run per replicate"
+            )
         found[run.replicate] = run
     return found
 
 
-def replicate_sums(baseline: Sequence[RunRecord], changed: Sequence[RunRecord], *,
-                   profile: Profile | None = None,
-                   expected_replicates: int | None = 3) -> ReplicateSums:
+def replicate_sums(
+    baseline: Sequence[RunRecord],
+    changed: Sequence[RunRecord],
+    *,
+    profile: Profile | None = None,
+    expected_replicates: int | None = 3,
+) -> ReplicateSums:
     """Pair baseline and changed runs by replicate and compute both channels of each.
 
     Refuses missing or duplicated replicates and pairs that did not run the same input
@@ -247,21 +287,28 @@ def replicate_sums(baseline: Sequence[RunRecord], changed: Sequence[RunRecord], 
         absent = sorted(set(other) - set(runs))
         if absent:
             where = other[absent[0]].path
-            raise DecisionError(f"{where}: no {side} run for replicate {absent[0]}; run that "
-                                "replicate or drop it from both sides")
+            raise DecisionError(
+                f"{where}: no {side} run for replicate {absent[0]}; run that "
+                "replicate or drop it from both sides"
+            )
     if expected_replicates is not None and len(base) != expected_replicates:
-        raise DecisionError(f"comparison has replicates {sorted(base)}, expected "
-                            f"{expected_replicates}; run the missing replicates (sums over "
-                            "replicates need all of them)")
+        raise DecisionError(
+            f"comparison has replicates {sorted(base)}, expected "
+            f"{expected_replicates}; run the missing replicates (sums over "
+            "replicates need all of them)"
+        )
     replicates = tuple(sorted(base))
     for k in replicates:
         b_man, c_man = base[k].manifest, change[k].manifest
-        if b_man["n"] != c_man["n"] or (b_man["variant"] == c_man["variant"]
-                                        and b_man["plan_sha256"] != c_man["plan_sha256"]):
-            raise DecisionError(f"{change[k].path}: replicate {k} ran plan "
-                                f"{c_man['plan_sha256'][:12]} (N={c_man['n']}) but its baseline "
-                                f"{base[k].path} ran {b_man['plan_sha256'][:12]} "
-                                f"(N={b_man['n']}); pair runs of the same input plan")
+        if b_man["n"] != c_man["n"] or (
+            b_man["variant"] == c_man["variant"] and b_man["plan_sha256"] != c_man["plan_sha256"]
+        ):
+            raise DecisionError(
+                f"{change[k].path}: replicate {k} ran plan "
+                f"{c_man['plan_sha256'][:12]} (N={c_man['n']}) but its baseline "
+                f"{base[k].path} ran {b_man['plan_sha256'][:12]} "
+                f"(N={b_man['n']}); pair runs of the same input plan"
+            )
     return ReplicateSums(
         replicates=replicates,
         a_base=tuple(channel_a(base[k], profile).total_s for k in replicates),
@@ -271,12 +318,20 @@ def replicate_sums(baseline: Sequence[RunRecord], changed: Sequence[RunRecord], 
     )
 
 
-def comparison_row(comparison: str, *, n: int, ratio_pred: float, sums: ReplicateSums,
-                   rule: str) -> dict[str, Any]:
+def comparison_row(
+    comparison: str, *, n: int, ratio_pred: float, sums: ReplicateSums, rule: str
+) -> dict[str, Any]:
     """One input row of a decision table (the columns `rearrival decide` reads)."""
-    return {"comparison": comparison, "n": int(n), "ratio_pred": float(ratio_pred),
-            "ratio_obs_a": sums.ratio_obs_a, "ratio_obs_b": sums.ratio_obs_b, "rule": rule,
-            "r_base_s": sums.r_base_s, "b_base_s": sums.b_base_s}
+    return {
+        "comparison": comparison,
+        "n": int(n),
+        "ratio_pred": float(ratio_pred),
+        "ratio_obs_a": sums.ratio_obs_a,
+        "ratio_obs_b": sums.ratio_obs_b,
+        "rule": rule,
+        "r_base_s": sums.r_base_s,
+        "b_base_s": sums.b_base_s,
+    }
 
 
 # --- decision tables -----------------------------------------------------------------------
@@ -288,11 +343,20 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _parse_number(row: Mapping[str, Any], column: str, where: str, *, integer: bool = False,
-                  optional: bool = False) -> Any:
+def _parse_number(
+    row: Mapping[str, Any],
+    column: str,
+    where: str,
+    *,
+    integer: bool = False,
+    optional: bool = False,
+) -> Any:
     raw = row.get(column)
-    if raw is None or (isinstance(raw, str) and not raw.strip()) or (
-            isinstance(raw, float) and math.isnan(raw)):
+    if (
+        raw is None
+        or (isinstance(raw, str) and not raw.strip())
+        or (isinstance(raw, float) and math.isnan(raw))
+    ):
         if optional:
             return None
         raise DecisionError(f"{where}, column '{column}': empty; give a number")
@@ -304,15 +368,20 @@ def _parse_number(row: Mapping[str, Any], column: str, where: str, *, integer: b
             return int(value)
     except (TypeError, ValueError):
         kind = "an integer" if integer else "a number"
-        raise DecisionError(f"{where}, column '{column}': {raw!r} is not {kind}; fix the "
-                            "value") from None
+        raise DecisionError(
+            f"{where}, column '{column}': {raw!r} is not {kind}; fix the value"
+        ) from None
     if not math.isfinite(value):
         raise DecisionError(f"{where}, column '{column}': {raw!r} is not finite; give a number")
     return value
 
 
-def judge_rows(rows: Iterable[Mapping[str, Any]], *, criteria: DecisionCriteria = DEFAULT_CRITERIA,
-               source: str = "<table>") -> list[dict[str, Any]]:
+def judge_rows(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    criteria: DecisionCriteria = DEFAULT_CRITERIA,
+    source: str = "<table>",
+) -> list[dict[str, Any]]:
     """Each input row plus tau, channel_diff, error and verdict; errors name row and column.
 
     Rows are numbered from 1 (the first data row after the header). Existing output
@@ -323,23 +392,32 @@ def judge_rows(rows: Iterable[Mapping[str, Any]], *, criteria: DecisionCriteria 
         where = f"{source}: row {index}"
         missing = [c for c in INPUT_COLUMNS if c not in row]
         if missing:
-            raise DecisionError(f"{source}: missing column '{missing[0]}'; a decision table has "
-                                f"columns {','.join(INPUT_COLUMNS)}")
+            raise DecisionError(
+                f"{source}: missing column '{missing[0]}'; a decision table has "
+                f"columns {','.join(INPUT_COLUMNS)}"
+            )
         rule = str(row["rule"]).strip()
         if rule not in RULES:
-            raise DecisionError(f"{where}, column 'rule': {rule!r}; use 'fixed' (tau 0.02) or "
-                                "'tau' (amended rule)")
+            raise DecisionError(
+                f"{where}, column 'rule': {rule!r}; use 'fixed' (tau 0.02) or 'tau' (amended rule)"
+            )
         needs_base = rule == "tau"
         values = {
             "n": _parse_number(row, "n", where, integer=True),
-            **{c: _parse_number(row, c, where)
-               for c in ("ratio_pred", "ratio_obs_a", "ratio_obs_b")},
-            **{c: _parse_number(row, c, where, optional=not needs_base)
-               for c in ("r_base_s", "b_base_s")},
+            **{
+                c: _parse_number(row, c, where)
+                for c in ("ratio_pred", "ratio_obs_a", "ratio_obs_b")
+            },
+            **{
+                c: _parse_number(row, c, where, optional=not needs_base)
+                for c in ("r_base_s", "b_base_s")
+            },
         }
         if needs_base and not values["b_base_s"] > 0:
-            raise DecisionError(f"{where}, column 'b_base_s': {row['b_base_s']!r}; rule 'tau' "
-                                "needs the baseline channel B sum in seconds (> 0)")
+            raise DecisionError(
+                f"{where}, column 'b_base_s': {row['b_base_s']!r}; rule 'tau' "
+                "needs the baseline channel B sum in seconds (> 0)"
+            )
         decision = decide_comparison(rule=rule, criteria=criteria, **values)
         kept = {key: value for key, value in row.items() if key not in OUTPUT_COLUMNS}
         judged.append(kept | asdict(decision))
@@ -359,13 +437,17 @@ def read_table(path: str | Path) -> list[dict[str, str]]:
     header = reader.fieldnames or []
     missing = [c for c in INPUT_COLUMNS if c not in header]
     if missing:
-        raise DecisionError(f"{path}: missing column '{missing[0]}'; the header must contain "
-                            f"{','.join(INPUT_COLUMNS)}")
+        raise DecisionError(
+            f"{path}: missing column '{missing[0]}'; the header must contain "
+            f"{','.join(INPUT_COLUMNS)}"
+        )
     rows = list(reader)
     for index, row in enumerate(rows, start=1):
         if None in row or any(value is None for value in row.values()):
-            raise DecisionError(f"{path}: row {index}: number of fields differs from the "
-                                f"header's {len(header)} columns; fix the commas or quoting")
+            raise DecisionError(
+                f"{path}: row {index}: number of fields differs from the "
+                f"header's {len(header)} columns; fix the commas or quoting"
+            )
     if not rows:
         raise DecisionError(f"{path}: no data rows; add one row per comparison")
     return rows
@@ -385,8 +467,12 @@ def table_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def decide_table(path: str | Path, out: str | Path | None = None, *,
-                 criteria: DecisionCriteria = DEFAULT_CRITERIA) -> str:
+def decide_table(
+    path: str | Path,
+    out: str | Path | None = None,
+    *,
+    criteria: DecisionCriteria = DEFAULT_CRITERIA,
+) -> str:
     """Re-judge a comparison table file; write the result atomically to ``out`` if given.
 
     Returns the CSV text either way (the CLI prints it when there is no ``--out``).
@@ -427,8 +513,14 @@ class SaturationResult:
         return self.contains_one and self.width <= self.max_width + SLACK
 
 
-def saturation(ratios: Sequence[float], *, n_boot: int = 10000, seed: int = 0,
-               width: float = 0.04, confidence: float = 0.95) -> SaturationResult:
+def saturation(
+    ratios: Sequence[float],
+    *,
+    n_boot: int = 10000,
+    seed: int = 0,
+    width: float = 0.04,
+    confidence: float = 0.95,
+) -> SaturationResult:
     """Is adding slots from one batch size to the next saturated? (paper Section V-C)
 
     Percentile bootstrap of the median over the (N x replicate) ratios, seeded. The
@@ -443,10 +535,23 @@ def saturation(ratios: Sequence[float], *, n_boot: int = 10000, seed: int = 0,
     values = np.asarray([float(r) for r in ratios], dtype=float)
     if values.size < 2 or not np.isfinite(values).all():
         raise DecisionError(f"saturation needs at least 2 finite ratios, got {values.tolist()}")
-    result = bootstrap((values,), np.median, n_resamples=n_boot, confidence_level=confidence,
-                       method="percentile", rng=np.random.default_rng(seed))
+    result = bootstrap(
+        (values,),
+        np.median,
+        n_resamples=n_boot,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     interval = result.confidence_interval
-    return SaturationResult(median=float(np.median(values)), ci_low=float(interval.low),
-                            ci_high=float(interval.high), n=int(values.size), n_boot=n_boot,
-                            seed=seed, confidence=confidence, method="percentile",
-                            max_width=width)
+    return SaturationResult(
+        median=float(np.median(values)),
+        ci_low=float(interval.low),
+        ci_high=float(interval.high),
+        n=int(values.size),
+        n_boot=n_boot,
+        seed=seed,
+        confidence=confidence,
+        method="percentile",
+        max_width=width,
+    )

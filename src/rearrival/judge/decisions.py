@@ -21,10 +21,30 @@ import pandas as pd
 from rearrival.config.study import Condition, Study, StudyConfig
 from rearrival.judge.decide import DecisionCriteria, judge_rows, saturation, summed_ratio, table_csv
 
-COLUMNS = ("study", "kind", "comparison", "n", "variant", "reference", "changed",
-           "replicates", "ratio_pred", "ratio_obs_a", "ratio_obs_b", "rule", "r_base_s",
-           "b_base_s", "tau", "channel_diff", "error", "verdict", "ci_low", "ci_high",
-           "note", "run_ids")
+COLUMNS = (
+    "study",
+    "kind",
+    "comparison",
+    "n",
+    "variant",
+    "reference",
+    "changed",
+    "replicates",
+    "ratio_pred",
+    "ratio_obs_a",
+    "ratio_obs_b",
+    "rule",
+    "r_base_s",
+    "b_base_s",
+    "tau",
+    "channel_diff",
+    "error",
+    "verdict",
+    "ci_low",
+    "ci_high",
+    "note",
+    "run_ids",
+)
 
 
 @dataclass(frozen=True)
@@ -35,11 +55,20 @@ class Side:
     missing: str | None
 
 
-def condition_runs(channels: pd.DataFrame, n: int, configuration: str, variant: str,
-                   replicates: int, condition: str | None = None) -> Side:
+def condition_runs(
+    channels: pd.DataFrame,
+    n: int,
+    configuration: str,
+    variant: str,
+    replicates: int,
+    condition: str | None = None,
+) -> Side:
     """Complete runs of a condition at N; ``missing`` explains any absent replicate."""
-    chosen = channels[(channels["n"] == n) & (channels["configuration"] == configuration)
-                      & (channels["variant"] == variant)]
+    chosen = channels[
+        (channels["n"] == n)
+        & (channels["configuration"] == configuration)
+        & (channels["variant"] == variant)
+    ]
     if condition is not None:
         chosen = chosen[chosen["condition"] == condition]
     complete = chosen[chosen["status"] == "complete"].sort_values("replicate")
@@ -58,10 +87,18 @@ def _run_ids(*sides: Side) -> str:
     return " ".join(run_id for side in sides for run_id in side.runs["run_id"])
 
 
-def _base_row(study: Study, comparison: str, n: int, variant: str, reference: str,
-              changed: str) -> dict[str, Any]:
-    return {"study": study.name, "kind": study.kind, "comparison": comparison, "n": n,
-            "variant": variant, "reference": reference, "changed": changed}
+def _base_row(
+    study: Study, comparison: str, n: int, variant: str, reference: str, changed: str
+) -> dict[str, Any]:
+    return {
+        "study": study.name,
+        "kind": study.kind,
+        "comparison": comparison,
+        "n": n,
+        "variant": variant,
+        "reference": reference,
+        "changed": changed,
+    }
 
 
 def observed_ratios(reference: Side, changed: Side) -> dict[str, Any]:
@@ -90,16 +127,31 @@ def described(row: dict[str, Any], reference: Side, changed: Side) -> dict[str, 
     if missing is not None:
         return missing
     observed = observed_ratios(reference, changed)
-    extra = {"error": observed["ratio_obs_a"] - row["ratio_pred"]} \
-        if row.get("ratio_pred") is not None else {}
-    return row | observed | extra | {
-        "channel_diff": abs(observed["ratio_obs_a"] - observed["ratio_obs_b"]),
-        "verdict": "descriptive"}
+    extra = (
+        {"error": observed["ratio_obs_a"] - row["ratio_pred"]}
+        if row.get("ratio_pred") is not None
+        else {}
+    )
+    return (
+        row
+        | observed
+        | extra
+        | {
+            "channel_diff": abs(observed["ratio_obs_a"] - observed["ratio_obs_b"]),
+            "verdict": "descriptive",
+        }
+    )
 
 
-def predicted_ratio(predictions: pd.DataFrame, n: int, reference: str, changed: str,
-                    variant: str, reference_variant: str | None = None,
-                    simulator: str = "base") -> float:
+def predicted_ratio(
+    predictions: pd.DataFrame,
+    n: int,
+    reference: str,
+    changed: str,
+    variant: str,
+    reference_variant: str | None = None,
+    simulator: str = "base",
+) -> float:
     """Replicate-summed predicted device time ratio of two conditions (paper IV)."""
     chosen = predictions[(predictions["n"] == n) & (predictions["simulator"] == simulator)]
 
@@ -110,19 +162,26 @@ def predicted_ratio(predictions: pd.DataFrame, n: int, reference: str, changed: 
     return summed_ratio(total(changed, variant), total(reference, reference_variant or variant))
 
 
-def validation_rows(replicates: int, study: Study, channels: pd.DataFrame,
-                    predictions: pd.DataFrame, criteria: DecisionCriteria) -> list[dict]:
+def validation_rows(
+    replicates: int,
+    study: Study,
+    channels: pd.DataFrame,
+    predictions: pd.DataFrame,
+    criteria: DecisionCriteria,
+) -> list[dict]:
     """Preregistered cost validation (Table IX): each changed configuration vs baseline."""
     rows, pending = [], []
     for n in study.n:
         for changed in study.configurations[1:]:
             for variant in study.variants:
-                row = _base_row(study, f"{changed} vs {study.baseline}", n, variant,
-                                study.baseline, changed)
+                row = _base_row(
+                    study, f"{changed} vs {study.baseline}", n, variant, study.baseline, changed
+                )
                 reference = condition_runs(channels, n, study.baseline, variant, replicates)
                 other = condition_runs(channels, n, changed, variant, replicates)
-                row["ratio_pred"] = predicted_ratio(predictions, n, study.baseline, changed,
-                                                    variant)
+                row["ratio_pred"] = predicted_ratio(
+                    predictions, n, study.baseline, changed, variant
+                )
                 row["rule"] = study.rule
                 missing = withheld(row, reference.missing, other.missing)
                 if missing is not None:
@@ -143,33 +202,52 @@ def comparison_pairs(study: Study) -> list[tuple[Condition, Condition]]:
             pairs.append((Condition(study.baseline, variant), Condition(configuration, variant)))
     for configuration in study.configurations:
         for variant in study.variants[1:]:
-            pairs.append((Condition(configuration, study.variants[0]),
-                          Condition(configuration, variant)))
+            pairs.append(
+                (Condition(configuration, study.variants[0]), Condition(configuration, variant))
+            )
     return pairs
 
 
-def comparison_rows(replicates: int, study: Study, channels: pd.DataFrame,
-                    predictions: pd.DataFrame) -> list[dict]:
+def comparison_rows(
+    replicates: int, study: Study, channels: pd.DataFrame, predictions: pd.DataFrame
+) -> list[dict]:
     """Mechanism studies: paired comparisons on both channels with the simulator's
     prediction beside them (descriptive: these studies carry no verdict)."""
     rows = []
     for n in study.n:
         for first, condition in comparison_pairs(study):
-            row = _base_row(study, f"{condition.label} vs {first.label}", n, condition.variant,
-                            first.label, condition.label)
-            reference = condition_runs(channels, n, first.configuration, first.variant,
-                                       replicates)
-            other = condition_runs(channels, n, condition.configuration, condition.variant,
-                                   replicates)
-            row["ratio_pred"] = predicted_ratio(predictions, n, first.configuration,
-                                                condition.configuration, condition.variant,
-                                                first.variant)
+            row = _base_row(
+                study,
+                f"{condition.label} vs {first.label}",
+                n,
+                condition.variant,
+                first.label,
+                condition.label,
+            )
+            reference = condition_runs(channels, n, first.configuration, first.variant, replicates)
+            other = condition_runs(
+                channels, n, condition.configuration, condition.variant, replicates
+            )
+            row["ratio_pred"] = predicted_ratio(
+                predictions,
+                n,
+                first.configuration,
+                condition.configuration,
+                condition.variant,
+                first.variant,
+            )
             rows.append(described(row, reference, other))
     return rows
 
 
-def saturation_rows(replicates: int, study: Study, channels: pd.DataFrame,
-                    criteria: DecisionCriteria, n_boot: int, seed: int) -> list[dict]:
+def saturation_rows(
+    replicates: int,
+    study: Study,
+    channels: pd.DataFrame,
+    criteria: DecisionCriteria,
+    n_boot: int,
+    seed: int,
+) -> list[dict]:
     """Adjacent enlarged configurations (Table XIII): the bootstrap CI of the median
     channel-A ratio over the N x replicate comparisons classifies each step."""
     rows = []
@@ -188,14 +266,25 @@ def saturation_rows(replicates: int, study: Study, channels: pd.DataFrame,
         if missing:
             rows.append(withheld(row, *missing))
             continue
-        result = saturation(ratios, n_boot=n_boot, seed=seed, width=criteria.saturation_width,
-                            confidence=criteria.saturation_confidence)
-        rows.append(row | {
-            "replicates": len(ratios), "ratio_obs_a": result.median,
-            "ci_low": result.ci_low, "ci_high": result.ci_high,
-            "verdict": "saturated" if result.saturated else "not saturated",
-            "note": "ratios " + json.dumps([round(r, 6) for r in ratios]),
-            "run_ids": _run_ids(*sides)})
+        result = saturation(
+            ratios,
+            n_boot=n_boot,
+            seed=seed,
+            width=criteria.saturation_width,
+            confidence=criteria.saturation_confidence,
+        )
+        rows.append(
+            row
+            | {
+                "replicates": len(ratios),
+                "ratio_obs_a": result.median,
+                "ci_low": result.ci_low,
+                "ci_high": result.ci_high,
+                "verdict": "saturated" if result.saturated else "not saturated",
+                "note": "ratios " + json.dumps([round(r, 6) for r in ratios]),
+                "run_ids": _run_ids(*sides),
+            }
+        )
     return rows
 
 
@@ -206,27 +295,36 @@ def repeat_rows(replicates: int, study: Study, channels: pd.DataFrame) -> list[d
     for condition in study.conditions():
         labels = [f"{condition.label}-{k}" for k in range(study.repeats)]
         for n in study.n:
-            first = condition_runs(channels, n, condition.configuration, condition.variant,
-                                   replicates, labels[0])
+            first = condition_runs(
+                channels, n, condition.configuration, condition.variant, replicates, labels[0]
+            )
             for label in labels[1:]:
-                again = condition_runs(channels, n, condition.configuration,
-                                       condition.variant, replicates, label)
-                row = _base_row(study, f"{label} vs {labels[0]}", n, condition.variant,
-                                labels[0], label)
+                again = condition_runs(
+                    channels, n, condition.configuration, condition.variant, replicates, label
+                )
+                row = _base_row(
+                    study, f"{label} vs {labels[0]}", n, condition.variant, labels[0], label
+                )
                 rows.append(described(row, first, again))
     return rows
 
 
-def decision_table(study: Study, replicates: int, study_seed: int, channels: pd.DataFrame,
-                   predictions: pd.DataFrame,
-                   criteria: DecisionCriteria) -> tuple[str, pd.DataFrame]:
+def decision_table(
+    study: Study,
+    replicates: int,
+    study_seed: int,
+    channels: pd.DataFrame,
+    predictions: pd.DataFrame,
+    criteria: DecisionCriteria,
+) -> tuple[str, pd.DataFrame]:
     """A study's decision table as CSV text (and frame): the decide stage writes it, the
     audit recomputes it from the registration and the run records and compares."""
     if study.kind == "validation":
         rows = validation_rows(replicates, study, channels, predictions, criteria)
     elif study.kind == "saturation":
-        rows = saturation_rows(replicates, study, channels, criteria,
-                               criteria.bootstrap_resamples, study_seed)
+        rows = saturation_rows(
+            replicates, study, channels, criteria, criteria.bootstrap_resamples, study_seed
+        )
     elif study.kind == "repeats":
         rows = repeat_rows(replicates, study, channels)
     else:
@@ -240,8 +338,11 @@ def criteria_from_config(cfg: StudyConfig) -> DecisionCriteria:
     """The criteria a study registers, from the config's decision section."""
     decision = cfg.decision
     return DecisionCriteria(
-        tau_fixed=decision.tau_fixed, error_tolerance=decision.error_tolerance,
-        band=decision.equivalence_band, confirmatory_n=decision.confirmatory_n,
-        exploratory_n=decision.exploratory_n, saturation_width=decision.saturation_width,
+        tau_fixed=decision.tau_fixed,
+        error_tolerance=decision.error_tolerance,
+        band=decision.equivalence_band,
+        confirmatory_n=decision.confirmatory_n,
+        exploratory_n=decision.exploratory_n,
+        saturation_width=decision.saturation_width,
         bootstrap_resamples=decision.bootstrap_resamples,
     )

@@ -55,16 +55,18 @@ class BackendSettings:
             raise RearrivalError(f"time_scale {self.time_scale}: must be > 0")
 
     @classmethod
-    def from_study_config(cls, cfg: StudyConfig,
-                          compile_record: Path | None = None) -> BackendSettings:
+    def from_study_config(
+        cls, cfg: StudyConfig, compile_record: Path | None = None
+    ) -> BackendSettings:
 
         site_packages = cfg.rbln.site_packages
-        return cls(backend=cfg.backend,
-                   time_scale=(cfg.emulated_http.time_scale if cfg.backend == "emulated-http"
-                               else 1.0),
-                   site_packages=Path(site_packages) if site_packages else None,
-                   compile_record=compile_record,
-                   emulator_truth=cfg.measurement.truth_path())
+        return cls(
+            backend=cfg.backend,
+            time_scale=(cfg.emulated_http.time_scale if cfg.backend == "emulated-http" else 1.0),
+            site_packages=Path(site_packages) if site_packages else None,
+            compile_record=compile_record,
+            emulator_truth=cfg.measurement.truth_path(),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,16 +89,25 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
     """The contract manifest of one run, with the configuration's name for the tables."""
     configuration = run.configuration
     manifest = manifest_template(
-        study=run.study, backend=settings.backend, buckets=configuration.buckets,
-        batch_size=configuration.batch_size, slots=configuration.slots,
-        variant=run.variant, condition=run.label, replicate=run.replicate, n=run.plan.n,
-        plan_path=str(run.plan_path), plan_sha256=run.plan.sha256(),
-        plan_seed=run.plan.meta.seed, run_seed=run.seed,
-        condition_order=run.condition_order, time_scale=settings.time_scale,
+        study=run.study,
+        backend=settings.backend,
+        buckets=configuration.buckets,
+        batch_size=configuration.batch_size,
+        slots=configuration.slots,
+        variant=run.variant,
+        condition=run.label,
+        replicate=run.replicate,
+        n=run.plan.n,
+        plan_path=str(run.plan_path),
+        plan_sha256=run.plan.sha256(),
+        plan_seed=run.plan.meta.seed,
+        run_seed=run.seed,
+        condition_order=run.condition_order,
+        time_scale=settings.time_scale,
         prereg=run.prereg,
         # N is part of the id: one study runs the same condition at several N
-        run_id=new_run_id(run.study, f"n{run.plan.n}-{run.label}", run.replicate,
-                          settings.backend))
+        run_id=new_run_id(run.study, f"n{run.plan.n}-{run.label}", run.replicate, settings.backend),
+    )
     manifest["configuration"]["name"] = configuration.name
     return manifest
 
@@ -105,14 +116,25 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
     manifest = run_manifest(settings, run)
     configuration = run.configuration
-    result = run_emulated(run.plan, buckets=configuration.buckets,
-                          batch_size=configuration.batch_size, slots=configuration.slots,
-                          variant=run.variant, seed=run.seed,
-                          truth=load_truth(settings.emulator_truth))
+    result = run_emulated(
+        run.plan,
+        buckets=configuration.buckets,
+        batch_size=configuration.batch_size,
+        slots=configuration.slots,
+        variant=run.variant,
+        seed=run.seed,
+        truth=load_truth(settings.emulator_truth),
+    )
     manifest["software"]["emulator_truth"] = result.truth_version
-    return write_run(out, requests=result.requests, steps=result.steps,
-                     metrics=result.metrics, manifest=finish_manifest(manifest),
-                     server_log=result.server_log, tokens=result.tokens)
+    return write_run(
+        out,
+        requests=result.requests,
+        steps=result.steps,
+        metrics=result.metrics,
+        manifest=finish_manifest(manifest),
+        server_log=result.server_log,
+        tokens=result.tokens,
+    )
 
 
 def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
@@ -127,20 +149,34 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
             served = None  # unreachable: the replay records the failure as the run's reason
         if served is not None:
             check_configuration(served, manifest["configuration"], settings.url)
-        outcome = asyncio.run(replay_url(run.plan, settings.url, out, variant=run.variant,
-                                         options=options, manifest=manifest))
+        outcome = asyncio.run(
+            replay_url(
+                run.plan, settings.url, out, variant=run.variant, options=options, manifest=manifest
+            )
+        )
         return outcome.path
     configuration = run.configuration
     port = free_port()
-    argv = server_argv(EngineConfig(configuration.buckets, configuration.batch_size,
-                                    configuration.slots),
-                       port=port, seed=run.seed, time_scale=settings.time_scale,
-                       truth=settings.emulator_truth)
-    outcome = run_with_server(run.plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
-                              variant=run.variant, options=options, manifest=manifest,
-                              log_path=out.with_name(f"{out.name}.server.log"),
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                              ready_timeout_s=60, grace_s=5)
+    argv = server_argv(
+        EngineConfig(configuration.buckets, configuration.batch_size, configuration.slots),
+        port=port,
+        seed=run.seed,
+        time_scale=settings.time_scale,
+        truth=settings.emulator_truth,
+    )
+    outcome = run_with_server(
+        run.plan,
+        out,
+        argv=argv,
+        url=f"http://127.0.0.1:{port}",
+        variant=run.variant,
+        options=options,
+        manifest=manifest,
+        log_path=out.with_name(f"{out.name}.server.log"),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ready_timeout_s=60,
+        grace_s=5,
+    )
     return outcome.path
 
 
@@ -150,20 +186,29 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
     artifact = settings.artifact
     if artifact is None and settings.compile_record is not None:
         artifact = compiled_artifact(settings.compile_record, configuration.name)
-    outcome = run_rbln(run.plan, out, artifact=artifact,
-                       buckets=configuration.buckets, batch_size=configuration.batch_size,
-                       slots=configuration.slots, variant=run.variant,
-                       options=ReplayOptions(seed=run.seed),
-                       manifest=run_manifest(settings, run),
-                       site_packages=settings.site_packages)
+    outcome = run_rbln(
+        run.plan,
+        out,
+        artifact=artifact,
+        buckets=configuration.buckets,
+        batch_size=configuration.batch_size,
+        slots=configuration.slots,
+        variant=run.variant,
+        options=ReplayOptions(seed=run.seed),
+        manifest=run_manifest(settings, run),
+        site_packages=settings.site_packages,
+    )
     return outcome.path
 
 
 def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """Dispatch one run to its backend and return the written run directory. A run cut
     short is written with status failed/partial and its reason, never as complete."""
-    runners = {"emulated": run_emulated_backend, "emulated-http": run_http_backend,
-               "rbln": run_rbln_backend}
+    runners = {
+        "emulated": run_emulated_backend,
+        "emulated-http": run_http_backend,
+        "rbln": run_rbln_backend,
+    }
     return runners[settings.backend](settings, run, out)
 
 

@@ -63,8 +63,10 @@ class ReplayOptions:
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
-            raise ClientError(f"time_scale {self.time_scale}: must be a positive number "
-                              "(wall seconds per plan second, e.g. 0.05)")
+            raise ClientError(
+                f"time_scale {self.time_scale}: must be a positive number "
+                "(wall seconds per plan second, e.g. 0.05)"
+            )
         for name in ("connect_timeout_s", "read_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ClientError(f"client option '{name}' must be > 0 seconds")
@@ -103,7 +105,6 @@ class ClientRun:
     expected_requests: int
 
 
-
 # --- prompts ---------------------------------------------------------------------------
 
 
@@ -126,8 +127,10 @@ def first_prompt_ids(key: str, session: Session) -> list[int]:
     rng = _rng("prompt", key, session.session)
     head = TOKEN_ID_LOW + session.session
     if head >= TOKEN_ID_HIGH:
-        raise ClientError(f"session {session.session}: too many sessions for distinct prompt "
-                          f"heads (at most {TOKEN_ID_HIGH - TOKEN_ID_LOW})")
+        raise ClientError(
+            f"session {session.session}: too many sessions for distinct prompt "
+            f"heads (at most {TOKEN_ID_HIGH - TOKEN_ID_LOW})"
+        )
     rest = [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(session.prompt_tokens - 1)]
     return [head, *rest]
 
@@ -165,17 +168,19 @@ async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
             async with session.get(url) as resp:
                 body = await resp.text()
                 if resp.status != 200:
-                    raise ClientError(f"GET {url} returned HTTP {resp.status}: "
-                                      f"{body.strip()[:200]!r}; check the server log")
+                    raise ClientError(
+                        f"GET {url} returned HTTP {resp.status}: "
+                        f"{body.strip()[:200]!r}; check the server log"
+                    )
                 return body
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             last = exc
             await asyncio.sleep(0.1 * (attempt + 1))
         except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
-            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") \
-                from None
-    raise ClientError(f"cannot reach {url} ({_describe(last)}); start the server or fix the "
-                      "server URL")
+            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") from None
+    raise ClientError(
+        f"cannot reach {url} ({_describe(last)}); start the server or fix the server URL"
+    )
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -183,8 +188,9 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, 
     try:
         return parse_counters(text)
     except ValueError as exc:
-        raise ClientError(f"GET {url}/metrics: not Prometheus text ({exc}); point the server URL "
-                          "at a vLLM server") from None
+        raise ClientError(
+            f"GET {url}/metrics: not Prometheus text ({exc}); point the server URL at a vLLM server"
+        ) from None
 
 
 async def served_model(session: aiohttp.ClientSession, url: str) -> str:
@@ -193,8 +199,9 @@ async def served_model(session: aiohttp.ClientSession, url: str) -> str:
     try:
         return str(json.loads(body)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise ClientError(f"GET {url}/v1/models: no model listed; name the model explicitly "
-                          "or check the server") from None
+        raise ClientError(
+            f"GET {url}/v1/models: no model listed; name the model explicitly or check the server"
+        ) from None
 
 
 # --- one request -----------------------------------------------------------------------
@@ -226,21 +233,27 @@ def _absorb_chunk(stream: _Stream, payload: str, now: float, url: str) -> None:
     except json.JSONDecodeError:
         chunk = None
     if not isinstance(chunk, dict):
-        raise ClientError(f"POST {url}: stream chunk is not a JSON object ({payload[:80]!r}); "
-                          "point the server URL at an OpenAI-compatible server")
+        raise ClientError(
+            f"POST {url}: stream chunk is not a JSON object ({payload[:80]!r}); "
+            "point the server URL at an OpenAI-compatible server"
+        )
     if "error" in chunk:
-        raise ClientError(f"POST {url}: server reported an error in the stream: "
-                          f"{str(chunk['error'])[:200]}")
+        raise ClientError(
+            f"POST {url}: server reported an error in the stream: {str(chunk['error'])[:200]}"
+        )
     if chunk.get("usage"):
         stream.usage = chunk["usage"]
     for choice in chunk.get("choices") or []:
         ids = choice.get("token_ids")
         if ids is None and choice.get("text"):
-            raise ClientError(f"POST {url}: the server streams text without token_ids; it must "
-                              "support 'return_token_ids' (vLLM >= 0.10.2 or emulate-server)")
+            raise ClientError(
+                f"POST {url}: the server streams text without token_ids; it must "
+                "support 'return_token_ids' (vLLM >= 0.10.2 or emulate-server)"
+            )
         if not isinstance(ids, list | None) or any(type(t) is not int for t in ids or []):
-            raise ClientError(f"POST {url}: 'token_ids' must be a list of integers, got "
-                              f"{str(ids)[:80]}")
+            raise ClientError(
+                f"POST {url}: 'token_ids' must be a list of integers, got {str(ids)[:80]}"
+            )
         stream.token_ids.extend(ids or [])
         stream.token_times.extend([now] * len(ids or []))
 
@@ -256,8 +269,9 @@ class _Clock:
         return (asyncio.get_running_loop().time() - self.origin) / self.scale
 
 
-async def _complete(http: aiohttp.ClientSession, url: str, body: dict[str, Any],
-                    clock: _Clock) -> tuple[float, _Stream]:
+async def _complete(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], clock: _Clock
+) -> tuple[float, _Stream]:
     """POST one streamed completion; returns (send time, stream state).
 
     Never retried: once the request may have reached the scheduler, a second send would
@@ -278,14 +292,18 @@ async def _complete(http: aiohttp.ClientSession, url: str, body: dict[str, Any],
                 if stream.done:
                     break
     except aiohttp.ClientConnectorError as exc:
-        raise ClientError(f"cannot connect to {endpoint} ({_describe(exc)}); is the server "
-                          "running?") from None
+        raise ClientError(
+            f"cannot connect to {endpoint} ({_describe(exc)}); is the server running?"
+        ) from None
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ClientError(f"POST {endpoint} broke off ({_describe(exc)}); the server died or "
-                          "timed out") from None
+        raise ClientError(
+            f"POST {endpoint} broke off ({_describe(exc)}); the server died or timed out"
+        ) from None
     if not stream.done:
-        raise ClientError(f"POST {endpoint}: stream ended without 'data: [DONE]' after "
-                          f"{len(stream.token_ids)} tokens (truncated response)")
+        raise ClientError(
+            f"POST {endpoint}: stream ended without 'data: [DONE]' after "
+            f"{len(stream.token_ids)} tokens (truncated response)"
+        )
     return send_s, stream
 
 
@@ -295,47 +313,97 @@ def _cached_from_usage(usage: dict[str, Any] | None) -> int | None:
     return None if value is None else int(value)
 
 
-async def _request(http: aiohttp.ClientSession, url: str, *, model: str, prompt: list[int],
-                   max_tokens: int, seed: int, clock: _Clock, session: int,
-                   turn: int) -> RequestRecord:
+async def _request(
+    http: aiohttp.ClientSession,
+    url: str,
+    *,
+    model: str,
+    prompt: list[int],
+    max_tokens: int,
+    seed: int,
+    clock: _Clock,
+    session: int,
+    turn: int,
+) -> RequestRecord:
     body = {
-        "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-        "seed": seed, "ignore_eos": True, "stream": True,
-        "stream_options": {"include_usage": True}, "return_token_ids": True,
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": seed,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
     }
     send_s, stream = await _complete(http, url, body, clock)
     complete_s = clock.now()
     where = f"session {session} turn {turn}"
     if len(stream.token_ids) != max_tokens:
-        raise ClientError(f"{where}: server generated {len(stream.token_ids)} tokens, the plan "
-                          f"needs {max_tokens}; the server must honour ignore_eos and max_tokens")
+        raise ClientError(
+            f"{where}: server generated {len(stream.token_ids)} tokens, the plan "
+            f"needs {max_tokens}; the server must honour ignore_eos and max_tokens"
+        )
     usage = stream.usage or {}
     return RequestRecord(
-        session=session, turn=turn, send_s=send_s, first_token_s=stream.token_times[0],
-        complete_s=complete_s, prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
-        cached_tokens=_cached_from_usage(stream.usage), generated_tokens=len(stream.token_ids),
-        token_ids=tuple(stream.token_ids), token_times_s=tuple(stream.token_times),
+        session=session,
+        turn=turn,
+        send_s=send_s,
+        first_token_s=stream.token_times[0],
+        complete_s=complete_s,
+        prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
+        cached_tokens=_cached_from_usage(stream.usage),
+        generated_tokens=len(stream.token_ids),
+        token_ids=tuple(stream.token_ids),
+        token_times_s=tuple(stream.token_times),
     )
 
 
-async def _session_task(http: aiohttp.ClientSession, url: str, s: Session, key: str,
-                        model: str, options: ReplayOptions, clock: _Clock,
-                        done: list[RequestRecord]) -> None:
+async def _session_task(
+    http: aiohttp.ClientSession,
+    url: str,
+    s: Session,
+    key: str,
+    model: str,
+    options: ReplayOptions,
+    clock: _Clock,
+    done: list[RequestRecord],
+) -> None:
     """First request, tool wait, re-arrival with the exact token-id extension."""
     prompt = first_prompt_ids(key, s)
-    first = await _request(http, url, model=model, prompt=prompt, max_tokens=s.gen_tokens,
-                           seed=options.seed, clock=clock, session=s.session, turn=0)
+    first = await _request(
+        http,
+        url,
+        model=model,
+        prompt=prompt,
+        max_tokens=s.gen_tokens,
+        seed=options.seed,
+        clock=clock,
+        session=s.session,
+        turn=0,
+    )
     done.append(first)
     if s.tool_wait_s > 0:
         await asyncio.sleep(s.tool_wait_s * options.time_scale)
     followup = prompt + list(first.token_ids) + appended_ids(key, s)
-    done.append(await _request(http, url, model=model, prompt=followup,
-                               max_tokens=s.followup_gen_tokens, seed=options.seed,
-                               clock=clock, session=s.session, turn=1))
+    done.append(
+        await _request(
+            http,
+            url,
+            model=model,
+            prompt=followup,
+            max_tokens=s.followup_gen_tokens,
+            seed=options.seed,
+            clock=clock,
+            session=s.session,
+            turn=1,
+        )
+    )
 
 
-async def replay(plan: Plan, url: str, *, variant: str = "wait",
-                 options: ReplayOptions | None = None) -> ClientRun:
+async def replay(
+    plan: Plan, url: str, *, variant: str = "wait", options: ReplayOptions | None = None
+) -> ClientRun:
     """Replay ``plan`` (as ``variant``) against an OpenAI-compatible server at ``url``.
 
     The first failure cancels the other sessions: once the server misbehaves, later
@@ -351,8 +419,9 @@ async def replay(plan: Plan, url: str, *, variant: str = "wait",
     after: dict[str, float] = {}
     model = options.model
     reason: str | None = None
-    timeout = aiohttp.ClientTimeout(total=None, connect=options.connect_timeout_s,
-                                    sock_read=options.read_timeout_s)
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=options.connect_timeout_s, sock_read=options.read_timeout_s
+    )
     connector = aiohttp.TCPConnector(limit=0)  # one connection per session, no pool queueing
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
         try:
@@ -361,20 +430,26 @@ async def replay(plan: Plan, url: str, *, variant: str = "wait",
             clock = _Clock(options.time_scale)
             async with asyncio.TaskGroup() as group:
                 for s in runnable.sessions:
-                    group.create_task(_session_task(http, url, s, key, model, options, clock,
-                                                    done))
+                    group.create_task(_session_task(http, url, s, key, model, options, clock, done))
             after = await scrape_metrics(http, url)
         except* ClientError as group_error:
             reason = str(group_error.exceptions[0])
     status = "complete" if reason is None else ("partial" if done else "failed")
     ordered = tuple(sorted(done, key=lambda r: (r.session, r.turn)))
-    return ClientRun(requests=ordered, metrics_before=before, metrics_after=after,
-                     status=status, reason=reason, model=model,
-                     expected_requests=2 * plan.n)
+    return ClientRun(
+        requests=ordered,
+        metrics_before=before,
+        metrics_after=after,
+        status=status,
+        reason=reason,
+        model=model,
+        expected_requests=2 * plan.n,
+    )
 
 
-def replay_sync(plan: Plan, url: str, *, variant: str = "wait",
-                options: ReplayOptions | None = None) -> ClientRun:
+def replay_sync(
+    plan: Plan, url: str, *, variant: str = "wait", options: ReplayOptions | None = None
+) -> ClientRun:
     """Blocking wrapper for CLI verbs and pipeline rules."""
     return asyncio.run(replay(plan, url, variant=variant, options=options))
 
@@ -385,26 +460,28 @@ def replay_sync(plan: Plan, url: str, *, variant: str = "wait",
 def requests_frame(run: ClientRun) -> pd.DataFrame:
     """requests.parquet rows (SPEC 7); prefill_s is unknown over HTTP, so NaN."""
     rows = run.requests
-    return pd.DataFrame({
-        "session": pd.array([r.session for r in rows], dtype="int64"),
-        "turn": pd.array([r.turn for r in rows], dtype="int64"),
-        "send_s": pd.array([r.send_s for r in rows], dtype="float64"),
-        "first_token_s": pd.array([r.first_token_s for r in rows], dtype="float64"),
-        "complete_s": pd.array([r.complete_s for r in rows], dtype="float64"),
-        "prompt_tokens": pd.array([r.prompt_tokens for r in rows], dtype="int64"),
-        "cached_tokens": pd.array([r.cached_tokens for r in rows], dtype="Int64"),
-        "computed_tokens": pd.array([r.computed_tokens for r in rows], dtype="Int64"),
-        "generated_tokens": pd.array([r.generated_tokens for r in rows], dtype="int64"),
-        "prefill_s": pd.array([math.nan] * len(rows), dtype="float64"),
-    })
+    return pd.DataFrame(
+        {
+            "session": pd.array([r.session for r in rows], dtype="int64"),
+            "turn": pd.array([r.turn for r in rows], dtype="int64"),
+            "send_s": pd.array([r.send_s for r in rows], dtype="float64"),
+            "first_token_s": pd.array([r.first_token_s for r in rows], dtype="float64"),
+            "complete_s": pd.array([r.complete_s for r in rows], dtype="float64"),
+            "prompt_tokens": pd.array([r.prompt_tokens for r in rows], dtype="int64"),
+            "cached_tokens": pd.array([r.cached_tokens for r in rows], dtype="Int64"),
+            "computed_tokens": pd.array([r.computed_tokens for r in rows], dtype="Int64"),
+            "generated_tokens": pd.array([r.generated_tokens for r in rows], dtype="int64"),
+            "prefill_s": pd.array([math.nan] * len(rows), dtype="float64"),
+        }
+    )
 
 
 def tokens_frame(run: ClientRun) -> pd.DataFrame:
     """Every token's arrival at the client (session, turn, index, t_s), for timelines."""
-    rows = [(r.session, r.turn, i, t) for r in run.requests
-            for i, t in enumerate(r.token_times_s)]
+    rows = [(r.session, r.turn, i, t) for r in run.requests for i, t in enumerate(r.token_times_s)]
     return pd.DataFrame(rows, columns=["session", "turn", "index", "t_s"]).astype(
-        {"session": "int64", "turn": "int64", "index": "int64", "t_s": "float64"})
+        {"session": "int64", "turn": "int64", "index": "int64", "t_s": "float64"}
+    )
 
 
 def steps_from_log(log_text: str) -> pd.DataFrame:
@@ -414,14 +491,16 @@ def steps_from_log(log_text: str) -> pd.DataFrame:
     no prefill line, so prefill is priced from the requests' computed tokens instead.
     """
     pairs = parse_step_log(log_text)
-    return pd.DataFrame({
-        "step": pd.array(range(len(pairs)), dtype="int64"),
-        "kind": ["decode"] * len(pairs),
-        "n": pd.array([n for n, _ in pairs], dtype="int64"),
-        "b": pd.array([b for _, b in pairs], dtype="Int64"),
-        "start_s": pd.array([math.nan] * len(pairs), dtype="float64"),
-        "end_s": pd.array([math.nan] * len(pairs), dtype="float64"),
-    })
+    return pd.DataFrame(
+        {
+            "step": pd.array(range(len(pairs)), dtype="int64"),
+            "kind": ["decode"] * len(pairs),
+            "n": pd.array([n for n, _ in pairs], dtype="int64"),
+            "b": pd.array([b for _, b in pairs], dtype="Int64"),
+            "start_s": pd.array([math.nan] * len(pairs), dtype="float64"),
+            "end_s": pd.array([math.nan] * len(pairs), dtype="float64"),
+        }
+    )
 
 
 def _outcome(run: ClientRun, steps: pd.DataFrame) -> tuple[str, str | None]:
@@ -434,15 +513,16 @@ def _outcome(run: ClientRun, steps: pd.DataFrame) -> tuple[str, str | None]:
     if run.status != "complete":
         return run.status, run.reason
     if len(run.requests) != run.expected_requests:
-        return "partial", (f"{len(run.requests)} of {run.expected_requests} requests "
-                           "finished")
+        return "partial", (f"{len(run.requests)} of {run.expected_requests} requests finished")
     advances = sum(r.generated_tokens - 1 for r in run.requests)
     logged = int(steps["n"].sum())
     if logged != advances:
-        return "failed", (f"server log holds {len(steps)} [BUCKET] steps advancing {logged} "
-                          f"tokens, but the requests needed {advances}; run the server with "
-                          "VLLM_LOGGING_LEVEL=DEBUG and the observation patch applied "
-                          "(`rearrival rbln patch apply`)")
+        return "failed", (
+            f"server log holds {len(steps)} [BUCKET] steps advancing {logged} "
+            f"tokens, but the requests needed {advances}; run the server with "
+            "VLLM_LOGGING_LEVEL=DEBUG and the observation patch applied "
+            "(`rearrival rbln patch apply`)"
+        )
     return "complete", None
 
 
@@ -455,20 +535,28 @@ class RunOutcome:
     reason: str | None
 
 
-def write_client_run(out: Path, run: ClientRun, *, manifest: dict[str, Any],
-                     server_log: str | None) -> RunOutcome:
+def write_client_run(
+    out: Path, run: ClientRun, *, manifest: dict[str, Any], server_log: str | None
+) -> RunOutcome:
     """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
     try:
         steps = steps_from_log(server_log or "")
         status, reason = _outcome(run, steps)
     except StepLogError as exc:
         steps = steps_from_log("")
-        status, reason = ("failed", str(exc)) if run.status == "complete" else (
-            run.status, run.reason)
+        status, reason = (
+            ("failed", str(exc)) if run.status == "complete" else (run.status, run.reason)
+        )
     metrics = {"before": dict(run.metrics_before), "after": dict(run.metrics_after)}
-    write_run(out, requests=requests_frame(run), steps=steps, metrics=metrics,
-              manifest=finish_manifest(manifest, status=status, reason=reason),
-              server_log=server_log, tokens=tokens_frame(run))
+    write_run(
+        out,
+        requests=requests_frame(run),
+        steps=steps,
+        metrics=metrics,
+        manifest=finish_manifest(manifest, status=status, reason=reason),
+        server_log=server_log,
+        tokens=tokens_frame(run),
+    )
     return RunOutcome(out, status, reason)
 
 
@@ -479,8 +567,9 @@ async def _get_json(url: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        raise ClientError(f"GET {url}: not JSON; point the server URL at "
-                          "`rearrival emulate-server`") from None
+        raise ClientError(
+            f"GET {url}: not JSON; point the server URL at `rearrival emulate-server`"
+        ) from None
 
 
 async def fetch_server_log(url: str, *, since_bytes: int = 0) -> str:
@@ -496,18 +585,26 @@ async def server_configuration(url: str) -> dict[str, Any]:
     return dict(await _get_json(f"{url.rstrip('/')}/rearrival/config"))
 
 
-def check_configuration(served: dict[str, Any], configuration: dict[str, Any],
-                        url: str) -> None:
+def check_configuration(served: dict[str, Any], configuration: dict[str, Any], url: str) -> None:
     """Refuse to label a run with a configuration the server does not serve."""
     for key in ("buckets", "batch_size", "slots"):
         if served.get(key) != configuration[key]:
-            raise ClientError(f"server {url}: serves {key}={served.get(key)}, the run "
-                              f"asks for {configuration[key]}; restart emulate-server with the "
-                              "run's configuration or let the run start a fresh one")
+            raise ClientError(
+                f"server {url}: serves {key}={served.get(key)}, the run "
+                f"asks for {configuration[key]}; restart emulate-server with the "
+                "run's configuration or let the run start a fresh one"
+            )
 
 
-async def replay_url(plan: Plan, url: str, out: Path, *, variant: str,
-                     options: ReplayOptions, manifest: dict[str, Any]) -> RunOutcome:
+async def replay_url(
+    plan: Plan,
+    url: str,
+    out: Path,
+    *,
+    variant: str,
+    options: ReplayOptions,
+    manifest: dict[str, Any],
+) -> RunOutcome:
     """Replay against an already running emulate-server and write the run directory.
 
     The step log is the slice of the server's log written during this replay, so steps

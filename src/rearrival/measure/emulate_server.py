@@ -55,7 +55,7 @@ METRIC_HELP = {
     "vllm:prompt_tokens_cached_total": "Prompt tokens served from surviving KV (true reuse).",
     "vllm:prefix_cache_queries_total": "Prompt tokens looked up in the prefix cache.",
     "vllm:prefix_cache_hits_total": "Prefix-cache hits as the prefix index reports them "
-                                    "(over-reports after eviction).",
+    "(over-reports after eviction).",
 }
 
 
@@ -75,8 +75,10 @@ class ServerOptions:
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
-            raise EmulateServerError(f"time_scale {self.time_scale}: must be > 0 (wall "
-                                     "seconds per emulated second, e.g. 0.05)")
+            raise EmulateServerError(
+                f"time_scale {self.time_scale}: must be > 0 (wall "
+                "seconds per emulated second, e.g. 0.05)"
+            )
         if self.seed < 0:
             raise EmulateServerError(f"seed {self.seed}: must be >= 0")
 
@@ -93,8 +95,9 @@ class _Counters:
 
     def collect(self) -> Any:
         for name, value in self.published.items():
-            family = CounterMetricFamily(name.removesuffix("_total"),
-                                         METRIC_HELP.get(name, name), labels=["model_name"])
+            family = CounterMetricFamily(
+                name.removesuffix("_total"), METRIC_HELP.get(name, name), labels=["model_name"]
+            )
             family.add_metric([MODEL_NAME], value)
             yield family
 
@@ -125,8 +128,11 @@ class _Prefixes:
     def key_for(self, prompt: tuple[int, ...]) -> int:
         best: tuple[int, int] | None = None  # (length, key)
         for known, key in self._by_head.get(prompt[0], []):
-            if len(known) <= len(prompt) and prompt[:len(known)] == known and (
-                    best is None or len(known) > best[0]):
+            if (
+                len(known) <= len(prompt)
+                and prompt[: len(known)] == known
+                and (best is None or len(known) > best[0])
+            ):
                 best = (len(known), key)
         key = next(self._keys) if best is None else best[1]
         self._by_head.setdefault(prompt[0], []).append((prompt, key))
@@ -144,10 +150,15 @@ def _parse_completion(body: Any) -> tuple[tuple[int, ...], int, bool, bool]:
     if not isinstance(body, dict):
         raise _RequestError("request body must be a JSON object")
     prompt = body.get("prompt")
-    if (not isinstance(prompt, list) or not prompt
-            or any(type(t) is not int or t < 0 for t in prompt)):
-        raise _RequestError("field 'prompt' must be a non-empty list of token ids "
-                            "(non-negative integers); this server takes token-id prompts")
+    if (
+        not isinstance(prompt, list)
+        or not prompt
+        or any(type(t) is not int or t < 0 for t in prompt)
+    ):
+        raise _RequestError(
+            "field 'prompt' must be a non-empty list of token ids "
+            "(non-negative integers); this server takes token-id prompts"
+        )
     max_tokens = body.get("max_tokens", 16)
     if type(max_tokens) is not int or max_tokens < 1:
         raise _RequestError("field 'max_tokens' must be a positive integer")
@@ -161,8 +172,9 @@ class EmulateServer:
 
     def __init__(self, options: ServerOptions, log: IO[str] | None = None) -> None:
         self.options = options
-        self.engine = Engine(options.config, seed=options.seed,
-                             truth=load_truth(options.truth_path))
+        self.engine = Engine(
+            options.config, seed=options.seed, truth=load_truth(options.truth_path)
+        )
         self.prefixes = _Prefixes()
         self.live: dict[str, _Live] = {}
         self.log_lines: list[str] = []
@@ -210,8 +222,11 @@ class EmulateServer:
                 continuing = False
                 self._wake.clear()
                 upcoming = engine.next_arrival_s
-                timeout = None if upcoming is None else max(
-                    0.0, (upcoming - self.virtual_now()) * self.options.time_scale)
+                timeout = (
+                    None
+                    if upcoming is None
+                    else max(0.0, (upcoming - self.virtual_now()) * self.options.time_scale)
+                )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 continue
@@ -224,8 +239,9 @@ class EmulateServer:
         self._emit_log()
         self._counters.published = dict(self.engine.counters)
         if outcome.admission is not None:
-            self.live[str(outcome.admission.request_id)].cached_tokens = \
-                outcome.admission.cached_tokens
+            self.live[
+                str(outcome.admission.request_id)
+            ].cached_tokens = outcome.admission.cached_tokens
         for request_id in outcome.emitted:
             live = self.live[str(request_id)]
             live.queue.put_nowait(live.token_ids[live.sent])
@@ -236,7 +252,7 @@ class EmulateServer:
 
     def _emit_log(self, extra: tuple[str, ...] = ()) -> None:
         """Copy the engine's new log lines (and ``extra``) to the server log."""
-        lines = [*self.engine.log_lines[self._log_seen:], *extra]
+        lines = [*self.engine.log_lines[self._log_seen :], *extra]
         self._log_seen = len(self.engine.log_lines)
         if not lines:
             return
@@ -286,25 +302,42 @@ class EmulateServer:
         return web.Response(text="ok")
 
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": MODEL_NAME, "object": "model", "owned_by": "rearrival",
-             "max_model_len": self.engine.profile.slot_tokens}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": MODEL_NAME,
+                        "object": "model",
+                        "owned_by": "rearrival",
+                        "max_model_len": self.engine.profile.slot_tokens,
+                    }
+                ],
+            }
+        )
 
     async def configuration(self, _request: web.Request) -> web.Response:
         config = self.options.config
-        return web.json_response({
-            "buckets": list(config.buckets), "batch_size": config.batch_size,
-            "slots": config.slot_count, "seed": self.options.seed,
-            "time_scale": self.options.time_scale, "emulator": EMULATOR_VERSION,
-            "truth": self.engine.truth.version})
+        return web.json_response(
+            {
+                "buckets": list(config.buckets),
+                "batch_size": config.batch_size,
+                "slots": config.slot_count,
+                "seed": self.options.seed,
+                "time_scale": self.options.time_scale,
+                "emulator": EMULATOR_VERSION,
+                "truth": self.engine.truth.version,
+            }
+        )
 
     async def server_log(self, _request: web.Request) -> web.Response:
         text = "".join(line + "\n" for line in self.log_lines)
         return web.Response(text=text, headers={"X-Log-Bytes": str(len(text.encode()))})
 
     async def metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self._registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(self._registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     def _submit(self, prompt: tuple[int, ...], max_tokens: int) -> _Live:
         key: Hashable = self.prefixes.key_for(prompt)
@@ -313,8 +346,12 @@ class EmulateServer:
             self.engine.submit(request_id, key, len(prompt), max_tokens, self.virtual_now())
         except RearrivalError as exc:
             raise _RequestError(str(exc)) from None
-        live = _Live(request_id, len(prompt),
-                     _generated_ids(self.options.seed, prompt, max_tokens), asyncio.Queue())
+        live = _Live(
+            request_id,
+            len(prompt),
+            _generated_ids(self.options.seed, prompt, max_tokens),
+            asyncio.Queue(),
+        )
         self.live[request_id] = live
         self._wake.set()
         return live
@@ -330,9 +367,11 @@ class EmulateServer:
 
     @staticmethod
     def _usage(live: _Live, generated: int) -> dict[str, Any]:
-        usage: dict[str, Any] = {"prompt_tokens": live.prompt_tokens,
-                                 "completion_tokens": generated,
-                                 "total_tokens": live.prompt_tokens + generated}
+        usage: dict[str, Any] = {
+            "prompt_tokens": live.prompt_tokens,
+            "completion_tokens": generated,
+            "total_tokens": live.prompt_tokens + generated,
+        }
         if live.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": live.cached_tokens}
         return usage
@@ -349,23 +388,39 @@ class EmulateServer:
             live = self._submit(prompt, max_tokens)
         except _RequestError as exc:
             return _error(400, str(exc))
-        base = {"id": live.request_id, "object": "text_completion",
-                "created": int(time.time()), "model": MODEL_NAME}
+        base = {
+            "id": live.request_id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": MODEL_NAME,
+        }
         if not stream:
             ids = [token async for token in self._tokens(live)]
-            choice = {"index": 0, "text": "".join(f" t{t}" for t in ids), "token_ids": ids,
-                      "logprobs": None, "finish_reason": "length"}
-            return web.json_response(base | {"choices": [choice],
-                                             "usage": self._usage(live, len(ids))})
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+            choice = {
+                "index": 0,
+                "text": "".join(f" t{t}" for t in ids),
+                "token_ids": ids,
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+            return web.json_response(
+                base | {"choices": [choice], "usage": self._usage(live, len(ids))}
+            )
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await response.prepare(request)
         count = 0
         async for token in self._tokens(live):
             count += 1
             finish = "length" if count == max_tokens else None
-            choice = {"index": 0, "text": f" t{token}", "token_ids": [token],
-                      "logprobs": None, "finish_reason": finish}
+            choice = {
+                "index": 0,
+                "text": f" t{token}",
+                "token_ids": [token],
+                "logprobs": None,
+                "finish_reason": finish,
+            }
             await _sse(response, base | {"choices": [choice]})
         if include_usage:
             await _sse(response, base | {"choices": [], "usage": self._usage(live, count)})
@@ -376,8 +431,9 @@ class EmulateServer:
 
 def _error(status: int, message: str) -> web.Response:
     kind = "invalid_request_error" if status == 400 else "internal_error"
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}},
-                             status=status)
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status
+    )
 
 
 async def _sse(response: web.StreamResponse, payload: dict[str, Any]) -> None:
@@ -396,12 +452,16 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            raise EmulateServerError(f"port {port}: cannot listen on {host}:{port} "
-                                     f"({exc.strerror}); choose a free port") from None
-        print(f"emulate-server listening on http://{host}:{port} "
-              f"(buckets {list(options.config.buckets)}, batch {options.config.batch_size}, "
-              f"slots {options.config.slot_count}, time scale {options.time_scale})",
-              file=sys.stderr, flush=True)
+            raise EmulateServerError(
+                f"port {port}: cannot listen on {host}:{port} ({exc.strerror}); choose a free port"
+            ) from None
+        print(
+            f"emulate-server listening on http://{host}:{port} "
+            f"(buckets {list(options.config.buckets)}, batch {options.config.batch_size}, "
+            f"slots {options.config.slot_count}, time scale {options.time_scale})",
+            file=sys.stderr,
+            flush=True,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -413,15 +473,35 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
             log.close()
 
 
-def server_argv(config: EngineConfig, *, port: int, seed: int, time_scale: float,
-                host: str = "127.0.0.1", truth: Path | None = None) -> list[str]:
+def server_argv(
+    config: EngineConfig,
+    *,
+    port: int,
+    seed: int,
+    time_scale: float,
+    host: str = "127.0.0.1",
+    truth: Path | None = None,
+) -> list[str]:
     """``rearrival emulate-server`` for this interpreter, as an argument list (no shell, no
     reliance on PATH), for launching a fresh server per run
     (rearrival.measure.rbln.running_server)."""
-    argv = [sys.executable, "-c", "import sys; from rearrival.cli import main; "
-            "sys.argv[0] = 'rearrival'; main()", "emulate-server", "--host", host,
-            "--port", str(port), "--buckets", ",".join(map(str, config.buckets)),
-            "--batch-size", str(config.batch_size), "--seed", str(seed),
-            "--time-scale", repr(float(time_scale))]
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from rearrival.cli import main; sys.argv[0] = 'rearrival'; main()",
+        "emulate-server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--buckets",
+        ",".join(map(str, config.buckets)),
+        "--batch-size",
+        str(config.batch_size),
+        "--seed",
+        str(seed),
+        "--time-scale",
+        repr(float(time_scale)),
+    ]
     argv += ["--truth", str(truth)] if truth is not None else []
     return argv + (["--slots", str(config.slots)] if config.slots is not None else [])

@@ -66,8 +66,10 @@ class PatchStatus:
     state: str  # "original" | "patched" | "modified" | "missing"
 
     def line(self) -> str:
-        return (f"{self.state} sha256={self.sha256 or '-'} version={self.version or '-'} "
-                f"file={self.path}")
+        return (
+            f"{self.state} sha256={self.sha256 or '-'} version={self.version or '-'} "
+            f"file={self.path}"
+        )
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -78,21 +80,26 @@ def locate_site_packages(site_packages: Path | None) -> Path:
     """The directory holding ``vllm_rbln/``: as given, or where Python would import it."""
     if site_packages is not None:
         if not (site_packages / PACKAGE).is_dir():
-            raise PatchError(f"site-packages {site_packages}: no '{PACKAGE}' package there; "
-                             f"pass the site-packages directory where vllm-rbln=={VERSION} "
-                             "is installed")
+            raise PatchError(
+                f"site-packages {site_packages}: no '{PACKAGE}' package there; "
+                f"pass the site-packages directory where vllm-rbln=={VERSION} "
+                "is installed"
+            )
         return site_packages
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise PatchError(f"vllm-rbln is not installed in this Python; install "
-                         f"vllm-rbln=={VERSION} or give its site-packages directory")
+        raise PatchError(
+            f"vllm-rbln is not installed in this Python; install "
+            f"vllm-rbln=={VERSION} or give its site-packages directory"
+        )
     return Path(next(iter(spec.submodule_search_locations))).parent
 
 
 def installed_version(site_packages: Path) -> str | None:
     """Version from the wheel's ``dist-info/METADATA`` (no import of the package)."""
     for dist_info in sorted(site_packages.glob("vllm_rbln-*.dist-info")) + sorted(
-            site_packages.glob("vllm-rbln-*.dist-info")):
+        site_packages.glob("vllm-rbln-*.dist-info")
+    ):
         metadata = dist_info / "METADATA"
         if not metadata.is_file():
             continue
@@ -119,24 +126,30 @@ def patch_status(site_packages: Path | None = None) -> PatchStatus:
 def patched_text(original: str) -> str:
     """The original file with the log statement inserted after the bucket selection."""
     if original.count(ANCHOR) != 1:
-        raise PatchError(f"{TARGET}: the select_bucket_size call was not found exactly once; "
-                         f"reinstall vllm-rbln=={VERSION}")
+        raise PatchError(
+            f"{TARGET}: the select_bucket_size call was not found exactly once; "
+            f"reinstall vllm-rbln=={VERSION}"
+        )
     return original.replace(ANCHOR, ANCHOR + ADDED)
 
 
 def reverted_text(patched: str) -> str:
     """The inverse edit: remove exactly the inserted lines."""
     if patched.count(ANCHOR + ADDED) != 1:
-        raise PatchError(f"{TARGET}: the observation patch was not found exactly once; "
-                         f"reinstall vllm-rbln=={VERSION}")
+        raise PatchError(
+            f"{TARGET}: the observation patch was not found exactly once; "
+            f"reinstall vllm-rbln=={VERSION}"
+        )
     return patched.replace(ANCHOR + ADDED, ANCHOR)
 
 
 def _check_version(status: PatchStatus) -> None:
     if status.version != VERSION:
-        raise PatchError(f"{status.site_packages}: installed vllm-rbln version is "
-                         f"{status.version or 'unknown'}, the patch is for {VERSION}; "
-                         f"install vllm-rbln=={VERSION}")
+        raise PatchError(
+            f"{status.site_packages}: installed vllm-rbln version is "
+            f"{status.version or 'unknown'}, the patch is for {VERSION}; "
+            f"install vllm-rbln=={VERSION}"
+        )
 
 
 def _write_keeping_mode(path: Path, data: bytes) -> None:
@@ -155,14 +168,18 @@ def apply_patch(site_packages: Path | None = None) -> PatchStatus:
     if status.state == "patched":
         return status
     if status.state != "original":
-        raise PatchError(f"{status.path}: sha256 {status.sha256 or '(file missing)'} is neither "
-                         f"the original {SHA256_ORIGINAL[:12]}... nor the patched "
-                         f"{SHA256_PATCHED[:12]}...; reinstall vllm-rbln=={VERSION}")
+        raise PatchError(
+            f"{status.path}: sha256 {status.sha256 or '(file missing)'} is neither "
+            f"the original {SHA256_ORIGINAL[:12]}... nor the patched "
+            f"{SHA256_PATCHED[:12]}...; reinstall vllm-rbln=={VERSION}"
+        )
     new = patched_text(status.path.read_bytes().decode()).encode()
     if sha256_bytes(new) != SHA256_PATCHED:
-        raise PatchError(f"{status.path}: patched content would hash to {sha256_bytes(new)}, "
-                         f"expected {SHA256_PATCHED}; the patch data in rearrival.measure.patch is "
-                         "inconsistent, report this as a bug")
+        raise PatchError(
+            f"{status.path}: patched content would hash to {sha256_bytes(new)}, "
+            f"expected {SHA256_PATCHED}; the patch data in rearrival.measure.patch is "
+            "inconsistent, report this as a bug"
+        )
     _write_keeping_mode(status.path, new)
     return patch_status(site_packages)
 
@@ -174,12 +191,16 @@ def revert_patch(site_packages: Path | None = None) -> PatchStatus:
     if status.state == "original":
         return status
     if status.state != "patched":
-        raise PatchError(f"{status.path}: sha256 {status.sha256 or '(file missing)'} is not the "
-                         f"patched {SHA256_PATCHED[:12]}...; reinstall vllm-rbln=={VERSION} "
-                         "to get the original file back")
+        raise PatchError(
+            f"{status.path}: sha256 {status.sha256 or '(file missing)'} is not the "
+            f"patched {SHA256_PATCHED[:12]}...; reinstall vllm-rbln=={VERSION} "
+            "to get the original file back"
+        )
     old = reverted_text(status.path.read_bytes().decode()).encode()
     if sha256_bytes(old) != SHA256_ORIGINAL:
-        raise PatchError(f"{status.path}: reverting would not restore sha256 "
-                         f"{SHA256_ORIGINAL}; reinstall vllm-rbln=={VERSION}")
+        raise PatchError(
+            f"{status.path}: reverting would not restore sha256 "
+            f"{SHA256_ORIGINAL}; reinstall vllm-rbln=={VERSION}"
+        )
     _write_keeping_mode(status.path, old)
     return patch_status(site_packages)

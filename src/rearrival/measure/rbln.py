@@ -50,9 +50,11 @@ if TYPE_CHECKING:
     from rearrival.model.plans import Plan
 
 STACK_VERSION = "0.11.1"
-INSTALL_HINT = (f"install the RBLN stack (optimum-rbln=={STACK_VERSION}, "
-                f"vllm-rbln=={STACK_VERSION}, rebel-compiler from Rebellions' package index) "
-                "on a host with an RBLN NPU")
+INSTALL_HINT = (
+    f"install the RBLN stack (optimum-rbln=={STACK_VERSION}, "
+    f"vllm-rbln=={STACK_VERSION}, rebel-compiler from Rebellions' package index) "
+    "on a host with an RBLN NPU"
+)
 # Distributions that decide what a compiled artifact contains.
 COMPILE_SOFTWARE = ("optimum-rbln", "rebel-compiler", "torch", "transformers")
 # What a measured run records beyond records.software_versions() (the compiler matters).
@@ -99,9 +101,11 @@ def require_stack(modules: Sequence[str], *, dev_dir: Path = Path("/dev")) -> No
         if not _module_available(module):
             raise RblnError(f"python module '{module}' is not importable; {INSTALL_HINT}")
     if not rbln_devices(dev_dir):
-        raise RblnError(f"no RBLN device under {dev_dir} (expected {dev_dir}/rbln0...); run "
-                        "on a host with an RBLN NPU and its kernel driver loaded (check "
-                        "`rbln-stat`)")
+        raise RblnError(
+            f"no RBLN device under {dev_dir} (expected {dev_dir}/rbln0...); run "
+            "on a host with an RBLN NPU and its kernel driver loaded (check "
+            "`rbln-stat`)"
+        )
 
 
 # --- compile -----------------------------------------------------------------------------
@@ -143,8 +147,11 @@ def artifact_name(config: CompileConfig, software: Mapping[str, str | None]) -> 
     Two configurations or compiler versions never share a directory; the same ones always
     find the artifact compiled before.
     """
-    canonical = json.dumps({"config": asdict(config), "software": dict(software)},
-                           sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(
+        {"config": asdict(config), "software": dict(software)},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     slug = "".join(c if c.isalnum() or c in "._-" else "-" for c in config.model).strip("-")
     buckets = "-".join(map(str, config.buckets))
@@ -166,8 +173,9 @@ def _tree_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
-                     dev_dir: Path = Path("/dev")) -> CompileResult:
+def compile_artifact(
+    config: CompileConfig, artifacts_dir: Path, *, dev_dir: Path = Path("/dev")
+) -> CompileResult:
     """Compile (or reuse) the artifact for ``config`` under ``artifacts_dir``.
 
     The record JSON is written last, so its presence means the artifact is whole; the
@@ -188,8 +196,7 @@ def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
     tmp = artifacts_dir / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     start = time.perf_counter()
-    model = RBLNQwen3ForCausalLM.from_pretrained(config.model,
-                                                 **config.from_pretrained_kwargs())
+    model = RBLNQwen3ForCausalLM.from_pretrained(config.model, **config.from_pretrained_kwargs())
     compile_s = time.perf_counter() - start
     try:
         model.save_pretrained(tmp)
@@ -199,23 +206,32 @@ def compile_artifact(config: CompileConfig, artifacts_dir: Path, *,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     size = _tree_bytes(artifact)
-    atomic_write_json(record, {
-        "artifact": name, "config": asdict(config), "compile_s": compile_s,
-        "artifact_bytes": size, "software": software,
-        "from_pretrained_kwargs": config.from_pretrained_kwargs(),
-    })
+    atomic_write_json(
+        record,
+        {
+            "artifact": name,
+            "config": asdict(config),
+            "compile_s": compile_s,
+            "artifact_bytes": size,
+            "software": software,
+            "from_pretrained_kwargs": config.from_pretrained_kwargs(),
+        },
+    )
     return CompileResult(artifact, record, False, compile_s, size)
 
 
 def compiled_artifact(compile_record: Path, configuration: str) -> Path:
     """The artifact directory the compile stage recorded for a configuration."""
     if not compile_record.exists():
-        raise StageError(f"{compile_record}: no compile record; run the compile stage "
-                         "(backend rbln)")
+        raise StageError(
+            f"{compile_record}: no compile record; run the compile stage (backend rbln)"
+        )
     entries = json.loads(compile_record.read_text())["configurations"]
     if configuration not in entries:
-        raise StageError(f"{compile_record}: configuration {configuration} was not compiled; "
-                         "re-run the compile stage")
+        raise StageError(
+            f"{compile_record}: configuration {configuration} was not compiled; "
+            "re-run the compile stage"
+        )
     return Path(entries[configuration]["artifact"])
 
 
@@ -228,28 +244,45 @@ def vllm_executable() -> str:
     return str(beside) if beside.is_file() else "vllm"
 
 
-def vllm_serve_argv(artifact: Path, *, batch_size: int, port: int, host: str = "127.0.0.1",
-                    max_seq_len: int = 8192, seed: int = 0) -> list[str]:
+def vllm_serve_argv(
+    artifact: Path,
+    *,
+    batch_size: int,
+    port: int,
+    host: str = "127.0.0.1",
+    max_seq_len: int = 8192,
+    seed: int = 0,
+) -> list[str]:
     """``vllm serve`` for one run (SPEC section 6).
 
     Block size = max_seq_len is the eager path's one-slot-per-sequence layout (paper
     II-A); prompt-token details make vLLM report per-request cached tokens.
     """
-    return [vllm_executable(), "serve", str(artifact),
-            "--max-num-seqs", str(batch_size),
-            "--block-size", str(max_seq_len),
-            "--max-model-len", str(max_seq_len),
-            "--enable-prefix-caching",
-            "--enable-prompt-tokens-details",
-            "--seed", str(seed),
-            "--host", host, "--port", str(port)]
+    return [
+        vllm_executable(),
+        "serve",
+        str(artifact),
+        "--max-num-seqs",
+        str(batch_size),
+        "--block-size",
+        str(max_seq_len),
+        "--max-model-len",
+        str(max_seq_len),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--seed",
+        str(seed),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
 
 
 def serve_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The server's environment: DEBUG logging so the ``[BUCKET]`` lines are written, and
     unbuffered output so a killed server still leaves every line in the captured log."""
-    return {**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1",
-            **(extra or {})}
+    return {**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -285,13 +318,18 @@ class ServerProcess:
         self._log = self.log_path.open("ab")
         try:
             self.process = subprocess.Popen(  # an argument list: nothing passes through a shell
-                list(self.argv), stdout=self._log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=dict(self.env) if self.env else None,
-                start_new_session=True)
+                list(self.argv),
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(self.env) if self.env else None,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._log.close()
-            raise RblnError(f"cannot start server command '{self.argv[0]}' ({exc.strerror}); "
-                            f"{INSTALL_HINT}") from None
+            raise RblnError(
+                f"cannot start server command '{self.argv[0]}' ({exc.strerror}); {INSTALL_HINT}"
+            ) from None
 
     def _ready_once(self) -> bool:
         for path in self.ready_paths:
@@ -309,13 +347,17 @@ class ServerProcess:
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RblnError(f"server exited with code {self.process.returncode} before it "
-                                f"was ready; read {self.log_path} for the cause")
+                raise RblnError(
+                    f"server exited with code {self.process.returncode} before it "
+                    f"was ready; read {self.log_path} for the cause"
+                )
             if self._ready_once():
                 return
             time.sleep(0.1)
-        raise RblnError(f"server at {self.url} not ready after {self.ready_timeout_s:.0f} s; "
-                        f"read {self.log_path}, or raise the readiness timeout")
+        raise RblnError(
+            f"server at {self.url} not ready after {self.ready_timeout_s:.0f} s; "
+            f"read {self.log_path}, or raise the readiness timeout"
+        )
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -340,12 +382,19 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(argv: Sequence[str], url: str, log_path: Path, *,
-                   env: Mapping[str, str] | None = None, ready_timeout_s: float = 900.0,
-                   grace_s: float = 15.0) -> Iterator[ServerProcess]:
+def running_server(
+    argv: Sequence[str],
+    url: str,
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900.0,
+    grace_s: float = 15.0,
+) -> Iterator[ServerProcess]:
     """Start, wait for readiness, yield, and always stop: a fresh server per run."""
-    server = ServerProcess(argv, url.rstrip("/"), log_path, env=env,
-                           ready_timeout_s=ready_timeout_s, grace_s=grace_s)
+    server = ServerProcess(
+        argv, url.rstrip("/"), log_path, env=env, ready_timeout_s=ready_timeout_s, grace_s=grace_s
+    )
     server.start()
     try:
         server.wait_ready()
@@ -357,33 +406,61 @@ def running_server(argv: Sequence[str], url: str, log_path: Path, *,
 # --- one measured run ----------------------------------------------------------------------
 
 
-def run_with_server(plan: Plan, out: Path, *, argv: Sequence[str], url: str, variant: str,
-                    options: ReplayOptions, manifest: dict[str, Any], log_path: Path,
-                    env: Mapping[str, str] | None = None, ready_timeout_s: float = 900.0,
-                    grace_s: float = 15.0) -> RunOutcome:
+def run_with_server(
+    plan: Plan,
+    out: Path,
+    *,
+    argv: Sequence[str],
+    url: str,
+    variant: str,
+    options: ReplayOptions,
+    manifest: dict[str, Any],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900.0,
+    grace_s: float = 15.0,
+) -> RunOutcome:
     """Start a fresh server, replay the plan through the client, stop it, write the run.
 
     The run's step log is the part of the server log written after readiness, so
     warm-up steps are never priced. The whole log (start-up included) stays at
     ``log_path`` for diagnosis.
     """
-    with running_server(argv, url, log_path, env=env, ready_timeout_s=ready_timeout_s,
-                        grace_s=grace_s) as server:
+    with running_server(
+        argv, url, log_path, env=env, ready_timeout_s=ready_timeout_s, grace_s=grace_s
+    ) as server:
         offset = log_path.stat().st_size
         run = replay_sync(plan, url, variant=variant, options=options)
         alive = server.alive()
     if run.status == "complete" and not alive:
-        run = ClientRun(run.requests, run.metrics_before, run.metrics_after, "partial",
-                        f"server exited during the run; read {log_path}", run.model,
-                        run.expected_requests)
+        run = ClientRun(
+            run.requests,
+            run.metrics_before,
+            run.metrics_after,
+            "partial",
+            f"server exited during the run; read {log_path}",
+            run.model,
+            run.expected_requests,
+        )
     log = log_path.read_bytes()[offset:].decode(errors="replace")
     return write_client_run(out, run, manifest=manifest, server_log=log)
 
 
-def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[int],
-             batch_size: int, slots: int | None, variant: str, options: ReplayOptions,
-             manifest: dict[str, Any], site_packages: Path | None = None,
-             dev_dir: Path = Path("/dev"), ready_timeout_s: float = 900.0) -> RunOutcome:
+def run_rbln(
+    plan: Plan,
+    out: Path,
+    *,
+    artifact: Path | None,
+    buckets: Sequence[int],
+    batch_size: int,
+    slots: int | None,
+    variant: str,
+    options: ReplayOptions,
+    manifest: dict[str, Any],
+    site_packages: Path | None = None,
+    dev_dir: Path = Path("/dev"),
+    ready_timeout_s: float = 900.0,
+) -> RunOutcome:
     """One run on real hardware: checks the stack, the patch and the artifact first.
 
     Everything that can be wrong before the device is touched fails fast in one line,
@@ -392,27 +469,44 @@ def run_rbln(plan: Plan, out: Path, *, artifact: Path | None, buckets: Sequence[
     require_stack(["vllm", "vllm_rbln"], dev_dir=dev_dir)
     status = patch.patch_status(site_packages)  # via the module: tests replace it
     if status.state != "patched":
-        raise RblnError(f"{status.path}: observation patch is not applied (state "
-                        f"{status.state}); run `rearrival rbln patch apply` first")
+        raise RblnError(
+            f"{status.path}: observation patch is not applied (state "
+            f"{status.state}); run `rearrival rbln patch apply` first"
+        )
     if slots is not None and slots != batch_size:
-        raise RblnError(f"slots {slots}: on the eager path the artifact has exactly "
-                        f"batch_size={batch_size} KV slots; compile another batch size instead")
+        raise RblnError(
+            f"slots {slots}: on the eager path the artifact has exactly "
+            f"batch_size={batch_size} KV slots; compile another batch size instead"
+        )
     if artifact is None or not artifact.is_dir():
-        raise RblnError(f"artifact {artifact}: no compiled model there; build it with "
-                        "`rearrival rbln compile`")
+        raise RblnError(
+            f"artifact {artifact}: no compiled model there; build it with `rearrival rbln compile`"
+        )
     record = artifact.with_name(f"{artifact.name}.json")
     if record.is_file():
         compiled = json.loads(record.read_text())["config"]
         if compiled["buckets"] != list(buckets) or compiled["batch_size"] != batch_size:
-            raise RblnError(f"artifact {artifact}: compiled for buckets {compiled['buckets']} "
-                            f"batch {compiled['batch_size']}, not {list(buckets)} batch "
-                            f"{batch_size}; pass the matching artifact")
+            raise RblnError(
+                f"artifact {artifact}: compiled for buckets {compiled['buckets']} "
+                f"batch {compiled['batch_size']}, not {list(buckets)} batch "
+                f"{batch_size}; pass the matching artifact"
+            )
     port = free_port()
     argv = vllm_serve_argv(artifact, batch_size=batch_size, port=port, seed=options.seed)
     served = {name: version or "absent" for name, version in versions(SERVE_SOFTWARE).items()}
-    manifest = manifest | {"patch_sha256": status.sha256,
-                           "software": {**manifest.get("software", {}), **served}}
-    return run_with_server(plan, out, argv=argv, url=f"http://127.0.0.1:{port}",
-                           variant=variant, options=options, manifest=manifest,
-                           log_path=out.with_name(f"{out.name}.server.log"), env=serve_env(),
-                           ready_timeout_s=ready_timeout_s)
+    manifest = manifest | {
+        "patch_sha256": status.sha256,
+        "software": {**manifest.get("software", {}), **served},
+    }
+    return run_with_server(
+        plan,
+        out,
+        argv=argv,
+        url=f"http://127.0.0.1:{port}",
+        variant=variant,
+        options=options,
+        manifest=manifest,
+        log_path=out.with_name(f"{out.name}.server.log"),
+        env=serve_env(),
+        ready_timeout_s=ready_timeout_s,
+    )

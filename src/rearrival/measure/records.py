@@ -70,16 +70,43 @@ STEP_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
 )
 
 MANIFEST_KEYS = (
-    "run_id", "study", "backend", "configuration", "variant", "condition", "replicate",
-    "n", "plan_path", "plan_sha256", "seeds", "software", "patch_sha256", "prereg",
-    "started_at", "finished_at", "condition_order", "status", "reason", "time_scale",
+    "run_id",
+    "study",
+    "backend",
+    "configuration",
+    "variant",
+    "condition",
+    "replicate",
+    "n",
+    "plan_path",
+    "plan_sha256",
+    "seeds",
+    "software",
+    "patch_sha256",
+    "prereg",
+    "started_at",
+    "finished_at",
+    "condition_order",
+    "status",
+    "reason",
+    "time_scale",
 )
 CONFIGURATION_KEYS = ("buckets", "batch_size", "slots")
 PREREG_KEYS = ("study", "commit", "committed_at")
 
 # Distributions whose versions explain a run; absent ones are recorded as absent.
-SOFTWARE = ("rearrival", "pandas", "pyarrow", "numpy", "scipy", "snakemake", "aiohttp",
-            "vllm", "vllm-rbln", "optimum-rbln")
+SOFTWARE = (
+    "rearrival",
+    "pandas",
+    "pyarrow",
+    "numpy",
+    "scipy",
+    "snakemake",
+    "aiohttp",
+    "vllm",
+    "vllm-rbln",
+    "optimum-rbln",
+)
 PARQUET_COMPRESSION = "zstd"
 
 
@@ -147,14 +174,28 @@ def new_run_id(study: str, condition: str, replicate: int, backend: str) -> str:
     return ".".join(parts)
 
 
-def manifest_template(*, study: str, backend: str, buckets: list[int] | tuple[int, ...],
-                      batch_size: int, slots: int | None, variant: str, condition: str,
-                      replicate: int, n: int, plan_path: str, plan_sha256: str,
-                      plan_seed: int | None, run_seed: int,
-                      condition_order: list[str] | tuple[str, ...],
-                      time_scale: float = 1.0, patch_sha256: str | None = None,
-                      prereg: dict[str, Any] | None = None, run_id: str | None = None,
-                      started_at: str | None = None) -> dict[str, Any]:
+def manifest_template(
+    *,
+    study: str,
+    backend: str,
+    buckets: list[int] | tuple[int, ...],
+    batch_size: int,
+    slots: int | None,
+    variant: str,
+    condition: str,
+    replicate: int,
+    n: int,
+    plan_path: str,
+    plan_sha256: str,
+    plan_seed: int | None,
+    run_seed: int,
+    condition_order: list[str] | tuple[str, ...],
+    time_scale: float = 1.0,
+    patch_sha256: str | None = None,
+    prereg: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    started_at: str | None = None,
+) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
     finished) until ``finish_manifest`` marks the outcome. ``slots`` None means
     batch_size slots (eager attention, SPEC 1)."""
@@ -162,8 +203,11 @@ def manifest_template(*, study: str, backend: str, buckets: list[int] | tuple[in
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
         "backend": backend,
-        "configuration": {"buckets": [int(b) for b in buckets], "batch_size": int(batch_size),
-                          "slots": int(batch_size if slots is None else slots)},
+        "configuration": {
+            "buckets": [int(b) for b in buckets],
+            "batch_size": int(batch_size),
+            "slots": int(batch_size if slots is None else slots),
+        },
         "variant": variant,
         "condition": condition,
         "replicate": int(replicate),
@@ -183,11 +227,19 @@ def manifest_template(*, study: str, backend: str, buckets: list[int] | tuple[in
     }
 
 
-def finish_manifest(manifest: dict[str, Any], *, status: str = "complete",
-                    reason: str | None = None, finished_at: str | None = None) -> dict[str, Any]:
+def finish_manifest(
+    manifest: dict[str, Any],
+    *,
+    status: str = "complete",
+    reason: str | None = None,
+    finished_at: str | None = None,
+) -> dict[str, Any]:
     """A copy of ``manifest`` with the run's outcome and end time filled in."""
-    return manifest | {"status": status, "reason": reason,
-                       "finished_at": finished_at or utc_now_iso()}
+    return manifest | {
+        "status": status,
+        "reason": reason,
+        "finished_at": finished_at or utc_now_iso(),
+    }
 
 
 # --- validation ----------------------------------------------------------------------------
@@ -195,11 +247,13 @@ def finish_manifest(manifest: dict[str, Any], *, status: str = "complete",
 
 def _is_int_dtype(series: pd.Series) -> bool:
     return pd.api.types.is_integer_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
-        series.dtype)
+        series.dtype
+    )
 
 
-def _column_array(frame: pd.DataFrame, name: str, kind: pa.DataType, nullable: bool,
-                  where: str) -> pa.Array:
+def _column_array(
+    frame: pd.DataFrame, name: str, kind: pa.DataType, nullable: bool, where: str
+) -> pa.Array:
     """One contract column as an Arrow array, refusing dtypes that would change meaning.
 
     ``nullable`` is the contract's nullability, widened by the caller for float columns
@@ -219,38 +273,50 @@ def _column_array(frame: pd.DataFrame, name: str, kind: pa.DataType, nullable: b
         elif nullable and series.isna().all():
             series = series.astype("Int64")
         else:
-            raise RunRecordError(f"{where}: column '{name}' has dtype {series.dtype}, expected "
-                                 f"{'Int64 (nullable)' if nullable else 'int64'}; cast it with "
-                                 f".astype('{'Int64' if nullable else 'int64'}')")
+            raise RunRecordError(
+                f"{where}: column '{name}' has dtype {series.dtype}, expected "
+                f"{'Int64 (nullable)' if nullable else 'int64'}; cast it with "
+                f".astype('{'Int64' if nullable else 'int64'}')"
+            )
         if not nullable and series.isna().any():
             raise RunRecordError(f"{where}: column '{name}' has missing values; it is required")
         return pa.array(series.astype("Int64"), type=pa.int64(), from_pandas=True)
-    if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(
-            series.dtype):
-        raise RunRecordError(f"{where}: column '{name}' has dtype {series.dtype}, expected "
-                             "float64 seconds")
+    if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+        raise RunRecordError(
+            f"{where}: column '{name}' has dtype {series.dtype}, expected float64 seconds"
+        )
     floats = series.astype("float64")
     if not nullable and floats.isna().any():
         raise RunRecordError(f"{where}: column '{name}' has missing values; it is required")
     return pa.array(floats.to_numpy(), type=pa.float64())
 
 
-def _contract_table(frame: pd.DataFrame, columns: tuple[tuple[str, pa.DataType, bool], ...],
-                    where: str, complete: bool = True) -> pa.Table:
+def _contract_table(
+    frame: pd.DataFrame,
+    columns: tuple[tuple[str, pa.DataType, bool], ...],
+    where: str,
+    complete: bool = True,
+) -> pa.Table:
     names = [name for name, _, _ in columns]
     missing = [name for name in names if name not in frame.columns]
     if missing:
-        raise RunRecordError(f"{where}: missing column '{missing[0]}'; the contract (SPEC 7) "
-                             f"needs {', '.join(names)}")
+        raise RunRecordError(
+            f"{where}: missing column '{missing[0]}'; the contract (SPEC 7) "
+            f"needs {', '.join(names)}"
+        )
     extra = [str(c) for c in frame.columns if c not in names]
     if extra:
-        raise RunRecordError(f"{where}: unexpected column '{extra[0]}'; the contract (SPEC 7) "
-                             f"has exactly {', '.join(names)}")
-    arrays = [_column_array(frame, name, kind, nullable or (not complete and kind == pa.float64()),
-                            where)
-              for name, kind, nullable in columns]
-    schema = pa.schema([pa.field(name, kind, nullable=nullable)
-                        for name, kind, nullable in columns])
+        raise RunRecordError(
+            f"{where}: unexpected column '{extra[0]}'; the contract (SPEC 7) "
+            f"has exactly {', '.join(names)}"
+        )
+    arrays = [
+        _column_array(frame, name, kind, nullable or (not complete and kind == pa.float64()), where)
+        for name, kind, nullable in columns
+    ]
+    schema = pa.schema(
+        [pa.field(name, kind, nullable=nullable) for name, kind, nullable in columns]
+    )
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -258,51 +324,67 @@ def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
     rows = table.to_pydict()
     for i, turn in enumerate(rows["turn"]):
         if turn not in (0, 1):
-            raise RunRecordError(f"{where}: row {i} column 'turn' is {turn}; use 0 for the first "
-                                 "request and 1 for the re-arrival")
+            raise RunRecordError(
+                f"{where}: row {i} column 'turn' is {turn}; use 0 for the first "
+                "request and 1 for the re-arrival"
+            )
     for name in ("prompt_tokens", "generated_tokens", "cached_tokens", "computed_tokens"):
         for i, value in enumerate(rows[name]):
             if value is not None and value < 0:
                 raise RunRecordError(f"{where}: row {i} column '{name}' is negative ({value})")
     for i, (send, done) in enumerate(zip(rows["send_s"], rows["complete_s"], strict=True)):
         known = not (math.isnan(send) or math.isnan(done))
-        if (complete or known) and not (math.isfinite(send) and math.isfinite(done)
-                                        and done >= send):
-            raise RunRecordError(f"{where}: row {i} has send_s={send}, complete_s={done}; a "
-                                 "request needs finite times with complete_s >= send_s")
+        if (complete or known) and not (
+            math.isfinite(send) and math.isfinite(done) and done >= send
+        ):
+            raise RunRecordError(
+                f"{where}: row {i} has send_s={send}, complete_s={done}; a "
+                "request needs finite times with complete_s >= send_s"
+            )
 
 
 def _check_steps(table: pa.Table, where: str) -> None:
     """Refuse step rows channel A could not price: unknown kind, bad (n, b), gaps."""
     rows = table.to_pydict()
     for i, (step, kind, n, b) in enumerate(
-            zip(rows["step"], rows["kind"], rows["n"], rows["b"], strict=True)):
+        zip(rows["step"], rows["kind"], rows["n"], rows["b"], strict=True)
+    ):
         if step != i:
-            raise RunRecordError(f"{where}: row {i} column 'step' is {step}, expected {i} "
-                                 "(steps are numbered 0.. in order)")
+            raise RunRecordError(
+                f"{where}: row {i} column 'step' is {step}, expected {i} "
+                "(steps are numbered 0.. in order)"
+            )
         if kind not in STEP_KINDS:
-            raise RunRecordError(f"{where}: row {i} column 'kind' is {kind!r}; use 'prefill' "
-                                 "or 'decode'")
+            raise RunRecordError(
+                f"{where}: row {i} column 'kind' is {kind!r}; use 'prefill' or 'decode'"
+            )
         if kind == "decode" and (b is None or n < 1 or b < n):
-            raise RunRecordError(f"{where}: row {i} is a decode step with n={n}, b={b}; a "
-                                 "decode step needs 1 <= n <= b (the chosen bucket)")
+            raise RunRecordError(
+                f"{where}: row {i} is a decode step with n={n}, b={b}; a "
+                "decode step needs 1 <= n <= b (the chosen bucket)"
+            )
         if kind == "prefill" and (n != 1 or b is not None):
-            raise RunRecordError(f"{where}: row {i} is a prefill step with n={n}, b={b}; a "
-                                 "prefill step has n=1 and no bucket")
+            raise RunRecordError(
+                f"{where}: row {i} is a prefill step with n={n}, b={b}; a "
+                "prefill step has n=1 and no bucket"
+            )
 
 
 def _check_metrics(metrics: Any, where: str) -> None:
     if not isinstance(metrics, dict) or set(metrics) != {"before", "after"}:
-        raise RunRecordError(f"{where}: metrics must be {{'before': {{...}}, 'after': {{...}}}} "
-                             "(use {} for a side that was not scraped)")
+        raise RunRecordError(
+            f"{where}: metrics must be {{'before': {{...}}, 'after': {{...}}}} "
+            "(use {} for a side that was not scraped)"
+        )
     for side in ("before", "after"):
         scrape = metrics[side]
         if not isinstance(scrape, dict):
             raise RunRecordError(f"{where}: metrics['{side}'] must be a mapping name -> value")
         for name, value in scrape.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise RunRecordError(f"{where}: metrics['{side}']['{name}'] is {value!r}; "
-                                     "counter values are numbers")
+                raise RunRecordError(
+                    f"{where}: metrics['{side}']['{name}'] is {value!r}; counter values are numbers"
+                )
 
 
 def _check_manifest(manifest: Any, where: str) -> None:
@@ -310,27 +392,36 @@ def _check_manifest(manifest: Any, where: str) -> None:
         raise RunRecordError(f"{where}: the manifest must be a JSON object")
     missing = [key for key in MANIFEST_KEYS if key not in manifest]
     if missing:
-        raise RunRecordError(f"{where}: manifest lacks key '{missing[0]}'; build it with "
-                             "rearrival.measure.records.manifest_template")
+        raise RunRecordError(
+            f"{where}: manifest lacks key '{missing[0]}'; build it with "
+            "rearrival.measure.records.manifest_template"
+        )
     expected = {"backend": BACKENDS, "variant": VARIANTS, "status": STATUSES}
     for key, allowed in expected.items():
         if manifest[key] not in allowed:
-            raise RunRecordError(f"{where}: manifest '{key}' is {manifest[key]!r}; use one of "
-                                 f"{', '.join(allowed)}")
+            raise RunRecordError(
+                f"{where}: manifest '{key}' is {manifest[key]!r}; use one of {', '.join(allowed)}"
+            )
     if manifest["status"] != "complete" and not manifest["reason"]:
-        raise RunRecordError(f"{where}: manifest status is '{manifest['status']}' but 'reason' "
-                             "is empty; say why the run did not complete")
+        raise RunRecordError(
+            f"{where}: manifest status is '{manifest['status']}' but 'reason' "
+            "is empty; say why the run did not complete"
+        )
     configuration = manifest["configuration"]
-    if not isinstance(configuration, dict) or any(k not in configuration
-                                                  for k in CONFIGURATION_KEYS):
-        raise RunRecordError(f"{where}: manifest 'configuration' needs "
-                             f"{', '.join(CONFIGURATION_KEYS)}")
+    if not isinstance(configuration, dict) or any(
+        k not in configuration for k in CONFIGURATION_KEYS
+    ):
+        raise RunRecordError(
+            f"{where}: manifest 'configuration' needs {', '.join(CONFIGURATION_KEYS)}"
+        )
     for key in ("started_at", "finished_at"):
         try:
             datetime.fromisoformat(str(manifest[key]))
         except ValueError:
-            raise RunRecordError(f"{where}: manifest '{key}' is {manifest[key]!r}; use an ISO "
-                                 "8601 UTC time (records.utc_now_iso())") from None
+            raise RunRecordError(
+                f"{where}: manifest '{key}' is {manifest[key]!r}; use an ISO "
+                "8601 UTC time (records.utc_now_iso())"
+            ) from None
     if not isinstance(manifest["seeds"], dict) or "run" not in manifest["seeds"]:
         raise RunRecordError(f"{where}: manifest 'seeds' needs 'plan' and 'run'")
 
@@ -353,19 +444,30 @@ def _refuse_existing(out_dir: Path) -> None:
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
-        raise RunRecordError(f"{out_dir}: exists and is not a directory; choose another "
-                             "output directory")
+        raise RunRecordError(
+            f"{out_dir}: exists and is not a directory; choose another output directory"
+        )
     if (out_dir / MANIFEST_FILE).exists():
-        raise RunRecordError(f"{out_dir}: already holds a run record; delete it or choose "
-                             "another output directory (runs are never overwritten)")
+        raise RunRecordError(
+            f"{out_dir}: already holds a run record; delete it or choose "
+            "another output directory (runs are never overwritten)"
+        )
     if any(out_dir.iterdir()):
-        raise RunRecordError(f"{out_dir}: directory is not empty; delete it or choose another "
-                             "output directory")
+        raise RunRecordError(
+            f"{out_dir}: directory is not empty; delete it or choose another output directory"
+        )
 
 
-def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFrame,
-              metrics: dict[str, Any], manifest: dict[str, Any], server_log: str | None = None,
-              tokens: pd.DataFrame | None = None) -> Path:
+def write_run(
+    out_dir: str | Path,
+    *,
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    metrics: dict[str, Any],
+    manifest: dict[str, Any],
+    server_log: str | None = None,
+    tokens: pd.DataFrame | None = None,
+) -> Path:
     """Validate one run against the contract and publish it atomically at ``out_dir``.
 
     Files go into a temporary sibling directory, ``manifest.json`` last, and the
@@ -393,8 +495,9 @@ def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFram
     if server_log is not None:
         contents[SERVER_LOG_FILE] = server_log.encode("utf-8")
     # the manifest seals the run: the sha256 of every file it wrote (checked by read_run)
-    manifest = manifest | {"files": {name: hashlib.sha256(data).hexdigest()
-                                     for name, data in sorted(contents.items())}}
+    manifest = manifest | {
+        "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(contents.items())}
+    }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
@@ -405,8 +508,10 @@ def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFram
         try:
             os.rename(tmp, out_dir)  # replaces only an empty dir; fails if someone won the race
         except OSError as exc:
-            raise RunRecordError(f"{out_dir}: could not be created ({exc.strerror}); delete it "
-                                 "or choose another output directory") from exc
+            raise RunRecordError(
+                f"{out_dir}: could not be created ({exc.strerror}); delete it "
+                "or choose another output directory"
+            ) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -418,20 +523,26 @@ def write_run(out_dir: str | Path, *, requests: pd.DataFrame, steps: pd.DataFram
 
 def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
     if not path.is_file():
-        raise RunRecordError(f"{path}: missing; the run record is incomplete, re-run the "
-                             "condition into a fresh output directory")
+        raise RunRecordError(
+            f"{path}: missing; the run record is incomplete, re-run the "
+            "condition into a fresh output directory"
+        )
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
-        raise RunRecordError(f"{path}: not a readable Parquet file (truncated or damaged: "
-                             f"{str(exc).splitlines()[0]}); re-run the condition into a fresh "
-                             "output directory") from None
+        raise RunRecordError(
+            f"{path}: not a readable Parquet file (truncated or damaged: "
+            f"{str(exc).splitlines()[0]}); re-run the condition into a fresh "
+            "output directory"
+        ) from None
     expected = [(name, kind) for name, kind, _ in columns]
     found = [(field.name, field.type) for field in table.schema]
     if found != expected:
-        raise RunRecordError(f"{path}: columns {[n for n, _ in found]} do not match the run "
-                             f"record contract {[n for n, _ in expected]} (SPEC 7); re-run "
-                             "the condition with this rearrival version")
+        raise RunRecordError(
+            f"{path}: columns {[n for n, _ in found]} do not match the run "
+            f"record contract {[n for n, _ in expected]} (SPEC 7); re-run "
+            "the condition with this rearrival version"
+        )
     frame = {}
     for name, kind, nullable in columns:
         column = table.column(name)
@@ -446,11 +557,15 @@ def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RunRecordError(f"{path}: missing; the {what} was not written, re-run the "
-                             "condition into a fresh output directory") from None
+        raise RunRecordError(
+            f"{path}: missing; the {what} was not written, re-run the "
+            "condition into a fresh output directory"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunRecordError(f"{path}: not valid JSON ({exc}); the file is damaged, re-run "
-                             "the condition into a fresh output directory") from None
+        raise RunRecordError(
+            f"{path}: not valid JSON ({exc}); the file is damaged, re-run "
+            "the condition into a fresh output directory"
+        ) from None
 
 
 def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
@@ -461,27 +576,34 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise RunRecordError(f"{run_dir}: no such run directory; check the path or produce "
-                             "it with `rearrival run`")
+        raise RunRecordError(
+            f"{run_dir}: no such run directory; check the path or produce it with `rearrival run`"
+        )
     manifest_path = run_dir / MANIFEST_FILE
     if not manifest_path.is_file():
-        raise RunRecordError(f"{manifest_path}: missing, so the run never finished; delete "
-                             f"{run_dir} and re-run the condition")
+        raise RunRecordError(
+            f"{manifest_path}: missing, so the run never finished; delete "
+            f"{run_dir} and re-run the condition"
+        )
     manifest = _read_json(manifest_path, "manifest")
     _check_manifest(manifest, str(manifest_path))
     if require_complete and manifest["status"] != "complete":
-        raise RunRecordError(f"{run_dir}: run status is '{manifest['status']}' (reason: "
-                             f"{manifest['reason']}); it cannot be used, re-run the condition "
-                             "into a fresh output directory")
+        raise RunRecordError(
+            f"{run_dir}: run status is '{manifest['status']}' (reason: "
+            f"{manifest['reason']}); it cannot be used, re-run the condition "
+            "into a fresh output directory"
+        )
     requests_path, steps_path = run_dir / REQUESTS_FILE, run_dir / STEPS_FILE
     requests = _read_table(requests_path, REQUEST_COLUMNS)
     steps = _read_table(steps_path, STEP_COLUMNS)
     # Re-check values: a file edited or damaged after writing must not reach channel A.
     complete = manifest["status"] == "complete"
-    _check_requests(_contract_table(requests, REQUEST_COLUMNS, str(requests_path), complete),
-                    str(requests_path), complete)
-    _check_steps(_contract_table(steps, STEP_COLUMNS, str(steps_path), complete),
-                 str(steps_path))
+    _check_requests(
+        _contract_table(requests, REQUEST_COLUMNS, str(requests_path), complete),
+        str(requests_path),
+        complete,
+    )
+    _check_steps(_contract_table(steps, STEP_COLUMNS, str(steps_path), complete), str(steps_path))
     metrics = _read_json(run_dir / METRICS_FILE, "metrics scrape")
     _check_metrics(metrics, str(run_dir / METRICS_FILE))
     log_path = run_dir / SERVER_LOG_FILE
@@ -490,8 +612,10 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
         try:
             server_log = log_path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise RunRecordError(f"{log_path}: not UTF-8 text (garbage in the step log); "
-                                 "re-run the condition into a fresh output directory") from None
+            raise RunRecordError(
+                f"{log_path}: not UTF-8 text (garbage in the step log); "
+                "re-run the condition into a fresh output directory"
+            ) from None
         try:
             parse_step_log(log_path)
         except StepLogError as exc:
@@ -502,11 +626,20 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
         try:
             tokens = pq.read_table(tokens_path).to_pandas()
         except (pa.ArrowException, OSError):
-            raise RunRecordError(f"{tokens_path}: not a readable Parquet file; re-run the "
-                                 "condition into a fresh output directory") from None
+            raise RunRecordError(
+                f"{tokens_path}: not a readable Parquet file; re-run the "
+                "condition into a fresh output directory"
+            ) from None
     _check_sealed(run_dir, manifest)
-    return RunRecord(requests=requests, steps=steps, metrics=metrics, manifest=manifest,
-                     server_log=server_log, path=run_dir, tokens=tokens)
+    return RunRecord(
+        requests=requests,
+        steps=steps,
+        metrics=metrics,
+        manifest=manifest,
+        server_log=server_log,
+        path=run_dir,
+        tokens=tokens,
+    )
 
 
 def _check_sealed(run_dir: Path, manifest: dict[str, Any]) -> None:
@@ -515,12 +648,24 @@ def _check_sealed(run_dir: Path, manifest: dict[str, Any]) -> None:
     if "files" not in manifest:
         return
     sealed = manifest["files"]
-    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in run_dir.iterdir() if p.is_file() and p.name != MANIFEST_FILE}
+    found = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in run_dir.iterdir()
+        if p.is_file() and p.name != MANIFEST_FILE
+    }
     for name in sorted(set(sealed) | set(found)):
-        change = ("removed" if name not in found else "added" if name not in sealed
-                  else "edited" if sealed[name] != found[name] else None)
+        change = (
+            "removed"
+            if name not in found
+            else "added"
+            if name not in sealed
+            else "edited"
+            if sealed[name] != found[name]
+            else None
+        )
         if change:
-            raise RunRecordError(f"{run_dir / name}: {change} after run {manifest['run_id']} "
-                                 "wrote its manifest (sha256 in manifest.json 'files'); "
-                                 "restore the measured file or re-run the condition")
+            raise RunRecordError(
+                f"{run_dir / name}: {change} after run {manifest['run_id']} "
+                "wrote its manifest (sha256 in manifest.json 'files'); "
+                "restore the measured file or re-run the condition"
+            )

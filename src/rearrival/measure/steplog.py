@@ -25,11 +25,13 @@ MARKER = "[BUCKET]"
 _SIGNS = (MARKER, "request_nums", "padded_batch_size")
 # The timestamp is optional: logs written before calibration existed carry none.
 _LINE = re.compile(
-    r"\[BUCKET\] request_nums=(\d+) padded_batch_size=(\d+)(?: t_mono_ns=(\d+))?\s*$")
+    r"\[BUCKET\] request_nums=(\d+) padded_batch_size=(\d+)(?: t_mono_ns=(\d+))?\s*$"
+)
 # vLLM colours its logger prefix when writing to a terminal; captured logs can keep it.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_EXPECTED = ("expected '[BUCKET] request_nums=<n> padded_batch_size=<b> [t_mono_ns=<t>]' "
-             "with 1 <= n <= b")
+_EXPECTED = (
+    "expected '[BUCKET] request_nums=<n> padded_batch_size=<b> [t_mono_ns=<t>]' with 1 <= n <= b"
+)
 
 
 class StepLogError(RearrivalError, ValueError):
@@ -48,15 +50,16 @@ def format_bucket_line(n: int, b: int, t_mono_ns: int | None = None) -> str:
 def _source_text(text_or_path: str | Path) -> tuple[str, str]:
     """(source name for errors, log text). A ``str`` is a path only when it names a file."""
     if isinstance(text_or_path, Path) or (
-        "\n" not in text_or_path and MARKER not in text_or_path
-        and Path(text_or_path).is_file()
+        "\n" not in text_or_path and MARKER not in text_or_path and Path(text_or_path).is_file()
     ):
         path = Path(text_or_path)
         try:
             return str(path), path.read_text(errors="replace")
         except OSError as exc:
-            raise StepLogError(f"{path}: cannot read the step log ({exc.strerror}); "
-                               "pass the server.log of a run directory") from exc
+            raise StepLogError(
+                f"{path}: cannot read the step log ({exc.strerror}); "
+                "pass the server.log of a run directory"
+            ) from exc
     return "<step log text>", text_or_path
 
 
@@ -81,12 +84,16 @@ def parse_step_times(text_or_path: str | Path) -> list[tuple[int, int, int | Non
         line = _ANSI.sub("", raw)
         match = _LINE.search(line)
         if match is None or line.count(MARKER) != 1:
-            raise StepLogError(f"{source}:{lineno}: malformed bucket line {raw.strip()!r}; "
-                               f"{_EXPECTED}; fix or delete the line")
+            raise StepLogError(
+                f"{source}:{lineno}: malformed bucket line {raw.strip()!r}; "
+                f"{_EXPECTED}; fix or delete the line"
+            )
         n, b = int(match.group(1)), int(match.group(2))
         if not 1 <= n <= b:
-            raise StepLogError(f"{source}:{lineno}: bucket line has request_nums={n} "
-                               f"padded_batch_size={b}; {_EXPECTED}; fix or delete the line")
+            raise StepLogError(
+                f"{source}:{lineno}: bucket line has request_nums={n} "
+                f"padded_batch_size={b}; {_EXPECTED}; fix or delete the line"
+            )
         stamp = match.group(3)
         pairs.append((n, b, None if stamp is None else int(stamp)))
     return pairs

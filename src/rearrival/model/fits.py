@@ -99,8 +99,9 @@ class DecodeFit:
         return next(b.g_s for b in self.buckets if b.bucket == bucket)
 
 
-def fit_decode(steps: pd.DataFrame, *, min_steps: int, max_residual: float,
-               resamples: int, seed: int) -> DecodeFit:
+def fit_decode(
+    steps: pd.DataFrame, *, min_steps: int, max_residual: float, resamples: int, seed: int
+) -> DecodeFit:
     """Fit t(n) = g(b(n)) + beta*n to per-step durations (columns ``bucket``, ``n``,
     ``duration_s``), one row per usable decode step.
 
@@ -109,22 +110,30 @@ def fit_decode(steps: pd.DataFrame, *, min_steps: int, max_residual: float,
     when a point's median is further than ``max_residual`` (relative) from the line.
     """
     if steps.empty:
-        raise FitError("calibration produced no usable decode steps; check that the step "
-                       "log carries t_mono_ns (apply the observation patch) and raise "
-                       "calibration.decode_steps")
-    groups = {key: np.sort(g["duration_s"].to_numpy(dtype=float))
-              for key, g in steps.groupby(["bucket", "n"], sort=True)}
+        raise FitError(
+            "calibration produced no usable decode steps; check that the step "
+            "log carries t_mono_ns (apply the observation patch) and raise "
+            "calibration.decode_steps"
+        )
+    groups = {
+        key: np.sort(g["duration_s"].to_numpy(dtype=float))
+        for key, g in steps.groupby(["bucket", "n"], sort=True)
+    }
     for (bucket, n), values in groups.items():
         if len(values) < min_steps:
-            raise FitError(f"bucket {bucket}, n={n}: {len(values)} usable decode steps, "
-                           f"need >= {min_steps} (calibration.min_steps); raise "
-                           "calibration.decode_steps or lower calibration.min_steps")
+            raise FitError(
+                f"bucket {bucket}, n={n}: {len(values)} usable decode steps, "
+                f"need >= {min_steps} (calibration.min_steps); raise "
+                "calibration.decode_steps or lower calibration.min_steps"
+            )
     keys = list(groups)
     buckets = sorted({b for b, _ in keys})
     if all(sum(1 for b, _ in keys if b == bucket) < 2 for bucket in buckets):
-        raise FitError("no bucket was measured at two running counts, so beta cannot be "
-                       "told from g(b); add a calibration artifact whose buckets leave gaps "
-                       "(e.g. 1,2,4,8) to calibration.artifacts")
+        raise FitError(
+            "no bucket was measured at two running counts, so beta cannot be "
+            "told from g(b); add a calibration artifact whose buckets leave gaps "
+            "(e.g. 1,2,4,8) to calibration.artifacts"
+        )
     design = np.zeros((len(keys), len(buckets) + 1))
     for row, (bucket, n) in enumerate(keys):
         design[row, buckets.index(bucket)] = 1.0
@@ -140,22 +149,36 @@ def fit_decode(steps: pd.DataFrame, *, min_steps: int, max_residual: float,
         boot[:, column] = np.median(values[picks], axis=1)
     boot_params = boot @ solve.T
     fitted = design @ params
-    residuals = tuple(PointResidual(int(b), int(n), len(groups[(b, n)]), float(m), float(f))
-                      for (b, n), m, f in zip(keys, medians, fitted, strict=True))
+    residuals = tuple(
+        PointResidual(int(b), int(n), len(groups[(b, n)]), float(m), float(f))
+        for (b, n), m, f in zip(keys, medians, fitted, strict=True)
+    )
     worst = max(residuals, key=lambda r: abs(r.relative))
     if abs(worst.relative) > max_residual:
-        raise FitError(f"bucket {worst.bucket}, n={worst.n}: median step time "
-                       f"{worst.median_s * 1e3:.4f} ms is {worst.relative:+.2%} from the fitted "
-                       f"g(b)+beta*n, beyond calibration.max_residual={max_residual}; check the "
-                       "device for other load and re-run, or raise the bound if the "
-                       "backend's step time is not linear in n")
+        raise FitError(
+            f"bucket {worst.bucket}, n={worst.n}: median step time "
+            f"{worst.median_s * 1e3:.4f} ms is {worst.relative:+.2%} from the fitted "
+            f"g(b)+beta*n, beyond calibration.max_residual={max_residual}; check the "
+            "device for other load and re-run, or raise the bound if the "
+            "backend's step time is not linear in n"
+        )
     fits = tuple(
-        BucketFit(bucket=int(bucket), g_s=float(params[i]), ci_s=_ci(boot_params[:, i]),
-                  samples=int(sum(len(groups[k]) for k in keys if k[0] == bucket)),
-                  n_values=tuple(int(n) for b, n in keys if b == bucket))
-        for i, bucket in enumerate(buckets))
-    return DecodeFit(buckets=fits, beta_s=float(params[-1]), beta_ci_s=_ci(boot_params[:, -1]),
-                     residuals=residuals, resamples=resamples)
+        BucketFit(
+            bucket=int(bucket),
+            g_s=float(params[i]),
+            ci_s=_ci(boot_params[:, i]),
+            samples=int(sum(len(groups[k]) for k in keys if k[0] == bucket)),
+            n_values=tuple(int(n) for b, n in keys if b == bucket),
+        )
+        for i, bucket in enumerate(buckets)
+    )
+    return DecodeFit(
+        buckets=fits,
+        beta_s=float(params[-1]),
+        beta_ci_s=_ci(boot_params[:, -1]),
+        residuals=residuals,
+        resamples=resamples,
+    )
 
 
 def interpolate_bucket(points: dict[int, float], bucket: int) -> tuple[float, tuple[int, int]]:
@@ -164,8 +187,9 @@ def interpolate_bucket(points: dict[int, float], bucket: int) -> tuple[float, tu
     smallest along the line through the two smallest. Returns (value, the two buckets)."""
     measured = sorted(points)
     if len(measured) < 2:
-        raise FitError("interpolation needs two measured buckets; add buckets to "
-                       "calibration.artifacts")
+        raise FitError(
+            "interpolation needs two measured buckets; add buckets to calibration.artifacts"
+        )
     if bucket > measured[-1]:
         b0, b1 = measured[-2], measured[-1]
     elif bucket < measured[0]:
@@ -216,8 +240,16 @@ def _prefill_params(q: np.ndarray, t: np.ndarray, chunk: int) -> np.ndarray:
     return np.linalg.lstsq(design, np.ones_like(t), rcond=None)[0]
 
 
-def fit_prefill(q: np.ndarray, t: np.ndarray, *, chunk_tokens: int, max_error: float,
-                resamples: int, seed: int, max_tokens: int) -> PrefillFit:
+def fit_prefill(
+    q: np.ndarray,
+    t: np.ndarray,
+    *,
+    chunk_tokens: int,
+    max_error: float,
+    resamples: int,
+    seed: int,
+    max_tokens: int,
+) -> PrefillFit:
     """Fit the chunked prefill model to (computed tokens, server-side seconds) pairs.
 
     Raises :class:`FitError` when there are too few distinct lengths, when the fitted
@@ -228,40 +260,61 @@ def fit_prefill(q: np.ndarray, t: np.ndarray, *, chunk_tokens: int, max_error: f
     keep = q > 0
     q, t = q[keep], t[keep]
     if len(np.unique(np.ceil(q / chunk_tokens))) < 3:
-        raise FitError("prefill: fewer than three distinct chunk counts measured; add prompt "
-                       "lengths to calibration.prefill_tokens")
+        raise FitError(
+            "prefill: fewer than three distinct chunk counts measured; add prompt "
+            "lengths to calibration.prefill_tokens"
+        )
     params = _prefill_params(q, t, chunk_tokens)
     rng = np.random.default_rng(seed)
-    boot = np.array([_prefill_params(q[i], t[i], chunk_tokens)
-                     for i in rng.integers(0, len(q), size=(resamples, len(q)))])
+    boot = np.array(
+        [
+            _prefill_params(q[i], t[i], chunk_tokens)
+            for i in rng.integers(0, len(q), size=(resamples, len(q)))
+        ]
+    )
     grid = np.arange(1, max_tokens + 1, dtype=float)
     curve = np.ceil(grid / chunk_tokens) * (params[0] + params[1] * grid)
     falls = np.flatnonzero(np.diff(curve) < 0)
     if curve[0] <= 0 or falls.size:
         at = int(grid[falls[0] + 1]) if falls.size else 1
-        raise FitError(f"prefill fit is not increasing in q (per_chunk_s={params[0]:.6g}, "
-                       f"per_token_s={params[1]:.6g}; T falls at q={at}); fields "
-                       "prefill.per_chunk_s/per_token_s cannot be used: measure more "
-                       "prompt lengths (calibration.prefill_tokens, prefill_repeats) and "
-                       "check the server-side prefill times")
+        raise FitError(
+            f"prefill fit is not increasing in q (per_chunk_s={params[0]:.6g}, "
+            f"per_token_s={params[1]:.6g}; T falls at q={at}); fields "
+            "prefill.per_chunk_s/per_token_s cannot be used: measure more "
+            "prompt lengths (calibration.prefill_tokens, prefill_repeats) and "
+            "check the server-side prefill times"
+        )
     relative = np.abs(np.ceil(q / chunk_tokens) * (params[0] + params[1] * q) / t - 1)
     ranges = []
     for low, high in PREFILL_RANGES:
         inside = (q >= low) & (q <= high)
         if not inside.any():
             continue
-        error = RangeError(low, high, int(inside.sum()), float(relative[inside].mean()),
-                           float(relative[inside].max()))
+        error = RangeError(
+            low,
+            high,
+            int(inside.sum()),
+            float(relative[inside].mean()),
+            float(relative[inside].max()),
+        )
         if error.mean_abs > max_error:
-            raise FitError(f"prefill range {low}-{high} tokens: mean fit error "
-                           f"{error.mean_abs:.2%} exceeds calibration.max_prefill_error="
-                           f"{max_error}; the chunked form does not describe this backend "
-                           "there, or the times are disturbed: re-measure")
+            raise FitError(
+                f"prefill range {low}-{high} tokens: mean fit error "
+                f"{error.mean_abs:.2%} exceeds calibration.max_prefill_error="
+                f"{max_error}; the chunked form does not describe this backend "
+                "there, or the times are disturbed: re-measure"
+            )
         ranges.append(error)
-    return PrefillFit(chunk_tokens=chunk_tokens, per_chunk_s=float(params[0]),
-                      per_chunk_ci_s=_ci(boot[:, 0]), per_token_s=float(params[1]),
-                      per_token_ci_s=_ci(boot[:, 1]), samples=len(q),
-                      fit_range=(int(q.min()), int(q.max())), ranges=tuple(ranges))
+    return PrefillFit(
+        chunk_tokens=chunk_tokens,
+        per_chunk_s=float(params[0]),
+        per_chunk_ci_s=_ci(boot[:, 0]),
+        per_token_s=float(params[1]),
+        per_token_ci_s=_ci(boot[:, 1]),
+        samples=len(q),
+        fit_range=(int(q.min()), int(q.max())),
+        ranges=tuple(ranges),
+    )
 
 
 # ------------------------------------------------------------------------------- reuse
@@ -276,8 +329,9 @@ class ReuseCheck:
     violations: tuple[tuple[int, int, int, int], ...]  # (P, L, expected C, reported C)
 
 
-def check_reuse(previous: np.ndarray, prompt: np.ndarray, cached: np.ndarray,
-                block_tokens: int) -> ReuseCheck:
+def check_reuse(
+    previous: np.ndarray, prompt: np.ndarray, cached: np.ndarray, block_tokens: int
+) -> ReuseCheck:
     """C must equal floor(min(P, L-1)/block)*block for every surviving prefix (III-B)."""
     rows = []
     for p, length, c in zip(previous, prompt, cached, strict=True):
@@ -307,15 +361,18 @@ def fit_compile(records: list[tuple[int, float, float]]) -> CompileFit:
     """Least squares over compile jobs' own records: (buckets, seconds, artifact GiB)."""
     counts = {r[0] for r in records}
     if len(counts) < 2:
-        raise FitError("compile fit needs compile records of at least two bucket counts; "
-                       "compile another configuration or keep the published fit")
+        raise FitError(
+            "compile fit needs compile records of at least two bucket counts; "
+            "compile another configuration or keep the published fit"
+        )
     b = np.array([r[0] for r in records], dtype=float)
     seconds = np.array([r[1] for r in records], dtype=float)
     gib = np.array([r[2] for r in records], dtype=float)
     time_fit = np.polyfit(b + 1, seconds, 1)
     size_fit = np.polyfit(b, gib, 1)
-    return CompileFit(float(time_fit[1]), float(time_fit[0]), float(size_fit[1]),
-                      float(size_fit[0]), len(records))
+    return CompileFit(
+        float(time_fit[1]), float(time_fit[0]), float(size_fit[1]), float(size_fit[0]), len(records)
+    )
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:

@@ -109,8 +109,9 @@ class SlotPool:
         """True when an admission could get a slot now (free or evictable)."""
         return bool(self.free or self.evictable)
 
-    def admit(self, session: int, tag: int, prompt_tokens: int,
-              reusable: Callable[[int, int], int]) -> tuple[int, int, int, int]:
+    def admit(
+        self, session: int, tag: int, prompt_tokens: int, reusable: Callable[[int, int], int]
+    ) -> tuple[int, int, int, int]:
         """Secure a slot, apply deferred releases, look up the session's surviving KV, occupy.
 
         Returns ``(slot, evicted_tag, cached_tokens, source_slot)``; ``evicted_tag`` and
@@ -161,8 +162,9 @@ class SlotPool:
 
     def survivors(self, session: int) -> tuple[int, ...]:
         """Slots that still hold KV written by ``session`` (running or finished), by index."""
-        return tuple(slot for slot, held in enumerate(self.owner)
-                     if held is not None and held[1] == session)
+        return tuple(
+            slot for slot, held in enumerate(self.owner) if held is not None and held[1] == session
+        )
 
     def _evict_oldest(self) -> tuple[int, int]:
         """Destroy the KV of the evictable slot allocated earliest; return (slot, its tag).

@@ -38,9 +38,11 @@ class DeviceMemory:
         return max(0, int(room // self.slot_gib))
 
 
-def device_memory(profile: Profile | None = None,
-                  tree: dict[str, Any] | None = None,
-                  source: str = DEFAULT_PROFILE) -> DeviceMemory:
+def device_memory(
+    profile: Profile | None = None,
+    tree: dict[str, Any] | None = None,
+    source: str = DEFAULT_PROFILE,
+) -> DeviceMemory:
     """The budget of ``profile`` (default: measured) with the ``memory`` block of ``tree``
     (default: the shipped profile data file)."""
     profile = profile or measured_profile()
@@ -56,5 +58,9 @@ def device_memory(profile: Profile | None = None,
             raise ProfileError(f"{source}: field '{dotted}' must be >= 0 GiB")
         return number
 
-    return DeviceMemory(value("memory.per_device_gib"), value("memory.weights_gib"),
-                        profile.num_devices, profile.slot_bytes / GIB)
+    return DeviceMemory(
+        value("memory.per_device_gib"),
+        value("memory.weights_gib"),
+        profile.num_devices,
+        profile.slot_bytes / GIB,
+    )

@@ -36,8 +36,9 @@ class PlanGenError(RearrivalError, ValueError):
 def _check_range(name: str, bounds: tuple[int, int], low: int) -> None:
     lo, hi = bounds
     if not (isinstance(lo, int) and isinstance(hi, int) and low <= lo <= hi):
-        raise PlanGenError(f"PlanSpec field '{name}' must be integers ({low} <= lo <= hi), "
-                           f"got {bounds!r}")
+        raise PlanGenError(
+            f"PlanSpec field '{name}' must be integers ({low} <= lo <= hi), got {bounds!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,15 @@ def _sha_seed(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
-def derive_seed(study_seed: int, replicate: int, n: int | None, block: int,
-                stream: str) -> int:
+def derive_seed(study_seed: int, replicate: int, n: int | None, block: int, stream: str) -> int:
     """64-bit seed from a canonical string: stable across machines (never ``hash()``).
 
     ``n=None`` marks a stream that must not depend on N (the plan's session draws).
     """
-    return _sha_seed(f"{SEED_SCHEME}|study={study_seed}|replicate={replicate}|"
-                     f"n={'*' if n is None else n}|block={block}|stream={stream}")
+    return _sha_seed(
+        f"{SEED_SCHEME}|study={study_seed}|replicate={replicate}|"
+        f"n={'*' if n is None else n}|block={block}|stream={stream}"
+    )
 
 
 def session_seed(plan_seed: int, session: int) -> int:
@@ -90,8 +92,15 @@ def _check_arg(name: str, value: int, low: int) -> None:
         raise PlanGenError(f"{name} must be an integer >= {low}, got {value!r}", name)
 
 
-def generate_plan(n: int, *, study_seed: int, replicate: int, block: int = 0,
-                  tool_table: ToolTable | None = None, spec: PlanSpec | None = None) -> Plan:
+def generate_plan(
+    n: int,
+    *,
+    study_seed: int,
+    replicate: int,
+    block: int = 0,
+    tool_table: ToolTable | None = None,
+    spec: PlanSpec | None = None,
+) -> Plan:
     """N sessions of one replicate: L0, G0, G1 uniform, one capped tool wait each.
 
     The plan seed comes from (study seed, replicate, N, block) as SPEC section 3 fixes,
@@ -115,9 +124,24 @@ def generate_plan(n: int, *, study_seed: int, replicate: int, block: int = 0,
         followup = _uniform_int(rng, spec.followup_gen_tokens)
         wait = table.draw(rng, spec.tool_cap_s)
         capped += wait.capped
-        sessions.append(Session(i, prompt, gen, followup, spec.appended_tokens,
-                                round(wait.latency_s, WAIT_DECIMALS), wait.tool))
-    meta = PlanMeta(seed=seed, n=n,
-                    study_seed=study_seed, replicate=replicate, block=block,
-                    tool_table=table.source, cap_fraction=capped / n)
+        sessions.append(
+            Session(
+                i,
+                prompt,
+                gen,
+                followup,
+                spec.appended_tokens,
+                round(wait.latency_s, WAIT_DECIMALS),
+                wait.tool,
+            )
+        )
+    meta = PlanMeta(
+        seed=seed,
+        n=n,
+        study_seed=study_seed,
+        replicate=replicate,
+        block=block,
+        tool_table=table.source,
+        cap_fraction=capped / n,
+    )
     return Plan(tuple(sessions), meta)

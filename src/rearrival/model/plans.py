@@ -118,8 +118,10 @@ def validate_sessions(sessions: tuple[Session, ...], source: str) -> None:
     for index, s in enumerate(sessions):
         where = f"{source}: session row {index}"
         if s.session != index:
-            raise PlanError(f"{where}: field 'session' is {s.session}, expected {index} "
-                            "(sessions are numbered 0..N-1 in order)")
+            raise PlanError(
+                f"{where}: field 'session' is {s.session}, expected {index} "
+                "(sessions are numbered 0..N-1 in order)"
+            )
         for name in ("prompt_tokens", "gen_tokens", "followup_gen_tokens"):
             if getattr(s, name) < 1:
                 raise PlanError(f"{where}: field '{name}' must be a positive integer")
@@ -132,8 +134,10 @@ def validate_sessions(sessions: tuple[Session, ...], source: str) -> None:
 def _session_from_row(row: dict[str, Any], index: int, source: str) -> Session:
     missing = [name for name, _ in COLUMNS if name not in row]
     if missing:
-        raise PlanError(f"{source}: session row {index} lacks field '{missing[0]}'; "
-                        f"a plan row has {', '.join(n for n, _ in COLUMNS)}")
+        raise PlanError(
+            f"{source}: session row {index} lacks field '{missing[0]}'; "
+            f"a plan row has {', '.join(n for n, _ in COLUMNS)}"
+        )
     try:
         return Session(
             session=int(row["session"]),
@@ -175,15 +179,18 @@ def load_plan(path: str | Path) -> Plan:
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise PlanError(f"{path}: not a readable Parquet plan ({exc}); "
-                        "regenerate it with `rearrival plan`") from exc
+        raise PlanError(
+            f"{path}: not a readable Parquet plan ({exc}); regenerate it with `rearrival plan`"
+        ) from exc
     raw_meta = (table.schema.metadata or {}).get(b"rearrival.plan")
     meta = _meta_from_json(json.loads(raw_meta)) if raw_meta else PlanMeta()
     plan = plan_from_rows(table.to_pylist(), meta, str(path))
     stored = (table.schema.metadata or {}).get(b"rearrival.sha256")
     if stored and stored.decode() != plan.sha256():
-        raise PlanError(f"{path}: content does not match its stored sha256; the file was "
-                        "edited or damaged, regenerate it with `rearrival plan`")
+        raise PlanError(
+            f"{path}: content does not match its stored sha256; the file was "
+            "edited or damaged, regenerate it with `rearrival plan`"
+        )
     return plan
 
 

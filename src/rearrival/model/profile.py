@@ -49,6 +49,7 @@ def bucket_set_problem(buckets: tuple[int, ...], batch_size: int) -> str | None:
     batch_size, since the scheduler runs up to batch_size requests and vllm-rbln compiles
     no decoder graph larger than the batch.
     """
+
     def integer(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
@@ -59,9 +60,11 @@ def bucket_set_problem(buckets: tuple[int, ...], batch_size: int) -> str | None:
     if list(buckets) != sorted(set(buckets)):
         return f"buckets {list(buckets)} must be ascending without repeats, e.g. 1,2,4,8"
     if buckets[-1] != batch_size:
-        return (f"buckets {list(buckets)} must have batch_size {batch_size} as the largest "
-                f"bucket; add {batch_size} and drop larger ones, or set batch_size to "
-                f"{buckets[-1]}")
+        return (
+            f"buckets {list(buckets)} must have batch_size {batch_size} as the largest "
+            f"bucket; add {batch_size} and drop larger ones, or set batch_size to "
+            f"{buckets[-1]}"
+        )
     return None
 
 
@@ -169,10 +172,12 @@ def profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -> Pro
     """Build a Profile from the parsed YAML tree, naming the file in every error."""
     costs = _value(tree, "decode.bucket_cost_ms", source)
     try:
-        measured = tuple(sorted(
-            (int(b), float(v["value"] if isinstance(v, dict) else v) / 1000)
-            for b, v in costs.items()
-        ))
+        measured = tuple(
+            sorted(
+                (int(b), float(v["value"] if isinstance(v, dict) else v) / 1000)
+                for b, v in costs.items()
+            )
+        )
         low, high = _value(tree, "prefill.fit_range_tokens", source)
         return Profile(
             version=str(tree.get("profile_version", "unversioned")),
@@ -209,8 +214,14 @@ def load_profile(path: str | Path | None = None) -> Profile:
 
 
 # The architecture fields a profile shares with the served model (SPEC section 4, Table XV).
-MODEL_FIELDS = ("kv.layers", "kv.kv_heads", "kv.head_dim", "kv.bytes_per_element",
-                "kv.slot_tokens", "kv.num_devices")
+MODEL_FIELDS = (
+    "kv.layers",
+    "kv.kv_heads",
+    "kv.head_dim",
+    "kv.bytes_per_element",
+    "kv.slot_tokens",
+    "kv.num_devices",
+)
 
 
 def profile_bytes(path: str | Path | None) -> bytes:
@@ -221,17 +232,20 @@ def profile_bytes(path: str | Path | None) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise ProfileError(f"{path}: cannot read the profile ({exc.strerror}); run `rearrival "
-                           "calibrate` (or the workflow's calibration "
-                           "stage) or set profile: published") from exc
+        raise ProfileError(
+            f"{path}: cannot read the profile ({exc.strerror}); run `rearrival "
+            "calibrate` (or the workflow's calibration "
+            "stage) or set profile: published"
+        ) from exc
 
 
 def profile_sha256(path: str | Path | None) -> str:
     return hashlib.sha256(profile_bytes(path)).hexdigest()
 
 
-def load_profile_for_model(path: str | Path | None, model_id: str,
-                           architecture: dict[str, int]) -> Profile:
+def load_profile_for_model(
+    path: str | Path | None, model_id: str, architecture: dict[str, int]
+) -> Profile:
     """Load a profile and refuse one made for another model (SPEC section 4).
 
     ``architecture`` maps the dotted :data:`MODEL_FIELDS` to the configured model's
@@ -243,19 +257,24 @@ def load_profile_for_model(path: str | Path | None, model_id: str,
     if not isinstance(tree, dict):
         raise ProfileError(f"{source}: must be a YAML mapping; see {DEFAULT_PROFILE}")
     profile = profile_from_mapping(tree, source)
-    fix = (f"calibrate on {model_id} (`rearrival calibrate`) or point profile: at a "
-           "profile measured for it")
+    fix = (
+        f"calibrate on {model_id} (`rearrival calibrate`) or point profile: at a "
+        "profile measured for it"
+    )
     named = tree.get("model_id")
     if named is None:
         raise ProfileError(f"{source}: missing field 'model_id'; {fix}")
     if str(named) != model_id:
-        raise ProfileError(f"{source}: field 'model_id' is {named!r} but the study serves "
-                           f"{model_id!r}; {fix}")
+        raise ProfileError(
+            f"{source}: field 'model_id' is {named!r} but the study serves {model_id!r}; {fix}"
+        )
     for dotted in MODEL_FIELDS:
         value = int(_value(tree, dotted, source))
         if value != architecture[dotted]:
-            raise ProfileError(f"{source}: field '{dotted}' is {value} but model "
-                               f"{model_id} has {architecture[dotted]}; {fix}")
+            raise ProfileError(
+                f"{source}: field '{dotted}' is {value} but model "
+                f"{model_id} has {architecture[dotted]}; {fix}"
+            )
     return profile
 
 

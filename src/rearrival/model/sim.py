@@ -111,17 +111,22 @@ def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, .
     if isinstance(value, Mapping):
         keys = sorted(value)
         if keys != list(range(len(keys))):
-            raise SimConfigError("SimConfig field 'fixed_arrivals': mapping keys must be the "
-                                 "session indices 0..N-1, one per session")
+            raise SimConfigError(
+                "SimConfig field 'fixed_arrivals': mapping keys must be the "
+                "session indices 0..N-1, one per session"
+            )
         value = [value[k] for k in keys]
     try:
         times = tuple(float(v) for v in value)
     except (TypeError, ValueError) as exc:
-        raise SimConfigError("SimConfig field 'fixed_arrivals': give one re-arrival time in "
-                             f"seconds per session ({exc})") from exc
+        raise SimConfigError(
+            "SimConfig field 'fixed_arrivals': give one re-arrival time in "
+            f"seconds per session ({exc})"
+        ) from exc
     if not all(math.isfinite(v) and v >= 0 for v in times):
-        raise SimConfigError("SimConfig field 'fixed_arrivals': every time must be a finite "
-                             "number of seconds >= 0")
+        raise SimConfigError(
+            "SimConfig field 'fixed_arrivals': every time must be a finite number of seconds >= 0"
+        )
     return times
 
 
@@ -148,27 +153,40 @@ class SimConfig:
         try:
             buckets = tuple(self.buckets)
         except TypeError as exc:
-            raise SimConfigError("SimConfig field 'buckets' must be a list of "
-                                 "integers such as 1,2,4,8", ("buckets",)) from exc
+            raise SimConfigError(
+                "SimConfig field 'buckets' must be a list of integers such as 1,2,4,8", ("buckets",)
+            ) from exc
         key = (buckets, self.batch_size)
-        if key not in _VALID_GRIDS or type(self.batch_size) is not int or not all(
-                type(b) is int for b in buckets):  # bool equals int in the key
+        if (
+            key not in _VALID_GRIDS
+            or type(self.batch_size) is not int
+            or not all(type(b) is int for b in buckets)
+        ):  # bool equals int in the key
             problem = bucket_set_problem(buckets, self.batch_size)
             if problem is not None:
-                raise SimConfigError(f"SimConfig fields 'buckets'/'batch_size': {problem}",
-                                     ("buckets", "batch_size"))
+                raise SimConfigError(
+                    f"SimConfig fields 'buckets'/'batch_size': {problem}", ("buckets", "batch_size")
+                )
             if len(_VALID_GRIDS) < 100_000:
                 _VALID_GRIDS.add(key)
         slots = self.batch_size if self.slots is None else self.slots
         if not _is_int(slots) or slots < 1:
-            raise SimConfigError(f"SimConfig field 'slots' {slots!r} must be a "
-                                 "positive integer (default: batch_size)", ("slots",))
+            raise SimConfigError(
+                f"SimConfig field 'slots' {slots!r} must be a "
+                "positive integer (default: batch_size)",
+                ("slots",),
+            )
         if self.release not in RELEASES:
-            raise SimConfigError(f"SimConfig field 'release' {self.release!r}: "
-                                 f"use one of {', '.join(RELEASES)}", ("release",))
+            raise SimConfigError(
+                f"SimConfig field 'release' {self.release!r}: use one of {', '.join(RELEASES)}",
+                ("release",),
+            )
         if self.dummy_block not in DUMMY_BLOCKS:
-            raise SimConfigError(f"SimConfig field 'dummy_block' {self.dummy_block!r}: "
-                                 f"use one of {', '.join(DUMMY_BLOCKS)}", ("dummy_block",))
+            raise SimConfigError(
+                f"SimConfig field 'dummy_block' {self.dummy_block!r}: "
+                f"use one of {', '.join(DUMMY_BLOCKS)}",
+                ("dummy_block",),
+            )
         fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
         object.__setattr__(self, "buckets", buckets)
         object.__setattr__(self, "slots", slots)
@@ -219,8 +237,17 @@ class Stretch:
 # Per-request arrays both simulators fill, indexed by request id rid = 2 * session + turn.
 # first_token_s (= admit_s + prefill_s), computed_tokens and evicted_slot are derived when
 # records are built; evicted_tag is the victim's rid or NO_OWNER.
-REQUEST_COLUMNS = ("arrival_s", "admit_s", "complete_s", "prompt_tokens", "cached_tokens",
-                   "prefill_s", "slot", "evicted_tag", "running_at_admission")
+REQUEST_COLUMNS = (
+    "arrival_s",
+    "admit_s",
+    "complete_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "prefill_s",
+    "slot",
+    "evicted_tag",
+    "running_at_admission",
+)
 _CACHED = REQUEST_COLUMNS.index("cached_tokens")
 _PROMPT = REQUEST_COLUMNS.index("prompt_tokens")
 
@@ -233,17 +260,40 @@ class SimResult:
     and eviction rows are converted to plain lists only when a caller asks for them.
     """
 
-    __slots__ = ("_columns", "_counts", "_eviction_rows", "_hist", "_histogram", "_raw",
-                 "_records", "_stretch_rows", "config", "decode_s", "device_s",
-                 "interference_s", "makespan_s", "prefill_s", "sessions")
+    __slots__ = (
+        "_columns",
+        "_counts",
+        "_eviction_rows",
+        "_hist",
+        "_histogram",
+        "_raw",
+        "_records",
+        "_stretch_rows",
+        "config",
+        "decode_s",
+        "device_s",
+        "interference_s",
+        "makespan_s",
+        "prefill_s",
+        "sessions",
+    )
 
-    def __init__(self, config: SimConfig, sessions: int,
-                 histogram_nb: dict[tuple[int, int], int] | None, decode_s: float,
-                 prefill_s: float, interference_s: float, makespan_s: float,
-                 columns: tuple[list[Any], ...] | None, stretch_rows: list[list[Any]] | None,
-                 eviction_rows: list[tuple[float, int, int, str]] | None,
-                 counts: tuple[int, int, int, int, int] | None = None, raw: Any = None,
-                 hist: tuple[Any, list[int], list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        sessions: int,
+        histogram_nb: dict[tuple[int, int], int] | None,
+        decode_s: float,
+        prefill_s: float,
+        interference_s: float,
+        makespan_s: float,
+        columns: tuple[list[Any], ...] | None,
+        stretch_rows: list[list[Any]] | None,
+        eviction_rows: list[tuple[float, int, int, str]] | None,
+        counts: tuple[int, int, int, int, int] | None = None,
+        raw: Any = None,
+        hist: tuple[Any, list[int], list[str]] | None = None,
+    ) -> None:
         self.config = config
         self.sessions = sessions
         self._histogram = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
@@ -270,11 +320,13 @@ class SimResult:
         arrival, admit, complete, prefill = req_f.tolist()
         cached, slot, tag, running = req_i.tolist()
         self._columns = (arrival, admit, complete, prompt, cached, prefill, slot, tag, running)
-        self._stretch_rows = [[n, k, a, b] for (n, k), (a, b)
-                              in zip(st_i.T.tolist(), st_f.T.tolist(), strict=True)]
-        self._eviction_rows = [(time, s, victim, EVICTION_CAUSES[cause])
-                               for time, (s, victim, cause)
-                               in zip(ev_f.tolist(), ev_i.T.tolist(), strict=True)]
+        self._stretch_rows = [
+            [n, k, a, b] for (n, k), (a, b) in zip(st_i.T.tolist(), st_f.T.tolist(), strict=True)
+        ]
+        self._eviction_rows = [
+            (time, s, victim, EVICTION_CAUSES[cause])
+            for time, (s, victim, cause) in zip(ev_f.tolist(), ev_i.T.tolist(), strict=True)
+        ]
         self._raw = None
 
     @property
@@ -289,8 +341,9 @@ class SimResult:
         """{(n, b): decode steps at n running on bucket b}, sorted by (n, b)."""
         if self._histogram is None:
             steps_at, bucket_of, _ = self._hist
-            self._histogram = {(n, bucket_of[n]): steps
-                               for n, steps in enumerate(steps_at.tolist()) if steps and n}
+            self._histogram = {
+                (n, bucket_of[n]): steps for n, steps in enumerate(steps_at.tolist()) if steps and n
+            }
         return self._histogram
 
     @property
@@ -343,13 +396,37 @@ class SimResult:
         """Per-request records in (session, turn) order."""
         if self._records is None:
             records = []
-            for rid, (arrival, admit, complete, prompt, cached, prefill, slot, tag,
-                      running) in enumerate(zip(*self.columns, strict=True)):
+            for rid, (
+                arrival,
+                admit,
+                complete,
+                prompt,
+                cached,
+                prefill,
+                slot,
+                tag,
+                running,
+            ) in enumerate(zip(*self.columns, strict=True)):
                 evicted = tag != NO_OWNER
-                records.append(RequestRecord(
-                    rid >> 1, rid & 1, arrival, admit, admit + prefill, complete, prompt,
-                    cached, prompt - cached, prefill, slot, slot if evicted else None,
-                    tag >> 1 if evicted else None, tag & 1 if evicted else None, running))
+                records.append(
+                    RequestRecord(
+                        rid >> 1,
+                        rid & 1,
+                        arrival,
+                        admit,
+                        admit + prefill,
+                        complete,
+                        prompt,
+                        cached,
+                        prompt - cached,
+                        prefill,
+                        slot,
+                        slot if evicted else None,
+                        tag >> 1 if evicted else None,
+                        tag & 1 if evicted else None,
+                        running,
+                    )
+                )
             self._records = tuple(records)
         return self._records
 
@@ -359,8 +436,10 @@ class SimResult:
         buckets = self.config.buckets
         if self._stretch_rows is None:
             self._materialize()
-        return tuple(Stretch(n, select_bucket(n, buckets), steps, start, end)
-                     for n, steps, start, end in self._stretch_rows)
+        return tuple(
+            Stretch(n, select_bucket(n, buckets), steps, start, end)
+            for n, steps, start, end in self._stretch_rows
+        )
 
     @property
     def evictions(self) -> tuple[Eviction, ...]:
@@ -368,8 +447,10 @@ class SimResult:
         if self._eviction_rows is None:
             self._materialize()
         prompt = self.columns[_PROMPT]  # a slot holds its request's prompt KV
-        return tuple(Eviction(time, slot, tag >> 1, prompt[tag], cause, tag & 1)
-                     for time, slot, tag, cause in self._eviction_rows)
+        return tuple(
+            Eviction(time, slot, tag >> 1, prompt[tag], cause, tag & 1)
+            for time, slot, tag, cause in self._eviction_rows
+        )
 
     def summary(self) -> dict[str, Any]:
         """The SPEC section 5 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
@@ -407,12 +488,14 @@ def _label(n: int, b: int) -> str:
     return text
 
 
-_STEP_TABLES: dict[tuple[tuple[int, ...], int],
-                   tuple[Profile, list[float], list[int], Any, Any, list[str]]] = {}
+_STEP_TABLES: dict[
+    tuple[tuple[int, ...], int], tuple[Profile, list[float], list[int], Any, Any, list[str]]
+] = {}
 
 
-def _step_entry(config: SimConfig, profile: Profile
-                ) -> tuple[Profile, list[float], list[int], Any, Any, list[str]]:
+def _step_entry(
+    config: SimConfig, profile: Profile
+) -> tuple[Profile, list[float], list[int], Any, Any, list[str]]:
     """Decode step times and buckets b(n) for n in 0..batch_size, as lists and arrays,
     and the summary's "n->b" labels.
 
@@ -422,16 +505,20 @@ def _step_entry(config: SimConfig, profile: Profile
     key = (config.buckets, config.batch_size)
     entry = _STEP_TABLES.get(key)
     if entry is None or entry[0] is not profile:
-        buckets = [0] + [select_bucket(n, config.buckets)
-                         for n in range(1, config.batch_size + 1)]
-        times = [0.0] + [profile.decode_step_s(n, buckets[n])
-                         for n in range(1, config.batch_size + 1)]
+        buckets = [0] + [select_bucket(n, config.buckets) for n in range(1, config.batch_size + 1)]
+        times = [0.0] + [
+            profile.decode_step_s(n, buckets[n]) for n in range(1, config.batch_size + 1)
+        ]
         if len(_STEP_TABLES) > 50_000:
             _STEP_TABLES.clear()
-        entry = _STEP_TABLES[key] = (profile, times, buckets,
-                                     np.array(times, dtype=np.float64),
-                                     np.array(buckets, dtype=np.int64),
-                                     [_label(n, b) for n, b in enumerate(buckets)])
+        entry = _STEP_TABLES[key] = (
+            profile,
+            times,
+            buckets,
+            np.array(times, dtype=np.float64),
+            np.array(buckets, dtype=np.int64),
+            [_label(n, b) for n, b in enumerate(buckets)],
+        )
     return entry
 
 
@@ -451,8 +538,10 @@ def profile_memos(profile: Profile) -> tuple[Callable[[int], float], Callable[[i
     entry = _PROFILE_MEMOS.get(id(profile))
     if entry is None or entry[0] is not profile:
         entry = _PROFILE_MEMOS[id(profile)] = (
-            profile, lru_cache(maxsize=65536)(profile.prefill_s),
-            lru_cache(maxsize=65536)(profile.reusable_tokens))
+            profile,
+            lru_cache(maxsize=65536)(profile.prefill_s),
+            lru_cache(maxsize=65536)(profile.reusable_tokens),
+        )
     return entry[1], entry[2]
 
 
@@ -465,9 +554,11 @@ def plan_arrays(plan: Any, config: SimConfig) -> tuple[list[int], list[int], lis
     sessions = plan.sessions
     count = len(sessions)
     if config.fixed_arrivals is not None and len(config.fixed_arrivals) != count:
-        raise SimConfigError(f"SimConfig field 'fixed_arrivals' has "
-                             f"{len(config.fixed_arrivals)} times for a plan of {count} "
-                             "sessions; give one re-arrival time per session")
+        raise SimConfigError(
+            f"SimConfig field 'fixed_arrivals' has "
+            f"{len(config.fixed_arrivals)} times for a plan of {count} "
+            "sessions; give one re-arrival time per session"
+        )
     entry = _PLAN_ARRAYS.get(id(plan))
     if entry is not None and entry[0] is plan and len(entry[1][2]) == count:
         return entry[1]
@@ -543,10 +634,12 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
     prompt, gen, wait = plan_arrays(plan, SimConfig())
     miss_cost, hit_reuse, hit_cost, _ = request_tables(plan, prompt, profile)
     padded_wait = list(wait) + [0.0] * (len(prompt) - len(wait))
-    inputs = CoreInputs(np.array([prompt, gen, hit_reuse], dtype=np.int64).reshape(3, -1),
-                        np.array([padded_wait, miss_cost, hit_cost],
-                                 dtype=np.float64).reshape(3, -1),
-                        prompt, fits_int64(sum(gen), len(prompt), 1))
+    inputs = CoreInputs(
+        np.array([prompt, gen, hit_reuse], dtype=np.int64).reshape(3, -1),
+        np.array([padded_wait, miss_cost, hit_cost], dtype=np.float64).reshape(3, -1),
+        prompt,
+        fits_int64(sum(gen), len(prompt), 1),
+    )
     if len(_CORE_INPUTS) > 256:
         _CORE_INPUTS.clear()
     _CORE_INPUTS[id(plan)] = (plan, profile, inputs)
@@ -563,8 +656,7 @@ def _fixed_array(config: SimConfig) -> Any:
     if entry is None or entry[0] is not config:
         if len(_FIXED) > 1024:
             _FIXED.clear()
-        entry = _FIXED[id(config)] = (config, np.array(config.fixed_arrivals,
-                                                        dtype=np.float64))
+        entry = _FIXED[id(config)] = (config, np.array(config.fixed_arrivals, dtype=np.float64))
     return entry[1]
 
 
@@ -577,8 +669,12 @@ def compiled_core() -> Any:
         try:
             from rearrival.model import simcore
         except ImportError as exc:  # e.g. a numpy that numba does not support yet
-            warnings.warn(f"compiled simulator core unavailable ({exc}); running the Python "
-                          "core, same results, about 20x slower", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"compiled simulator core unavailable ({exc}); running the Python "
+                "core, same results, about 20x slower",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             simcore = None
         _CORE.append(simcore)
     return _CORE[0]
@@ -592,8 +688,9 @@ CORES = ("auto", "compiled", "python")
 _CALLS = [0]
 
 
-def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
-             core: str = "auto") -> SimResult:
+def simulate(
+    plan: Any, config: SimConfig, profile: Profile | None = None, core: str = "auto"
+) -> SimResult:
     """Predict one plan on one configuration (paper Section IV); see the module docstring.
 
     ``plan`` is a ``rearrival.model.plans.Plan`` (anything with ``.sessions``); ``profile``
@@ -614,23 +711,50 @@ def simulate(plan: Any, config: SimConfig, profile: Profile | None = None,
         return simulate_python(plan, config, profile)
     core_module = compiled_core()
     inputs = core_inputs(plan, profile)
-    if core_module is None or not inputs.compiled_ok or not core_module.fits_int64(
-            0, len(inputs.prompt_list), config.slots):
+    if (
+        core_module is None
+        or not inputs.compiled_ok
+        or not core_module.fits_int64(0, len(inputs.prompt_list), config.slots)
+    ):
         if core_module is not None:
-            warnings.warn("plan too large for the compiled core's int64 keys; running the "
-                          "Python core (same results, slower)", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                "plan too large for the compiled core's int64 keys; running the "
+                "Python core (same results, slower)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return simulate_python(plan, config, profile)
     _, _, bucket_of, step_s, bucket_array, labels = _step_entry(config, profile)
     batch = config.batch_size
-    args = (inputs.ints, inputs.floats, _fixed_array(config), step_s, batch, config.slots,
-            config.release == "deferred", batch if config.dummy_block == "pre-evict" else 0,
-            bucket_array)
-    hist, prefill_total, interference, makespan, decode_total, *counts = \
-        core_module.run_summary(*args)
-    return SimResult(config, len(inputs.prompt_list) // 2, None, decode_total,
-                     prefill_total, interference, makespan, None, None, None,
-                     tuple(counts), (core_module, args, inputs.prompt_list),
-                     (hist, bucket_of, labels))
+    args = (
+        inputs.ints,
+        inputs.floats,
+        _fixed_array(config),
+        step_s,
+        batch,
+        config.slots,
+        config.release == "deferred",
+        batch if config.dummy_block == "pre-evict" else 0,
+        bucket_array,
+    )
+    hist, prefill_total, interference, makespan, decode_total, *counts = core_module.run_summary(
+        *args
+    )
+    return SimResult(
+        config,
+        len(inputs.prompt_list) // 2,
+        None,
+        decode_total,
+        prefill_total,
+        interference,
+        makespan,
+        None,
+        None,
+        None,
+        tuple(counts),
+        (core_module, args, inputs.prompt_list),
+        (hist, bucket_of, labels),
+    )
 
 
 def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
@@ -821,7 +945,26 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
         if steps:
             histogram[(n, bucket_of[n])] = steps
             decode_total += steps * step_s[n]
-    columns = (arrival, admit_s, complete_s, prompt, cached, prefill_s, slot_of, evicted_tag,
-               running_at)
-    return SimResult(config, count, histogram, decode_total, prefill_total, interference, t,
-                     columns, stretches, evictions)
+    columns = (
+        arrival,
+        admit_s,
+        complete_s,
+        prompt,
+        cached,
+        prefill_s,
+        slot_of,
+        evicted_tag,
+        running_at,
+    )
+    return SimResult(
+        config,
+        count,
+        histogram,
+        decode_total,
+        prefill_total,
+        interference,
+        t,
+        columns,
+        stretches,
+        evictions,
+    )

@@ -55,8 +55,7 @@ class _Request:
     state: str = "future"  # future | waiting | running | done
 
 
-def simulate_reference(plan: Any, config: SimConfig,
-                       profile: Profile | None = None) -> SimResult:
+def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = None) -> SimResult:
     """Step-by-step simulation with the same inputs and result type as ``sim.simulate``."""
     if profile is None:
         profile = measured_profile()
@@ -87,8 +86,13 @@ def simulate_reference(plan: Any, config: SimConfig,
                 follow_up.arrival_s = max(config.fixed_arrivals[request.session], t)
 
     while not all(r.state == "done" for r in requests):
-        arrived = [r for r in requests if r.state == "future" and r.arrival_s is not None
-                   and r.arrival_s <= t + ARRIVAL_TOLERANCE_S]
+        arrived = [
+            r
+            for r in requests
+            if r.state == "future"
+            and r.arrival_s is not None
+            and r.arrival_s <= t + ARRIVAL_TOLERANCE_S
+        ]
         for request in sorted(arrived, key=lambda r: (r.arrival_s, r.session)):
             request.state = "waiting"
             waiting.append(request)
@@ -97,9 +101,9 @@ def simulate_reference(plan: Any, config: SimConfig,
             if pool.can_secure():
                 request = waiting.pop(0)
                 tag = 2 * request.session + request.turn
-                slot, victim, cached, _ = pool.admit(request.session, tag,
-                                                     request.prompt_tokens,
-                                                     profile.reusable_tokens)
+                slot, victim, cached, _ = pool.admit(
+                    request.session, tag, request.prompt_tokens, profile.reusable_tokens
+                )
                 if victim != NO_OWNER:
                     request.evicted_tag = victim
                     evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
@@ -154,5 +158,15 @@ def simulate_reference(plan: Any, config: SimConfig,
     columns = tuple([getattr(r, name) for r in requests] for name in REQUEST_COLUMNS)
     for request in requests:  # the record derives first_token_s from admit_s + prefill_s
         assert request.first_token_s == request.admit_s + request.prefill_s
-    return SimResult(config, count, dict(sorted(histogram.items())), decode_s, prefill_s,
-                     interference_s, t, columns, stretches, evictions)
+    return SimResult(
+        config,
+        count,
+        dict(sorted(histogram.items())),
+        decode_s,
+        prefill_s,
+        interference_s,
+        t,
+        columns,
+        stretches,
+        evictions,
+    )

@@ -123,8 +123,28 @@ def _pop_arrival(heap, size, when):
 
 
 @njit(cache=True)
-def run(gen, wait, fixed, miss_cost, hit_reuse, hit_cost, step_s, batch, slots, deferred,
-        pad_below, req_f, req_i, work, hist, st_i, st_f, ev_f, ev_i, record):
+def run(
+    gen,
+    wait,
+    fixed,
+    miss_cost,
+    hit_reuse,
+    hit_cost,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    req_f,
+    req_i,
+    work,
+    hist,
+    st_i,
+    st_f,
+    ev_f,
+    ev_i,
+    record,
+):
     """One simulation. Inputs (read only):
 
     gen[rid], wait[session], fixed[session] (empty: re-arrival = completion + wait),
@@ -372,11 +392,30 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
     no_fixed = np.empty(0)
     for c in range(batches.shape[0]):
         batch = batches[c]
-        step_s = step_table[c, :batch + 1]
-        h = hist[:batch + 1]
+        step_s = step_table[c, : batch + 1]
+        h = hist[: batch + 1]
         _, prefill_total, interference, makespan, _, _ = run(
-            ints[1], floats[0], no_fixed, floats[1], ints[2], floats[2], step_s, batch,
-            slot_counts[c], True, 0, req_f, req_i, work, h, st_i, st_f, ev_f, ev_i, False)
+            ints[1],
+            floats[0],
+            no_fixed,
+            floats[1],
+            ints[2],
+            floats[2],
+            step_s,
+            batch,
+            slot_counts[c],
+            True,
+            0,
+            req_f,
+            req_i,
+            work,
+            h,
+            st_i,
+            st_f,
+            ev_f,
+            ev_i,
+            False,
+        )
         decode = decode_total(h, step_s)
         hits, computed = _reuse_counts(ints[0], req_i)
         steps = 0
@@ -431,8 +470,27 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
     ev_f = np.empty(1)
     ev_i = np.empty((3, 1), dtype=np.int64)
     _, prefill_total, interference, makespan, _, _ = run(
-        ints[1], floats[0], fixed, floats[1], ints[2], floats[2], step_s, batch, slots,
-        deferred, pad_below, req_f, req_i, work, hist, st_i, st_f, ev_f, ev_i, False)
+        ints[1],
+        floats[0],
+        fixed,
+        floats[1],
+        ints[2],
+        floats[2],
+        step_s,
+        batch,
+        slots,
+        deferred,
+        pad_below,
+        req_f,
+        req_i,
+        work,
+        hist,
+        st_i,
+        st_f,
+        ev_f,
+        ev_i,
+        False,
+    )
     hits, computed = _reuse_counts(ints[0], req_i)
     steps = 0
     padded = 0
@@ -441,8 +499,18 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
         steps += hist[n]
         padded += bucket_of[n] * hist[n]
         used += n * hist[n]
-    return (hist, prefill_total, interference, makespan, decode_total(hist, step_s), hits,
-            computed, steps, padded, used)
+    return (
+        hist,
+        prefill_total,
+        interference,
+        makespan,
+        decode_total(hist, step_s),
+        hits,
+        computed,
+        steps,
+        padded,
+        used,
+    )
 
 
 @njit(cache=True)
@@ -462,8 +530,27 @@ def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
         ev_f = np.empty(cap)
         ev_i = np.empty((3, cap), dtype=np.int64)
         code, _, _, _, n_st, n_ev = run(
-            ints[1], floats[0], fixed, floats[1], ints[2], floats[2], step_s, batch, slots,
-            deferred, pad_below, req_f, req_i, work, hist, st_i, st_f, ev_f, ev_i, True)
+            ints[1],
+            floats[0],
+            fixed,
+            floats[1],
+            ints[2],
+            floats[2],
+            step_s,
+            batch,
+            slots,
+            deferred,
+            pad_below,
+            req_f,
+            req_i,
+            work,
+            hist,
+            st_i,
+            st_f,
+            ev_f,
+            ev_i,
+            True,
+        )
         if code == OK:
             break
         cap *= 2
@@ -482,5 +569,12 @@ def warm_up() -> None:
             args = (ints, floats, fixed, steps, 1, 1, deferred, 0, buckets)
             run_summary(*args)
             run_records(*args)
-    run_batch(ints, floats, steps.reshape(1, -1), np.array([1], dtype=np.int64),
-              np.array([1], dtype=np.int64), np.empty((1, 5)), np.empty((1, 3), dtype=np.int64))
+    run_batch(
+        ints,
+        floats,
+        steps.reshape(1, -1),
+        np.array([1], dtype=np.int64),
+        np.array([1], dtype=np.int64),
+        np.empty((1, 5)),
+        np.empty((1, 3), dtype=np.int64),
+    )

@@ -25,8 +25,9 @@ import numpy as np
 
 from rearrival.errors import RearrivalError
 
-HUMAN_WAITING_TOOLS = frozenset({"AskUserQuestion", "ExitPlanMode", "request_user_input",
-                                 "TaskOutput"})
+HUMAN_WAITING_TOOLS = frozenset(
+    {"AskUserQuestion", "ExitPlanMode", "request_user_input", "TaskOutput"}
+)
 CAP_S = 60.0
 _STD_NORMAL = NormalDist()
 # Phi^-1(0.9); SPEC section 3 writes it rounded as 1.2816.
@@ -55,17 +56,21 @@ class ToolStats:
     def __post_init__(self) -> None:
         where = f"tool '{self.tool}'"
         if isinstance(self.calls, bool) or not isinstance(self.calls, int) or self.calls < 1:
-            raise ToolTableError(f"{where}: field 'n' (calls) must be a positive integer, "
-                                 f"got {self.calls!r}")
+            raise ToolTableError(
+                f"{where}: field 'n' (calls) must be a positive integer, got {self.calls!r}"
+            )
         for name in ("p50_s", "p90_s", "p99_s"):
             value = getattr(self, name)
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not (number and math.isfinite(value) and value > 0):
-                raise ToolTableError(f"{where}: field '{name[:3]}' must be a positive finite "
-                                     f"latency, got {value!r}")
+                raise ToolTableError(
+                    f"{where}: field '{name[:3]}' must be a positive finite latency, got {value!r}"
+                )
         if not self.p50_s <= self.p90_s <= self.p99_s:
-            raise ToolTableError(f"{where}: quantiles must satisfy p50 <= p90 <= p99, got "
-                                 f"{self.p50_s}, {self.p90_s}, {self.p99_s} s; fix the table")
+            raise ToolTableError(
+                f"{where}: quantiles must satisfy p50 <= p90 <= p99, got "
+                f"{self.p50_s}, {self.p90_s}, {self.p99_s} s; fix the table"
+            )
 
     @property
     def sigma(self) -> float:
@@ -136,15 +141,17 @@ class ToolTable:
         names = [r.tool for r in self.rows]
         duplicate = next((n for n in names if names.count(n) > 1), None)
         if duplicate is not None:
-            raise ToolTableError(f"tool '{duplicate}' appears twice; "
-                                 "keep one row per tool")
+            raise ToolTableError(f"tool '{duplicate}' appears twice; keep one row per tool")
         kept = tuple(r for r in self.rows if r.tool not in HUMAN_WAITING_TOOLS)
         if not kept:
-            raise ToolTableError(f"no tools to draw from after excluding "
-                                 f"human-waiting tools ({', '.join(sorted(HUMAN_WAITING_TOOLS))}"
-                                 "); the table needs at least one agent tool with latencies")
-        object.__setattr__(self, "excluded",
-                           tuple(sorted(n for n in names if n in HUMAN_WAITING_TOOLS)))
+            raise ToolTableError(
+                f"no tools to draw from after excluding "
+                f"human-waiting tools ({', '.join(sorted(HUMAN_WAITING_TOOLS))}"
+                "); the table needs at least one agent tool with latencies"
+            )
+        object.__setattr__(
+            self, "excluded", tuple(sorted(n for n in names if n in HUMAN_WAITING_TOOLS))
+        )
         object.__setattr__(self, "rows", kept)
         cum, total = [], 0
         for row in kept:
@@ -170,29 +177,34 @@ class ToolTable:
 
     def sample(self, rng: random.Random, count: int, cap_s: float = CAP_S) -> Draws:
         draws = [self.draw(rng, cap_s) for _ in range(count)]
-        return Draws(tuple(d.latency_s for d in draws), tuple(d.tool for d in draws),
-                     tuple(d.capped for d in draws))
+        return Draws(
+            tuple(d.latency_s for d in draws),
+            tuple(d.tool for d in draws),
+            tuple(d.capped for d in draws),
+        )
 
 
 def _number(raw: dict[str, Any], key: str, where: str) -> float:
     if key not in raw:
-        raise ToolTableError(f"{where} lacks field '{key}'; each tool needs n, p50, p90, p99 "
-                             "(ms)")
+        raise ToolTableError(f"{where} lacks field '{key}'; each tool needs n, p50, p90, p99 (ms)")
     value = raw[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ToolTableError(f"{where}: field '{key}' must be a number, got {value!r}")
     if value < 0:
-        raise ToolTableError(f"{where}: field '{key}' is negative ({value}); latencies and "
-                             "counts are >= 0")
+        raise ToolTableError(
+            f"{where}: field '{key}' is negative ({value}); latencies and counts are >= 0"
+        )
     return value
 
 
 def table_from_summary(data: Any, source: str, label: str) -> ToolTable:
     """Tool table from the TraceLab ``summary.json`` shape (latencies in ms)."""
     if not isinstance(data, dict) or not isinstance(data.get("tool_by_name"), dict):
-        raise ToolTableError(f"{source}: expected an object with field 'tool_by_name' "
-                             "({tool: {n, p50, p90, p99}}); build one with `rearrival tools "
-                             "build`")
+        raise ToolTableError(
+            f"{source}: expected an object with field 'tool_by_name' "
+            "({tool: {n, p50, p90, p99}}); build one with `rearrival tools "
+            "build`"
+        )
     rows = []
     for tool, raw in data["tool_by_name"].items():
         where = f"{source}: tool_by_name['{tool}']"
@@ -218,13 +230,15 @@ def load_summary_json(path: str | Path) -> ToolTable:
     try:
         body = path.read_bytes()
     except OSError as exc:
-        raise ToolTableError(f"{path}: cannot read tool table ({exc.strerror}); pass an "
-                             "existing summary.json") from exc
+        raise ToolTableError(
+            f"{path}: cannot read tool table ({exc.strerror}); pass an existing summary.json"
+        ) from exc
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ToolTableError(f"{path}: not valid JSON ({exc}); rebuild it with `rearrival "
-                             "tools build`") from exc
+        raise ToolTableError(
+            f"{path}: not valid JSON ({exc}); rebuild it with `rearrival tools build`"
+        ) from exc
     digest = hashlib.sha256(body).hexdigest()[:12]
     label = f"TraceLab summary '{path.name}' (sha256 {digest})"
     return table_from_summary(data, str(path), label)
@@ -245,8 +259,10 @@ def _read_rounds(path: Path):
                 if line.strip():
                     yield lineno, line
     except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise ToolTableError(f"{path}: cannot read trace ({exc}); the file is missing, "
-                             "truncated or not JSONL[.gz] — download it again") from exc
+        raise ToolTableError(
+            f"{path}: cannot read trace ({exc}); the file is missing, "
+            "truncated or not JSONL[.gz] — download it again"
+        ) from exc
 
 
 def _effective_ms(call: dict[str, Any]) -> float | None:
@@ -282,12 +298,16 @@ def build_summary_from_trace(path: str | Path) -> dict[str, Any]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ToolTableError(f"{where}: not valid JSON ({exc.msg}); the trace is damaged "
-                                 "or not TraceLab's normalized JSONL") from exc
+            raise ToolTableError(
+                f"{where}: not valid JSON ({exc.msg}); the trace is damaged "
+                "or not TraceLab's normalized JSONL"
+            ) from exc
         tools = record.get("tools") if isinstance(record, dict) else None
         if not isinstance(tools, list):
-            raise ToolTableError(f"{where}: field 'tools' missing or not a list; expected "
-                                 "TraceLab's normalized round trace")
+            raise ToolTableError(
+                f"{where}: field 'tools' missing or not a list; expected "
+                "TraceLab's normalized round trace"
+            )
         rounds += 1
         for call in tools:
             name = call.get("tool_name") if isinstance(call, dict) else None
@@ -298,8 +318,9 @@ def build_summary_from_trace(path: str | Path) -> dict[str, Any]:
             if value is not None and value > 0:
                 latencies.setdefault(name, []).append(value)
     if not calls:
-        raise ToolTableError(f"{path}: no tool calls found; pass a TraceLab round trace "
-                             "with tools[]")
+        raise ToolTableError(
+            f"{path}: no tool calls found; pass a TraceLab round trace with tools[]"
+        )
     by_name = {}
     for name in sorted(latencies):
         p50, p90, p99 = _quantiles_ms(latencies[name])
@@ -311,7 +332,7 @@ def build_summary_from_trace(path: str | Path) -> dict[str, Any]:
             "rounds": rounds,
             "calls": sum(calls.values()),
             "latency": "tool_internal_latency_ms when not null, else tool_wall_latency_ms; "
-                       "values <= 0 excluded from quantiles; n counts all calls",
+            "values <= 0 excluded from quantiles; n counts all calls",
             "quantile_method": f"numpy.quantile method='{QUANTILE_METHOD}'",
             "p50_floor_ms": MIN_P50_MS,
             "skipped_tools": sorted(set(calls) - set(latencies)),

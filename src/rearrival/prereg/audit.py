@@ -96,13 +96,20 @@ class AuditReport:
     def table(self) -> str:
         """Plain aligned text; the reason column is last and unpadded."""
         cells = [_HEADERS] + [
-            tuple(_cell(name, getattr(row, name)) for name in _COLUMNS) for row in self.rows]
+            tuple(_cell(name, getattr(row, name)) for name in _COLUMNS) for row in self.rows
+        ]
         widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS) - 1)]
-        lines = ["  ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)),
-                            line[-1]]).rstrip() for line in cells]
+        lines = [
+            "  ".join(
+                [*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]
+            ).rstrip()
+            for line in cells
+        ]
         counts = {v: sum(r.verdict == v for r in self.rows) for v in (OK, VIOLATION, EXCLUDED)}
-        lines.append(f"{len(self.rows)} rows: {counts[OK]} ok, {counts[VIOLATION]} violation, "
-                     f"{counts[EXCLUDED]} excluded")
+        lines.append(
+            f"{len(self.rows)} rows: {counts[OK]} ok, {counts[VIOLATION]} violation, "
+            f"{counts[EXCLUDED]} excluded"
+        )
         return "\n".join(lines)
 
 
@@ -138,11 +145,25 @@ def _load_run(path: Path, results_dir: Path) -> _Run | AuditRow:
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return AuditRow("?", label, None, None, None, VIOLATION,
-                        f"{path}: unreadable manifest ({exc}); re-run this run")
+        return AuditRow(
+            "?",
+            label,
+            None,
+            None,
+            None,
+            VIOLATION,
+            f"{path}: unreadable manifest ({exc}); re-run this run",
+        )
     if not isinstance(raw, dict):
-        return AuditRow("?", label, None, None, None, VIOLATION,
-                        f"{path}: manifest is not a JSON object; re-run this run")
+        return AuditRow(
+            "?",
+            label,
+            None,
+            None,
+            None,
+            VIOLATION,
+            f"{path}: manifest is not a JSON object; re-run this run",
+        )
     study = str(raw.get("study", "?"))
     label = str(raw.get("run_id") or label)
     start: datetime | None = None
@@ -154,11 +175,22 @@ def _load_run(path: Path, results_dir: Path) -> _Run | AuditRow:
     prereg = raw.get("prereg") if isinstance(raw.get("prereg"), dict) else {}
     seeds = raw.get("seeds") if isinstance(raw.get("seeds"), dict) else {}
     seed = seeds.get("plan")
-    return _Run(label, study, str(raw.get("status")), raw.get("reason"),
-                raw.get("started_at"), start, prereg,
-                seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
-                raw.get("plan_sha256"), raw.get("replicate"), raw.get("n"),
-                raw.get("variant"), raw.get("backend"), raw.get("configuration"))
+    return _Run(
+        label,
+        study,
+        str(raw.get("status")),
+        raw.get("reason"),
+        raw.get("started_at"),
+        start,
+        prereg,
+        seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        raw.get("plan_sha256"),
+        raw.get("replicate"),
+        raw.get("n"),
+        raw.get("variant"),
+        raw.get("backend"),
+        raw.get("configuration"),
+    )
 
 
 class _Auditor:
@@ -186,7 +218,9 @@ class _Auditor:
         if key not in self._registries:
             self._registries[key] = [
                 parse_plan_registry(blob.data_stream.read(), f"{blob.path} at {key[0][:12]}")
-                for blob in _study_blobs(commit, study) if is_plan_registry(blob.path)]
+                for blob in _study_blobs(commit, study)
+                if is_plan_registry(blob.path)
+            ]
         return self._registries[key]
 
     def seed_history(self, study: str) -> dict[int, tuple[datetime, str]]:
@@ -217,15 +251,18 @@ class _Auditor:
         """Commits after ``commit`` that modify or delete a file it registered (check c)."""
         paths = [blob.path for blob in _study_blobs(commit, study)]
         found: list[str] = []
-        later = self.repo.iter_commits(f"{commit.hexsha}..HEAD",
-                                       paths=f"{PREREG_ROOT}/{study}", full_history=True)
+        later = self.repo.iter_commits(
+            f"{commit.hexsha}..HEAD", paths=f"{PREREG_ROOT}/{study}", full_history=True
+        )
         for change in sorted(later, key=lambda c: (c.committed_date, c.hexsha)):
             for path in paths:
                 kind = _change_kind(change, path)
                 if kind:
-                    found.append(f"{path} {kind} by commit {change.hexsha[:12]} "
-                                 f"({_time(change).isoformat()}) after prereg commit "
-                                 f"{commit.hexsha[:12]}")
+                    found.append(
+                        f"{path} {kind} by commit {change.hexsha[:12]} "
+                        f"({_time(change).isoformat()}) after prereg commit "
+                        f"{commit.hexsha[:12]}"
+                    )
         return found
 
 
@@ -260,8 +297,9 @@ def _time(commit: Any) -> datetime:
     return datetime.fromtimestamp(commit.committed_date, UTC)
 
 
-def _check_plans(auditor: _Auditor, run: _Run, commit: Any, study: str,
-                 problems: list[str], passed: list[str]) -> None:
+def _check_plans(
+    auditor: _Auditor, run: _Run, commit: Any, study: str, problems: list[str], passed: list[str]
+) -> None:
     """Checks (e) plan hash and (d) validation seeds against the registries at ``commit``."""
     try:
         registries = auditor.registries(commit, study)
@@ -270,30 +308,35 @@ def _check_plans(auditor: _Auditor, run: _Run, commit: Any, study: str,
         return
     if not registries:
         return
-    entries = [p for reg in registries for p in reg.plans
-               if p.replicate == run.replicate and p.n == run.n
-               and p.variant in (None, run.variant)]
+    entries = [
+        p
+        for reg in registries
+        for p in reg.plans
+        if p.replicate == run.replicate and p.n == run.n and p.variant in (None, run.variant)
+    ]
     matching = [p for p in entries if p.sha256 == run.plan_sha256]
     if not matching:
         registered = ", ".join(sorted({p.sha256[:12] for p in entries})) or "none"
-        problems.append(f"plan_sha256 {str(run.plan_sha256)[:12]} is not the plan registered "
-                        f"for replicate {run.replicate}, N={run.n}, variant {run.variant} "
-                        f"(registered: {registered})")
+        problems.append(
+            f"plan_sha256 {str(run.plan_sha256)[:12]} is not the plan registered "
+            f"for replicate {run.replicate}, N={run.n}, variant {run.variant} "
+            f"(registered: {registered})"
+        )
     else:
         passed.append("plan sha256 registered")
     if any(reg.validation for reg in registries):
         _check_validation_seed(auditor, run, study, matching, problems, passed)
 
 
-def _check_design(run: _Run, commit: Any, study: str, problems: list[str],
-                  passed: list[str]) -> None:
+def _check_design(
+    run: _Run, commit: Any, study: str, problems: list[str], passed: list[str]
+) -> None:
     """Check (h): the run measured the registered design: its backend, N, replicate,
     variant and its configuration's buckets, batch size and slots are the ones in
     design.json at its prereg commit (a config edited around the DAG-time refusal and
     run by hand is caught here)."""
     try:
-        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json")
-                            .data_stream.read())
+        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json").data_stream.read())
     except (KeyError, ValueError):
         return  # registrations without a design (hand-made ones) have nothing to compare
     configuration = run.configuration if isinstance(run.configuration, dict) else {}
@@ -304,27 +347,35 @@ def _check_design(run: _Run, commit: Any, study: str, problems: list[str],
     if run.n not in design.get("n", []):
         found.append(f"N={run.n} not among the registered {design.get('n')}")
     if not isinstance(run.replicate, int) or run.replicate >= design.get("replicates", 0):
-        found.append(f"replicate {run.replicate} beyond the registered "
-                     f"{design.get('replicates')}")
+        found.append(f"replicate {run.replicate} beyond the registered {design.get('replicates')}")
     if run.variant not in design.get("variants", []):
         found.append(f"variant {run.variant} not among the registered {design.get('variants')}")
     measured = {key: configuration.get(key) for key in ("buckets", "batch_size", "slots")}
     if registered is None or measured != registered:
-        found.append(f"configuration {configuration.get('name')} {measured}, registered "
-                     f"{registered}")
+        found.append(
+            f"configuration {configuration.get('name')} {measured}, registered {registered}"
+        )
     if found:
         problems.append("run does not match the registered design: " + "; ".join(found))
     else:
         passed.append("registered design")
 
 
-def _check_validation_seed(auditor: _Auditor, run: _Run, study: str, matching: list[Any],
-                           problems: list[str], passed: list[str]) -> None:
+def _check_validation_seed(
+    auditor: _Auditor,
+    run: _Run,
+    study: str,
+    matching: list[Any],
+    problems: list[str],
+    passed: list[str],
+) -> None:
     """Check (d): the plan seed is registered and unused before its registration."""
     seed = run.plan_seed
     if seed is None:
-        problems.append("validation run has no plan seed (seeds.plan is null); "
-                        "validation plans must come from registered seeds")
+        problems.append(
+            "validation run has no plan seed (seeds.plan is null); "
+            "validation plans must come from registered seeds"
+        )
         return
     if matching and seed not in {p.seed for p in matching}:
         problems.append(f"plan seed {seed} is not the seed registered for this plan")
@@ -336,16 +387,24 @@ def _check_validation_seed(auditor: _Auditor, run: _Run, study: str, matching: l
     when, sha = registered
     before = len(problems)
     for other in auditor.runs:
-        if (other is not run and other.plan_seed == seed and other.start is not None
-                and other.start < when):
-            problems.append(f"plan seed {seed} was already used by run {other.label} "
-                            f"(started {other.started_at}) before its registration in "
-                            f"commit {sha[:12]} ({when.isoformat()})")
+        if (
+            other is not run
+            and other.plan_seed == seed
+            and other.start is not None
+            and other.start < when
+        ):
+            problems.append(
+                f"plan seed {seed} was already used by run {other.label} "
+                f"(started {other.started_at}) before its registration in "
+                f"commit {sha[:12]} ({when.isoformat()})"
+            )
     for other_study in auditor.studies():
         earlier = auditor.seed_history(other_study).get(seed) if other_study != study else None
         if earlier is not None and earlier[0] < when:
-            problems.append(f"plan seed {seed} was registered earlier by study {other_study} "
-                            f"(commit {earlier[1][:12]})")
+            problems.append(
+                f"plan seed {seed} was registered earlier by study {other_study} "
+                f"(commit {earlier[1][:12]})"
+            )
     if len(problems) == before:
         passed.append("validation seed new")
 
@@ -355,26 +414,44 @@ def _audit_run(auditor: _Auditor, run: _Run) -> AuditRow:
     sha = run.prereg.get("commit")
     study = str(run.prereg.get("study") or run.study)
     if run.status != "complete":
-        return AuditRow(run.study, run.label, sha, None, run.started_at, EXCLUDED,
-                        f"status {run.status}: {run.reason or 'no reason recorded'}")
+        return AuditRow(
+            run.study,
+            run.label,
+            sha,
+            None,
+            run.started_at,
+            EXCLUDED,
+            f"status {run.status}: {run.reason or 'no reason recorded'}",
+        )
     if not sha:
         return _unregistered_row(auditor, run, study)
     commit = auditor.resolve(str(sha))
     if commit is None:
-        return AuditRow(run.study, run.label, str(sha), None, run.started_at, VIOLATION,
-                        f"prereg commit {sha} does not exist in this repository")
+        return AuditRow(
+            run.study,
+            run.label,
+            str(sha),
+            None,
+            run.started_at,
+            VIOLATION,
+            f"prereg commit {sha} does not exist in this repository",
+        )
     problems: list[str] = []
     passed: list[str] = []
     committed = _time(commit)
     if not auditor.is_ancestor(commit):
-        problems.append(f"prereg commit {commit.hexsha[:12]} is not an ancestor of HEAD "
-                        "(unmerged branch or rewritten history)")
+        problems.append(
+            f"prereg commit {commit.hexsha[:12]} is not an ancestor of HEAD "
+            "(unmerged branch or rewritten history)"
+        )
     if not _study_blobs(commit, study):
         problems.append(f"prereg commit {commit.hexsha[:12]} holds no {PREREG_ROOT}/{study}/")
     _check_recorded_time(run, committed, problems)
     if run.start is not None and not starts_after(run.start, committed):
-        problems.append(f"run started {run.started_at}, before its prereg commit "
-                        f"{commit.hexsha[:12]} ({committed.isoformat()})")
+        problems.append(
+            f"run started {run.started_at}, before its prereg commit "
+            f"{commit.hexsha[:12]} ({committed.isoformat()})"
+        )
     else:
         passed.append("committed before start")
     if auditor.is_ancestor(commit):
@@ -386,31 +463,34 @@ def _audit_run(auditor: _Auditor, run: _Run) -> AuditRow:
     _check_design(run, commit, study, problems, passed)
     _check_profile(commit, study, problems, passed)
     verdict, reason = (VIOLATION, "; ".join(problems)) if problems else (OK, ", ".join(passed))
-    return AuditRow(run.study, run.label, commit.hexsha, committed.isoformat(),
-                    run.started_at, verdict, reason)
+    return AuditRow(
+        run.study, run.label, commit.hexsha, committed.isoformat(), run.started_at, verdict, reason
+    )
 
 
 def _check_profile(commit: Any, study: str, problems: list[str], passed: list[str]) -> None:
     """The profile the predictions used (design.json's sha256) must be the profile.yaml
     committed with them, so every constant a prediction rests on predates the run."""
     try:
-        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json")
-                            .data_stream.read())
+        design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json").data_stream.read())
     except (KeyError, ValueError):
         return
     recorded = design.get("profile_sha256") if isinstance(design, dict) else None
     if recorded is None:
         return  # registered before profiles were recorded: nothing to compare
     try:
-        committed = hashlib.sha256((commit.tree / f"{PREREG_ROOT}/{study}/{PROFILE_FILE}")
-                                   .data_stream.read()).hexdigest()
+        committed = hashlib.sha256(
+            (commit.tree / f"{PREREG_ROOT}/{study}/{PROFILE_FILE}").data_stream.read()
+        ).hexdigest()
     except KeyError:
         committed = None
     if committed != recorded:
-        problems.append(f"predictions used profile sha256 {str(recorded)[:12]}, but prereg "
-                        f"commit {commit.hexsha[:12]} holds "
-                        f"{'no ' + PROFILE_FILE if committed is None else 'a different one'}: "
-                        "the profile was not committed before the run; re-register the study")
+        problems.append(
+            f"predictions used profile sha256 {str(recorded)[:12]}, but prereg "
+            f"commit {commit.hexsha[:12]} holds "
+            f"{'no ' + PROFILE_FILE if committed is None else 'a different one'}: "
+            "the profile was not committed before the run; re-register the study"
+        )
     else:
         passed.append("profile committed")
 
@@ -422,20 +502,39 @@ def _check_recorded_time(run: _Run, committed: datetime, problems: list[str]) ->
     except PreregError:
         same = False
     if not same:
-        problems.append(f"manifest prereg.committed_at {recorded} differs from git's commit "
-                        f"time {committed.isoformat()}")
+        problems.append(
+            f"manifest prereg.committed_at {recorded} differs from git's commit "
+            f"time {committed.isoformat()}"
+        )
 
 
 def _unregistered_row(auditor: _Auditor, run: _Run, study: str) -> AuditRow:
     """A complete run without prereg: fine for an unregistered study, not otherwise."""
-    earlier = [c for c in registrations(auditor.repo, study)
-               if run.start is not None and starts_after(run.start, _time(c))]
+    earlier = [
+        c
+        for c in registrations(auditor.repo, study)
+        if run.start is not None and starts_after(run.start, _time(c))
+    ]
     if earlier:
-        return AuditRow(run.study, run.label, None, None, run.started_at, VIOLATION,
-                        f"study {study} was preregistered in commit {earlier[0].hexsha[:12]} "
-                        "before this run started, but the manifest records no prereg commit")
-    return AuditRow(run.study, run.label, None, None, run.started_at, OK,
-                    "not preregistered: no prediction judges this run")
+        return AuditRow(
+            run.study,
+            run.label,
+            None,
+            None,
+            run.started_at,
+            VIOLATION,
+            f"study {study} was preregistered in commit {earlier[0].hexsha[:12]} "
+            "before this run started, but the manifest records no prereg commit",
+        )
+    return AuditRow(
+        run.study,
+        run.label,
+        None,
+        None,
+        run.started_at,
+        OK,
+        "not preregistered: no prediction judges this run",
+    )
 
 
 def _registration_rows(auditor: _Auditor) -> Iterator[AuditRow]:
@@ -444,9 +543,16 @@ def _registration_rows(auditor: _Auditor) -> Iterator[AuditRow]:
         if not history:
             continue
         runs = sum(1 for r in auditor.runs if (r.prereg.get("study") or r.study) == study)
-        yield AuditRow(study, REGISTRATION_ROW, history[0].hexsha, _time(history[0]).isoformat(),
-                       None, OK, f"first registration; {len(history)} commit(s) touch "
-                       f"{PREREG_ROOT}/{study}/; {runs} run manifest(s)")
+        yield AuditRow(
+            study,
+            REGISTRATION_ROW,
+            history[0].hexsha,
+            _time(history[0]).isoformat(),
+            None,
+            OK,
+            f"first registration; {len(history)} commit(s) touch "
+            f"{PREREG_ROOT}/{study}/; {runs} run manifest(s)",
+        )
 
 
 def _table_differences(written: str, recomputed: str) -> list[str]:
@@ -460,9 +566,10 @@ def _table_differences(written: str, recomputed: str) -> list[str]:
     for index, (row, again) in enumerate(zip(ours, theirs, strict=False), start=1):
         columns = [c for c in again if row.get(c) != again[c]]
         if columns:
-            found.append(f"row {index} ({again['comparison']}, N={again['n']}): "
-                         + ", ".join(f"{c} {row.get(c)!r} != recomputed {again[c]!r}"
-                                     for c in columns))
+            found.append(
+                f"row {index} ({again['comparison']}, N={again['n']}): "
+                + ", ".join(f"{c} {row.get(c)!r} != recomputed {again[c]!r}" for c in columns)
+            )
     return found
 
 
@@ -474,31 +581,49 @@ def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
         history = registrations(auditor.repo, study)
         if not history:
             continue
-        used = {str(r.prereg.get("commit")) for r in auditor.runs
-                if r.study == study and r.status == "complete" and r.prereg.get("commit")}
+        used = {
+            str(r.prereg.get("commit"))
+            for r in auditor.runs
+            if r.study == study and r.status == "complete" and r.prereg.get("commit")
+        }
         commits = [c for c in history if c.hexsha in used] or history[:1]
         commit = commits[-1]
         label = f"(decisions) {path.name}"
         where = (study, label, commit.hexsha, _time(commit).isoformat(), None)
         try:
             registration = read_registration(auditor.repo, study, commit.hexsha)
-            channels = collect_channels(sorted(p for p in (results / "runs" / study).glob("*")
-                                               if p.is_dir()), None, registration.profile)
-            recomputed, _ = decision_table(registration.study, registration.replicates,
-                                           registration.study_seed, channels,
-                                           registration.predictions, registration.criteria)
+            channels = collect_channels(
+                sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir()),
+                None,
+                registration.profile,
+            )
+            recomputed, _ = decision_table(
+                registration.study,
+                registration.replicates,
+                registration.study_seed,
+                channels,
+                registration.predictions,
+                registration.criteria,
+            )
         except (StageError, RunRecordError, KeyError, ValueError) as exc:
-            yield AuditRow(*where, VIOLATION, f"{path}: cannot be recomputed from the "
-                           f"registration and the run records ({exc})")
+            yield AuditRow(
+                *where,
+                VIOLATION,
+                f"{path}: cannot be recomputed from the registration and the run records ({exc})",
+            )
             continue
         differences = _table_differences(path.read_text(), recomputed)
         if differences:
-            yield AuditRow(*where, VIOLATION, f"{path} differs from its recomputation from "
-                           f"registration {commit.hexsha[:12]} and the run records: "
-                           + "; ".join(differences))
+            yield AuditRow(
+                *where,
+                VIOLATION,
+                f"{path} differs from its recomputation from "
+                f"registration {commit.hexsha[:12]} and the run records: " + "; ".join(differences),
+            )
         else:
-            yield AuditRow(*where, OK, "every row recomputed from the registration and the "
-                           "run records")
+            yield AuditRow(
+                *where, OK, "every row recomputed from the registration and the run records"
+            )
 
 
 def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
@@ -512,19 +637,33 @@ def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
         label = f"(ledger) {ledger_path(study)}"
         if committed_ledger_bytes(auditor.repo, study) is None:
             if (results / "decisions" / f"{study}.csv").exists():
-                yield AuditRow(study, label, None, None, None, VIOLATION,
-                               f"study {study} has a decision table but no committed ledger "
-                               "sealing its run records; run the seal stage")
+                yield AuditRow(
+                    study,
+                    label,
+                    None,
+                    None,
+                    None,
+                    VIOLATION,
+                    f"study {study} has a decision table but no committed ledger "
+                    "sealing its run records; run the seal stage",
+                )
             continue
-        problems = verify(auditor.repo.working_tree_dir, study, replicates,
-                          every_replicate=True)
+        problems = verify(auditor.repo.working_tree_dir, study, replicates, every_replicate=True)
         for problem in problems:
             run = problem.split(":", 1)[0].removeprefix("run ")
-            yield AuditRow(study, f"{study}/{run}", None, None, None, VIOLATION,
-                           f"{problem} (sealed in {ledger_path(study)})")
+            yield AuditRow(
+                study,
+                f"{study}/{run}",
+                None,
+                None,
+                None,
+                VIOLATION,
+                f"{problem} (sealed in {ledger_path(study)})",
+            )
         if not problems:
-            yield AuditRow(study, label, None, None, None, OK,
-                           "every run record file has its sealed sha256")
+            yield AuditRow(
+                study, label, None, None, None, OK, "every run record file has its sealed sha256"
+            )
 
 
 def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
@@ -532,8 +671,10 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     repo = open_repo(repo_dir)
     results = Path(results_dir)
     if not results.is_dir():
-        raise RearrivalError(f"results directory {results}: no such directory; run the "
-                             "pipeline first or pass the directory holding the run records")
+        raise RearrivalError(
+            f"results directory {results}: no such directory; run the "
+            "pipeline first or pass the directory holding the run records"
+        )
     loaded = [_load_run(p, results) for p in sorted(results.rglob("manifest.json"))]
     runs = [r for r in loaded if isinstance(r, _Run)]
     auditor = _Auditor(repo, runs)
@@ -541,5 +682,10 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     rows += [r if isinstance(r, AuditRow) else _audit_run(auditor, r) for r in loaded]
     rows += list(_decision_rows(auditor, results))
     rows += list(_ledger_rows(auditor, results))
-    return AuditReport(tuple(sorted(rows, key=lambda r: (r.study, r.run != REGISTRATION_ROW,
-                                                         r.run_start or "", r.run))))
+    return AuditReport(
+        tuple(
+            sorted(
+                rows, key=lambda r: (r.study, r.run != REGISTRATION_ROW, r.run_start or "", r.run)
+            )
+        )
+    )

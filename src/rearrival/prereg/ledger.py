@@ -53,8 +53,7 @@ def ledger_path(study: str) -> str:
 
 
 def ledger_bytes(study: str, hashes: dict[str, str]) -> bytes:
-    return (json.dumps({"study": study, "files": hashes}, indent=2, sort_keys=True)
-            + "\n").encode()
+    return (json.dumps({"study": study, "files": hashes}, indent=2, sort_keys=True) + "\n").encode()
 
 
 def seal(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], out: Path) -> dict[str, Any]:
@@ -67,11 +66,16 @@ def seal(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], out: Path) 
     if committed_ledger_bytes(repo, study) != data:
         atomic_write_bytes(target, data)
         ensure_identity(repo)
-        commit_paths(repo, [relative], f"ledger({study}): seal run records\n\n"
-                      f"{STUDY_TRAILER}: {study}\n")
+        commit_paths(
+            repo, [relative], f"ledger({study}): seal run records\n\n{STUDY_TRAILER}: {study}\n"
+        )
     commit = next(repo.iter_commits("HEAD", paths=[relative], max_count=1))
-    record = {"study": study, "commit": commit.hexsha, "ledger": relative,
-              "files": len(json.loads(data)["files"])}
+    record = {
+        "study": study,
+        "commit": commit.hexsha,
+        "ledger": relative,
+        "files": len(json.loads(data)["files"]),
+    }
     atomic_write_bytes(out, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return record
 
@@ -97,21 +101,26 @@ def differences(sealed: dict[str, str], found: dict[str, str]) -> list[str]:
         elif key not in sealed:
             problems.append(f"run {run}: file {name} added after sealing")
         elif sealed[key] != found[key]:
-            problems.append(f"run {run}: file {name} edited after sealing (sha256 "
-                            f"{found[key][:12]}, sealed {sealed[key][:12]})")
+            problems.append(
+                f"run {run}: file {name} edited after sealing (sha256 "
+                f"{found[key][:12]}, sealed {sealed[key][:12]})"
+            )
     return problems
 
 
-def verify(repo_dir: Path, study: str, replicate_dirs: Iterable[Path], *,
-           every_replicate: bool = False) -> list[str]:
+def verify(
+    repo_dir: Path, study: str, replicate_dirs: Iterable[Path], *, every_replicate: bool = False
+) -> list[str]:
     """Differences between the study's run records and its committed ledger; a study
     without a committed ledger yields one problem saying so. Only the replicates given
     are compared unless ``every_replicate`` (the audit: a sealed replicate that is gone
     is reported as removed)."""
     data = committed_ledger_bytes(open_repo(repo_dir), study)
     if data is None:
-        return [f"{ledger_path(study)}: no committed ledger for study {study}; run the seal "
-                "stage (snakemake results/ledger/<study>.json)"]
+        return [
+            f"{ledger_path(study)}: no committed ledger for study {study}; run the seal "
+            "stage (snakemake results/ledger/<study>.json)"
+        ]
     sealed = json.loads(data)["files"]
     dirs = list(replicate_dirs)
     found = file_hashes(dirs)
@@ -126,6 +135,8 @@ def require_sealed(repo_dir: Path, study: str, replicate_dirs: Iterable[Path]) -
     """Refuse run records that differ from their sealed hashes."""
     problems = verify(repo_dir, study, replicate_dirs)
     if problems:
-        raise LedgerError(f"study {study}: run records differ from {ledger_path(study)} as "
-                          f"committed: {'; '.join(problems)}; restore them from the measured "
-                          "records or re-measure under a new registration")
+        raise LedgerError(
+            f"study {study}: run records differ from {ledger_path(study)} as "
+            f"committed: {'; '.join(problems)}; restore them from the measured "
+            "records or re-measure under a new registration"
+        )

@@ -49,11 +49,18 @@ def registered_study(design: dict[str, Any], per_plan: list[dict[str, Any]]) -> 
     object, so their order (the first is the baseline) is read from the per-plan
     predictions, which list conditions in the study's order."""
     order = list(dict.fromkeys(row["configuration"] for row in per_plan))
-    return Study(name=design["study"], kind=design["kind"],
-                 description=design["description"], n=tuple(design["n"]),
-                 configurations=tuple(order), variants=tuple(design["variants"]),
-                 seed_block=design["seed_block"], rule=design["rule"],
-                 amends=design["amends"], repeats=design["repeats"])
+    return Study(
+        name=design["study"],
+        kind=design["kind"],
+        description=design["description"],
+        n=tuple(design["n"]),
+        configurations=tuple(order),
+        variants=tuple(design["variants"]),
+        seed_block=design["seed_block"],
+        rule=design["rule"],
+        amends=design["amends"],
+        repeats=design["repeats"],
+    )
 
 
 def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
@@ -64,18 +71,27 @@ def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
         try:
             files[name] = (repo.commit(commit).tree / path).data_stream.read()
         except KeyError:
-            raise StageError(f"{path}: not in prereg commit {commit[:12]}; re-run the prereg "
-                             "stage") from None
+            raise StageError(
+                f"{path}: not in prereg commit {commit[:12]}; re-run the prereg stage"
+            ) from None
     design = json.loads(files["design.json"])
     per_plan = json.loads(files["predictions.json"])["per_plan"]
     predictions = pd.DataFrame(per_plan)
     predictions["simulator"] = PREDICTION
-    criteria = DecisionCriteria.from_dict(json.loads(files["criteria.json"]),
-                                          f"preregistration/{study_name}/criteria.json at "
-                                          f"{commit[:12]}")
-    return Registration(commit, registered_study(design, per_plan), design["replicates"],
-                        design["study_seed"], criteria, predictions, files,
-                        registered_profile(repo, study_name, commit))
+    criteria = DecisionCriteria.from_dict(
+        json.loads(files["criteria.json"]),
+        f"preregistration/{study_name}/criteria.json at {commit[:12]}",
+    )
+    return Registration(
+        commit,
+        registered_study(design, per_plan),
+        design["replicates"],
+        design["study_seed"],
+        criteria,
+        predictions,
+        files,
+        registered_profile(repo, study_name, commit),
+    )
 
 
 def registered_profile(repo: Any, study_name: str, commit: str) -> Profile:
@@ -96,21 +112,26 @@ def prediction_difference(working: pd.DataFrame, registered: pd.DataFrame) -> st
     """The first per-plan prediction (base simulator) that differs from the registered
     one, as text; None when the working predictions are what was registered."""
     keys = PER_PLAN_KEYS[:4]
-    mine = (working[working["simulator"] == PREDICTION][PER_PLAN_KEYS]
-            .sort_values(keys).reset_index(drop=True))
+    mine = (
+        working[working["simulator"] == PREDICTION][PER_PLAN_KEYS]
+        .sort_values(keys)
+        .reset_index(drop=True)
+    )
     theirs = registered[PER_PLAN_KEYS].sort_values(keys).reset_index(drop=True)
     if len(mine) != len(theirs):
         return f"{len(mine)} per-plan predictions, {len(theirs)} registered"
-    for ours, reg in zip(mine.itertuples(index=False), theirs.itertuples(index=False),
-                         strict=True):
+    for ours, reg in zip(mine.itertuples(index=False), theirs.itertuples(index=False), strict=True):
         if tuple(ours) != tuple(reg):
-            return (f"N={reg.n} replicate {reg.replicate} {reg.configuration}-{reg.variant}: "
-                    f"device_s {ours.device_s!r}, registered {reg.device_s!r}")
+            return (
+                f"N={reg.n} replicate {reg.replicate} {reg.configuration}-{reg.variant}: "
+                f"device_s {ours.device_s!r}, registered {reg.device_s!r}"
+            )
     return None
 
 
-def registration_for_decision(repo_dir: Path, study_name: str, prereg_path: Path,
-                              predictions_path: Path) -> Registration:
+def registration_for_decision(
+    repo_dir: Path, study_name: str, prereg_path: Path, predictions_path: Path
+) -> Registration:
     """The registration a decision uses, refusing when the working copy disagrees: the
     record must name a registration of the study on HEAD's history, the working
     preregistration files must be the committed ones, and the working predictions must
@@ -120,21 +141,28 @@ def registration_for_decision(repo_dir: Path, study_name: str, prereg_path: Path
     commit = json.loads(prereg_path.read_text())["commit"]
     repo = open_repo(repo_dir)
     if commit not in {c.hexsha for c in registrations(repo, study_name)}:
-        raise StageError(f"{prereg_path}: commit {commit[:12]} is not a registration of study "
-                         f"{study_name} on HEAD's history; re-run the prereg stage")
+        raise StageError(
+            f"{prereg_path}: commit {commit[:12]} is not a registration of study "
+            f"{study_name} on HEAD's history; re-run the prereg stage"
+        )
     registration = read_registration(repo, study_name, commit)
     root = Path(repo.working_tree_dir)
     for name, data in registration.files.items():
         path = root / "preregistration" / study_name / name
         if not path.exists() or path.read_bytes() != data:
-            raise StageError(f"preregistration/{study_name}/{name}: the working copy differs "
-                             f"from registration commit {commit[:12]}; decisions use what was "
-                             f"registered, so restore it (git checkout -- {path})")
-    difference = prediction_difference(read_frame(predictions_path, "predict"),
-                                       registration.predictions)
+            raise StageError(
+                f"preregistration/{study_name}/{name}: the working copy differs "
+                f"from registration commit {commit[:12]}; decisions use what was "
+                f"registered, so restore it (git checkout -- {path})"
+            )
+    difference = prediction_difference(
+        read_frame(predictions_path, "predict"), registration.predictions
+    )
     if difference is not None:
-        raise StageError(f"{predictions_path}: differs from the predictions registered in "
-                         f"commit {commit[:12]} ({difference}); decisions use what was "
-                         "registered, so re-run the predict stage from the registered plans "
-                         "or restore the file")
+        raise StageError(
+            f"{predictions_path}: differs from the predictions registered in "
+            f"commit {commit[:12]} ({difference}); decisions use what was "
+            "registered, so re-run the predict stage from the registered plans "
+            "or restore the file"
+        )
     return registration

@@ -110,8 +110,13 @@ class RegisteredPlan:
     variant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"replicate": self.replicate, "n": self.n, "seed": self.seed,
-                "sha256": self.sha256, "variant": self.variant}
+        return {
+            "replicate": self.replicate,
+            "n": self.n,
+            "seed": self.seed,
+            "sha256": self.sha256,
+            "variant": self.variant,
+        }
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,7 @@ class PlanRegistry:
     plans: tuple[RegisteredPlan, ...]
 
     def to_json(self) -> dict[str, Any]:
-        ordered = sorted(self.plans, key=lambda p: (p.n, p.replicate, p.variant or "",
-                                                    p.sha256))
+        ordered = sorted(self.plans, key=lambda p: (p.n, p.replicate, p.variant or "", p.sha256))
         return {"validation": self.validation, "plans": [p.to_json() for p in ordered]}
 
 
@@ -146,19 +150,24 @@ def parse_plan_registry(data: bytes | Mapping[str, Any], source: str) -> PlanReg
         try:
             raw = json.loads(data)
         except ValueError as exc:
-            raise PreregError(f"{source}: not valid JSON ({exc}); write it as a JSON object "
-                              "with keys validation and plans") from exc
+            raise PreregError(
+                f"{source}: not valid JSON ({exc}); write it as a JSON object "
+                "with keys validation and plans"
+            ) from exc
     if not isinstance(raw, Mapping):
         raise PreregError(f"{source}: must be a JSON object with keys validation and plans")
     if not isinstance(raw.get("validation"), bool):
         raise PreregError(f"{source}: field validation must be true or false")
     entries = raw.get("plans")
     if not isinstance(entries, list):
-        raise PreregError(f"{source}: field plans must be a list of "
-                          "{replicate, n, seed, sha256, variant} objects")
-    return PlanRegistry(raw["validation"],
-                        tuple(_registered_plan(e, f"{source}: plans[{i}]")
-                              for i, e in enumerate(entries)))
+        raise PreregError(
+            f"{source}: field plans must be a list of "
+            "{replicate, n, seed, sha256, variant} objects"
+        )
+    return PlanRegistry(
+        raw["validation"],
+        tuple(_registered_plan(e, f"{source}: plans[{i}]") for i, e in enumerate(entries)),
+    )
 
 
 def _registered_plan(entry: Any, where: str) -> RegisteredPlan:
@@ -176,8 +185,7 @@ def _registered_plan(entry: Any, where: str) -> RegisteredPlan:
         raise PreregError(f"{where}.sha256: must be 64 lowercase hex digits (Plan.sha256())")
     variant = entry.get("variant")
     if variant is not None and not isinstance(variant, str):
-        raise PreregError(f"{where}.variant: must be a variant name (wait, control, equal) "
-                          "or null")
+        raise PreregError(f"{where}.variant: must be a variant name (wait, control, equal) or null")
     return RegisteredPlan(entry["replicate"], entry["n"], seed, sha, variant)
 
 
@@ -189,10 +197,13 @@ def open_repo(repo_dir: str | Path) -> Any:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise PreregError(
             f"{path}: not a git repository; run `git init {path}` (and commit) or give "
-            "the repository's top-level directory") from None
+            "the repository's top-level directory"
+        ) from None
     if repo.bare or repo.working_tree_dir is None:
-        raise PreregError(f"{path}: is a bare git repository; preregistration needs a "
-                          "working tree, so give a checkout")
+        raise PreregError(
+            f"{path}: is a bare git repository; preregistration needs a "
+            "working tree, so give a checkout"
+        )
     return repo
 
 
@@ -214,8 +225,9 @@ def ensure_identity(repo: Any) -> None:
 
 def _check_name(value: str, what: str, fix: str) -> None:
     if not _NAME_RE.match(value):
-        raise PreregError(f"{what} '{value}': use letters, digits, '.', '_' or '-' "
-                          f"(no path separators); {fix}")
+        raise PreregError(
+            f"{what} '{value}': use letters, digits, '.', '_' or '-' (no path separators); {fix}"
+        )
 
 
 def _file_bytes(name: str, content: bytes | str | Mapping[str, Any], study: str) -> bytes:
@@ -227,8 +239,10 @@ def _file_bytes(name: str, content: bytes | str | Mapping[str, Any], study: str)
     elif isinstance(content, Mapping):
         data = (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
     else:
-        raise PreregError(f"preregistration/{study}/{name}: content must be bytes, str or a "
-                          f"JSON object, got {type(content).__name__}")
+        raise PreregError(
+            f"preregistration/{study}/{name}: content must be bytes, str or a "
+            f"JSON object, got {type(content).__name__}"
+        )
     if is_plan_registry(name):
         parse_plan_registry(data, f"preregistration/{study}/{name}")
     return data
@@ -266,9 +280,11 @@ def record_at(repo: Any, commit: Any, study: str) -> PreregRecord:
     """The registration in force at ``commit``: all of the study's files there."""
     files = tuple(
         PreregFile(path, hashlib.sha256(blob.data_stream.read()).hexdigest())
-        for path, blob in sorted(_tree_files(commit, study).items()))
-    return PreregRecord(study, commit.hexsha, _iso(commit), files,
-                        _trailer(commit.message, AMENDS_TRAILER))
+        for path, blob in sorted(_tree_files(commit, study).items())
+    )
+    return PreregRecord(
+        study, commit.hexsha, _iso(commit), files, _trailer(commit.message, AMENDS_TRAILER)
+    )
 
 
 def registrations(repo: Any, study: str) -> list[Any]:
@@ -287,13 +303,17 @@ def _resolve_amended(repo: Any, study: str, amendment_of: str) -> str:
     try:
         commit = repo.commit(amendment_of)
     except bad_revision_errors() as exc:
-        raise PreregError(f"amendment_of '{amendment_of}': no such commit in "
-                          f"{repo.working_tree_dir} ({type(exc).__name__}); pass the sha of "
-                          f"a registration of study {study}") from None
+        raise PreregError(
+            f"amendment_of '{amendment_of}': no such commit in "
+            f"{repo.working_tree_dir} ({type(exc).__name__}); pass the sha of "
+            f"a registration of study {study}"
+        ) from None
     if not repo.is_ancestor(commit.hexsha, "HEAD") or not _tree_files(commit, study):
-        raise PreregError(f"amendment_of '{amendment_of}': commit {commit.hexsha[:12]} holds "
-                          f"no {_study_dir(study)}/ on HEAD's history; pass the sha of a "
-                          f"registration of study {study}")
+        raise PreregError(
+            f"amendment_of '{amendment_of}': commit {commit.hexsha[:12]} holds "
+            f"no {_study_dir(study)}/ on HEAD's history; pass the sha of a "
+            f"registration of study {study}"
+        )
     return commit.hexsha
 
 
@@ -307,9 +327,11 @@ def commit_paths(repo: Any, paths: list[str], message: str) -> None:
         except git.GitCommandError as exc:
             if "index.lock" not in str(exc) or attempt == _LOCK_RETRIES - 1:
                 detail = " ".join(str(exc.stderr or exc).split())
-                raise PreregError(f"{repo.working_tree_dir}: git commit of {', '.join(paths)} "
-                                  f"failed ({detail}); fix the repository state and re-run "
-                                  "the prereg stage") from None
+                raise PreregError(
+                    f"{repo.working_tree_dir}: git commit of {', '.join(paths)} "
+                    f"failed ({detail}); fix the repository state and re-run "
+                    "the prereg stage"
+                ) from None
             time.sleep(_LOCK_WAIT_S)
 
 
@@ -326,17 +348,28 @@ def write_study_record(repo: Any, study: str, records_dir: Path) -> Path:
     history = registrations(repo, study)
     current = record_at(repo, history[-1], study).to_json()
     current["history"] = [
-        {"commit": c.hexsha, "committed_at": _iso(c),
-         "amendment_of": _trailer(c.message, AMENDS_TRAILER)} for c in history]
+        {
+            "commit": c.hexsha,
+            "committed_at": _iso(c),
+            "amendment_of": _trailer(c.message, AMENDS_TRAILER),
+        }
+        for c in history
+    ]
     path = records_dir / f"{study}.json"
     _write_if_changed(path, current)
     return path
 
 
-def register(repo_dir: str | Path, study: str,
-             files: Mapping[str, bytes | str | Mapping[str, Any]], *, message: str,
-             amendment_of: str | None = None,
-             records_dir: str | Path | None = None, write_record: bool = True) -> PreregRecord:
+def register(
+    repo_dir: str | Path,
+    study: str,
+    files: Mapping[str, bytes | str | Mapping[str, Any]],
+    *,
+    message: str,
+    amendment_of: str | None = None,
+    records_dir: str | Path | None = None,
+    write_record: bool = True,
+) -> PreregRecord:
     """Commit a study's predictions and criteria before any run they judge (SPEC 9).
 
     Writes ``files`` under ``preregistration/<study>/`` (dicts as key-sorted JSON) and
@@ -350,14 +383,18 @@ def register(repo_dir: str | Path, study: str,
     """
     _check_name(study, "study", "rename the study in config/config.yaml")
     if not files:
-        raise PreregError(f"preregistration/{study}/: no files given; pass the predictions "
-                          "and criteria to register")
+        raise PreregError(
+            f"preregistration/{study}/: no files given; pass the predictions "
+            "and criteria to register"
+        )
     for name in files:
         _check_name(name, f"preregistration/{study}/ file", "give it a plain file name")
     repo = open_repo(repo_dir)
     root = Path(repo.working_tree_dir)
-    wanted = {f"{_study_dir(study)}/{name}": _file_bytes(name, content, study)
-              for name, content in files.items()}
+    wanted = {
+        f"{_study_dir(study)}/{name}": _file_bytes(name, content, study)
+        for name, content in files.items()
+    }
     head = _head_commit(repo)
     existing = _tree_files(head, study) if head is not None else {}
     new_paths = _new_paths(wanted, existing, study, amendment_of)
@@ -374,38 +411,47 @@ def register(repo_dir: str | Path, study: str,
         commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
     record = record_at(repo, _latest(repo, sorted(wanted)), study)
     if write_record:
-        records = (Path(records_dir) if records_dir is not None
-                   else root / "results" / RECORDS_SUBDIR)
+        records = (
+            Path(records_dir) if records_dir is not None else root / "results" / RECORDS_SUBDIR
+        )
         write_study_record(repo, study, records)
     return record
 
 
-def _new_paths(wanted: dict[str, bytes], existing: dict[str, Any], study: str,
-               amendment_of: str | None) -> set[str]:
+def _new_paths(
+    wanted: dict[str, bytes], existing: dict[str, Any], study: str, amendment_of: str | None
+) -> set[str]:
     """Paths to commit; refuses rewrites, and additions to a study without an amendment."""
     for path, data in wanted.items():
         if path in existing and existing[path].data_stream.read() != data:
             raise PreregError(
                 f"{path}: already registered with different content and registered files "
                 "never change; register the change as an amendment under a new file name "
-                "(e.g. amendment-01-tau.json) with amendment_of")
+                "(e.g. amendment-01-tau.json) with amendment_of"
+            )
     new = {path for path in wanted if path not in existing}
     if new and existing and amendment_of is None:
         raise PreregError(
             f"{_study_dir(study)}/: study {study} is already registered, so adding "
             f"{', '.join(sorted(new))} is an amendment; pass amendment_of with the "
-            "sha of the registration it amends")
+            "sha of the registration it amends"
+        )
     if amendment_of is not None and not existing:
-        raise PreregError(f"{_study_dir(study)}/: nothing registered yet, so there is nothing "
-                          "to amend; register without amendment_of first")
+        raise PreregError(
+            f"{_study_dir(study)}/: nothing registered yet, so there is nothing "
+            "to amend; register without amendment_of first"
+        )
     return new
 
 
 def _working_tree_problem(root: Path, study: str, committed: dict[str, Any]) -> str | None:
     """First difference between the working tree and HEAD's prereg files, as advice."""
     fix = "commit it or re-run the prereg stage (`rearrival prereg`)"
-    on_disk = {p.relative_to(root).as_posix(): p
-               for p in sorted((root / _study_dir(study)).rglob("*")) if p.is_file()}
+    on_disk = {
+        p.relative_to(root).as_posix(): p
+        for p in sorted((root / _study_dir(study)).rglob("*"))
+        if p.is_file()
+    }
     for path, blob in sorted(committed.items()):
         if path not in on_disk:
             return f"{path}: committed but missing from the working tree; restore it from git"
@@ -427,17 +473,20 @@ def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
     head = _head_commit(repo)
     committed = _tree_files(head, study) if head is not None else {}
     if not committed:
-        raise PreregError(f"{_study_dir(study)}/: no committed preregistration for study "
-                          f"{study}; run the prereg stage (`rearrival prereg {study}`) "
-                          "before measuring")
+        raise PreregError(
+            f"{_study_dir(study)}/: no committed preregistration for study "
+            f"{study}; run the prereg stage (`rearrival prereg {study}`) "
+            "before measuring"
+        )
     problem = _working_tree_problem(Path(repo.working_tree_dir), study, committed)
     if problem:
         raise PreregError(f"run of study {study} refused: {problem}")
     return record_at(repo, registrations(repo, study)[-1], study)
 
 
-def registered_json(repo_dir: str | Path, study: str,
-                    names: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+def registered_json(
+    repo_dir: str | Path, study: str, names: Iterable[str]
+) -> tuple[str, dict[str, Any]] | None:
     """The named JSON files of a study's registration as committed at HEAD, with the sha
     of the commit that first registered the study; None when the study (or the directory
     as a git repository) has no registration. Read from git objects, never the working
@@ -452,8 +501,9 @@ def registered_json(repo_dir: str | Path, study: str,
     if not committed or any(blob is None for blob in wanted.values()):
         return None
     first = registrations(repo, study)[0]
-    return first.hexsha, {name: json.loads(blob.data_stream.read())
-                          for name, blob in wanted.items()}
+    return first.hexsha, {
+        name: json.loads(blob.data_stream.read()) for name, blob in wanted.items()
+    }
 
 
 def parse_utc(value: Any, where: str) -> datetime:
@@ -463,8 +513,9 @@ def parse_utc(value: Any, where: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise PreregError(f"{where}: '{value}' is not ISO 8601; write e.g. "
-                          "2026-06-01T12:00:00+00:00") from None
+        raise PreregError(
+            f"{where}: '{value}' is not ISO 8601; write e.g. 2026-06-01T12:00:00+00:00"
+        ) from None
     if parsed.tzinfo is None:
         raise PreregError(f"{where}: '{value}' has no UTC offset; append +00:00")
     return parsed
@@ -480,8 +531,7 @@ def starts_after(run_start: datetime, commit_time: datetime) -> bool:
     return run_start >= commit_time
 
 
-def prereg_in_force(repo_dir: str | Path, study: str,
-                    at: datetime | str) -> PreregRecord | None:
+def prereg_in_force(repo_dir: str | Path, study: str, at: datetime | str) -> PreregRecord | None:
     """The registration (with amendments) that applies to a run started at ``at``.
 
     Amendments apply only to runs after them (paper Section II-D: the amended tau rule
@@ -490,8 +540,11 @@ def prereg_in_force(repo_dir: str | Path, study: str,
     """
     start = parse_utc(at, "at") if isinstance(at, str) else at
     repo = open_repo(repo_dir)
-    before = [c for c in registrations(repo, study)
-              if starts_after(start, datetime.fromtimestamp(c.committed_date, UTC))]
+    before = [
+        c
+        for c in registrations(repo, study)
+        if starts_after(start, datetime.fromtimestamp(c.committed_date, UTC))
+    ]
     return record_at(repo, before[-1], study) if before else None
 
 
@@ -500,19 +553,26 @@ def read_prepared_files(sources: Iterable[str | Path]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for source in map(Path, sources):
         if source.is_dir():
-            paths = sorted(p for p in source.iterdir() if p.is_file()
-                           and not p.name.startswith("."))
+            paths = sorted(
+                p for p in source.iterdir() if p.is_file() and not p.name.startswith(".")
+            )
         elif source.is_file():
             paths = [source]
         else:
-            raise PreregError(f"prepared file {source}: no such file or directory; pass the "
-                              "prepared prediction/criteria files or their directory")
+            raise PreregError(
+                f"prepared file {source}: no such file or directory; pass the "
+                "prepared prediction/criteria files or their directory"
+            )
         for path in paths:
             if path.name in out:
-                raise PreregError(f"prepared file {path}: a second file named {path.name}; "
-                                  "prereg file names must be unique within a study")
+                raise PreregError(
+                    f"prepared file {path}: a second file named {path.name}; "
+                    "prereg file names must be unique within a study"
+                )
             out[path.name] = path.read_bytes()
     if not out:
-        raise PreregError("prepared files: none found; pass the prepared prediction/criteria "
-                          "files or a directory holding them")
+        raise PreregError(
+            "prepared files: none found; pass the prepared prediction/criteria "
+            "files or a directory holding them"
+        )
     return out

@@ -65,8 +65,14 @@ def parse_histogram(text: Any) -> dict[tuple[int, int], int]:
     return out
 
 
-def condition_sums(channels: pd.DataFrame | None, n: int, configuration: str, variant: str,
-                   replicates: int, condition: str | None = None) -> Sums | None:
+def condition_sums(
+    channels: pd.DataFrame | None,
+    n: int,
+    configuration: str,
+    variant: str,
+    replicates: int,
+    condition: str | None = None,
+) -> Sums | None:
     """Sums over the complete runs of one condition at N; ``None`` when it has none."""
     if channels is None or channels.empty:
         return None
@@ -81,14 +87,21 @@ def condition_sums(channels: pd.DataFrame | None, n: int, configuration: str, va
     per_replicate = {int(r["replicate"]): r for r in runs.to_dict("records")}
     return Sums(
         replicates=len(runs),
-        a_s=math.fsum(runs["a_s"]), a_decode_s=math.fsum(runs["a_decode_s"]),
-        a_prefill_s=math.fsum(runs["a_prefill_s"]), b_s=math.fsum(runs["b_s"]),
+        a_s=math.fsum(runs["a_s"]),
+        a_decode_s=math.fsum(runs["a_decode_s"]),
+        a_prefill_s=math.fsum(runs["a_prefill_s"]),
+        b_s=math.fsum(runs["b_s"]),
         r_s=math.fsum(runs["r_s"]),
-        reuse_hits=int(runs["reuse_hits"].sum()), re_arrivals=int(runs["re_arrivals"].sum()),
+        reuse_hits=int(runs["reuse_hits"].sum()),
+        re_arrivals=int(runs["re_arrivals"].sum()),
         rearrival_tokens=int(runs["computed_prefill_tokens"].sum()),
         total_tokens=int(runs["total_computed_tokens"].sum()),
-        decode_steps=int(runs["decode_steps"].sum()), histogram=dict(sorted(histogram.items())),
-        run_ids=tuple(runs["run_id"]), missing=side.missing, per_replicate=per_replicate)
+        decode_steps=int(runs["decode_steps"].sum()),
+        histogram=dict(sorted(histogram.items())),
+        run_ids=tuple(runs["run_id"]),
+        missing=side.missing,
+        per_replicate=per_replicate,
+    )
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -99,8 +112,11 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def paired(reference: Sums | None, changed: Sums | None) -> bool:
     """Ratios only between conditions whose replicate sets match exactly."""
-    return (reference is not None and changed is not None
-            and set(reference.per_replicate) == set(changed.per_replicate))
+    return (
+        reference is not None
+        and changed is not None
+        and set(reference.per_replicate) == set(changed.per_replicate)
+    )
 
 
 def ids(*groups: Iterable[str]) -> str:
@@ -109,8 +125,10 @@ def ids(*groups: Iterable[str]) -> str:
 
 def missing_notes(label: str, sums: Sums | None) -> list[str]:
     if sums is not None and sums.missing:
-        return [f"{label}: incomplete ({sums.missing}); sums cover "
-                f"{sums.replicates} complete run(s) only."]
+        return [
+            f"{label}: incomplete ({sums.missing}); sums cover "
+            f"{sums.replicates} complete run(s) only."
+        ]
     return []
 
 
@@ -137,8 +155,9 @@ def condition_rows(res: Results, study: Study, notes: list[str]) -> list[dict[st
         for conf in study.configurations:
             for variant in study.variants:
                 label = condition_label(study, conf, variant)
-                sums[(conf, variant)] = condition_sums(channels, n, conf, variant, replicates,
-                                                       label)
+                sums[(conf, variant)] = condition_sums(
+                    channels, n, conf, variant, replicates, label
+                )
         for (conf, variant), s in sums.items():
             if s is None:
                 notes.append(f"{study.name} N={n} {conf}-{variant}: no complete run.")
@@ -148,21 +167,36 @@ def condition_rows(res: Results, study: Study, notes: list[str]) -> list[dict[st
             first = sums.get((conf, study.variants[0]))
             configuration = res.configuration(conf) or run_configuration(channels, conf)
             row = {
-                "study": study.name, "n": n, "configuration": conf,
-                "label": configuration_cell(configuration), "variant": variant,
-                "replicates": s.replicates, "reuse": s.reuse, "reuse_hits": s.reuse_hits,
-                "re_arrivals": s.re_arrivals, "rearrival_tokens": s.rearrival_tokens,
-                "total_tokens": s.total_tokens, "decode_steps": s.decode_steps,
-                "padding_ratio": s.padding_ratio, "a_s": s.a_s, "a_prefill_s": s.a_prefill_s,
-                "a_decode_s": s.a_decode_s, "b_s": s.b_s, "run_ids": ids(s.run_ids),
+                "study": study.name,
+                "n": n,
+                "configuration": conf,
+                "label": configuration_cell(configuration),
+                "variant": variant,
+                "replicates": s.replicates,
+                "reuse": s.reuse,
+                "reuse_hits": s.reuse_hits,
+                "re_arrivals": s.re_arrivals,
+                "rearrival_tokens": s.rearrival_tokens,
+                "total_tokens": s.total_tokens,
+                "decode_steps": s.decode_steps,
+                "padding_ratio": s.padding_ratio,
+                "a_s": s.a_s,
+                "a_prefill_s": s.a_prefill_s,
+                "a_decode_s": s.a_decode_s,
+                "b_s": s.b_s,
+                "run_ids": ids(s.run_ids),
             }
             if paired(base, s) and conf != study.baseline:
-                row.update({
-                    "delta_rearrival_tokens": s.rearrival_tokens - base.rearrival_tokens,
-                    "delta_total_tokens": s.total_tokens - base.total_tokens,
-                    "prefill_ratio": ratio(s.a_prefill_s, base.a_prefill_s),
-                    "decode_ratio": ratio(s.a_decode_s, base.a_decode_s),
-                    "a_ratio": ratio(s.a_s, base.a_s), "b_ratio": ratio(s.b_s, base.b_s)})
+                row.update(
+                    {
+                        "delta_rearrival_tokens": s.rearrival_tokens - base.rearrival_tokens,
+                        "delta_total_tokens": s.total_tokens - base.total_tokens,
+                        "prefill_ratio": ratio(s.a_prefill_s, base.a_prefill_s),
+                        "decode_ratio": ratio(s.a_decode_s, base.a_decode_s),
+                        "a_ratio": ratio(s.a_s, base.a_s),
+                        "b_ratio": ratio(s.b_s, base.b_s),
+                    }
+                )
             if paired(first, s) and variant != study.variants[0]:
                 row["a_ratio_vs_first_variant"] = ratio(s.a_s, first.a_s)
             rows.append(row)
@@ -192,7 +226,11 @@ def grid_studies(res: Results) -> list[Study]:
         confs = [res.configuration(c) for c in study.configurations]
         if len(confs) > 1 and all(c is not None for c in confs):
             base = confs[0]
-            if all(c.batch_size == base.batch_size and c.slots == base.slots
-                   and c.buckets != base.buckets for c in confs[1:]):
+            if all(
+                c.batch_size == base.batch_size
+                and c.slots == base.slots
+                and c.buckets != base.buckets
+                for c in confs[1:]
+            ):
                 out.append(study)
     return out

@@ -12,8 +12,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-BUCKET_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
-                  "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+BUCKET_COLOURS = (
+    "#4c72b0",
+    "#dd8452",
+    "#55a868",
+    "#c44e52",
+    "#8172b3",
+    "#937860",
+    "#da8bc3",
+    "#8c8c8c",
+    "#ccb974",
+    "#64b5cd",
+)
 
 
 @dataclass(frozen=True)

@@ -96,14 +96,13 @@ class PaperNumber:
     @property
     def decimals(self) -> int:
         """Decimals the paper prints the number with (from ``text``)."""
-        return max((len(m.group(1) or "") for m in PRINTED_NUMBER.finditer(self.text)),
-                   default=0)
+        return max((len(m.group(1) or "") for m in PRINTED_NUMBER.finditer(self.text)), default=0)
 
     @property
     def half_unit(self) -> float:
         """Half a unit of the last digit the paper prints, in table units: how far a value
         may lie from the printed one and still be printed the same."""
-        return 0.5 * 10.0 ** -self.decimals * self.scale
+        return 0.5 * 10.0**-self.decimals * self.scale
 
     @property
     def bounds(self) -> tuple[float, float] | None:
@@ -173,30 +172,40 @@ def parse_count(value: Any) -> tuple[int, int] | None:
 
 def _entry(raw: Any, index: int, source: str) -> PaperNumber:
     if not isinstance(raw, dict) or not raw.get("id"):
-        raise PaperNumbersError(f"{source}: numbers[{index}] needs an 'id' and the fields "
-                                f"{', '.join(PROVENANCE)}")
+        raise PaperNumbersError(
+            f"{source}: numbers[{index}] needs an 'id' and the fields {', '.join(PROVENANCE)}"
+        )
     where = f"{source}: numbers[{index}] ({raw['id']})"
     for key in (*PROVENANCE, "hardware"):
         if raw.get(key) in (None, ""):
-            raise PaperNumbersError(f"{where}: field '{key}' is missing; every number needs "
-                                    f"its {', '.join(PROVENANCE)} and hardware flag")
+            raise PaperNumbersError(
+                f"{where}: field '{key}' is missing; every number needs "
+                f"its {', '.join(PROVENANCE)} and hardware flag"
+            )
     shapes = [k for k in ("value", "low", "values") if k in raw]
     if len(shapes) != 1 or ("low" in raw) != ("high" in raw):
-        raise PaperNumbersError(f"{where}: give exactly one of 'value', 'low'+'high' or "
-                                "'values'")
+        raise PaperNumbersError(f"{where}: give exactly one of 'value', 'low'+'high' or 'values'")
     slots = []
     for slot in raw.get("tables", []):
         if not {"id", "match", "column"} <= set(slot):
             raise PaperNumbersError(f"{where}: each of 'tables' needs id, match and column")
-        slots.append(TableSlot(str(slot["id"]), tuple(slot["match"].items()),
-                               str(slot["column"])))
+        slots.append(TableSlot(str(slot["id"]), tuple(slot["match"].items()), str(slot["column"])))
     return PaperNumber(
-        id=str(raw["id"]), unit=str(raw["unit"]), text=str(raw["text"]),
-        where=str(raw["where"]), experiment=str(raw["experiment"]),
-        measures=str(raw["measures"]), quote=str(raw["quote"]), hardware=bool(raw["hardware"]),
-        value=raw.get("value"), low=raw.get("low"), high=raw.get("high"),
-        values=tuple(float(v) for v in raw.get("values", ())), of=raw.get("of"),
-        tables=tuple(slots))
+        id=str(raw["id"]),
+        unit=str(raw["unit"]),
+        text=str(raw["text"]),
+        where=str(raw["where"]),
+        experiment=str(raw["experiment"]),
+        measures=str(raw["measures"]),
+        quote=str(raw["quote"]),
+        hardware=bool(raw["hardware"]),
+        value=raw.get("value"),
+        low=raw.get("low"),
+        high=raw.get("high"),
+        values=tuple(float(v) for v in raw.get("values", ())),
+        of=raw.get("of"),
+        tables=tuple(slots),
+    )
 
 
 def load_paper_numbers(path: Path | str | None = None) -> dict[str, PaperNumber]:
@@ -227,10 +236,19 @@ def load_paper_numbers(path: Path | str | None = None) -> dict[str, PaperNumber]
 def _paper_columns(column: Column, number: PaperNumber) -> tuple[Column, Column]:
     numeric = number.number is not None and number.of is None
     paper_fmt = column.fmt if numeric and column.fmt != "str" else "str"
-    diff_fmt = ("str" if number.is_label else "int" if number.of is not None
-                else column.fmt if column.fmt != "str" else "f4")
-    return (Column(f"paper:{column.key}", f"{column.header} (paper)", paper_fmt),
-            Column(f"diff:{column.key}", f"{column.header}: this run - paper", diff_fmt))
+    diff_fmt = (
+        "str"
+        if number.is_label
+        else "int"
+        if number.of is not None
+        else column.fmt
+        if column.fmt != "str"
+        else "f4"
+    )
+    return (
+        Column(f"paper:{column.key}", f"{column.header} (paper)", paper_fmt),
+        Column(f"diff:{column.key}", f"{column.header}: this run - paper", diff_fmt),
+    )
 
 
 def _paper_cell(number: PaperNumber) -> Any:
@@ -274,9 +292,11 @@ def with_paper(table: Table, numbers: dict[str, PaperNumber]) -> Table:
         parts.append(Part(part.name, tuple(columns), tuple(rows)))
     if not joined:
         return table
-    note = ("Paper columns: the value the paper publishes for the same study, N, "
-            "configuration and variant (src/rearrival/data/paper_numbers.yaml, each with its "
-            "sentence); difference = this run - paper (for 'k/m' counts, k when m agrees; "
-            "for a stated range, the distance outside it). 'selected' is compared with the "
-            "paper's pick {1,4,6,8,10,16}/16 whatever this run's search picked.")
+    note = (
+        "Paper columns: the value the paper publishes for the same study, N, "
+        "configuration and variant (src/rearrival/data/paper_numbers.yaml, each with its "
+        "sentence); difference = this run - paper (for 'k/m' counts, k when m agrees; "
+        "for a stated range, the distance outside it). 'selected' is compared with the "
+        "paper's pick {1,4,6,8,10,16}/16 whatever this run's search picked."
+    )
     return replace(table, parts=tuple(parts), notes=(*table.notes, note))

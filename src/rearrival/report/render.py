@@ -63,7 +63,8 @@ class Provenance:
     @property
     def emulated(self) -> bool:
         return any(b != HARDWARE for b in self.backends) or (
-            not self.backends and self.configured_backend != HARDWARE)
+            not self.backends and self.configured_backend != HARDWARE
+        )
 
     @property
     def hardware(self) -> bool:
@@ -84,11 +85,22 @@ def provenance(res: Results) -> Provenance:
     prereg = []
     for name in res.cfg.studies:
         record = res.prereg(name)
-        prereg.append({"study": name, "commit": (record or {}).get("commit"),
-                       "committed_at": (record or {}).get("committed_at"),
-                       "registrations": len((record or {}).get("history", []))})
-    return Provenance(tuple(res.backends()), res.cfg.backend, tool_table_for(res.cfg).source,
-                      software, software_from, tuple(prereg))
+        prereg.append(
+            {
+                "study": name,
+                "commit": (record or {}).get("commit"),
+                "committed_at": (record or {}).get("committed_at"),
+                "registrations": len((record or {}).get("history", [])),
+            }
+        )
+    return Provenance(
+        tuple(res.backends()),
+        res.cfg.backend,
+        tool_table_for(res.cfg).source,
+        software,
+        software_from,
+        tuple(prereg),
+    )
 
 
 # --- reading the results ----------------------------------------------------------------
@@ -108,13 +120,17 @@ def _pct(value: Any) -> str:
 
 def reading_backend(prov: Provenance) -> str:
     if prov.hardware and not prov.emulated:
-        return ("Every run in this report was measured on real hardware (backend rbln); "
-                "channel A prices the logged steps with the measured profile.")
+        return (
+            "Every run in this report was measured on real hardware (backend rbln); "
+            "channel A prices the logged steps with the measured profile."
+        )
     names = ", ".join(prov.backends) or f"{prov.configured_backend} (configured; no runs yet)"
-    return (f"Every run in this report comes from the emulated substrate (backend {names}), "
-            "a virtual-time digital twin of the measured stack. These numbers are not "
-            "hardware measurements; they show what the pipeline computes and decides, and "
-            "how the emulated mechanisms behave.")
+    return (
+        f"Every run in this report comes from the emulated substrate (backend {names}), "
+        "a virtual-time digital twin of the measured stack. These numbers are not "
+        "hardware measurements; they show what the pipeline computes and decides, and "
+        "how the emulated mechanisms behave."
+    )
 
 
 def reading_slots(table: Table) -> list[str]:
@@ -125,19 +141,25 @@ def reading_slots(table: Table) -> list[str]:
             by_key.setdefault((row["n"], row["variant"]), []).append(row)
         for (n, variant), rows in by_key.items():
             base, others = rows[0], rows[1:]
-            text = (f"Study {base['study']}, N={n} ({variant}): the baseline "
-                    f"{base['label']} reused {base['reuse_hits']} of {base['re_arrivals']} "
-                    "re-arrivals")
+            text = (
+                f"Study {base['study']}, N={n} ({variant}): the baseline "
+                f"{base['label']} reused {base['reuse_hits']} of {base['re_arrivals']} "
+                "re-arrivals"
+            )
             for row in others:
                 delta = row.get("delta_rearrival_tokens")
-                text += (f"; {row['configuration']} {row['label']} reused {row['reuse_hits']} "
-                         f"of {row['re_arrivals']}")
+                text += (
+                    f"; {row['configuration']} {row['label']} reused {row['reuse_hits']} "
+                    f"of {row['re_arrivals']}"
+                )
                 if delta is not None:
-                    text += (f", re-arrival prefill computation changed by {delta:+,} tokens, "
-                             f"the prefill component of channel A was "
-                             f"{_pct(row.get('prefill_ratio'))} of the baseline's and the "
-                             f"decode component {_pct(row.get('decode_ratio'))} (channel A "
-                             f"ratio {_f(row.get('a_ratio'))})")
+                    text += (
+                        f", re-arrival prefill computation changed by {delta:+,} tokens, "
+                        f"the prefill component of channel A was "
+                        f"{_pct(row.get('prefill_ratio'))} of the baseline's and the "
+                        f"decode component {_pct(row.get('decode_ratio'))} (channel A "
+                        f"ratio {_f(row.get('a_ratio'))})"
+                    )
             out.append(text + ".")
     return out
 
@@ -145,11 +167,15 @@ def reading_slots(table: Table) -> list[str]:
 def reading_grid(table: Table) -> list[str]:
     out = []
     for part in table.parts:
-        pieces = [f"{r['label']} {r['variant']}: padding {_f(r['padding_ratio'], 3)}, "
-                  f"{r['decode_steps']:,} decode steps, reuse {r['reuse']}" for r in part.rows]
+        pieces = [
+            f"{r['label']} {r['variant']}: padding {_f(r['padding_ratio'], 3)}, "
+            f"{r['decode_steps']:,} decode steps, reuse {r['reuse']}"
+            for r in part.rows
+        ]
         if pieces:
-            out.append(f"Study {part.rows[0]['study']} (N={part.rows[0]['n']}): "
-                       + "; ".join(pieces) + ".")
+            out.append(
+                f"Study {part.rows[0]['study']} (N={part.rows[0]['n']}): " + "; ".join(pieces) + "."
+            )
     return out
 
 
@@ -159,11 +185,14 @@ def reading_mechanisms(table: Table) -> list[str]:
         by_n: dict[int, list[dict[str, Any]]] = {}
         for row in part.rows:
             by_n.setdefault(row["n"], []).append(row)
-        pieces = [", ".join(f"{r['variant']} {r['reuse']}" for r in rows) + f" at N={n}"
-                  for n, rows in by_n.items()]
+        pieces = [
+            ", ".join(f"{r['variant']} {r['reuse']}" for r in rows) + f" at N={n}"
+            for n, rows in by_n.items()
+        ]
         if pieces:
-            out.append(f"Study {part.rows[0]['study']}, re-arrival reuse: "
-                       + "; ".join(pieces) + ".")
+            out.append(
+                f"Study {part.rows[0]['study']}, re-arrival reuse: " + "; ".join(pieces) + "."
+            )
     return out
 
 
@@ -172,12 +201,14 @@ def reading_validation(ix: Table, xii: Table) -> list[str]:
     savings = {(r["study"], r["n"], r["comparison"]): r for r in _rows(xii)}
     for row in _rows(ix):
         saving = savings.get((row["study"], row["n"], row["comparison"]), {})
-        text = (f"{row['stage'].capitalize()} ({row['study']}), N={row['n']}, "
-                f"{row['comparison']}: predicted ratio {_f(row.get('ratio_pred'))}, observed "
-                f"{_f(row.get('ratio_obs_a'))} on channel A (saving "
-                f"{_pct(saving.get('saving_a'))}), error {_f(row.get('error'))}, channel "
-                f"difference {_f(row.get('channel_diff'))} against tau "
-                f"{_f(row.get('tau'))}: verdict {str(row.get('verdict')).upper()}")
+        text = (
+            f"{row['stage'].capitalize()} ({row['study']}), N={row['n']}, "
+            f"{row['comparison']}: predicted ratio {_f(row.get('ratio_pred'))}, observed "
+            f"{_f(row.get('ratio_obs_a'))} on channel A (saving "
+            f"{_pct(saving.get('saving_a'))}), error {_f(row.get('error'))}, channel "
+            f"difference {_f(row.get('channel_diff'))} against tau "
+            f"{_f(row.get('tau'))}: verdict {str(row.get('verdict')).upper()}"
+        )
         if row.get("verdict_fixed"):
             text += f" (under the initial fixed tolerance: {row['verdict_fixed']})"
         if row.get("note"):
@@ -186,21 +217,25 @@ def reading_validation(ix: Table, xii: Table) -> list[str]:
     withheld = [r for r in _rows(ix) if r.get("verdict") == "withheld"]
     failed = [r for r in _rows(ix) if r.get("verdict") == "fail"]
     if withheld:
-        out.append(f"{len(withheld)} preregistered comparison(s) were WITHHELD because the "
-                   "two channels disagreed beyond tau (or runs were missing); they are kept "
-                   "and not counted as passes.")
+        out.append(
+            f"{len(withheld)} preregistered comparison(s) were WITHHELD because the "
+            "two channels disagreed beyond tau (or runs were missing); they are kept "
+            "and not counted as passes."
+        )
     if failed:
-        out.append(f"{len(failed)} preregistered comparison(s) FAILED the confirmatory "
-                   "criteria.")
+        out.append(f"{len(failed)} preregistered comparison(s) FAILED the confirmatory criteria.")
     if _rows(ix) and not withheld and not failed:
         out.append("No preregistered comparison was withheld or failed.")
     return out
 
 
 def reading_saturation(table: Table) -> list[str]:
-    return [f"Saturation, {r['comparison']}: median ratio {_f(r.get('median'))}, 95% CI "
-            f"[{_f(r.get('ci_low'))}, {_f(r.get('ci_high'))}] over {r.get('comparisons')} "
-            f"comparisons: {r.get('verdict')}." for r in _rows(table, 1)]
+    return [
+        f"Saturation, {r['comparison']}: median ratio {_f(r.get('median'))}, 95% CI "
+        f"[{_f(r.get('ci_low'))}, {_f(r.get('ci_high'))}] over {r.get('comparisons')} "
+        f"comparisons: {r.get('verdict')}."
+        for r in _rows(table, 1)
+    ]
 
 
 def reading_search(res: Results) -> list[str]:
@@ -208,12 +243,14 @@ def reading_search(res: Results) -> list[str]:
     if summary is None:
         return ["The configuration search has not produced results/search/summary.json yet."]
     selected = summary.get("selected", {})
-    text = (f"The search over {summary.get('candidates', {}).get('searched', 'n/a')} candidates "
-            f"selected batch_size {selected.get('batch_size')} with buckets "
-            f"{{{','.join(map(str, selected.get('buckets', [])))}}}: predicted score "
-            f"{_f(selected.get('search_score'))} on the search inputs and "
-            f"{_f(summary.get('evaluation_score'))} on the seed-separated evaluation inputs "
-            "(simulator predictions, not measurements).")
+    text = (
+        f"The search over {summary.get('candidates', {}).get('searched', 'n/a')} candidates "
+        f"selected batch_size {selected.get('batch_size')} with buckets "
+        f"{{{','.join(map(str, selected.get('buckets', [])))}}}: predicted score "
+        f"{_f(selected.get('search_score'))} on the search inputs and "
+        f"{_f(summary.get('evaluation_score'))} on the seed-separated evaluation inputs "
+        "(simulator predictions, not measurements)."
+    )
     if summary.get("mean_ratio_changes_selection"):
         text += " The mean-of-ratios score would have selected a different configuration."
     else:
@@ -227,9 +264,11 @@ def reading_repeats(table: Table, tau: float) -> list[str]:
         return []
     worst = max(r["channel_diff"] for r in rows)
     spread = max(r["a_deviation"] for r in rows)
-    return [f"No-treatment repeats: the largest channel difference between a run and its "
-            f"repeat was {_f(worst)} (registered tau {tau:g}), and channel A of a repeat "
-            f"differed from the first run by at most {_pct(spread)}."]
+    return [
+        f"No-treatment repeats: the largest channel difference between a run and its "
+        f"repeat was {_f(worst)} (registered tau {tau:g}), and channel A of a repeat "
+        f"differed from the first run by at most {_pct(spread)}."
+    ]
 
 
 def reading(res: Results, prov: Provenance, tables: dict[str, Table]) -> list[str]:
@@ -250,18 +289,33 @@ def reading(res: Results, prov: Provenance, tables: dict[str, Table]) -> list[st
 # --- rendering --------------------------------------------------------------------------
 
 
-def render_html(cfg: StudyConfig, prov: Provenance, tables: list[Table],
-                figures: list[Figure], paragraphs: list[str], missing: list[str],
-                card: Scorecard | None = None) -> str:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("rearrival.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+def render_html(
+    cfg: StudyConfig,
+    prov: Provenance,
+    tables: list[Table],
+    figures: list[Figure],
+    paragraphs: list[str],
+    missing: list[str],
+    card: Scorecard | None = None,
+) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rearrival.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
     return env.get_template(TEMPLATE).render(
-        config=cfg.source, prov=prov, tables=[table_context(t) for t in tables],
-        figures=figures, paragraphs=paragraphs, missing=missing,
-        replicates=cfg.replicates, study_seed=cfg.study_seed,
+        config=cfg.source,
+        prov=prov,
+        tables=[table_context(t) for t in tables],
+        figures=figures,
+        paragraphs=paragraphs,
+        missing=missing,
+        replicates=cfg.replicates,
+        study_seed=cfg.study_seed,
         scorecard=[r.as_dict() for r in card.rows] if card else [],
-        scorecard_counts=card.counts() if card else {})
+        scorecard_counts=card.counts() if card else {},
+    )
 
 
 def build_report(config: Path | str, results: Path | str, out: Path | str) -> dict[str, Any]:
@@ -292,8 +346,10 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
             index["figures"][figure.id] = rel
     for suffix, render in (("csv", scorecard_csv), ("md", scorecard_markdown)):
         atomic_write_text(out / f"tables/scorecard.{suffix}", render(card))
-    index["scorecard"] = {"files": ["tables/scorecard.csv", "tables/scorecard.md"],
-                          "counts": card.counts()}
+    index["scorecard"] = {
+        "files": ["tables/scorecard.csv", "tables/scorecard.md"],
+        "counts": card.counts(),
+    }
     index["not_produced"] = sorted(res.missing)
     index["backends"] = list(prov.backends)
     html = render_html(cfg, prov, tables, figures, paragraphs, sorted(res.missing), card)

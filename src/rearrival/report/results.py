@@ -113,7 +113,7 @@ class Results:
             return path
         parts = path.parts
         if "runs" in parts:
-            rebuilt = self.root.joinpath(*parts[parts.index("runs"):])
+            rebuilt = self.root.joinpath(*parts[parts.index("runs") :])
             if rebuilt.exists():
                 return rebuilt
         return self.root.parent / path
@@ -140,8 +140,9 @@ class Results:
             if raw is None:
                 return None
             batch = int(raw["batch_size"])
-            return Configuration(SELECTED, tuple(int(b) for b in raw["buckets"]), batch,
-                                 int(raw.get("slots", batch)))
+            return Configuration(
+                SELECTED, tuple(int(b) for b in raw["buckets"]), batch, int(raw.get("slots", batch))
+            )
         return None
 
 
@@ -152,9 +153,11 @@ def backend_phrase(backends: Sequence[str]) -> str:
 def study_note(res: Results, study: Study, what: str) -> list[str]:
     """A "not produced" note when a study's channel table is absent."""
     if res.channels(study.name) is None:
-        return [f"{what} for study '{study.name}' not produced: results/channels/"
-                f"{study.name}.parquet is absent (run snakemake results/decisions/"
-                f"{study.name}.csv)."]
+        return [
+            f"{what} for study '{study.name}' not produced: results/channels/"
+            f"{study.name}.parquet is absent (run snakemake results/decisions/"
+            f"{study.name}.csv)."
+        ]
     return []
 
 
@@ -168,8 +171,9 @@ def run_configuration(channels: pd.DataFrame | None, name: str) -> Configuration
         if manifest_path.exists():
             raw = json.loads(manifest_path.read_text())["configuration"]
             batch = int(raw["batch_size"])
-            return Configuration(name, tuple(int(b) for b in raw["buckets"]), batch,
-                                 int(raw.get("slots", batch)))
+            return Configuration(
+                name, tuple(int(b) for b in raw["buckets"]), batch, int(raw.get("slots", batch))
+            )
     return None
 
 
@@ -184,11 +188,14 @@ def study_backend(res: Results, studies: Iterable[Study]) -> str:
             for backend in set(frame["backend"]):
                 found.setdefault(backend, set()).add(study.name)
     if len(found) > 1:
-        mixed = "; ".join(f"{backend}: {', '.join(sorted(names))}"
-                          for backend, names in sorted(found.items()))
-        raise ReportError(f"results/channels: one table would mix runs of several backends "
-                          f"({mixed}) in rows that do not say which; re-measure these studies "
-                          "on one backend (a backend change is a new study)")
+        mixed = "; ".join(
+            f"{backend}: {', '.join(sorted(names))}" for backend, names in sorted(found.items())
+        )
+        raise ReportError(
+            f"results/channels: one table would mix runs of several backends "
+            f"({mixed}) in rows that do not say which; re-measure these studies "
+            "on one backend (a backend change is a new study)"
+        )
     return backend_phrase(sorted(found))
 
 
@@ -204,7 +211,9 @@ def decision_records(res: Results, study: Study, notes: list[str]) -> list[dict[
     table adds a "not produced" note and gives no rows."""
     frame = res.decisions(study.name)
     if frame is None:
-        notes.append(f"Study '{study.name}' not produced: results/decisions/{study.name}.csv "
-                     f"is absent (run snakemake results/decisions/{study.name}.csv).")
+        notes.append(
+            f"Study '{study.name}' not produced: results/decisions/{study.name}.csv "
+            f"is absent (run snakemake results/decisions/{study.name}.csv)."
+        )
         return []
     return [{k: _value(r, k) for k in r} for r in frame.to_dict("records")]

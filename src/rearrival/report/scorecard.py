@@ -43,10 +43,17 @@ class ScoreRow:
     hardware: bool
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "claim": self.claim, "section": self.section,
-                "paper": self.paper, "ours": self.ours, "verdict": self.verdict,
-                "why": self.why, "test": self.test,
-                "hardware": "yes" if self.hardware else "no"}
+        return {
+            "id": self.id,
+            "claim": self.claim,
+            "section": self.section,
+            "paper": self.paper,
+            "ours": self.ours,
+            "verdict": self.verdict,
+            "why": self.why,
+            "test": self.test,
+            "hardware": "yes" if self.hardware else "no",
+        }
 
 
 def paper_text(finding: Finding, numbers: dict[str, PaperNumber]) -> str:
@@ -64,9 +71,19 @@ def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[S
         why = outcome.why
         if finding.selected and outcome.verdict != NOT_COMPARABLE:
             why += selected_note(ev, numbers)
-        out.append(ScoreRow(finding.id, finding.claim, finding.section,
-                            paper_text(finding, numbers), outcome.ours, outcome.verdict,
-                            why, finding.test, finding.hardware))
+        out.append(
+            ScoreRow(
+                finding.id,
+                finding.claim,
+                finding.section,
+                paper_text(finding, numbers),
+                outcome.ours,
+                outcome.verdict,
+                why,
+                finding.test,
+                finding.hardware,
+            )
+        )
     return out
 
 
@@ -76,8 +93,11 @@ def selected_note(ev: Evidence, numbers: dict[str, PaperNumber]) -> str:
     paper = numbers["search_pick"].value
     if pick is None:
         return f" (this run's selected configuration is unknown; the paper's is {paper})"
-    return "" if pick == paper else (f" (this run's selected configuration {pick} is not "
-                                     f"the paper's {paper})")
+    return (
+        ""
+        if pick == paper
+        else (f" (this run's selected configuration {pick} is not the paper's {paper})")
+    )
 
 
 # --- evidence from a results tree ------------------------------------------------------------
@@ -93,8 +113,9 @@ def reproduction(res: Any, kinds: Sequence[str] = ("comparison",)) -> dict[str, 
         if channels is None or predictions is None:
             continue
         base = predictions[predictions["simulator"] == "base"]
-        keyed = {(int(r.n), int(r.replicate), r.configuration, r.variant): r
-                 for r in base.itertuples()}
+        keyed = {
+            (int(r.n), int(r.replicate), r.configuration, r.variant): r for r in base.itertuples()
+        }
         for run in channels[channels["status"] == "complete"].itertuples():
             pred = keyed.get((int(run.n), int(run.replicate), run.configuration, run.variant))
             if pred is None:
@@ -107,8 +128,10 @@ def reproduction(res: Any, kinds: Sequence[str] = ("comparison",)) -> dict[str, 
                 steps.append(abs(pred.decode_steps - run.decode_steps) / run.decode_steps)
     out: dict[str, Any] = {"runs": len(padding)}
     if padding:
-        out |= {"padding_mae": math.fsum(padding) / len(padding),
-                "steps_mare": math.fsum(steps) / len(steps)}
+        out |= {
+            "padding_mae": math.fsum(padding) / len(padding),
+            "steps_mare": math.fsum(steps) / len(steps),
+        }
     out["injection"] = injection_gaps(res.gaps())
     return out
 
@@ -122,26 +145,40 @@ def injection_gaps(gaps: Any) -> dict[int, dict[str, float]]:
     for size, group in gaps.groupby("injected_prompt_tokens"):
         at, other = group[group["relative"] == 0], group[group["relative"] != 0]
         if not at.empty and not other.empty:
-            out[int(size)] = {"at": float(at["gap_s"].mean()),
-                              "typical": float(other["gap_s"].median())}
+            out[int(size)] = {
+                "at": float(at["gap_s"].mean()),
+                "typical": float(other["gap_s"].median()),
+            }
     return out
 
 
 def evidence(res: Any, tables: Sequence[Any]) -> Evidence:
     decision = res.cfg.decision
     return Evidence(
-        tables={t.id: t for t in tables}, search=res.search_summary(),
-        backends=tuple(res.backends()), reproduction=reproduction(res),
-        band=decision.equivalence_band, confirmatory_n=decision.confirmatory_n,
-        exploratory_n=decision.exploratory_n)
+        tables={t.id: t for t in tables},
+        search=res.search_summary(),
+        backends=tuple(res.backends()),
+        reproduction=reproduction(res),
+        band=decision.equivalence_band,
+        confirmatory_n=decision.confirmatory_n,
+        exploratory_n=decision.exploratory_n,
+    )
 
 
 # --- rendering ------------------------------------------------------------------------------
 
 COLUMNS = ("id", "section", "claim", "paper", "ours", "verdict", "why", "test", "hardware")
-HEADERS = {"id": "finding", "section": "section", "claim": "claim", "paper": "paper",
-           "ours": "this run", "verdict": "verdict", "why": "why", "test": "test",
-           "hardware": "needs RBLN hardware"}
+HEADERS = {
+    "id": "finding",
+    "section": "section",
+    "claim": "claim",
+    "paper": "paper",
+    "ours": "this run",
+    "verdict": "verdict",
+    "why": "why",
+    "test": "test",
+    "hardware": "needs RBLN hardware",
+}
 
 
 @dataclass(frozen=True)
@@ -150,8 +187,7 @@ class Scorecard:
     backends: tuple[str, ...] = field(default_factory=tuple)
 
     def counts(self) -> dict[str, int]:
-        return {v: sum(r.verdict == v for r in self.rows) for v in (HOLDS, FAILS,
-                                                                     NOT_COMPARABLE)}
+        return {v: sum(r.verdict == v for r in self.rows) for v in (HOLDS, FAILS, NOT_COMPARABLE)}
 
 
 def scorecard_csv(card: Scorecard) -> str:
@@ -161,17 +197,20 @@ def scorecard_csv(card: Scorecard) -> str:
 def scorecard_markdown(card: Scorecard) -> str:
     counts = card.counts()
     used = ", ".join(card.backends) or "no runs yet"
-    lines = ["## Scorecard: the paper's findings against this run", "",
-             f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
-             f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
-             "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
-             "column.", "",
-             "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines = [
+        "## Scorecard: the paper's findings against this run",
+        "",
+        f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
+        f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
+        "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
+        "column.",
+        "",
+        "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
     for row in card.rows:
         data = row.as_dict()
-        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS)
-                     + " |")
+        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -179,13 +218,20 @@ def read_scorecard_csv(path: Path) -> Scorecard:
     """A scorecard written by ``scorecard_csv`` (what ``rearrival tables --scorecard``
     prints from)."""
     with path.open(newline="") as handle:
-        found = [ScoreRow(**{k: v for k, v in row.items() if k != "hardware"},
-                          hardware=row["hardware"] == "yes") for row in csv.DictReader(handle)]
+        found = [
+            ScoreRow(
+                **{k: v for k, v in row.items() if k != "hardware"},
+                hardware=row["hardware"] == "yes",
+            )
+            for row in csv.DictReader(handle)
+        ]
     return Scorecard(tuple(found))
 
 
 def summary_lines(card: Scorecard) -> list[str]:
     """One terminal line per finding: verdict, id, paper vs this run."""
     width = max(len(v) for v in (HOLDS, FAILS, NOT_COMPARABLE))
-    return [f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'}"
-            f" ({r.why})" for r in card.rows]
+    return [
+        f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'} ({r.why})"
+        for r in card.rows
+    ]

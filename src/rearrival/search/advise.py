@@ -1,4 +1,4 @@
-""""What should I compile": the paper's configuration selection procedure (Section V-D).
+""" "What should I compile": the paper's configuration selection procedure (Section V-D).
 
 The paper ends with a procedure rather than a universal configuration: (1) diagnose the
 baseline's losses (re-arrivals that miss their KV, the extra prefill they compute, the
@@ -46,8 +46,10 @@ def load_plan_dir(plans_dir: Path) -> list[Plan]:
     """Every plan file (.parquet/.json) under ``plans_dir``, in path order."""
     paths = sorted(p for p in plans_dir.rglob("*") if p.suffix in (".parquet", ".json"))
     if not paths:
-        raise SearchError(f"plans directory {plans_dir}: no .parquet or .json plan files; "
-                          "write some with `rearrival plan` or `rearrival search plans`")
+        raise SearchError(
+            f"plans directory {plans_dir}: no .parquet or .json plan files; "
+            "write some with `rearrival plan` or `rearrival search plans`"
+        )
     return [load_plan(p) for p in paths]
 
 
@@ -56,12 +58,16 @@ def evaluation_plans(cfg: StudyConfig, n: int) -> list[Plan]:
 
     settings = SearchSettings.from_config(cfg)
     table = tool_table_for(cfg)
-    return [make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table)
-            for seed in range(settings.seeds) for block in range(settings.blocks)]
+    return [
+        make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table)
+        for seed in range(settings.seeds)
+        for block in range(settings.blocks)
+    ]
 
 
-def predict(plans: Sequence[Plan], candidate: Candidate,
-            profile: Profile | None = None) -> dict[str, Any]:
+def predict(
+    plans: Sequence[Plan], candidate: Candidate, profile: Profile | None = None
+) -> dict[str, Any]:
     """Base-simulator totals over the inputs (seconds summed first) and the summed h(n->b)."""
     results = [simulate(p, candidate.sim_config(), profile) for p in plans]
     histogram: dict[str, int] = {}
@@ -79,16 +85,20 @@ def predict(plans: Sequence[Plan], candidate: Candidate,
         "re_arrivals": sum(r.re_arrivals for r in results),
         "computed_prefill_tokens": sum(r.computed_prefill_tokens for r in results),
         "padding_ratio": (padded - used) / padded if padded else 0.0,
-        "histogram": dict(sorted(histogram.items(),
-                                 key=lambda kv: tuple(map(int, kv[0].split("->"))))),
+        "histogram": dict(
+            sorted(histogram.items(), key=lambda kv: tuple(map(int, kv[0].split("->"))))
+        ),
     }
 
 
 def full_reuse_tokens(plans: Sequence[Plan], profile: Profile) -> int:
     """Re-arrival prefill tokens if every re-arrival found its own KV (the floor)."""
-    return sum(s.followup_prompt_tokens
-               - profile.reusable_tokens(s.prompt_tokens, s.followup_prompt_tokens)
-               for p in plans for s in p.sessions)
+    return sum(
+        s.followup_prompt_tokens
+        - profile.reusable_tokens(s.prompt_tokens, s.followup_prompt_tokens)
+        for p in plans
+        for s in p.sessions
+    )
 
 
 def larger_candidate(pick: Candidate, batch_sizes: Sequence[int]) -> Candidate:
@@ -102,13 +112,18 @@ def larger_candidate(pick: Candidate, batch_sizes: Sequence[int]) -> Candidate:
 def resources(candidate: Candidate, profile: Profile) -> dict[str, Any]:
     kv = profile.kv_gib(candidate.slots)
     compile_s = profile.compile_seconds(candidate.n_buckets)
-    return {"kv_gib": kv, "kv_gib_per_device": kv / profile.num_devices,
-            "compile_s": compile_s, "artifact_gib": profile.artifact_gib(candidate.n_buckets),
-            "within_compile_budget": compile_s <= profile.compile_budget_s}
+    return {
+        "kv_gib": kv,
+        "kv_gib_per_device": kv / profile.num_devices,
+        "compile_s": compile_s,
+        "artifact_gib": profile.artifact_gib(candidate.n_buckets),
+        "within_compile_budget": compile_s <= profile.compile_budget_s,
+    }
 
 
-def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int,
-          profile: Profile | None = None) -> tuple[Candidate, str]:
+def _pick(
+    cfg: StudyConfig, search_dir: Path | None, workers: int, profile: Profile | None = None
+) -> tuple[Candidate, str]:
     if search_dir is None:
         pick, score = select(cfg, workers, profile)
         return pick, f"search run now on the config's search inputs (score {score:.4f})"
@@ -118,22 +133,32 @@ def _pick(cfg: StudyConfig, search_dir: Path | None, workers: int,
         raw = json.loads(path.read_text())
         pick = parse_candidate_id(raw["id"])
     except (OSError, ValueError, KeyError) as exc:
-        raise SearchError(f"{path}: no usable search result ({exc}); give the "
-                          "directory of a finished `rearrival search` or its "
-                          "selected.json, or no search result at all") from exc
+        raise SearchError(
+            f"{path}: no usable search result ({exc}); give the "
+            "directory of a finished `rearrival search` or its "
+            "selected.json, or no search result at all"
+        ) from exc
     return pick, f"{path} (search score {raw.get('search_score', float('nan')):.4f})"
 
 
-def advise(cfg: StudyConfig, *, n: int = 8, plans_dir: Path | None = None,
-           search_dir: Path | None = None, workers: int = 2,
-           profile: Profile | None = None) -> dict[str, Any]:
+def advise(
+    cfg: StudyConfig,
+    *,
+    n: int = 8,
+    plans_dir: Path | None = None,
+    search_dir: Path | None = None,
+    workers: int = 2,
+    profile: Profile | None = None,
+) -> dict[str, Any]:
     """The Section V-D summary as a JSON-ready dict (see ``to_markdown``)."""
     profile = profile or measured_profile()
     settings = SearchSettings.from_config(cfg)
     if plans_dir is None:
         plans = evaluation_plans(cfg, n)
-        source = (f"{len(plans)} evaluation plans of the config at N={n} "
-                  f"(seed block {settings.evaluation_seed_block}, never used to select)")
+        source = (
+            f"{len(plans)} evaluation plans of the config at N={n} "
+            f"(seed block {settings.evaluation_seed_block}, never used to select)"
+        )
     else:
         plans = load_plan_dir(plans_dir)
         source = f"{len(plans)} plan files under {plans_dir}"
@@ -149,11 +174,15 @@ def advise(cfg: StudyConfig, *, n: int = 8, plans_dir: Path | None = None,
     further = 1 - more["device_s"] / chosen["device_s"]
     complete = chosen["extra_prefill_tokens"] == 0
     if further < SMALL_GAIN and complete:
-        verdict = ("more slots would not help; consider the smaller configuration "
-                   f"({pick.id} over {larger.id})")
+        verdict = (
+            "more slots would not help; consider the smaller configuration "
+            f"({pick.id} over {larger.id})"
+        )
     elif further < SMALL_GAIN:
-        verdict = (f"reuse is still incomplete at {pick.id}, but {larger.id} saves only "
-                   f"{100 * further:.2f} % more; more slots would barely help")
+        verdict = (
+            f"reuse is still incomplete at {pick.id}, but {larger.id} saves only "
+            f"{100 * further:.2f} % more; more slots would barely help"
+        )
     else:
         verdict = f"more slots still help: {larger.id} saves a further {100 * further:.2f} %"
     return {
@@ -209,13 +238,15 @@ def to_markdown(advice: dict[str, Any]) -> str:
             f"{entry['prefill_s']:.3f} | {entry['reuse_hits']}/{entry['re_arrivals']} | "
             f"{entry['extra_prefill_tokens']:,} | {entry['kv_gib']:.3f} "
             f"({entry['kv_gib_per_device']:.4f}) | {entry['compile_s']:.0f} | "
-            f"{entry['artifact_gib']:.2f} |")
+            f"{entry['artifact_gib']:.2f} |"
+        )
     lines += [
         "",
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         f"time (decode x{advice['decode_ratio']:.4f}, prefill x{advice['prefill_ratio']:.4f}).",
         f"Compile budget {advice['compile_budget_s']:.0f} s: "
-        + ("within" if chosen["within_compile_budget"] else "EXCEEDED") + ".",
+        + ("within" if chosen["within_compile_budget"] else "EXCEEDED")
+        + ".",
         "",
         "## 3. More slots?",
         "",

@@ -47,8 +47,19 @@ from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.parquet import write_frame
 
 INPUT_SETS = ("search", "evaluation")
-RESULT_COLUMNS = ("candidate", "inputs", "plan", "n", "plan_sha256", "device_s", "decode_s",
-                  "prefill_s", "reuse_hits", "re_arrivals", "computed_prefill_tokens")
+RESULT_COLUMNS = (
+    "candidate",
+    "inputs",
+    "plan",
+    "n",
+    "plan_sha256",
+    "device_s",
+    "decode_s",
+    "prefill_s",
+    "reuse_hits",
+    "re_arrivals",
+    "computed_prefill_tokens",
+)
 
 
 class SearchError(RearrivalError, ValueError):
@@ -68,10 +79,16 @@ class Candidate:
 
     def __post_init__(self) -> None:
         buckets = tuple(self.buckets)
-        if (not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1
-                or buckets[-1] != self.batch_size):
-            raise SearchError(f"candidate buckets {buckets} must be ascending positive "
-                              f"integers ending at batch_size {self.batch_size}")
+        if (
+            not buckets
+            or list(buckets) != sorted(set(buckets))
+            or buckets[0] < 1
+            or buckets[-1] != self.batch_size
+        ):
+            raise SearchError(
+                f"candidate buckets {buckets} must be ascending positive "
+                f"integers ending at batch_size {self.batch_size}"
+            )
         object.__setattr__(self, "buckets", buckets)
         slots = self.batch_size if self.slots is None else self.slots
         if slots < 1:
@@ -100,12 +117,21 @@ class Candidate:
 
     def sim_config(self) -> Any:
         """The base simulator of the paper (deferred release, no dummy-block rule)."""
-        return SimConfig(buckets=self.buckets, batch_size=self.batch_size, slots=self.slots,
-                         release="deferred", dummy_block="off")
+        return SimConfig(
+            buckets=self.buckets,
+            batch_size=self.batch_size,
+            slots=self.slots,
+            release="deferred",
+            dummy_block="off",
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "buckets": list(self.buckets), "batch_size": self.batch_size,
-                "slots": self.slots}
+        return {
+            "id": self.id,
+            "buckets": list(self.buckets),
+            "batch_size": self.batch_size,
+            "slots": self.slots,
+        }
 
 
 BASELINE = Candidate((1, 2, 4, 8), 8)
@@ -120,8 +146,9 @@ def parse_candidate_id(text: str) -> Candidate:
     return Candidate(tuple(int(b) for b in match[2].split(",")), int(match[1]), slots)
 
 
-def enumerate_candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16),
-                         max_buckets: int = 6) -> list[Candidate]:
+def enumerate_candidates(
+    batch_sizes: Iterable[int] = (8, 10, 12, 16), max_buckets: int = 6
+) -> list[Candidate]:
     """Every bucket set with 1 and B plus intermediates, at most ``max_buckets`` in total.
 
     Not filtered by compile budget; see ``candidates``.
@@ -130,17 +157,21 @@ def enumerate_candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16),
     if not sizes or any(not isinstance(b, int) or b < 1 for b in sizes):
         raise SearchError(f"search.batch_sizes {list(batch_sizes)} must be integers >= 1")
     if not isinstance(max_buckets, int) or max_buckets < 2:
-        raise SearchError(f"search.max_buckets {max_buckets!r} must be an "
-                          "integer >= 2: it counts 1 and batch_size too")
+        raise SearchError(
+            f"search.max_buckets {max_buckets!r} must be an "
+            "integer >= 2: it counts 1 and batch_size too"
+        )
     out: list[Candidate] = []
     for batch in sizes:
         if batch == 1:
             out.append(Candidate((1,), 1))
             continue
         between = range(2, batch)
-        sets = [(1, *middle, batch)
-                for k in range(0, min(max_buckets - 2, len(between)) + 1)
-                for middle in combinations(between, k)]
+        sets = [
+            (1, *middle, batch)
+            for k in range(0, min(max_buckets - 2, len(between)) + 1)
+            for middle in combinations(between, k)
+        ]
         out.extend(Candidate(buckets, batch) for buckets in sorted(sets))
     return out
 
@@ -155,27 +186,33 @@ def over_memory(candidate: Candidate, memory: DeviceMemory) -> bool:
     return not memory.fits(candidate.slots)
 
 
-def candidates(batch_sizes: Iterable[int] = (8, 10, 12, 16), max_buckets: int = 6,
-               profile: Profile | None = None, memory: DeviceMemory | None = None,
-               memory_filter: bool = True) -> list[Candidate]:
+def candidates(
+    batch_sizes: Iterable[int] = (8, 10, 12, 16),
+    max_buckets: int = 6,
+    profile: Profile | None = None,
+    memory: DeviceMemory | None = None,
+    memory_filter: bool = True,
+) -> list[Candidate]:
     """The searched candidates in stable order: enumeration minus those over the compile
     budget and, with ``memory_filter``, those whose KV and weights do not fit the devices
     (none of the paper's 2,077 is excluded by either; ``filter_counts`` counts them)."""
     profile = profile or measured_profile()
     memory = memory or device_memory(profile)
-    return [c for c in enumerate_candidates(batch_sizes, max_buckets)
-            if not over_budget(c, profile)
-            and not (memory_filter and over_memory(c, memory))]
+    return [
+        c
+        for c in enumerate_candidates(batch_sizes, max_buckets)
+        if not over_budget(c, profile) and not (memory_filter and over_memory(c, memory))
+    ]
 
 
-def filter_counts(every: Sequence[Candidate], profile: Profile, memory: DeviceMemory,
-                  memory_filter: bool) -> dict[str, int]:
+def filter_counts(
+    every: Sequence[Candidate], profile: Profile, memory: DeviceMemory, memory_filter: bool
+) -> dict[str, int]:
     """How many candidates each filter removed, applied in order (compile budget first)."""
     budget = [c for c in every if over_budget(c, profile)]
     rest = [c for c in every if not over_budget(c, profile)]
     memory_out = [c for c in rest if over_memory(c, memory)] if memory_filter else []
-    return {"excluded_by_compile_budget": len(budget),
-            "excluded_by_memory": len(memory_out)}
+    return {"excluded_by_compile_budget": len(budget), "excluded_by_memory": len(memory_out)}
 
 
 # --- settings and input plans -----------------------------------------------------------
@@ -199,17 +236,22 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         if self.search_seed_block == self.evaluation_seed_block:
-            raise SearchError("search.evaluation_seed_block must differ from "
-                              "search.search_seed_block so evaluation seeds are new")
+            raise SearchError(
+                "search.evaluation_seed_block must differ from "
+                "search.search_seed_block so evaluation seeds are new"
+            )
         if self.seeds < 1 or self.blocks < 1 or self.top < 1 or self.shards < 1:
-            raise SearchError("search.seeds, search.blocks, search.top and search.shards "
-                              "must be >= 1")
+            raise SearchError(
+                "search.seeds, search.blocks, search.top and search.shards must be >= 1"
+            )
         if not self.n or any(n < 1 for n in self.n):
             raise SearchError(f"search.n {list(self.n)} must list concurrency levels >= 1")
         for subset in self.restricted_n:
             if not subset or not set(subset) <= set(self.n):
-                raise SearchError(f"search.restricted_n entry {list(subset)} must be a "
-                                  f"non-empty subset of search.n {list(self.n)}")
+                raise SearchError(
+                    f"search.restricted_n entry {list(subset)} must be a "
+                    f"non-empty subset of search.n {list(self.n)}"
+                )
 
     @classmethod
     def from_config(cls, cfg: StudyConfig) -> SearchSettings:
@@ -218,15 +260,17 @@ class SearchSettings:
             if key in raw:
                 raw[key] = tuple(int(v) for v in raw[key])
         if "restricted_n" in raw:
-            raw["restricted_n"] = tuple(tuple(sorted(int(v) for v in s))
-                                        for s in raw["restricted_n"])
+            raw["restricted_n"] = tuple(
+                tuple(sorted(int(v) for v in s)) for s in raw["restricted_n"]
+            )
         settings = cls(**raw)
         for study in cfg.studies.values():
             if study.seed_block in (settings.search_seed_block, settings.evaluation_seed_block):
                 raise SearchError(
                     f"{cfg.source}: studies.{study.name}.seed_block {study.seed_block} is also "
                     "a search seed block; give the search its own search_seed_block and "
-                    "evaluation_seed_block")
+                    "evaluation_seed_block"
+                )
         return settings
 
     def seed_block(self, inputs: str) -> int:
@@ -253,8 +297,13 @@ class PlanKey:
 
 def plan_keys(settings: SearchSettings) -> list[PlanKey]:
     """Search then evaluation inputs: N x seeds x blocks each (27 + 27 by default)."""
-    return [PlanKey(inputs, n, seed, block) for inputs in INPUT_SETS for n in settings.n
-            for seed in range(settings.seeds) for block in range(settings.blocks)]
+    return [
+        PlanKey(inputs, n, seed, block)
+        for inputs in INPUT_SETS
+        for n in settings.n
+        for seed in range(settings.seeds)
+        for block in range(settings.blocks)
+    ]
 
 
 def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: Any) -> Plan:
@@ -265,15 +314,18 @@ def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: An
     and evaluation sets, and every study's plans, never share a plan seed (the generator
     also puts N in the seed, so the N levels are independent draws).
     """
-    return generate_plan(key.n, study_seed=study_seed,
-                         replicate=key.seed * settings.blocks + key.block,
-                         block=settings.seed_block(key.inputs), tool_table=table)
+    return generate_plan(
+        key.n,
+        study_seed=study_seed,
+        replicate=key.seed * settings.blocks + key.block,
+        block=settings.seed_block(key.inputs),
+        tool_table=table,
+    )
 
 
 def make_plans(cfg: StudyConfig, settings: SearchSettings) -> list[tuple[PlanKey, Plan]]:
     table = tool_table_for(cfg)
-    return [(key, make_plan(key, settings, cfg.study_seed, table))
-            for key in plan_keys(settings)]
+    return [(key, make_plan(key, settings, cfg.study_seed, table)) for key in plan_keys(settings)]
 
 
 def write_plans(plans: Sequence[tuple[PlanKey, Plan]], out_dir: Path) -> None:
@@ -289,8 +341,10 @@ def read_plans(plans_dir: Path, settings: SearchSettings) -> list[tuple[PlanKey,
     for key in plan_keys(settings):
         path = plans_dir / key.relpath
         if not path.exists():
-            raise SearchError(f"{path}: search plan missing; write the plans with "
-                              f"`rearrival search plans` into {plans_dir}")
+            raise SearchError(
+                f"{path}: search plan missing; write the plans with "
+                f"`rearrival search plans` into {plans_dir}"
+            )
         out.append((key, load_plan(path)))
     return out
 
@@ -331,7 +385,7 @@ class CandidateArrays:
         width = int(self.batches.max(initial=1)) + 1
         maps = np.zeros((self.count, width), dtype=np.int64)
         for i, cand in enumerate(cands):
-            maps[i, :cand.batch_size + 1] = cand.bucket_map
+            maps[i, : cand.batch_size + 1] = cand.bucket_map
         self.maps = maps
         step = np.zeros((width, width))  # t(n) at bucket b, n and b in 1..max batch
         for b in np.unique(maps[maps > 0]).tolist():
@@ -348,7 +402,7 @@ class CandidateArrays:
             inverse = np.empty(self.count, dtype=np.int64)
             for i in range(self.count):
                 batch = int(self.batches[i])
-                key = (batch, int(self.slots[i]), self.maps[i, 1:min(n, batch) + 1].tobytes())
+                key = (batch, int(self.slots[i]), self.maps[i, 1 : min(n, batch) + 1].tobytes())
                 j = seen.get(key)
                 if j is None:
                     j = seen[key] = len(reps)
@@ -381,15 +435,23 @@ def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = No
     out_f = np.empty((len(reps), 5))
     out_i = np.empty((len(reps), 3), dtype=np.int64)
     if core is not None and inputs.compiled_ok:
-        core.run_batch(inputs.ints, inputs.floats, np.ascontiguousarray(arrays.steps[reps]),
-                       arrays.batches[reps], arrays.slots[reps], out_f, out_i)
+        core.run_batch(
+            inputs.ints,
+            inputs.floats,
+            np.ascontiguousarray(arrays.steps[reps]),
+            arrays.batches[reps],
+            arrays.slots[reps],
+            out_f,
+            out_i,
+        )
     else:  # the Python core, same bits (compiled_core or simulate warned)
         _python_batch(plan, arrays, reps.tolist(), profile, out_f, out_i)
     return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
 
 
-def _python_batch(plan: Plan, arrays: CandidateArrays, reps: list[int], profile: Profile,
-                  out_f: Any, out_i: Any) -> None:
+def _python_batch(
+    plan: Plan, arrays: CandidateArrays, reps: list[int], profile: Profile, out_f: Any, out_i: Any
+) -> None:
     """``run_batch``'s outputs from ``simulate`` calls (numba missing, or token counts
     too large for the compiled core's int64 keys)."""
     for row, index in enumerate(reps):
@@ -416,8 +478,12 @@ def _score_plan(task: tuple[int, Plan]) -> tuple[int, PlanScores]:
 POOL_MIN_PAIRS = 400_000
 
 
-def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
-             workers: int = 1, profile: Profile | None = None) -> tuple[pd.DataFrame, int]:
+def evaluate(
+    cands: Sequence[Candidate],
+    plans: Sequence[tuple[PlanKey, Plan]],
+    workers: int = 1,
+    profile: Profile | None = None,
+) -> tuple[pd.DataFrame, int]:
     """Outcome of every candidate on every plan as a long frame, and the number of
     simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
@@ -433,16 +499,20 @@ def evaluate(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
             outcomes[index] = scores
     else:
         context = multiprocessing.get_context("spawn")  # no fork of pyarrow's threads
-        with context.Pool(workers, initializer=_init_worker,
-                          initargs=(list(cands), profile)) as pool:
+        with context.Pool(
+            workers, initializer=_init_worker, initargs=(list(cands), profile)
+        ) as pool:
             for index, scores in pool.imap_unordered(_score_plan, tasks):
                 outcomes[index] = scores
     simulations = sum(scores.simulations for scores in outcomes.values())
     return results_frame(cands, plans, outcomes), simulations
 
 
-def results_frame(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]],
-                  outcomes: Mapping[int, PlanScores]) -> pd.DataFrame:
+def results_frame(
+    cands: Sequence[Candidate],
+    plans: Sequence[tuple[PlanKey, Plan]],
+    outcomes: Mapping[int, PlanScores],
+) -> pd.DataFrame:
     """Long frame, one row per (candidate, plan), in ``sort_results`` order.
 
     Built column-wise and directly in sorted order (1.7 million rows at fleet scale, where
@@ -451,38 +521,67 @@ def results_frame(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Pla
     """
     ids = [c.id for c in cands]
     if len(set(ids)) != len(ids):
-        parts = [pd.DataFrame(_columns(np.array(ids, dtype=object), [key], [plan],
-                                       outcomes[index].times, outcomes[index].counts,
-                                       [outcomes[index].re_arrivals]))
-                 for index, (key, plan) in enumerate(plans)]
+        parts = [
+            pd.DataFrame(
+                _columns(
+                    np.array(ids, dtype=object),
+                    [key],
+                    [plan],
+                    outcomes[index].times,
+                    outcomes[index].counts,
+                    [outcomes[index].re_arrivals],
+                )
+            )
+            for index, (key, plan) in enumerate(plans)
+        ]
         return sort_results(pd.concat(parts, ignore_index=True)[list(RESULT_COLUMNS)])
     by_id = sorted(range(len(ids)), key=ids.__getitem__)
-    by_key = sorted(range(len(plans)), key=lambda i: (plans[i][0].inputs, plans[i][0].n,
-                                                     plans[i][0].name))
+    by_key = sorted(
+        range(len(plans)), key=lambda i: (plans[i][0].inputs, plans[i][0].n, plans[i][0].name)
+    )
     times = np.stack([outcomes[i].times[by_id] for i in by_key], axis=1)
     counts = np.stack([outcomes[i].counts[by_id] for i in by_key], axis=1)
     keys = [plans[i][0] for i in by_key]
-    columns = _columns(np.repeat(np.array([ids[i] for i in by_id], dtype=object), len(keys)),
-                       keys, [plans[i][1] for i in by_key], times.reshape(-1, 3),
-                       counts.reshape(-1, 2), [outcomes[i].re_arrivals for i in by_key],
-                       repeat=len(by_id))
+    columns = _columns(
+        np.repeat(np.array([ids[i] for i in by_id], dtype=object), len(keys)),
+        keys,
+        [plans[i][1] for i in by_key],
+        times.reshape(-1, 3),
+        counts.reshape(-1, 2),
+        [outcomes[i].re_arrivals for i in by_key],
+        repeat=len(by_id),
+    )
     return pd.DataFrame(columns)[list(RESULT_COLUMNS)]
 
 
-def _columns(candidate: Any, keys: Sequence[PlanKey], plans: Sequence[Plan], times: Any,
-             counts: Any, re_arrivals: Sequence[int], repeat: int = 0) -> dict[str, Any]:
+def _columns(
+    candidate: Any,
+    keys: Sequence[PlanKey],
+    plans: Sequence[Plan],
+    times: Any,
+    counts: Any,
+    re_arrivals: Sequence[int],
+    repeat: int = 0,
+) -> dict[str, Any]:
     """RESULT_COLUMNS for rows candidate-major over ``keys`` (``repeat`` candidates), or
     for one plan's rows (``repeat`` 0: scalars broadcast)."""
+
     def per_plan(values: list[Any], dtype: Any = object) -> Any:
         return np.tile(np.array(values, dtype=dtype), repeat) if repeat else values[0]
 
-    return {"candidate": candidate, "inputs": per_plan([k.inputs for k in keys]),
-            "plan": per_plan([k.name for k in keys]),
-            "n": per_plan([k.n for k in keys], np.int64),
-            "plan_sha256": per_plan([p.sha256() for p in plans]),
-            "device_s": times[:, 0], "decode_s": times[:, 1], "prefill_s": times[:, 2],
-            "reuse_hits": counts[:, 0], "re_arrivals": per_plan(list(re_arrivals), np.int64),
-            "computed_prefill_tokens": counts[:, 1]}
+    return {
+        "candidate": candidate,
+        "inputs": per_plan([k.inputs for k in keys]),
+        "plan": per_plan([k.name for k in keys]),
+        "n": per_plan([k.n for k in keys], np.int64),
+        "plan_sha256": per_plan([p.sha256() for p in plans]),
+        "device_s": times[:, 0],
+        "decode_s": times[:, 1],
+        "prefill_s": times[:, 2],
+        "reuse_hits": counts[:, 0],
+        "re_arrivals": per_plan(list(re_arrivals), np.int64),
+        "computed_prefill_tokens": counts[:, 1],
+    }
 
 
 def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -493,14 +592,19 @@ def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
 def shard_candidates(cands: Sequence[Candidate], shard: int, shards: int) -> list[Candidate]:
     """Round robin ``cands[shard::shards]``: every shard gets a share of every batch size."""
     if not 0 <= shard < shards:
-        raise SearchError(f"shard {shard} must be in 0..{shards - 1} (shards "
-                          f"{shards})")
+        raise SearchError(f"shard {shard} must be in 0..{shards - 1} (shards {shards})")
     return list(cands[shard::shards])
 
 
-def run_shard(cands: Sequence[Candidate], plans: Sequence[tuple[PlanKey, Plan]], shard: int,
-              shards: int, baseline: Candidate, workers: int = 1,
-              profile: Profile | None = None) -> pd.DataFrame:
+def run_shard(
+    cands: Sequence[Candidate],
+    plans: Sequence[tuple[PlanKey, Plan]],
+    shard: int,
+    shards: int,
+    baseline: Candidate,
+    workers: int = 1,
+    profile: Profile | None = None,
+) -> pd.DataFrame:
     """One shard's rows; every shard also carries the baseline so merge needs no plans."""
     part = shard_candidates(cands, shard, shards)
     if baseline not in part:
@@ -516,20 +620,21 @@ def n_label(n_set: Iterable[int]) -> str:
     return ",".join(map(str, sorted(n_set)))
 
 
-def set_scores(totals: Mapping[str, Mapping[int, float]], baseline: Mapping[int, float],
-               n_set: Iterable[int]) -> dict[str, float]:
+def set_scores(
+    totals: Mapping[str, Mapping[int, float]], baseline: Mapping[int, float], n_set: Iterable[int]
+) -> dict[str, float]:
     """Sum of candidate D over the N set / same sum for the baseline (paper V-A)."""
     ns = sorted(n_set)
     denominator = math.fsum(baseline[n] for n in ns)
     return {cid: math.fsum(t[n] for n in ns) / denominator for cid, t in totals.items()}
 
 
-def mean_ratio_scores(totals: Mapping[str, Mapping[int, float]],
-                      baseline: Mapping[int, float], n_set: Iterable[int]) -> dict[str, float]:
+def mean_ratio_scores(
+    totals: Mapping[str, Mapping[int, float]], baseline: Mapping[int, float], n_set: Iterable[int]
+) -> dict[str, float]:
     """Mean over N of per-N ratios: the alternative score of Supplementary S8."""
     ns = sorted(n_set)
-    return {cid: math.fsum(t[n] / baseline[n] for n in ns) / len(ns)
-            for cid, t in totals.items()}
+    return {cid: math.fsum(t[n] / baseline[n] for n in ns) / len(ns) for cid, t in totals.items()}
 
 
 def ranking(scores: Mapping[str, float], tiebreak: Mapping[str, tuple[Any, ...]]) -> list[str]:
@@ -537,9 +642,14 @@ def ranking(scores: Mapping[str, float], tiebreak: Mapping[str, tuple[Any, ...]]
     return sorted(scores, key=lambda cid: (scores[cid], tiebreak[cid]))
 
 
-def compare_n_sets(totals: Mapping[str, Mapping[int, float]], baseline: Mapping[int, float],
-                   tiebreak: Mapping[str, tuple[Any, ...]], full_n: Sequence[int],
-                   restricted: Sequence[Sequence[int]], top: int) -> dict[str, Any]:
+def compare_n_sets(
+    totals: Mapping[str, Mapping[int, float]],
+    baseline: Mapping[int, float],
+    tiebreak: Mapping[str, tuple[Any, ...]],
+    full_n: Sequence[int],
+    restricted: Sequence[Sequence[int]],
+    top: int,
+) -> dict[str, Any]:
     """Selection on the full N set and each restricted set, by summed-seconds score and by
     the mean of per-N ratios (paper V-A: the pick depended on N; S8: the score did not)."""
     full_order = ranking(set_scores(totals, baseline, full_n), tiebreak)
@@ -564,8 +674,9 @@ def compare_n_sets(totals: Mapping[str, Mapping[int, float]], baseline: Mapping[
     return report
 
 
-def _group_totals(frame: pd.DataFrame, mask: Any,
-                  columns: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
+def _group_totals(
+    frame: pd.DataFrame, mask: Any, columns: Sequence[str]
+) -> dict[str, dict[str, dict[int, float]]]:
     """Per column, per candidate, per N: exactly rounded sum over the rows in ``mask``.
 
     ``frame`` is in ``sort_results`` order, so the rows of one (candidate, n) are one
@@ -579,8 +690,10 @@ def _group_totals(frame: pd.DataFrame, mask: Any,
     starts = np.flatnonzero(change).tolist()
     bounds = list(zip(starts, [*starts[1:], len(codes)], strict=True))
     names = [str(name) for name in names]
-    labels = [(names[code], n) for code, n in zip(codes[starts].tolist(), ns[starts].tolist(),
-                                                  strict=True)]
+    labels = [
+        (names[code], n)
+        for code, n in zip(codes[starts].tolist(), ns[starts].tolist(), strict=True)
+    ]
     out: dict[str, dict[str, dict[int, float]]] = {}
     for column in columns:
         values = frame[column].to_numpy()[mask].tolist()
@@ -614,68 +727,88 @@ def combine_shards(frames: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     for source, frame in frames:
         missing = set(RESULT_COLUMNS) - set(frame.columns)
         if missing:
-            raise SearchError(f"{source}: not a search shard (missing columns "
-                              f"{', '.join(sorted(missing))}); re-run `rearrival search shard`")
+            raise SearchError(
+                f"{source}: not a search shard (missing columns "
+                f"{', '.join(sorted(missing))}); re-run `rearrival search shard`"
+            )
     merged = pd.concat([f[list(RESULT_COLUMNS)] for _, f in frames], ignore_index=True)
     merged = merged.drop_duplicates()
     clash = merged.duplicated(["candidate", "inputs", "plan"], keep=False)
     if clash.any():
         row = merged[clash].iloc[0]
-        raise SearchError(f"shards disagree on candidate {row['candidate']} plan "
-                          f"{row['inputs']}/{row['plan']}; re-run every shard on one plans "
-                          "directory")
+        raise SearchError(
+            f"shards disagree on candidate {row['candidate']} plan "
+            f"{row['inputs']}/{row['plan']}; re-run every shard on one plans "
+            "directory"
+        )
     shas = merged.groupby(["inputs", "plan"])["plan_sha256"].nunique()
     if (shas > 1).any():
         inputs, plan = shas[shas > 1].index[0]
-        raise SearchError(f"shards used different plans for {inputs}/{plan}; re-run every "
-                          "shard on one plans directory")
+        raise SearchError(
+            f"shards used different plans for {inputs}/{plan}; re-run every "
+            "shard on one plans directory"
+        )
     return sort_results(merged)
 
 
-def check_complete(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Candidate,
-                   settings: SearchSettings) -> None:
+def check_complete(
+    results: pd.DataFrame, cands: Sequence[Candidate], baseline: Candidate, settings: SearchSettings
+) -> None:
     expected_plans = {(k.inputs, k.name) for k in plan_keys(settings)}
     have = results.groupby("candidate")[["inputs", "plan"]]
     counts = have.size()
     for cand in [baseline, *cands]:
         if cand.id not in counts.index:
-            raise SearchError(f"no shard holds candidate {cand.id}; merge every shard file "
-                              f"(0..{settings.shards - 1}) written with this config")
+            raise SearchError(
+                f"no shard holds candidate {cand.id}; merge every shard file "
+                f"(0..{settings.shards - 1}) written with this config"
+            )
         if counts[cand.id] != len(expected_plans):
-            raise SearchError(f"candidate {cand.id} has {counts[cand.id]} of "
-                              f"{len(expected_plans)} plans; re-run its shard")
+            raise SearchError(
+                f"candidate {cand.id} has {counts[cand.id]} of "
+                f"{len(expected_plans)} plans; re-run its shard"
+            )
     pairs = results[["inputs", "plan"]].drop_duplicates()
     present = set(zip(pairs["inputs"].tolist(), pairs["plan"].tolist(), strict=True))
     if present != expected_plans:
         odd = sorted(present ^ expected_plans)[0]
-        raise SearchError(f"shard plans do not match the config (e.g. {odd[0]}/{odd[1]}); "
-                          "re-run `rearrival search plans` and every shard")
+        raise SearchError(
+            f"shard plans do not match the config (e.g. {odd[0]}/{odd[1]}); "
+            "re-run `rearrival search plans` and every shard"
+        )
 
 
-def score_table(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Candidate,
-                settings: SearchSettings,
-                profile: Profile | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+def score_table(
+    results: pd.DataFrame,
+    cands: Sequence[Candidate],
+    baseline: Candidate,
+    settings: SearchSettings,
+    profile: Profile | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One row per candidate (ranked) plus the N-set comparison used by the summary."""
     profile = profile or measured_profile()
     if not _is_sorted(results):
         results = sort_results(results)
     summed = ("device_s", "decode_s", "prefill_s", "reuse_hits", "re_arrivals")
-    per_inputs = {inputs: _group_totals(results, (results["inputs"] == inputs).to_numpy(
-                                            dtype=bool), summed) for inputs in INPUT_SETS}
+    per_inputs = {
+        inputs: _group_totals(results, (results["inputs"] == inputs).to_numpy(dtype=bool), summed)
+        for inputs in INPUT_SETS
+    }
     device = {inputs: per_inputs[inputs]["device_s"] for inputs in INPUT_SETS}
-    parts = {col: {inputs: per_inputs[inputs][col] for inputs in INPUT_SETS}
-             for col in summed[1:]}
+    parts = {col: {inputs: per_inputs[inputs][col] for inputs in INPUT_SETS} for col in summed[1:]}
     base = {inputs: device[inputs][baseline.id] for inputs in INPUT_SETS}
     ids = [c.id for c in cands]
     tiebreak = {c.id: c.tiebreak() for c in cands}
     search_totals = {cid: device["search"][cid] for cid in ids}
-    comparison = compare_n_sets(search_totals, base["search"], tiebreak, settings.n,
-                                settings.restricted_n, settings.top)
+    comparison = compare_n_sets(
+        search_totals, base["search"], tiebreak, settings.n, settings.restricted_n, settings.top
+    )
     columns: dict[str, dict[str, float]] = {
         "score": set_scores(search_totals, base["search"], settings.n),
         "mean_ratio_score": mean_ratio_scores(search_totals, base["search"], settings.n),
-        "evaluation_score": set_scores({cid: device["evaluation"][cid] for cid in ids},
-                                       base["evaluation"], settings.n),
+        "evaluation_score": set_scores(
+            {cid: device["evaluation"][cid] for cid in ids}, base["evaluation"], settings.n
+        ),
     }
     for n in settings.n:
         columns[f"ratio_n{n}"] = set_scores(search_totals, base["search"], [n])
@@ -684,22 +817,29 @@ def score_table(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Can
         suffix = "_".join(map(str, n_set))
         columns[f"score_n{suffix}"] = set_scores(search_totals, base["search"], n_set)
         rank_of[f"rank_n{suffix}"] = f"score_n{suffix}"
-    ranks = {name: {cid: i + 1 for i, cid in enumerate(ranking(columns[score], tiebreak))}
-             for name, score in rank_of.items()}
+    ranks = {
+        name: {cid: i + 1 for i, cid in enumerate(ranking(columns[score], tiebreak))}
+        for name, score in rank_of.items()
+    }
     rows = []
     for cand in cands:
         cid = cand.id
         row: dict[str, Any] = {
-            "id": cid, "batch_size": cand.batch_size, "slots": cand.slots,
-            "buckets": ",".join(map(str, cand.buckets)), "n_buckets": cand.n_buckets,
+            "id": cid,
+            "batch_size": cand.batch_size,
+            "slots": cand.slots,
+            "buckets": ",".join(map(str, cand.buckets)),
+            "n_buckets": cand.n_buckets,
         }
         row.update({name: values[cid] for name, values in columns.items()})
         row.update({name: values[cid] for name, values in ranks.items()})
         for inputs in INPUT_SETS:
-            row[f"{inputs}_decode_ratio"] = (_sum(parts["decode_s"][inputs][cid])
-                                             / _sum(parts["decode_s"][inputs][baseline.id]))
-            row[f"{inputs}_prefill_ratio"] = (_sum(parts["prefill_s"][inputs][cid])
-                                              / _sum(parts["prefill_s"][inputs][baseline.id]))
+            row[f"{inputs}_decode_ratio"] = _sum(parts["decode_s"][inputs][cid]) / _sum(
+                parts["decode_s"][inputs][baseline.id]
+            )
+            row[f"{inputs}_prefill_ratio"] = _sum(parts["prefill_s"][inputs][cid]) / _sum(
+                parts["prefill_s"][inputs][baseline.id]
+            )
             row[f"{inputs}_reuse_hits"] = int(_sum(parts["reuse_hits"][inputs][cid]))
             row[f"{inputs}_re_arrivals"] = int(_sum(parts["re_arrivals"][inputs][cid]))
         row.update(resource_costs(cand, profile))
@@ -711,9 +851,12 @@ def score_table(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Can
 def resource_costs(cand: Candidate, profile: Profile) -> dict[str, float]:
     """Compile time and artifact size (authors' fit) and KV reservation (Tables XIV, XV)."""
     kv = profile.kv_gib(cand.slots)
-    return {"compile_s": profile.compile_seconds(cand.n_buckets),
-            "artifact_gib": profile.artifact_gib(cand.n_buckets),
-            "kv_gib": kv, "kv_gib_per_device": kv / profile.num_devices}
+    return {
+        "compile_s": profile.compile_seconds(cand.n_buckets),
+        "artifact_gib": profile.artifact_gib(cand.n_buckets),
+        "kv_gib": kv,
+        "kv_gib_per_device": kv / profile.num_devices,
+    }
 
 
 def _row_dict(table: pd.DataFrame, cid: str) -> dict[str, Any]:
@@ -721,18 +864,26 @@ def _row_dict(table: pd.DataFrame, cid: str) -> dict[str, Any]:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
 
 
-def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchSettings,
-              profile: Profile | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def summarize(
+    table: pd.DataFrame,
+    comparison: dict[str, Any],
+    settings: SearchSettings,
+    profile: Profile | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``selected.json`` (what later studies compile) and ``summary.json`` (paper V-A)."""
     profile = profile or measured_profile()
     best = _row_dict(table, table.iloc[0]["id"])
     pick = parse_candidate_id(best["id"])
-    selected = {**pick.as_dict(), "search_score": best["score"],
-                "evaluation_score": best["evaluation_score"],
-                "mean_ratio_score": best["mean_ratio_score"],
-                **{f"ratio_n{n}": best[f"ratio_n{n}"] for n in settings.n},
-                **resource_costs(pick, profile), "n_buckets": pick.n_buckets,
-                "search_n": list(settings.n)}
+    selected = {
+        **pick.as_dict(),
+        "search_score": best["score"],
+        "evaluation_score": best["evaluation_score"],
+        "mean_ratio_score": best["mean_ratio_score"],
+        **{f"ratio_n{n}": best[f"ratio_n{n}"] for n in settings.n},
+        **resource_costs(pick, profile),
+        "n_buckets": pick.n_buckets,
+        "search_n": list(settings.n),
+    }
     every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
     memory = device_memory(profile)
     counts = filter_counts(every, profile, memory, settings.memory_filter)
@@ -742,8 +893,8 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
         "candidates": {
             "max_buckets": settings.max_buckets,
             "max_buckets_note": "counts every bucket including 1 and batch_size; the "
-                                "authors' script counted intermediates + 1, so their "
-                                "--max-buckets 5 is this 6",
+            "authors' script counted intermediates + 1, so their "
+            "--max-buckets 5 is this 6",
             "enumerated": len(every),
             "excluded_by_compile_budget": counts["excluded_by_compile_budget"],
             "compile_budget_s": profile.compile_budget_s,
@@ -752,29 +903,42 @@ def summarize(table: pd.DataFrame, comparison: dict[str, Any], settings: SearchS
             "memory_gib_per_device": memory.per_device_gib,
             "max_slots_in_memory": memory.max_slots(),
             "searched": len(table),
-            "per_batch_size": {str(b): sum(1 for c in every if c.batch_size == b)
-                               for b in settings.batch_sizes},
+            "per_batch_size": {
+                str(b): sum(1 for c in every if c.batch_size == b) for b in settings.batch_sizes
+            },
         },
-        "inputs": {"n": list(settings.n), "seeds": settings.seeds, "blocks": settings.blocks,
-                   "search_plans": len(settings.n) * settings.seeds * settings.blocks,
-                   "evaluation_plans": len(settings.n) * settings.seeds * settings.blocks},
+        "inputs": {
+            "n": list(settings.n),
+            "seeds": settings.seeds,
+            "blocks": settings.blocks,
+            "search_plans": len(settings.n) * settings.seeds * settings.blocks,
+            "evaluation_plans": len(settings.n) * settings.seeds * settings.blocks,
+        },
         "selected": selected,
         "evaluation_score": best["evaluation_score"],
-        "top": [{"id": r.id, "score": r.score, "evaluation_score": r.evaluation_score}
-                for r in top.itertuples()],
+        "top": [
+            {"id": r.id, "score": r.score, "evaluation_score": r.evaluation_score}
+            for r in top.itertuples()
+        ],
         "top_batch_sizes": sorted({int(b) for b in top["batch_size"]}),
         "top_score_spread_pp": 100 * (float(top["score"].max()) - float(top["score"].min())),
         "mean_ratio_selected": full["mean_ratio_selected"],
         "mean_ratio_changes_selection": full["mean_ratio_changes_selection"],
-        "restricted": {label: part for label, part in comparison.items()
-                       if label != n_label(settings.n)},
+        "restricted": {
+            label: part for label, part in comparison.items() if label != n_label(settings.n)
+        },
     }
     return selected, summary
 
 
-def write_outputs(results: pd.DataFrame, cands: Sequence[Candidate], baseline: Candidate,
-                  settings: SearchSettings, out_dir: Path,
-                  profile: Profile | None = None) -> dict[str, Any]:
+def write_outputs(
+    results: pd.DataFrame,
+    cands: Sequence[Candidate],
+    baseline: Candidate,
+    settings: SearchSettings,
+    out_dir: Path,
+    profile: Profile | None = None,
+) -> dict[str, Any]:
     """DIR/scores.parquet, DIR/selected.json, DIR/summary.json (each atomically)."""
     check_complete(results, cands, baseline, settings)
     table, comparison = score_table(results, cands, baseline, settings, profile)
@@ -789,14 +953,17 @@ def baseline_of(cfg: StudyConfig) -> Candidate:
     """The denominator of every score: the config's ``baseline`` configuration."""
     raw = cfg.configurations.get("baseline")
     if raw is None:
-        raise SearchError(f"{cfg.source}: configurations.baseline is missing; the search "
-                          "scores candidates against it (e.g. buckets [1,2,4,8], batch_size 8)")
+        raise SearchError(
+            f"{cfg.source}: configurations.baseline is missing; the search "
+            "scores candidates against it (e.g. buckets [1,2,4,8], batch_size 8)"
+        )
     return Candidate(raw.buckets, raw.batch_size, raw.slots)
 
 
 def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
-    return candidates(settings.batch_sizes, settings.max_buckets, profile,
-                      memory_filter=settings.memory_filter)
+    return candidates(
+        settings.batch_sizes, settings.max_buckets, profile, memory_filter=settings.memory_filter
+    )
 
 
 def override_settings(settings: SearchSettings, **changes: Any) -> SearchSettings:
@@ -811,9 +978,13 @@ def override_settings(settings: SearchSettings, **changes: Any) -> SearchSetting
     return replace(settings, **changes)
 
 
-def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2,
-               profile: Profile | None = None,
-               overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_search(
+    cfg: StudyConfig,
+    out_dir: Path,
+    workers: int = 2,
+    profile: Profile | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
     same scores/selected/summary files the sharded path writes, byte for byte."""
     settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
@@ -826,15 +997,17 @@ def run_search(cfg: StudyConfig, out_dir: Path, workers: int = 2,
     return write_outputs(results, cands, baseline, settings, out_dir, profile)
 
 
-def select(cfg: StudyConfig, workers: int = 2,
-           profile: Profile | None = None) -> tuple[Candidate, float]:
+def select(
+    cfg: StudyConfig, workers: int = 2, profile: Profile | None = None
+) -> tuple[Candidate, float]:
     """The search's pick and its score, from the search inputs alone (no files written)."""
     settings = SearchSettings.from_config(cfg)
     plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
     cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
-    results, _ = evaluate(cands if baseline in cands else [*cands, baseline], plans, workers,
-                          profile)
+    results, _ = evaluate(
+        cands if baseline in cands else [*cands, baseline], plans, workers, profile
+    )
     totals = _totals(results)
     scores = set_scores({c.id: totals[c.id] for c in cands}, totals[baseline.id], settings.n)
     best = ranking(scores, {c.id: c.tiebreak() for c in cands})[0]

@@ -56,7 +56,8 @@ def device_gres(environ: Mapping[str, str], *, real_device: bool) -> str:
     if gres and not _GRES.match(gres):
         raise ClusterError(
             f"{ENV_DEVICE_GRES}={gres!r} is not a Slurm generic resource: "
-            "write name[:type][:count], e.g. rbln:4")
+            "write name[:type][:count], e.g. rbln:4"
+        )
     return gres
 
 
@@ -66,23 +67,27 @@ def site_from_environment(environ: Mapping[str, str], *, real_device: bool) -> S
     if not partition:
         raise ClusterError(
             f"{ENV_PARTITION} is not set: export the Slurm partition(s) to submit to "
-            "(see profiles/slurm/config.yaml)")
+            "(see profiles/slurm/config.yaml)"
+        )
     if ENV_ACCOUNT not in environ:
         raise ClusterError(
             f"{ENV_ACCOUNT} is not set: export your Slurm account, or an empty value if "
-            "the site has none (see profiles/slurm/config.yaml)")
+            "the site has none (see profiles/slurm/config.yaml)"
+        )
     gres = device_gres(environ, real_device=real_device)
     if real_device and not gres:
         raise ClusterError(
             f"{ENV_DEVICE_GRES} is not set: backend rbln on Slurm needs the generic "
-            "resource each real-device job holds (e.g. rbln:4), so runs never overlap")
+            "resource each real-device job holds (e.g. rbln:4), so runs never overlap"
+        )
     return SlurmSite(partition, environ[ENV_ACCOUNT].strip(), gres)
 
 
 def _run(command: Sequence[str]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(list(command), capture_output=True, text=True,
-                              timeout=_QUERY_TIMEOUT_S, check=False)
+        return subprocess.run(
+            list(command), capture_output=True, text=True, timeout=_QUERY_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(command, 1, "", f"no answer in {_QUERY_TIMEOUT_S} s")
 
@@ -91,22 +96,28 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "no output")
 
 
-def check_slurm_site(environ: Mapping[str, str], *, real_device: bool,
-                     run: Runner = _run, which: Callable[[str], str | None] = shutil.which,
-                     ) -> SlurmSite:
+def check_slurm_site(
+    environ: Mapping[str, str],
+    *,
+    real_device: bool,
+    run: Runner = _run,
+    which: Callable[[str], str | None] = shutil.which,
+) -> SlurmSite:
     """Fail with one line before any submission when Slurm cannot take the workflow."""
     missing = [tool for tool in SLURM_TOOLS if which(tool) is None]
     if missing:
         raise ClusterError(
             f"Slurm is not installed here ({', '.join(missing)} not on PATH): install "
-            "Slurm's client tools or run without --profile profiles/slurm")
+            "Slurm's client tools or run without --profile profiles/slurm"
+        )
     site = site_from_environment(environ, real_device=real_device)
     ping = run(["scontrol", "ping"])
     if ping.returncode != 0 or "UP" not in ping.stdout:
         raise ClusterError(
             "the Slurm controller is not reachable ("
             f"{_first_line(ping.stdout + ping.stderr)}): start slurmctld or point "
-            "SLURM_CONF at the cluster's slurm.conf")
+            "SLURM_CONF at the cluster's slurm.conf"
+        )
     listing = run(["sinfo", "--noheader", "--format=%R|%G"])
     if listing.returncode != 0:
         raise ClusterError(f"sinfo failed: {_first_line(listing.stderr)}")
@@ -115,12 +126,14 @@ def check_slurm_site(environ: Mapping[str, str], *, real_device: bool,
         name, _, gres = line.strip().partition("|")
         if name:
             gres_by_partition.setdefault(name, set()).update(
-                g.split("(")[0] for g in gres.split(",") if g and g != "(null)")
+                g.split("(")[0] for g in gres.split(",") if g and g != "(null)"
+            )
     for partition in site.partitions:
         if partition not in gres_by_partition:
             raise ClusterError(
                 f"Slurm partition {partition!r} ({ENV_PARTITION}) does not exist; this "
-                f"cluster has: {', '.join(sorted(gres_by_partition))}")
+                f"cluster has: {', '.join(sorted(gres_by_partition))}"
+            )
     if site.device_gres:
         wanted = site.device_gres.split(":")[0]
         offered = {g.split(":")[0] for p in site.partitions for g in gres_by_partition[p]}
@@ -128,5 +141,6 @@ def check_slurm_site(environ: Mapping[str, str], *, real_device: bool,
             raise ClusterError(
                 f"no node in partition(s) {site.partition} offers the generic resource "
                 f"{wanted!r} ({ENV_DEVICE_GRES}); they offer: "
-                f"{', '.join(sorted(offered)) or 'none'}")
+                f"{', '.join(sorted(offered)) or 'none'}"
+            )
     return site

@@ -35,24 +35,39 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
         plans = {key: design[key] for key in PLAN_KEYS}
         params[f"plans:{name}"] = _canonical(plans)
         params[f"predict:{name}"] = _canonical(
-            plans | {key: design[key]
-                     for key in ("configurations", "variants", "prediction_profile")})
+            plans
+            | {key: design[key] for key in ("configurations", "variants", "prediction_profile")}
+        )
         params[f"prereg:{name}"] = _canonical(design | {"criteria": criteria})
         params[f"run:{name}"] = _canonical(design | {"settings": backend})
         params[f"decide:{name}"] = _canonical(design | {"criteria": criteria})
         params[f"compile:{name}"] = _canonical(
-            {"configurations": design["configurations"], "rbln": asdict(cfg.rbln)})
-    params["injection"] = _canonical({
-        "injection": asdict(cfg.injection), "backend": cfg.backend, "study_seed": cfg.study_seed,
-        "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
-    params["calibration"] = _canonical({
-        "backend": cfg.backend, "study_seed": cfg.study_seed,
-        "emulator_truth": cfg.measurement.emulator_truth,
-        "model": asdict(cfg.measurement.model),
-        "calibration": asdict(cfg.measurement.calibration)})
-    params["search"] = _canonical({
-        "search": dict(cfg.search), "study_seed": cfg.study_seed,
-        "profile": cfg.measurement.profile,
-        "tool_table": tool_table_for(cfg).source,
-        "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()}})
+            {"configurations": design["configurations"], "rbln": asdict(cfg.rbln)}
+        )
+    params["injection"] = _canonical(
+        {
+            "injection": asdict(cfg.injection),
+            "backend": cfg.backend,
+            "study_seed": cfg.study_seed,
+            "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()},
+        }
+    )
+    params["calibration"] = _canonical(
+        {
+            "backend": cfg.backend,
+            "study_seed": cfg.study_seed,
+            "emulator_truth": cfg.measurement.emulator_truth,
+            "model": asdict(cfg.measurement.model),
+            "calibration": asdict(cfg.measurement.calibration),
+        }
+    )
+    params["search"] = _canonical(
+        {
+            "search": dict(cfg.search),
+            "study_seed": cfg.study_seed,
+            "profile": cfg.measurement.profile,
+            "tool_table": tool_table_for(cfg).source,
+            "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()},
+        }
+    )
     return params

@@ -18,11 +18,11 @@ def plan_file(plans_dir: Path, n: int, replicate: int) -> Path:
     return plans_dir / f"n{n}_r{replicate}.parquet"
 
 
-def study_plan(cfg: StudyConfig, study: Study, n: int, replicate: int,
-               table: ToolTable) -> Plan:
+def study_plan(cfg: StudyConfig, study: Study, n: int, replicate: int, table: ToolTable) -> Plan:
     """The plan of one (N, replicate): the study's own seed block keeps seeds disjoint."""
-    return generate_plan(n, study_seed=cfg.study_seed, replicate=replicate,
-                         block=study.seed_block, tool_table=table)
+    return generate_plan(
+        n, study_seed=cfg.study_seed, replicate=replicate, block=study.seed_block, tool_table=table
+    )
 
 
 def make_plans(cfg: StudyConfig, study_name: str, out_dir: Path) -> list[Path]:
@@ -42,6 +42,7 @@ def make_plans(cfg: StudyConfig, study_name: str, out_dir: Path) -> list[Path]:
 def read_study_plan(plans_dir: Path, n: int, replicate: int) -> Plan:
     path = plan_file(plans_dir, n, replicate)
     if not path.exists():
-        raise StageError(f"{path}: plan missing; re-run the plans stage "
-                         "(snakemake results/plans/<study>)")
+        raise StageError(
+            f"{path}: plan missing; re-run the plans stage (snakemake results/plans/<study>)"
+        )
     return load_plan(path)

@@ -39,8 +39,9 @@ def plan_registry(cfg: StudyConfig, study: Study, plans_dir: Path) -> dict[str, 
     for n in study.n:
         for replicate in range(cfg.replicates):
             plan = read_study_plan(plans_dir, n, replicate)
-            plans.append({"replicate": replicate, "n": n, "seed": plan.meta.seed,
-                          "sha256": plan.sha256()})
+            plans.append(
+                {"replicate": replicate, "n": n, "seed": plan.meta.seed, "sha256": plan.sha256()}
+            )
     return {"validation": study.kind == "validation", "plans": plans}
 
 
@@ -50,16 +51,30 @@ def prediction_record(predictions: pd.DataFrame, study: Study) -> dict[str, Any]
     per_plan = predictions[predictions["simulator"] == PREDICTION]
     return {
         "simulator": f"{PREDICTION} (release={SIMULATORS[PREDICTION][0]}, "
-                     f"dummy_block={SIMULATORS[PREDICTION][1]})",
+        f"dummy_block={SIMULATORS[PREDICTION][1]})",
         "ratios": [
-            {"n": int(r.n), "configuration": r.configuration, "variant": r.variant,
-             "device_s": float(r.device_s), "ratio_pred": float(r.ratio_pred),
-             "reuse_hits": int(r.reuse_hits), "re_arrivals": int(r.re_arrivals)}
-            for r in sums.itertuples()],
+            {
+                "n": int(r.n),
+                "configuration": r.configuration,
+                "variant": r.variant,
+                "device_s": float(r.device_s),
+                "ratio_pred": float(r.ratio_pred),
+                "reuse_hits": int(r.reuse_hits),
+                "re_arrivals": int(r.re_arrivals),
+            }
+            for r in sums.itertuples()
+        ],
         "per_plan": [
-            {"n": int(r.n), "replicate": int(r.replicate), "configuration": r.configuration,
-             "variant": r.variant, "plan_sha256": r.plan_sha256, "device_s": float(r.device_s)}
-            for r in per_plan.itertuples()],
+            {
+                "n": int(r.n),
+                "replicate": int(r.replicate),
+                "configuration": r.configuration,
+                "variant": r.variant,
+                "plan_sha256": r.plan_sha256,
+                "device_s": float(r.device_s),
+            }
+            for r in per_plan.itertuples()
+        ],
     }
 
 
@@ -70,15 +85,25 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     it as a param, so an edit reruns the study's jobs, and compares it with the
     registration, so an edit after registering is refused (:func:`design_changes`)."""
     return {
-        "study": study.name, "kind": study.kind,
-        "backend": cfg.backend, "rule": study.rule, "amends": study.amends,
-        "n": list(study.n), "replicates": cfg.replicates, "variants": list(study.variants),
-        "repeats": study.repeats, "seed_block": study.seed_block,
-        "study_seed": cfg.study_seed, "tool_table": tool_table_for(cfg).source,
+        "study": study.name,
+        "kind": study.kind,
+        "backend": cfg.backend,
+        "rule": study.rule,
+        "amends": study.amends,
+        "n": list(study.n),
+        "replicates": cfg.replicates,
+        "variants": list(study.variants),
+        "repeats": study.repeats,
+        "seed_block": study.seed_block,
+        "study_seed": cfg.study_seed,
+        "tool_table": tool_table_for(cfg).source,
         "prediction_profile": cfg.measurement.profile,
         "emulator_truth": cfg.measurement.emulator_truth,
-        "configurations": {name: cfg.configurations[name].as_dict()
-                           for name in study.configurations if name != SELECTED},
+        "configurations": {
+            name: cfg.configurations[name].as_dict()
+            for name in study.configurations
+            if name != SELECTED
+        },
     }
 
 
@@ -105,22 +130,32 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
-def design_changes(cfg: StudyConfig, study: Study, registered_design_json: dict[str, Any],
-                   registered_criteria: dict[str, Any]) -> list[str]:
+def design_changes(
+    cfg: StudyConfig,
+    study: Study,
+    registered_design_json: dict[str, Any],
+    registered_criteria: dict[str, Any],
+) -> list[str]:
     """``key: registered -> config`` for every registered design or criteria value the
     config now contradicts (the search's pick and the description are not compared)."""
     registered = {key: registered_design_json.get(key) for key in registered_design(cfg, study)}
     registered["configurations"] = {
-        name: value for name, value in (registered["configurations"] or {}).items()
-        if name != SELECTED}
+        name: value
+        for name, value in (registered["configurations"] or {}).items()
+        if name != SELECTED
+    }
     old = _flat(registered, "design") | _flat(registered_criteria, "decision")
-    new = (_flat(registered_design(cfg, study), "design")
-           | _flat(criteria_from_config(cfg).to_dict(), "decision"))
+    new = _flat(registered_design(cfg, study), "design") | _flat(
+        criteria_from_config(cfg).to_dict(), "decision"
+    )
     keys = sorted(set(old) | set(new))
     missing = "(absent)"
-    return [f"{key.removeprefix('design.')}: registered {old.get(key, missing)!r}, "
-            f"config {new.get(key, missing)!r}"
-            for key in keys if old.get(key, missing) != new.get(key, missing)]
+    return [
+        f"{key.removeprefix('design.')}: registered {old.get(key, missing)!r}, "
+        f"config {new.get(key, missing)!r}"
+        for key in keys
+        if old.get(key, missing) != new.get(key, missing)
+    ]
 
 
 def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) -> None:
@@ -141,15 +176,19 @@ def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) ->
         if not changes:
             continue
         runs = len(list((runs_root / study.name).glob("*/*/manifest.json")))
-        state = (f"has {runs} run(s) judged under registration commit {commit[:12]}" if runs
-                 else f"is registered in commit {commit[:12]} (no runs yet)")
+        state = (
+            f"has {runs} run(s) judged under registration commit {commit[:12]}"
+            if runs
+            else f"is registered in commit {commit[:12]} (no runs yet)"
+        )
         problems.append(
             f"study {study.name} {state}, but {cfg.source} changes its registered design or "
             f"criteria: {'; '.join(changes)}. Registered values never change. Either restore "
             f"them, or (1) declare an amendment: a new study with `amends: {study.name}` "
             "carrying the change, registered as an amendment that applies only to runs after "
             "it (as validation_remeasure does), or (2) start a new study name for the changed "
-            "design.")
+            "design."
+        )
     if problems:
         raise StageError("\n".join(problems))
 
@@ -158,17 +197,25 @@ def amendment_record(study: Study, criteria: dict[str, Any]) -> dict[str, Any]:
     """The amended channel-agreement rule, registered on the study it amends before the
     re-measurement (paper II-D); it applies only to runs after its commit."""
     return {
-        "amends": study.amends, "applies_to": study.name,
+        "amends": study.amends,
+        "applies_to": study.name,
         "rule": study.rule,
         "definition": "tau = max(tau_fixed, r_BASE / B_BASE), r and B summed over the "
-                      "three baseline replicates of the new measurement",
+        "three baseline replicates of the new measurement",
         "tau_fixed": criteria["tau_fixed"],
     }
 
 
-def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
-                predictions_path: Path, repo_dir: Path, records_dir: Path,
-                selected_path: Path | None = None) -> dict[str, Any]:
+def preregister(
+    cfg: StudyConfig,
+    study_name: str,
+    *,
+    plans_dir: Path,
+    predictions_path: Path,
+    repo_dir: Path,
+    records_dir: Path,
+    selected_path: Path | None = None,
+) -> dict[str, Any]:
     """Commit a study's design, criteria, plan registry and predictions (SPEC 9).
 
     An amending study first commits its amendment to the study it amends, then its own
@@ -179,15 +226,20 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
     if study.amends:
         amended = registrations(open_repo(repo_dir), study.amends)
         if not amended:
-            raise StageError(f"preregistration/{study.amends}/: study {study.name} amends "
-                             f"{study.amends}, which is not registered; run it first")
-        register(repo_dir, study.amends,
-                 {f"amendment-{study.name}.json": amendment_record(study, criteria)},
-                 message=f"prereg({study.amends}): amend channel-agreement rule before "
-                         f"{study.name}", amendment_of=amended[0].hexsha,
-                 # the amended study's record stays as its runs saw it, so its finished
-                 # runs are not made stale; git holds the full history
-                 write_record=False)
+            raise StageError(
+                f"preregistration/{study.amends}/: study {study.name} amends "
+                f"{study.amends}, which is not registered; run it first"
+            )
+        register(
+            repo_dir,
+            study.amends,
+            {f"amendment-{study.name}.json": amendment_record(study, criteria)},
+            message=f"prereg({study.amends}): amend channel-agreement rule before {study.name}",
+            amendment_of=amended[0].hexsha,
+            # the amended study's record stays as its runs saw it, so its finished
+            # runs are not made stale; git holds the full history
+            write_record=False,
+        )
     predictions = read_frame(predictions_path, "predict")
     design = study_design(cfg, study, selected_path)
     registered = registered_json(repo_dir, study.name, ("design.json",))
@@ -202,7 +254,11 @@ def preregister(cfg: StudyConfig, study_name: str, *, plans_dir: Path,
         "predictions.json": prediction_record(predictions, study),
         PROFILE_FILE: profile_bytes(cfg.measurement.profile_path()),
     }
-    record = register(repo_dir, study.name, files,
-                      message=f"prereg({study.name}): predictions and criteria before runs",
-                      records_dir=records_dir)
+    record = register(
+        repo_dir,
+        study.name,
+        files,
+        message=f"prereg({study.name}): predictions and criteria before runs",
+        records_dir=records_dir,
+    )
     return record.to_json()

@@ -49,10 +49,18 @@ def run_slots(cfg: StudyConfig, study: Study, n: int, replicate: int) -> list[Ru
     return slots
 
 
-def run_replicate(cfg: StudyConfig, study_name: str, n: int, replicate: int, *,
-                  plans_dir: Path, out_dir: Path, repo_dir: Path,
-                  selected_path: Path | None = None,
-                  compile_record: Path | None = None) -> list[Path]:
+def run_replicate(
+    cfg: StudyConfig,
+    study_name: str,
+    n: int,
+    replicate: int,
+    *,
+    plans_dir: Path,
+    out_dir: Path,
+    repo_dir: Path,
+    selected_path: Path | None = None,
+    compile_record: Path | None = None,
+) -> list[Path]:
     """Run every condition of one replicate, refusing to start without a committed prereg.
 
     The replicate directory is published only when every run has been written (failed
@@ -69,10 +77,18 @@ def run_replicate(cfg: StudyConfig, study_name: str, n: int, replicate: int, *,
     written = []
     with atomic_directory(out_dir) as staging:
         for slot in slots:
-            run = RunRequest(study=study.name, plan=plan, plan_path=plan_path,
-                             configuration=configurations[slot.configuration],
-                             variant=slot.variant, label=slot.label, replicate=replicate,
-                             seed=slot.seed, condition_order=order, prereg=prereg)
+            run = RunRequest(
+                study=study.name,
+                plan=plan,
+                plan_path=plan_path,
+                configuration=configurations[slot.configuration],
+                variant=slot.variant,
+                label=slot.label,
+                replicate=replicate,
+                seed=slot.seed,
+                condition_order=order,
+                prereg=prereg,
+            )
             run_backend(settings, run, staging / slot.label)
             written.append(out_dir / slot.label)
     return written
@@ -82,23 +98,31 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
     """Prefill injection (paper III-C): background inter-token gaps around one injected
     prefill of each configured size, on the emulated engine."""
     if cfg.backend != INJECTION_BACKEND:
-        raise StageError(f"{cfg.source}: backend {cfg.backend}: the prefill injection "
-                         f"(paper III-C) has a driver only on the {INJECTION_BACKEND} engine, "
-                         "and its result would be filed under a backend that did not produce "
-                         "it; the workflow leaves it out on this backend (set backend: "
-                         f"{INJECTION_BACKEND} to measure it)")
+        raise StageError(
+            f"{cfg.source}: backend {cfg.backend}: the prefill injection "
+            f"(paper III-C) has a driver only on the {INJECTION_BACKEND} engine, "
+            "and its result would be filed under a backend that did not produce "
+            "it; the workflow leaves it out on this backend (set backend: "
+            f"{INJECTION_BACKEND} to measure it)"
+        )
     truth = load_truth(cfg.measurement.truth_path())  # config emulator_truth:
     settings = cfg.injection
     configuration = cfg.configurations[settings.configuration]
     frames = []
     for size in settings.injected_prompt_tokens:
         seed = derive_seed(cfg.study_seed, 0, int(size), 0, "injection")
-        frames.append(run_injection(
-            background_sessions=settings.background_sessions,
-            injected_prompt_tokens=int(size), inject_at_s=settings.inject_at_s,
-            gen_tokens=settings.background_gen_tokens,
-            buckets=configuration.buckets, batch_size=configuration.batch_size, seed=seed,
-            truth=truth))
+        frames.append(
+            run_injection(
+                background_sessions=settings.background_sessions,
+                injected_prompt_tokens=int(size),
+                inject_at_s=settings.inject_at_s,
+                gen_tokens=settings.background_gen_tokens,
+                buckets=configuration.buckets,
+                batch_size=configuration.batch_size,
+                seed=seed,
+                truth=truth,
+            )
+        )
     frame = pd.concat(frames, ignore_index=True)
     frame["backend"] = INJECTION_BACKEND
     write_frame(frame, out)

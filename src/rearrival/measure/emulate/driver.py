@@ -117,8 +117,13 @@ class Client:
             send_s, session, turn = heapq.heappop(self.sends)
             arrival = max(send_s + float(self.ingress[session, turn]), self.last_arrival_s)
             self.last_arrival_s = arrival
-            self.engine.submit((session, turn), session, self.script.prompts[session][turn],
-                               self.script.gens[session][turn], arrival)
+            self.engine.submit(
+                (session, turn),
+                session,
+                self.script.prompts[session][turn],
+                self.script.gens[session][turn],
+                arrival,
+            )
 
     def observe(self, outcome: StepOutcome) -> None:
         """Record a step; completed first requests schedule their follow-up."""
@@ -126,11 +131,11 @@ class Client:
         self.step_rows.append((outcome.kind, outcome.n, outcome.b, outcome.start_s, end))
         if outcome.admission is not None:
             adm = outcome.admission
-            self.requests[adm.request_id].update(admitted_s=outcome.start_s,
-                                                 reported_hit_tokens=adm.reported_hit_tokens)
+            self.requests[adm.request_id].update(
+                admitted_s=outcome.start_s, reported_hit_tokens=adm.reported_hit_tokens
+            )
         for ev in outcome.evictions:
-            self.eviction_rows.append((ev.time_s, ev.slot, ev.session, ev.cached_tokens,
-                                       ev.cause))
+            self.eviction_rows.append((ev.time_s, ev.slot, ev.session, ev.cached_tokens, ev.cause))
         for session, turn in outcome.emitted:
             row = self.requests[(session, turn)]
             t_s = end + float(self.egress[session, turn])
@@ -141,22 +146,31 @@ class Client:
         for done in outcome.finished:
             session, turn = done.request_id
             row = self.requests[(session, turn)]
-            row.update(complete_s=end + float(self.egress[session, turn]),
-                       prompt_tokens=done.prompt_tokens, cached_tokens=done.cached_tokens,
-                       computed_tokens=done.computed_tokens,
-                       generated_tokens=done.generated_tokens, prefill_s=done.prefill_s)
+            row.update(
+                complete_s=end + float(self.egress[session, turn]),
+                prompt_tokens=done.prompt_tokens,
+                cached_tokens=done.cached_tokens,
+                computed_tokens=done.computed_tokens,
+                generated_tokens=done.generated_tokens,
+                prefill_s=done.prefill_s,
+            )
             if turn + 1 < len(self.script.prompts[session]):
-                self.schedule(session, turn + 1, row["complete_s"]
-                              + self.script.waits_s[session]
-                              + float(self.turnaround[session, turn]))
+                self.schedule(
+                    session,
+                    turn + 1,
+                    row["complete_s"]
+                    + self.script.waits_s[session]
+                    + float(self.turnaround[session, turn]),
+                )
 
 
 def _latency(rng: np.random.Generator, median: float, sigma: float, size: Any) -> np.ndarray:
     return median * np.exp(sigma * rng.standard_normal(size))
 
 
-def drive(script: Script, config: EngineConfig, truth: Truth, seed: int,
-          profile: Profile) -> tuple[Client, Engine]:
+def drive(
+    script: Script, config: EngineConfig, truth: Truth, seed: int, profile: Profile
+) -> tuple[Client, Engine]:
     """One discrete-event loop: deliver due sends, run a step, jump over idle time."""
     engine = Engine(config, truth=truth, profile=profile, seed=seed)
     client = Client(script, truth, seed, engine)
@@ -189,9 +203,17 @@ def first_sends(seed: int, truth: Truth, count: int) -> tuple[float, ...]:
     return tuple(float(t) for t in rng.uniform(0.0, width, size=count))
 
 
-def run_emulated(plan: Plan, *, buckets: tuple[int, ...] | list[int], batch_size: int,
-                 slots: int | None = None, variant: str = "wait", seed: int,
-                 truth: Truth | None = None, profile: Profile | None = None) -> EmulatedRun:
+def run_emulated(
+    plan: Plan,
+    *,
+    buckets: tuple[int, ...] | list[int],
+    batch_size: int,
+    slots: int | None = None,
+    variant: str = "wait",
+    seed: int,
+    truth: Truth | None = None,
+    profile: Profile | None = None,
+) -> EmulatedRun:
     """One run of ``plan`` under one condition on the emulated stack (SPEC 6-7).
 
     Each session sends its first request at t = first-send jitter, receives the
@@ -205,8 +227,7 @@ def run_emulated(plan: Plan, *, buckets: tuple[int, ...] | list[int], batch_size
     profile = profile or measured_profile()
     conditioned = plan.variant(variant)
     script = Script(
-        prompts=tuple((s.prompt_tokens, s.followup_prompt_tokens)
-                      for s in conditioned.sessions),
+        prompts=tuple((s.prompt_tokens, s.followup_prompt_tokens) for s in conditioned.sessions),
         gens=tuple((s.gen_tokens, s.followup_gen_tokens) for s in conditioned.sessions),
         waits_s=tuple(s.tool_wait_s for s in conditioned.sessions),
         first_send_s=first_sends(seed, truth, conditioned.n),
@@ -214,8 +235,9 @@ def run_emulated(plan: Plan, *, buckets: tuple[int, ...] | list[int], batch_size
     rec, engine = drive(script, config, truth, seed, profile)
     requests, steps, tokens, evictions = rec.frames()
     follow = requests[requests["turn"] == 1]
-    reported = sum(1 for (_, turn), row in rec.requests.items()
-                   if turn == 1 and row["reported_hit_tokens"] > 0)
+    reported = sum(
+        1 for (_, turn), row in rec.requests.items() if turn == 1 and row["reported_hit_tokens"] > 0
+    )
     counts = {
         "reuse_hits": int((follow["cached_tokens"] > 0).sum()),
         "re_arrivals": len(follow),
@@ -226,12 +248,20 @@ def run_emulated(plan: Plan, *, buckets: tuple[int, ...] | list[int], batch_size
         "prefill_steps": int((steps["kind"] == "prefill").sum()),
     }
     return EmulatedRun(
-        requests=requests, steps=steps, tokens=tokens, evictions=evictions,
+        requests=requests,
+        steps=steps,
+        tokens=tokens,
+        evictions=evictions,
         server_log="\n".join(engine.log_lines) + "\n",
         metrics={"before": dict.fromkeys(METRIC_NAMES, 0.0), "after": dict(engine.counters)},
         counts=counts,
-        configuration={"buckets": list(config.buckets), "batch_size": config.batch_size,
-                       "slots": config.slot_count},
-        variant=variant, seed=seed, plan_sha256=plan.sha256(), truth_version=truth.version,
+        configuration={
+            "buckets": list(config.buckets),
+            "batch_size": config.batch_size,
+            "slots": config.slot_count,
+        },
+        variant=variant,
+        seed=seed,
+        plan_sha256=plan.sha256(),
+        truth_version=truth.version,
     )
-

@@ -179,17 +179,25 @@ class Engine:
     largest cached prompt P (the HTTP layer maps token-id prefixes to session keys).
     """
 
-    def __init__(self, config: EngineConfig, *, truth: Truth | None = None,
-                 profile: Profile | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        truth: Truth | None = None,
+        profile: Profile | None = None,
+        seed: int = 0,
+    ) -> None:
         self.config = config
         self.truth = truth or default_truth()
         self.profile = profile or measured_profile()
         self._cost = {b: true_bucket_cost_s(self.truth, b) for b in config.buckets}
-        self._step_noise = _Noise(np.random.default_rng(stream_seed(seed, "engine-steps")),
-                                  self.truth.step_noise_sigma)
+        self._step_noise = _Noise(
+            np.random.default_rng(stream_seed(seed, "engine-steps")), self.truth.step_noise_sigma
+        )
         self._prefill_noise = _Noise(
             np.random.default_rng(stream_seed(seed, "engine-prefill")),
-            self.truth.prefill_noise_sigma)
+            self.truth.prefill_noise_sigma,
+        )
         self._slots = [_Slot() for _ in range(config.slot_count)]
         self._free = config.slot_count
         self._pending: list[int] = []
@@ -205,23 +213,36 @@ class Engine:
 
     # -- client-facing -----------------------------------------------------------
 
-    def submit(self, request_id: Hashable, session_key: Hashable, prompt_tokens: int,
-               max_tokens: int, arrival_s: float) -> None:
+    def submit(
+        self,
+        request_id: Hashable,
+        session_key: Hashable,
+        prompt_tokens: int,
+        max_tokens: int,
+        arrival_s: float,
+    ) -> None:
         """Queue a request that reaches the scheduler at ``arrival_s`` (may be future)."""
         if request_id in self._known:
-            raise EmulateError(f"request id {request_id!r} was already submitted; "
-                               "request ids must be unique within a run")
+            raise EmulateError(
+                f"request id {request_id!r} was already submitted; "
+                "request ids must be unique within a run"
+            )
         if prompt_tokens < 1 or max_tokens < 1:
-            raise EmulateError(f"request {request_id!r}: prompt_tokens and max_tokens must "
-                               f"be >= 1, got {prompt_tokens} and {max_tokens}")
+            raise EmulateError(
+                f"request {request_id!r}: prompt_tokens and max_tokens must "
+                f"be >= 1, got {prompt_tokens} and {max_tokens}"
+            )
         limit = self.profile.slot_tokens
         if prompt_tokens + max_tokens > limit:
-            raise EmulateError(f"request {request_id!r}: prompt_tokens + max_tokens = "
-                               f"{prompt_tokens + max_tokens} exceeds max_seq_len {limit}; "
-                               "shorten the prompt or max_tokens")
+            raise EmulateError(
+                f"request {request_id!r}: prompt_tokens + max_tokens = "
+                f"{prompt_tokens + max_tokens} exceeds max_seq_len {limit}; "
+                "shorten the prompt or max_tokens"
+            )
         self._known.add(request_id)
-        request = _Request(request_id, session_key, prompt_tokens, max_tokens,
-                           float(arrival_s), self._submissions)
+        request = _Request(
+            request_id, session_key, prompt_tokens, max_tokens, float(arrival_s), self._submissions
+        )
         self._submissions += 1
         heapq.heappush(self._waiting, request)
 
@@ -241,8 +262,10 @@ class Engine:
         request whose arrival is after ``now_s`` waits for a later step boundary.
         """
         if now_s < self._busy_until - 1e-9:
-            raise EmulateError(f"step at {now_s:.6f} s starts before the previous step "
-                               f"ended ({self._busy_until:.6f} s); advance the clock first")
+            raise EmulateError(
+                f"step at {now_s:.6f} s starts before the previous step "
+                f"ended ({self._busy_until:.6f} s); advance the clock first"
+            )
         outcome = self._try_admit(now_s)
         if outcome is None and self._running:
             outcome = self._decode(now_s)
@@ -256,7 +279,8 @@ class Engine:
         best = -1
         for index, slot in enumerate(self._slots):
             if slot.state == _EVICTABLE and (
-                    best < 0 or slot.allocated < self._slots[best].allocated):
+                best < 0 or slot.allocated < self._slots[best].allocated
+            ):
                 best = index
         if best < 0:
             return None
@@ -264,9 +288,11 @@ class Engine:
         eviction = Eviction(now_s, best, slot.session_key, slot.cached_tokens, cause)
         self._slots[best] = _Slot()
         self._free += 1
-        self.log_lines.append(f"INFO t={now_s:.6f} [emulate.kv] evict slot={best} "
-                              f"session={slot.session_key} cached_tokens={slot.cached_tokens} "
-                              f"reason={cause}")
+        self.log_lines.append(
+            f"INFO t={now_s:.6f} [emulate.kv] evict slot={best} "
+            f"session={slot.session_key} cached_tokens={slot.cached_tokens} "
+            f"reason={cause}"
+        )
         return best, eviction
 
     def _secure_slot(self, now_s: float) -> tuple[int, Eviction | None] | None:
@@ -293,16 +319,20 @@ class Engine:
         best = 0
         for slot in self._slots:
             if slot.state != _FREE and slot.session_key == request.session_key:
-                best = max(best, self.profile.reusable_tokens(slot.cached_tokens,
-                                                              request.prompt_tokens))
+                best = max(
+                    best, self.profile.reusable_tokens(slot.cached_tokens, request.prompt_tokens)
+                )
         return best
 
     # -- steps ---------------------------------------------------------------------
 
     def _try_admit(self, now_s: float) -> StepOutcome | None:
         waiting = self._waiting
-        if (not waiting or waiting[0].arrival_s > now_s + ARRIVAL_TOLERANCE_S
-                or len(self._running) >= self.config.batch_size):
+        if (
+            not waiting
+            or waiting[0].arrival_s > now_s + ARRIVAL_TOLERANCE_S
+            or len(self._running) >= self.config.batch_size
+        ):
             return None
         secured = self._secure_slot(now_s)
         if secured is None and self._pending:
@@ -319,15 +349,18 @@ class Engine:
         self._apply_pending()  # deferred releases become evictable after the victim
         return self._prefill(now_s, request, index, eviction)
 
-    def _prefill(self, now_s: float, request: _Request, index: int,
-                 eviction: Eviction | None) -> StepOutcome:
+    def _prefill(
+        self, now_s: float, request: _Request, index: int, eviction: Eviction | None
+    ) -> StepOutcome:
         key, prompt = request.session_key, request.prompt_tokens
         cached = self._lookup(request)
-        reported = (self.profile.reusable_tokens(self._ever_cached[key], prompt)
-                    if key in self._ever_cached else 0)
+        reported = (
+            self.profile.reusable_tokens(self._ever_cached[key], prompt)
+            if key in self._ever_cached
+            else 0
+        )
         computed = prompt - cached
-        duration = true_prefill_s(self.truth, self.profile, computed) \
-            * self._prefill_noise.factor()
+        duration = true_prefill_s(self.truth, self.profile, computed) * self._prefill_noise.factor()
         running_before = len(self._running)
         self._slots[index] = _Slot(_RUNNING, key, prompt, self._allocations)
         self._allocations += 1
@@ -346,29 +379,53 @@ class Engine:
         self.log_lines.append(
             f"INFO t={now_s:.6f} [emulate.scheduler] prefill request={request.request_id} "
             f"slot={index} prompt_tokens={prompt} cached_tokens={cached} "
-            f"computed_tokens={computed} running={running_before}")
+            f"computed_tokens={computed} running={running_before}"
+        )
         finished: tuple[Finished, ...] = ()
         if request.max_tokens == 1:
             finished = (self._finish(request),)
         else:
             self._running.append(request)
-        admission = Admission(request.request_id, key, index, prompt, cached, computed,
-                              duration, running_before, reported)
-        return StepOutcome("prefill", now_s, duration, 1, None, (request.request_id,),
-                           finished, () if eviction is None else (eviction,), admission)
+        admission = Admission(
+            request.request_id,
+            key,
+            index,
+            prompt,
+            cached,
+            computed,
+            duration,
+            running_before,
+            reported,
+        )
+        return StepOutcome(
+            "prefill",
+            now_s,
+            duration,
+            1,
+            None,
+            (request.request_id,),
+            finished,
+            () if eviction is None else (eviction,),
+            admission,
+        )
 
     def _finish(self, request: _Request) -> Finished:
         self._release(request)
-        return Finished(request.request_id, request.session_key, request.prompt_tokens,
-                        request.cached, request.computed, request.generated,
-                        request.prefill_s)
+        return Finished(
+            request.request_id,
+            request.session_key,
+            request.prompt_tokens,
+            request.cached,
+            request.computed,
+            request.generated,
+            request.prefill_s,
+        )
 
     def _decode(self, now_s: float) -> StepOutcome:
         running = self._running
         n = len(running)
         evictions: tuple[Eviction, ...] = ()
-        if (self.truth.dummy_block == "pre-evict" and n < self.config.batch_size
-                and not self._free):
+        if self.truth.dummy_block == "pre-evict" and n < self.config.batch_size and not self._free:
             evicted = self._evict_oldest(now_s, EVICTED_BY_DUMMY_BLOCK)
             if evicted is not None:
                 evictions = (evicted[1],)
@@ -387,10 +444,10 @@ class Engine:
             finished = tuple(self._finish(r) for r in done)
         self.counters["vllm:generation_tokens_total"] += n
         # The patch's monotonic reading at the step's start (virtual clock, ns).
-        self.log_lines.append(f"DEBUG t={now_s:.6f} [model_base.py] "
-                              f"{format_bucket_line(n, b, round(now_s * 1e9))}")
-        return StepOutcome("decode", now_s, duration, n, b, emitted, finished, evictions,
-                           None)
+        self.log_lines.append(
+            f"DEBUG t={now_s:.6f} [model_base.py] {format_bucket_line(n, b, round(now_s * 1e9))}"
+        )
+        return StepOutcome("decode", now_s, duration, n, b, emitted, finished, evictions, None)
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -402,4 +459,3 @@ def stream_seed(seed: int, stream: str) -> int:
     """
     text = f"{EMULATOR_VERSION}|seed={seed}|stream={stream}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-

@@ -16,11 +16,20 @@ from rearrival.model.profile import Profile, measured_profile
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
 
 
-def run_injection(*, background_sessions: int, injected_prompt_tokens: int,
-                  inject_at_s: float, gen_tokens: int, buckets: tuple[int, ...] | list[int],
-                  batch_size: int, seed: int, background_prompt_tokens: int = 1024,
-                  window: int = 5, truth: Truth | None = None,
-                  profile: Profile | None = None) -> pd.DataFrame:
+def run_injection(
+    *,
+    background_sessions: int,
+    injected_prompt_tokens: int,
+    inject_at_s: float,
+    gen_tokens: int,
+    buckets: tuple[int, ...] | list[int],
+    batch_size: int,
+    seed: int,
+    background_prompt_tokens: int = 1024,
+    window: int = 5,
+    truth: Truth | None = None,
+    profile: Profile | None = None,
+) -> pd.DataFrame:
     """Inter-token gaps of streaming background sessions around one injected prefill.
 
     Paper Section III-C / SPEC 11 item 5: prefill and decode never share a step, so a
@@ -37,16 +46,17 @@ def run_injection(*, background_sessions: int, injected_prompt_tokens: int,
     check_seed(seed)
     config = EngineConfig(tuple(buckets), batch_size)
     if not 1 <= background_sessions < config.slot_count:
-        raise EmulateError(f"background_sessions must be between 1 and batch_size - 1 = "
-                           f"{config.slot_count - 1} so the injected request is admitted "
-                           f"at once, got {background_sessions}")
+        raise EmulateError(
+            f"background_sessions must be between 1 and batch_size - 1 = "
+            f"{config.slot_count - 1} so the injected request is admitted "
+            f"at once, got {background_sessions}"
+        )
     truth = truth or default_truth()
     profile = profile or measured_profile()
     injected = background_sessions
     sends = (*first_sends(seed, truth, background_sessions), float(inject_at_s))
     script = Script(
-        prompts=((background_prompt_tokens,),) * background_sessions
-        + ((injected_prompt_tokens,),),
+        prompts=((background_prompt_tokens,),) * background_sessions + ((injected_prompt_tokens,),),
         gens=((gen_tokens,),) * background_sessions + ((1,),),
         waits_s=(0.0,) * (background_sessions + 1),
         first_send_s=sends,
@@ -56,24 +66,47 @@ def run_injection(*, background_sessions: int, injected_prompt_tokens: int,
     injection = rec.requests[(injected, 0)]
     prefill_end = injection["admitted_s"] + injection["prefill_s"]
     tokens = tokens[tokens["session"] != injected]
-    gaps = tokens.assign(gap_start_s=tokens.groupby("session")["t_s"].shift(),
-                         gap_end_s=tokens["t_s"]).dropna(subset=["gap_start_s"])
+    gaps = tokens.assign(
+        gap_start_s=tokens.groupby("session")["t_s"].shift(), gap_end_s=tokens["t_s"]
+    ).dropna(subset=["gap_start_s"])
     # The gap spanning the injection ends with each session's first token emitted
     # after the injected prefill (server time, free of the session's HTTP latency).
     after = gaps[gaps["server_s"] >= prefill_end - ARRIVAL_TOLERANCE_S]
     anchor = after.groupby("session")["index"].min()
     if anchor.empty:
-        raise EmulateError(f"inject_at_s={inject_at_s} is after the background sessions "
-                           "stopped streaming; lower inject_at_s or raise gen_tokens")
+        raise EmulateError(
+            f"inject_at_s={inject_at_s} is after the background sessions "
+            "stopped streaming; lower inject_at_s or raise gen_tokens"
+        )
     gaps = gaps[gaps["session"].isin(anchor.index)]
     relative = gaps["index"] - gaps["session"].map(anchor)
-    out = gaps.assign(gap_s=gaps["gap_end_s"] - gaps["gap_start_s"], relative=relative,
-                      injected_prompt_tokens=injected_prompt_tokens,
-                      injected_prefill_s=float(injection["prefill_s"]))
+    out = gaps.assign(
+        gap_s=gaps["gap_end_s"] - gaps["gap_start_s"],
+        relative=relative,
+        injected_prompt_tokens=injected_prompt_tokens,
+        injected_prefill_s=float(injection["prefill_s"]),
+    )
     out = out[relative.abs() <= window]
-    columns = ["session", "index", "gap_start_s", "gap_end_s", "gap_s", "relative",
-               "injected_prompt_tokens", "injected_prefill_s"]
+    columns = [
+        "session",
+        "index",
+        "gap_start_s",
+        "gap_end_s",
+        "gap_s",
+        "relative",
+        "injected_prompt_tokens",
+        "injected_prefill_s",
+    ]
     out = out.sort_values(["session", "index"])
-    return out[columns].reset_index(drop=True).astype(
-        {"session": "int64", "index": "int64", "relative": "int64",
-         "injected_prompt_tokens": "int64"})
+    return (
+        out[columns]
+        .reset_index(drop=True)
+        .astype(
+            {
+                "session": "int64",
+                "index": "int64",
+                "relative": "int64",
+                "injected_prompt_tokens": "int64",
+            }
+        )
+    )

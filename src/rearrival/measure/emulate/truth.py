@@ -56,21 +56,29 @@ class Truth:
     def __post_init__(self) -> None:
         points = [b for b, _ in self.bucket_cost_s]
         if len(points) < 2 or points != sorted(set(points)) or points[0] < 1:
-            raise EmulateError("truth field 'decode.bucket_cost_ms' needs two or more "
-                               "distinct positive buckets")
+            raise EmulateError(
+                "truth field 'decode.bucket_cost_ms' needs two or more distinct positive buckets"
+            )
         costs = [c for _, c in self.bucket_cost_s]
         if any(b <= a for a, b in itertools.pairwise(costs)):
-            raise EmulateError("truth field 'decode.bucket_cost_ms' must increase with the "
-                               "bucket (a monotone f(b) is what PCHIP preserves)")
+            raise EmulateError(
+                "truth field 'decode.bucket_cost_ms' must increase with the "
+                "bucket (a monotone f(b) is what PCHIP preserves)"
+            )
         if self.release not in RELEASES:
-            raise EmulateError(f"truth field 'scheduler.release' is {self.release!r}; "
-                               f"use one of {', '.join(RELEASES)}")
+            raise EmulateError(
+                f"truth field 'scheduler.release' is {self.release!r}; "
+                f"use one of {', '.join(RELEASES)}"
+            )
         if self.dummy_block not in DUMMY_BLOCKS:
-            raise EmulateError(f"truth field 'scheduler.dummy_block' is {self.dummy_block!r}; "
-                               f"use one of {', '.join(DUMMY_BLOCKS)}")
+            raise EmulateError(
+                f"truth field 'scheduler.dummy_block' is {self.dummy_block!r}; "
+                f"use one of {', '.join(DUMMY_BLOCKS)}"
+            )
         nonnegative = {
             "decode.convexity_above_largest_ms_per_bucket2": self.convexity_s_per_bucket2,
-            "decode.alpha_ms": self.alpha_s, "decode.beta_ms_per_request": self.beta_s,
+            "decode.alpha_ms": self.alpha_s,
+            "decode.beta_ms_per_request": self.beta_s,
             "decode.step_noise_sigma": self.step_noise_sigma,
             "prefill.noise_sigma": self.prefill_noise_sigma,
             "http.ingress_median_ms": self.ingress_median_s,
@@ -80,25 +88,33 @@ class Truth:
             "prefill.per_token_ms": self.prefill_per_token_s or 0.0,
         }
         if (self.prefill_per_chunk_s is None) != (self.prefill_per_token_s is None):
-            raise EmulateError("truth fields 'prefill.per_chunk_ms' and 'prefill.per_token_ms' "
-                               "go together: give both or neither")
+            raise EmulateError(
+                "truth fields 'prefill.per_chunk_ms' and 'prefill.per_token_ms' "
+                "go together: give both or neither"
+            )
         for name, value in nonnegative.items():
             if not value >= 0:  # also rejects NaN
                 raise EmulateError(f"truth field '{name}' must be a number >= 0, got {value}")
-        for name, (low, high) in (("client.first_send_spread_ms", self.first_send_spread_s),
-                                  ("client.turnaround_ms", self.turnaround_s)):
+        for name, (low, high) in (
+            ("client.first_send_spread_ms", self.first_send_spread_s),
+            ("client.turnaround_ms", self.turnaround_s),
+        ):
             if not 0 <= low <= high:
-                raise EmulateError(f"truth field '{name}' must be [low, high] with "
-                                   f"0 <= low <= high, got {[low, high]}")
+                raise EmulateError(
+                    f"truth field '{name}' must be [low, high] with "
+                    f"0 <= low <= high, got {[low, high]}"
+                )
 
 
 def _field(tree: dict[str, Any], dotted: str, source: str) -> Any:
-    return field_value(tree, dotted, source, error=EmulateError, reference=DEFAULT_TRUTH,
-                       require_value=True)
+    return field_value(
+        tree, dotted, source, error=EmulateError, reference=DEFAULT_TRUTH, require_value=True
+    )
 
 
 def truth_from_mapping(tree: dict[str, Any], source: str = "<truth>") -> Truth:
     """Build a Truth from the parsed YAML tree; milliseconds in the file, seconds here."""
+
     def ms(dotted: str) -> float:
         return float(_field(tree, dotted, source)) / 1000
 
@@ -131,8 +147,7 @@ def truth_from_mapping(tree: dict[str, Any], source: str = "<truth>") -> Truth:
     except (AttributeError, TypeError, ValueError) as exc:
         if isinstance(exc, EmulateError):
             raise
-        raise EmulateError(f"{source}: unusable truth value ({exc}); see {DEFAULT_TRUTH}") \
-            from exc
+        raise EmulateError(f"{source}: unusable truth value ({exc}); see {DEFAULT_TRUTH}") from exc
     try:
         return Truth(**values)
     except EmulateError as exc:
@@ -191,12 +206,13 @@ def true_bucket_cost_s(truth: Truth, bucket: int) -> float:
         if b == bucket:
             return cost
     if bucket < points[0][0]:
-        raise EmulateError(f"bucket {bucket} is below the smallest measured bucket "
-                           f"{points[0][0]}; the truth has no cost for it")
+        raise EmulateError(
+            f"bucket {bucket} is below the smallest measured bucket "
+            f"{points[0][0]}; the truth has no cost for it"
+        )
     curve, end_slope = _cost_curve(points)
     top, top_cost = points[-1]
     if bucket > top:
         excess = bucket - top
         return top_cost + end_slope * excess + truth.convexity_s_per_bucket2 * excess**2
     return float(curve(math.log2(bucket)))
-

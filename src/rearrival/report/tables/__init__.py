@@ -30,10 +30,23 @@ from rearrival.report.tables.supplementary import table_s1, table_s9
 from rearrival.report.tables.validation import table_ix, table_x, table_xi, table_xii, table_xiii
 
 TABLE_BUILDERS: dict[str, Callable[[Results], Table]] = {
-    "III": table_iii, "VI": table_vi, "VII": table_vii, "VII-P": table_prefill,
-    "VIII": table_viii, "IX": table_ix, "IX-P": table_ix_profiles, "X": table_x,
-    "XI": table_xi, "XII": table_xii, "XIII": table_xiii, "XIV": table_xiv, "XV": table_xv,
-    "S1": table_s1, "S8": table_s8, "S9": table_s9, "M": table_m,
+    "III": table_iii,
+    "VI": table_vi,
+    "VII": table_vii,
+    "VII-P": table_prefill,
+    "VIII": table_viii,
+    "IX": table_ix,
+    "IX-P": table_ix_profiles,
+    "X": table_x,
+    "XI": table_xi,
+    "XII": table_xii,
+    "XIII": table_xiii,
+    "XIV": table_xiv,
+    "XV": table_xv,
+    "S1": table_s1,
+    "S8": table_s8,
+    "S9": table_s9,
+    "M": table_m,
 }
 
 

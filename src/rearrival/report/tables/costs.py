@@ -47,30 +47,54 @@ def table_viii(res: Results) -> Table:
     for name in configuration_names(res):
         conf = _resolved(res, name)
         if conf is None:
-            notes.append(f"Configuration '{name}' not produced: results/search/selected.json "
-                         "is absent (run snakemake results/search/selected.json).")
+            notes.append(
+                f"Configuration '{name}' not produced: results/search/selected.json "
+                "is absent (run snakemake results/search/selected.json)."
+            )
             continue
         kv = profile.kv_gib(conf.slots)
         runs = _configuration_runs(res, name)
-        rows.append({
-            "configuration": name, "buckets": ",".join(map(str, conf.buckets)),
-            "n_buckets": len(conf.buckets), "batch_size": conf.batch_size,
-            "slots": conf.slots, "kv_gib": kv, "kv_gib_per_device": kv / profile.num_devices,
-            "studies": " ".join(s.name for s in res.cfg.studies.values()
-                                if name in s.configurations),
-            "source": "results/search/selected.json" if name == SELECTED else res.cfg.source,
-            "run_ids": " ".join(runs)})
-    return Table("VIII", "Compared configurations",
-                 f"Bucket set, batch size and KV slots of every configuration, with the KV "
-                 f"reservation from the profile ({profile.version}): whole instance and per "
-                 f"device over {profile.num_devices} devices.",
-                 (Part("configurations", (
-                     Column("configuration", "configuration"), Column("buckets", "buckets"),
-                     Column("batch_size", "batch", "int"), Column("slots", "slots", "int"),
-                     Column("kv_gib", "KV (GiB)", "f3"),
-                     Column("kv_gib_per_device", "KV per device (GiB)", "f5"),
-                     Column("studies", "studies"), Column("run_ids", "runs", "ids")),
-                     tuple(rows)),), tuple(notes), "configuration (no measurement)")
+        rows.append(
+            {
+                "configuration": name,
+                "buckets": ",".join(map(str, conf.buckets)),
+                "n_buckets": len(conf.buckets),
+                "batch_size": conf.batch_size,
+                "slots": conf.slots,
+                "kv_gib": kv,
+                "kv_gib_per_device": kv / profile.num_devices,
+                "studies": " ".join(
+                    s.name for s in res.cfg.studies.values() if name in s.configurations
+                ),
+                "source": "results/search/selected.json" if name == SELECTED else res.cfg.source,
+                "run_ids": " ".join(runs),
+            }
+        )
+    return Table(
+        "VIII",
+        "Compared configurations",
+        f"Bucket set, batch size and KV slots of every configuration, with the KV "
+        f"reservation from the profile ({profile.version}): whole instance and per "
+        f"device over {profile.num_devices} devices.",
+        (
+            Part(
+                "configurations",
+                (
+                    Column("configuration", "configuration"),
+                    Column("buckets", "buckets"),
+                    Column("batch_size", "batch", "int"),
+                    Column("slots", "slots", "int"),
+                    Column("kv_gib", "KV (GiB)", "f3"),
+                    Column("kv_gib_per_device", "KV per device (GiB)", "f5"),
+                    Column("studies", "studies"),
+                    Column("run_ids", "runs", "ids"),
+                ),
+                tuple(rows),
+            ),
+        ),
+        tuple(notes),
+        "configuration (no measurement)",
+    )
 
 
 def _compile_measurements(res: Results) -> dict[tuple[tuple[int, ...], int], dict[str, Any]]:
@@ -106,48 +130,80 @@ def table_xiv(res: Results) -> Table:
             notes.append(f"Configuration '{name}' not produced (no search result yet).")
             continue
         record = measured.get((conf.buckets, conf.batch_size))
-        row = {"configuration": name, "buckets": ",".join(map(str, conf.buckets)),
-               "n_buckets": len(conf.buckets), "batch_size": conf.batch_size, "run_ids": ""}
+        row = {
+            "configuration": name,
+            "buckets": ",".join(map(str, conf.buckets)),
+            "n_buckets": len(conf.buckets),
+            "batch_size": conf.batch_size,
+            "run_ids": "",
+        }
         if record is not None:
-            row.update(compile_s=float(record["compile_s"]),
-                       artifact_gib=float(record["artifact_bytes"]) / GIB,
-                       source=f"measured ({record['_source']})")
+            row.update(
+                compile_s=float(record["compile_s"]),
+                artifact_gib=float(record["artifact_bytes"]) / GIB,
+                source=f"measured ({record['_source']})",
+            )
         else:
-            row.update(compile_s=profile.compile_seconds(len(conf.buckets)),
-                       artifact_gib=profile.artifact_gib(len(conf.buckets)),
-                       source=f"model: authors' fit in profile {profile.version}")
+            row.update(
+                compile_s=profile.compile_seconds(len(conf.buckets)),
+                artifact_gib=profile.artifact_gib(len(conf.buckets)),
+                source=f"model: authors' fit in profile {profile.version}",
+            )
         row["over_budget"] = "yes" if row["compile_s"] > profile.compile_budget_s else "no"
         rows.append(row)
     if not measured:
-        notes.append("No compile was measured in this run (results/compile/*.json absent, "
-                     "as on the emulated backend): every value is the profile's fitted model, "
-                     "not a measurement.")
-    return Table("XIV", "Compile time and artifact size",
-                 f"Per configuration: compile seconds and artifact size, measured on hardware "
-                 f"where results/compile/*.json exists, else the fitted model; the search's "
-                 f"compile budget is {profile.compile_budget_s:g} s.",
-                 (Part("configurations", (
-                     Column("configuration", "configuration"), Column("buckets", "buckets"),
-                     Column("n_buckets", "buckets (count)", "int"),
-                     Column("compile_s", "compile (s)", "f1"),
-                     Column("artifact_gib", "artifact (GiB)", "f3"),
-                     Column("over_budget", "over budget"), Column("source", "source")),
-                     tuple(rows)),),
-                 tuple(notes), "measured" if measured else "model")
+        notes.append(
+            "No compile was measured in this run (results/compile/*.json absent, "
+            "as on the emulated backend): every value is the profile's fitted model, "
+            "not a measurement."
+        )
+    return Table(
+        "XIV",
+        "Compile time and artifact size",
+        f"Per configuration: compile seconds and artifact size, measured on hardware "
+        f"where results/compile/*.json exists, else the fitted model; the search's "
+        f"compile budget is {profile.compile_budget_s:g} s.",
+        (
+            Part(
+                "configurations",
+                (
+                    Column("configuration", "configuration"),
+                    Column("buckets", "buckets"),
+                    Column("n_buckets", "buckets (count)", "int"),
+                    Column("compile_s", "compile (s)", "f1"),
+                    Column("artifact_gib", "artifact (GiB)", "f3"),
+                    Column("over_budget", "over budget"),
+                    Column("source", "source"),
+                ),
+                tuple(rows),
+            ),
+        ),
+        tuple(notes),
+        "measured" if measured else "model",
+    )
 
 
 def table_xv(res: Results) -> Table:
     profile = measured_profile()
     source = f"profile {profile.version}"
     quantities = [
-        {"quantity": "KV bytes per token (2 x layers x kv_heads x head_dim x bytes)",
-         "value": profile.kv_bytes_per_token, "unit": "B"},
+        {
+            "quantity": "KV bytes per token (2 x layers x kv_heads x head_dim x bytes)",
+            "value": profile.kv_bytes_per_token,
+            "unit": "B",
+        },
         {"quantity": "KV per token", "value": profile.kv_bytes_per_token / 1024, "unit": "KiB"},
-        {"quantity": "tokens per slot (max_seq_len, eager path)",
-         "value": profile.slot_tokens, "unit": "tokens"},
+        {
+            "quantity": "tokens per slot (max_seq_len, eager path)",
+            "value": profile.slot_tokens,
+            "unit": "tokens",
+        },
         {"quantity": "KV per slot", "value": profile.slot_bytes / GIB, "unit": "GiB"},
-        {"quantity": f"KV per slot per device ({profile.num_devices} devices)",
-         "value": profile.slot_gib_per_device, "unit": "GiB"},
+        {
+            "quantity": f"KV per slot per device ({profile.num_devices} devices)",
+            "value": profile.slot_gib_per_device,
+            "unit": "GiB",
+        },
     ]
     for row in quantities:
         row |= {"source": source, "run_ids": ""}
@@ -158,18 +214,44 @@ def table_xv(res: Results) -> Table:
             notes.append(f"Configuration '{name}' not produced (no search result yet).")
             continue
         kv = profile.kv_gib(conf.slots)
-        per_conf.append({"configuration": name, "slots": conf.slots, "kv_gib": kv,
-                         "kv_gib_per_device": kv / profile.num_devices, "source": source,
-                         "run_ids": ""})
-    return Table("XV", "KV memory per token, slot and device",
-                 "KV cache reservation from the model dimensions in the profile: per token, "
-                 "per slot, per device, and per configuration's slot count.",
-                 (Part("per token and slot", (
-                     Column("quantity", "quantity"), Column("value", "value", "f5"),
-                     Column("unit", "unit"), Column("source", "source")), tuple(quantities)),
-                  Part("per configuration", (
-                      Column("configuration", "configuration"), Column("slots", "slots", "int"),
-                      Column("kv_gib", "KV (GiB)", "f3"),
-                      Column("kv_gib_per_device", "KV per device (GiB)", "f5"),
-                      Column("source", "source")), tuple(per_conf))),
-                 tuple(notes), "model")
+        per_conf.append(
+            {
+                "configuration": name,
+                "slots": conf.slots,
+                "kv_gib": kv,
+                "kv_gib_per_device": kv / profile.num_devices,
+                "source": source,
+                "run_ids": "",
+            }
+        )
+    return Table(
+        "XV",
+        "KV memory per token, slot and device",
+        "KV cache reservation from the model dimensions in the profile: per token, "
+        "per slot, per device, and per configuration's slot count.",
+        (
+            Part(
+                "per token and slot",
+                (
+                    Column("quantity", "quantity"),
+                    Column("value", "value", "f5"),
+                    Column("unit", "unit"),
+                    Column("source", "source"),
+                ),
+                tuple(quantities),
+            ),
+            Part(
+                "per configuration",
+                (
+                    Column("configuration", "configuration"),
+                    Column("slots", "slots", "int"),
+                    Column("kv_gib", "KV (GiB)", "f3"),
+                    Column("kv_gib_per_device", "KV per device (GiB)", "f5"),
+                    Column("source", "source"),
+                ),
+                tuple(per_conf),
+            ),
+        ),
+        tuple(notes),
+        "model",
+    )
