@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test lint bench clean-results slurm-up slurm-down test-slurm
+.PHONY: all test lint format bench clean-results slurm-up slurm-down test-slurm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# compile the simulator core once into its on-disk cache (about 10 s), so the first
 	# `rearrival simulate` or search of a fresh checkout does not pay it
-	$(BIN)/python -c "from rearrival.simcore import warm_up; warm_up()"
+	$(BIN)/python -c "from rearrival.model.simcore import warm_up; warm_up()"
 	touch $(STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.
@@ -24,9 +24,16 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
 
+# The formatters only check here; `make format` rewrites.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/snakefmt --check Snakefile rules
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/snakefmt Snakefile rules
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py

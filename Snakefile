@@ -36,6 +36,6 @@ include: "rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_targets(),
-    default_target: True

@@ -26,7 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rearrival.search import (
+from rearrival.config.study import load_study_config
+from rearrival.model.sim import simulate
+from rearrival.search.scoring import (
     SearchSettings,
     baseline_of,
     enumerate_candidates,
@@ -36,8 +38,6 @@ from rearrival.search import (
     search_candidates,
     write_outputs,
 )
-from rearrival.sim import simulate
-from rearrival.studies import load_study_config
 
 PAPER_TARGET_S = 2.0
 FLEET_TARGET_S = 60.0
@@ -55,8 +55,9 @@ def verify(results, cands, plans, count: int, seed: int = 0) -> None:
         got = rows.loc[(cand.id, key.inputs, key.name)]
         res = simulate(plan, cand.sim_config())
         if (got["device_s"], got["reuse_hits"]) != (res.device_s, res.reuse_hits):
-            raise SystemExit(f"MISMATCH {cand.id} {key.relpath}: {got['device_s']} vs "
-                             f"{res.device_s}")
+            raise SystemExit(
+                f"MISMATCH {cand.id} {key.relpath}: {got['device_s']} vs {res.device_s}"
+            )
 
 
 def timed_search(cfg, settings, workers: int) -> tuple[float, float, int, int, dict, object]:
@@ -72,27 +73,33 @@ def timed_search(cfg, settings, workers: int) -> tuple[float, float, int, int, d
     with tempfile.TemporaryDirectory() as tmp:
         summary = write_outputs(results, cands, baseline, settings, Path(tmp))
     wall = time.perf_counter() - start
-    return wall, sim_s, len(evaluated) * len(plans), simulations, summary, (results,
-                                                                           cands, plans)
+    return wall, sim_s, len(evaluated) * len(plans), simulations, summary, (results, cands, plans)
 
 
 def paper_search(cfg, workers: int, checks: int) -> None:
     settings = SearchSettings.from_config(cfg)
     timed_search(cfg, settings, workers)  # warm-up: compiled core loaded, caches filled
     wall, sim_s, pairs, simulations, summary, (results, cands, plans) = timed_search(
-        cfg, settings, workers)
+        cfg, settings, workers
+    )
     sel = summary["selected"]
-    print(f"[3] paper search: {len(cands):,} candidates x {len(plans)} plans = "
-          f"{pairs:,} candidate-plan outcomes ({simulations:,} simulations run, the rest "
-          "exact re-uses)")
-    print(f"    wall {wall:5.2f} s (simulate {sim_s:.2f} s, plans + merge + write "
-          f"{wall - sim_s:.2f} s)   (target < {PAPER_TARGET_S:.0f} s): "
-          f"{'MET' if wall < PAPER_TARGET_S else 'NOT MET'}")
+    print(
+        f"[3] paper search: {len(cands):,} candidates x {len(plans)} plans = "
+        f"{pairs:,} candidate-plan outcomes ({simulations:,} simulations run, the rest "
+        "exact re-uses)"
+    )
+    print(
+        f"    wall {wall:5.2f} s (simulate {sim_s:.2f} s, plans + merge + write "
+        f"{wall - sim_s:.2f} s)   (target < {PAPER_TARGET_S:.0f} s): "
+        f"{'MET' if wall < PAPER_TARGET_S else 'NOT MET'}"
+    )
     if checks:
         verify(results, cands, plans, checks)
         print(f"    {checks} random rows equal direct simulation")
-    print(f"    selected {sel['id']}: search score {sel['search_score']:.4f}, evaluation "
-          f"score {sel['evaluation_score']:.4f}")
+    print(
+        f"    selected {sel['id']}: search score {sel['search_score']:.4f}, evaluation "
+        f"score {sel['evaluation_score']:.4f}"
+    )
 
 
 def fleet_child(config: Path, workers: int) -> None:
@@ -104,45 +111,80 @@ def fleet_child(config: Path, workers: int) -> None:
     wall = time.perf_counter() - start
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     workers_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    print(json.dumps({"wall_s": wall, "simulate_s": sim_s, "pairs": pairs,
-                      "simulations": simulations, "rss_gib": own,
-                      "worker_rss_gib": workers_rss, "candidates": summary["candidates"],
-                      "selected": summary["selected"]["id"],
-                      "selected_kv_gib_per_device": summary["selected"]["kv_gib_per_device"]}))
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "simulate_s": sim_s,
+                "pairs": pairs,
+                "simulations": simulations,
+                "rss_gib": own,
+                "worker_rss_gib": workers_rss,
+                "candidates": summary["candidates"],
+                "selected": summary["selected"]["id"],
+                "selected_kv_gib_per_device": summary["selected"]["kv_gib_per_device"],
+            }
+        )
+    )
 
 
 def fleet_search(config: Path, workers: int) -> None:
     every = len(enumerate_candidates(FLEET["batch_sizes"], FLEET["max_buckets"]))
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--fleet-child", "--config", str(config),
-                          "--workers", str(workers)], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--fleet-child",
+            "--config",
+            str(config),
+            "--workers",
+            str(workers),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     outer = time.perf_counter() - start
     got = json.loads(out.strip().splitlines()[-1])
     cand = got["candidates"]
     peak = got["rss_gib"] + workers * got["worker_rss_gib"]  # bound: all at their peaks
-    print(f"[4] fleet search: N {list(FLEET['n'])}, batch sizes {list(FLEET['batch_sizes'])},"
-          f" <= {FLEET['max_buckets']} buckets: {every:,} candidates enumerated, "
-          f"{cand['excluded_by_compile_budget']} over the compile budget, "
-          f"{cand['excluded_by_memory']} over device memory, {cand['searched']:,} searched")
-    print(f"    {got['pairs']:,} candidate-plan outcomes, {got['simulations']:,} simulations "
-          f"run; simulate {got['simulate_s']:.1f} s")
-    print(f"    wall {outer:5.1f} s from process start (target < {FLEET_TARGET_S:.0f} s): "
-          f"{'MET' if outer < FLEET_TARGET_S else 'NOT MET'}")
-    print(f"    peak RSS: main {got['rss_gib']:.2f} GiB, largest worker "
-          f"{got['worker_rss_gib']:.2f} GiB, bound main + {workers} workers {peak:.2f} GiB "
-          f"(target < {FLEET_RSS_TARGET_GIB:.0f} GiB): "
-          f"{'MET' if peak < FLEET_RSS_TARGET_GIB else 'NOT MET'}")
-    print(f"    selected {got['selected']} ({got['selected_kv_gib_per_device']:.2f} GiB KV "
-          "per device)")
+    print(
+        f"[4] fleet search: N {list(FLEET['n'])}, batch sizes {list(FLEET['batch_sizes'])},"
+        f" <= {FLEET['max_buckets']} buckets: {every:,} candidates enumerated, "
+        f"{cand['excluded_by_compile_budget']} over the compile budget, "
+        f"{cand['excluded_by_memory']} over device memory, {cand['searched']:,} searched"
+    )
+    print(
+        f"    {got['pairs']:,} candidate-plan outcomes, {got['simulations']:,} simulations "
+        f"run; simulate {got['simulate_s']:.1f} s"
+    )
+    print(
+        f"    wall {outer:5.1f} s from process start (target < {FLEET_TARGET_S:.0f} s): "
+        f"{'MET' if outer < FLEET_TARGET_S else 'NOT MET'}"
+    )
+    print(
+        f"    peak RSS: main {got['rss_gib']:.2f} GiB, largest worker "
+        f"{got['worker_rss_gib']:.2f} GiB, bound main + {workers} workers {peak:.2f} GiB "
+        f"(target < {FLEET_RSS_TARGET_GIB:.0f} GiB): "
+        f"{'MET' if peak < FLEET_RSS_TARGET_GIB else 'NOT MET'}"
+    )
+    print(
+        f"    selected {got['selected']} ({got['selected_kv_gib_per_device']:.2f} GiB KV "
+        "per device)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=Path("config/config.yaml"))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--verify", type=int, default=300,
-                        help="random rows of the paper search checked against simulate")
+    parser.add_argument(
+        "--verify",
+        type=int,
+        default=300,
+        help="random rows of the paper search checked against simulate",
+    )
     parser.add_argument("--skip-fleet", action="store_true")
     parser.add_argument("--fleet-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -9,11 +9,11 @@ rule calibrate_compile:
         "results/calibration/compile.json",
     log:
         "logs/calibration/compile.log",
+    conda:
+        "../envs/rbln.yaml"
     resources:
         device=1 if REAL_DEVICE else 0,
         gres=DEVICE_GRES,
-    conda:
-        "../envs/rbln.yaml"
     params:
         config_file=CONFIG_FILE,
         values=constant("calibration"),
@@ -34,11 +34,11 @@ rule calibrate:
         plans=directory("results/calibration/plans"),
     log:
         "logs/calibration/calibrate.log",
+    conda:
+        "../envs/workflow.yaml"
     resources:
         device=1 if REAL_DEVICE else 0,
         gres=DEVICE_GRES,
-    conda:
-        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
         values=constant("calibration"),

@@ -1,13 +1,15 @@
 # Helpers shared by the workflow files. The study definition as typed objects, the file
 # lists derived from it, and the config values each rule depends on (as params, so an
-# edit reruns exactly the jobs it affects). No science here: rearrival.studies expands
-# the config and rearrival.experiments says which values each stage uses.
+# edit reruns exactly the jobs it affects). No science here: rearrival.config.study expands
+# the config and rearrival.workflow.params says which values each stage uses.
 import os
 from pathlib import Path
 
-from rearrival.cluster import check_slurm_site, device_gres
-from rearrival.experiments import INJECTION_BACKEND, refuse_changed_designs, workflow_params
-from rearrival.studies import study_config_from_mapping
+from rearrival.workflow.cluster import check_slurm_site, device_gres
+from rearrival.workflow.params import workflow_params
+from rearrival.workflow.preregister import refuse_changed_designs
+from rearrival.workflow.run import INJECTION_BACKEND
+from rearrival.config.study import study_config_from_mapping
 
 STUDY = study_config_from_mapping(config, workflow.configfiles[0])
 STUDY_NAMES = list(STUDY.studies)
@@ -19,7 +21,7 @@ refuse_changed_designs(STUDY, Path("."), Path(RESULTS) / "runs")
 
 PARAMS = workflow_params(STUDY, config)
 
-# Site settings for profiles/slurm come from the environment (rearrival.cluster): the
+# Site settings for profiles/slurm come from the environment (rearrival.workflow.cluster): the
 # generic resource a real-device job holds on the cluster, '' for emulated backends.
 REAL_DEVICE = STUDY.backend == "rbln"
 DEVICE_GRES = device_gres(os.environ, real_device=REAL_DEVICE)
@@ -56,11 +58,7 @@ def plan_files(study):
 def run_dirs(study):
     """The run directories (one per N and replicate) of a study."""
     s = STUDY.study(study)
-    return [
-        f"{RESULTS}/runs/{study}/n{n}_r{rep}"
-        for n in s.n
-        for rep in range(STUDY.replicates)
-    ]
+    return [f"{RESULTS}/runs/{study}/n{n}_r{rep}" for n in s.n for rep in range(STUDY.replicates)]
 
 
 def replicate_run_dirs(wildcards):

@@ -9,11 +9,11 @@ rule compile:
         "results/compile/{study}.json",
     log:
         "logs/compile/{study}.log",
+    conda:
+        "../envs/rbln.yaml"
     resources:
         device=1,
         gres=DEVICE_GRES,
-    conda:
-        "../envs/rbln.yaml"
     params:
         config_file=CONFIG_FILE,
         values=values("compile"),

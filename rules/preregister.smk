@@ -17,10 +17,10 @@ rule preregister:
         "results/prereg/{study}.json",
     log:
         "logs/prereg/{study}.log",
-    resources:
-        git=1,
     conda:
         "../envs/workflow.yaml"
+    resources:
+        git=1,
     params:
         config_file=CONFIG_FILE,
         values=values("prereg"),

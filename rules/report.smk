@@ -1,14 +1,30 @@
 # Stage 8: every paper table (CSV, Markdown, LaTeX), the figures and one HTML report,
 # rendered from results only; `rearrival tables` re-renders without rerunning anything.
+# `snakemake --report` shows each table (its CSV, grouped by family) and each figure as
+# its own item, captioned from rules/report/.
+from rearrival.report.tables import table_family
 
 
 rule report:
     input:
         unpack(report_inputs),
     output:
-        html=report("reports/report.html", category="Report"),
-        tables=directory("reports/tables"),
-        figures=directory("reports/figures"),
+        html=report("reports/report.html", caption="report/report.rst", category="Report"),
+        tables=report(
+            directory("reports/tables"),
+            patterns=["table_{table}.csv", "{table,scorecard}.csv"],
+            caption="report/tables.rst",
+            category="Tables",
+            subcategory=lambda wildcards: table_family(wildcards.table),
+            labels={"table": "{table}"},
+        ),
+        figures=report(
+            directory("reports/figures"),
+            patterns=["{figure}.svg"],
+            caption="report/figures.rst",
+            category="Figures",
+            labels={"figure": "{figure}"},
+        ),
     log:
         "logs/report.log",
     conda:

@@ -13,11 +13,11 @@ rule run_replicate:
         directory("results/runs/{study}/n{n}_r{rep}"),
     log:
         "logs/runs/{study}/n{n}_r{rep}.log",
+    conda:
+        "../envs/workflow.yaml"
     resources:
         device=1 if REAL_DEVICE else 0,
         gres=DEVICE_GRES,
-    conda:
-        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
         values=values("run"),
@@ -34,11 +34,11 @@ rule injection:
         "results/injection/gaps.parquet",
     log:
         "logs/injection.log",
+    conda:
+        "../envs/workflow.yaml"
     resources:
         device=1 if REAL_DEVICE else 0,
         gres=DEVICE_GRES,
-    conda:
-        "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
         values=constant("injection"),

@@ -14,10 +14,10 @@ rule seal:
         "results/ledger/{study}.json",
     log:
         "logs/seal/{study}.log",
-    resources:
-        git=1,
     conda:
         "../envs/workflow.yaml"
+    resources:
+        git=1,
     shell:
         "rearrival study seal --study {wildcards.study:q} --out {output:q} {input.runs:q}"
         " > {log:q} 2>&1"

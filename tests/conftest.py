@@ -7,26 +7,34 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.plans import Plan, PlanMeta, Session
+from rearrival.model.plans import Plan, PlanMeta, Session
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 
 
-def random_plan(rng: random.Random, n: int, *, max_gen: int = 40, max_wait_s: float = 2.0,
-                zero_wait_share: float = 0.2) -> Plan:
+def random_plan(
+    rng: random.Random,
+    n: int,
+    *,
+    max_gen: int = 40,
+    max_wait_s: float = 2.0,
+    zero_wait_share: float = 0.2,
+) -> Plan:
     """A plan with short generations so step-by-step references stay fast in tests."""
     sessions = []
     for i in range(n):
         wait = 0.0 if rng.random() < zero_wait_share else rng.uniform(0.0, max_wait_s)
-        sessions.append(Session(
-            session=i,
-            prompt_tokens=rng.randint(1, 1600),
-            gen_tokens=rng.randint(1, max_gen),
-            followup_gen_tokens=rng.randint(1, max_gen),
-            appended_tokens=8,
-            tool_wait_s=wait,
-            tool_name="aggregate",
-        ))
+        sessions.append(
+            Session(
+                session=i,
+                prompt_tokens=rng.randint(1, 1600),
+                gen_tokens=rng.randint(1, max_gen),
+                followup_gen_tokens=rng.randint(1, max_gen),
+                appended_tokens=8,
+                tool_wait_s=wait,
+                tool_name="aggregate",
+            )
+        )
     return Plan(tuple(sessions), PlanMeta(seed=None, n=n))
 
 
@@ -41,9 +49,16 @@ def small_plan() -> Plan:
     return random_plan(random.Random(7), 4, max_gen=24)
 
 
-GIT_IDENTITY_VARIABLES = ("GIT_CONFIG_GLOBAL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                          "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_DIR",
-                          "GIT_WORK_TREE", "EMAIL")
+GIT_IDENTITY_VARIABLES = (
+    "GIT_CONFIG_GLOBAL",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "EMAIL",
+)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The Section V-D "what should I compile" summary (rearrival.advise, `rearrival advise`)."""
+"""The Section V-D "what should I compile" summary (rearrival.search.advise, `rearrival advise`)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,30 @@ import pytest
 from conftest import config_with_search
 from typer.testing import CliRunner
 
-from rearrival.advise import (
+from rearrival.atomic import atomic_write_json
+from rearrival.cli import app
+from rearrival.config.study import load_study_config
+from rearrival.model.plans import write_plan
+from rearrival.model.profile import measured_profile
+from rearrival.search.advise import (
     advise,
     full_reuse_tokens,
     larger_candidate,
     predict,
     to_markdown,
 )
-from rearrival.atomic import atomic_write_json
-from rearrival.cli import app
-from rearrival.plans import write_plan
-from rearrival.profile import measured_profile
-from rearrival.search import BASELINE, Candidate, SearchError
-from rearrival.studies import load_study_config
+from rearrival.search.scoring import BASELINE, Candidate, SearchError
 
-TINY_SEARCH = {"batch_sizes": [4, 6], "max_buckets": 3, "n": [2, 3], "seeds": 1,
-               "blocks": 2, "restricted_n": [[2]], "top": 3, "shards": 2}
+TINY_SEARCH = {
+    "batch_sizes": [4, 6],
+    "max_buckets": 3,
+    "n": [2, 3],
+    "seeds": 1,
+    "blocks": 2,
+    "restricted_n": [[2]],
+    "top": 3,
+    "shards": 2,
+}
 runner = CliRunner()
 
 
@@ -52,12 +60,11 @@ def selected_dir(tmp_path: Path, cand: Candidate) -> Path:
 def test_larger_candidate_keeps_buckets_and_moves_the_top() -> None:
     pick = Candidate((1, 4, 6, 8, 10, 16), 16)
     assert larger_candidate(pick, (8, 10, 12, 16)) == Candidate((1, 4, 6, 8, 10, 24), 24)
-    assert larger_candidate(Candidate((1, 3, 10), 10), (8, 10, 12, 16)) == Candidate(
-        (1, 3, 12), 12)
+    assert larger_candidate(Candidate((1, 3, 10), 10), (8, 10, 12, 16)) == Candidate((1, 3, 12), 12)
 
 
 def test_full_reuse_floor_by_hand(plans_dir: Path) -> None:
-    from rearrival.advise import load_plan_dir
+    from rearrival.search.advise import load_plan_dir
 
     profile = measured_profile()
     plans = load_plan_dir(plans_dir)
@@ -71,8 +78,9 @@ def test_full_reuse_floor_by_hand(plans_dir: Path) -> None:
     assert predict(plans, BASELINE)["computed_prefill_tokens"] >= floor
 
 
-def test_baseline_pick_predicts_no_saving(tiny_config: Path, plans_dir: Path,
-                                          tmp_path: Path) -> None:
+def test_baseline_pick_predicts_no_saving(
+    tiny_config: Path, plans_dir: Path, tmp_path: Path
+) -> None:
     cfg = load_study_config(tiny_config)
     advice = advise(cfg, plans_dir=plans_dir, search_dir=selected_dir(tmp_path, BASELINE))
     assert advice["predicted_saving"] == 0.0
@@ -85,7 +93,8 @@ def test_baseline_pick_predicts_no_saving(tiny_config: Path, plans_dir: Path,
 
 
 def test_enough_slots_means_complete_reuse_and_no_gain_from_more(
-        tiny_config: Path, plans_dir: Path, tmp_path: Path) -> None:
+    tiny_config: Path, plans_dir: Path, tmp_path: Path
+) -> None:
     # 4 sessions hold at most 8 slots (first request + re-arrival each): with 16 slots
     # nothing is ever evicted, so every re-arrival reuses and 24 slots change nothing
     pick = Candidate((1, 2, 4, 16), 16)
@@ -111,8 +120,15 @@ def test_advise_runs_the_search_when_no_result_is_given(tiny_config: Path) -> No
 
 def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Path) -> None:
     search = selected_dir(tmp_path, Candidate((1, 4, 8), 8))
-    args = ["advise", "--config", str(tiny_config), "--plans", str(plans_dir), "--search",
-            str(search)]
+    args = [
+        "advise",
+        "--config",
+        str(tiny_config),
+        "--plans",
+        str(plans_dir),
+        "--search",
+        str(search),
+    ]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -122,22 +138,34 @@ def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Pat
 
 
 def test_search_option_takes_the_directory_or_selected_json(
-        tiny_config: Path, plans_dir: Path, tmp_path: Path) -> None:
+    tiny_config: Path, plans_dir: Path, tmp_path: Path
+) -> None:
     """README and --help say selected.json; the search directory works too."""
     search = selected_dir(tmp_path, Candidate((1, 4, 8), 8))
     for given in (search, search / "selected.json"):
-        result = runner.invoke(app, ["advise", "--config", str(tiny_config), "--plans",
-                                     str(plans_dir), "--search", str(given), "--json"])
+        result = runner.invoke(
+            app,
+            [
+                "advise",
+                "--config",
+                str(tiny_config),
+                "--plans",
+                str(plans_dir),
+                "--search",
+                str(given),
+                "--json",
+            ],
+        )
         assert result.exit_code == 0, result.output
         data = json.loads(result.output)
         assert data["selected"]["configuration"]["id"] == "8:1,4,8"
         assert data["recommendation_source"].startswith(str(search / "selected.json"))
 
 
-def test_bad_inputs_name_the_option(tiny_config: Path, tmp_path: Path) -> None:
+def test_bad_inputs_name_the_input(tiny_config: Path, tmp_path: Path) -> None:
     cfg = load_study_config(tiny_config)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SearchError, match="--plans"):
+    with pytest.raises(SearchError, match="plans directory"):
         advise(cfg, plans_dir=tmp_path / "empty", search_dir=tmp_path)
     with pytest.raises(SearchError, match=r"selected\.json"):
         advise(cfg, n=2, search_dir=tmp_path / "missing")

@@ -16,14 +16,15 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_write_json
-from rearrival.audit import EXCLUDED, OK, REGISTRATION_ROW, VIOLATION, AuditReport, audit
 from rearrival.cli import app, main
-from rearrival.prereg import PlanRegistry, RegisteredPlan, register
+from rearrival.prereg.audit import EXCLUDED, OK, REGISTRATION_ROW, VIOLATION, AuditReport, audit
+from rearrival.prereg.registration import PlanRegistry, RegisteredPlan, register
 
 T0 = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64
-PLANS = PlanRegistry(True, (RegisteredPlan(0, 6, 101, SHA_A),
-                            RegisteredPlan(1, 6, 102, SHA_B))).to_json()
+PLANS = PlanRegistry(
+    True, (RegisteredPlan(0, 6, 101, SHA_A), RegisteredPlan(1, 6, 102, SHA_B))
+).to_json()
 PREDICTIONS = {"ratio_pred": {"6": 0.97}, "rule": "fixed", "tau": 0.02}
 
 
@@ -39,18 +40,28 @@ def _at(seconds: float) -> datetime:
 def _register(repo, monkeypatch, when: datetime, study="validation", files=None, **kwargs):
     monkeypatch.setenv("GIT_COMMITTER_DATE", when.isoformat())
     monkeypatch.setenv("GIT_AUTHOR_DATE", when.isoformat())
-    files = files if files is not None else {"predictions.json": PREDICTIONS,
-                                             "plans.json": PLANS}
-    return register(repo.working_tree_dir, study, files, message=f"Preregister {study}",
-                    **kwargs)
+    files = files if files is not None else {"predictions.json": PREDICTIONS, "plans.json": PLANS}
+    return register(repo.working_tree_dir, study, files, message=f"Preregister {study}", **kwargs)
 
 
 BASELINE = {"buckets": [1, 2, 4, 8], "batch_size": 8, "slots": 8}
 
 
-def _manifest(repo, run_id: str, *, start: datetime, record=None, study="validation",
-              seed: int | None = 101, sha: str = SHA_A, replicate=0, n=6,
-              status="complete", committed_at=None, variant="wait") -> None:
+def _manifest(
+    repo,
+    run_id: str,
+    *,
+    start: datetime,
+    record=None,
+    study="validation",
+    seed: int | None = 101,
+    sha: str = SHA_A,
+    replicate=0,
+    n=6,
+    status="complete",
+    committed_at=None,
+    variant="wait",
+) -> None:
     """A manifest with every field of the TEAM.md run-record contract."""
     prereg = {"study": None, "commit": None, "committed_at": None}
     if record is not None:
@@ -58,19 +69,28 @@ def _manifest(repo, run_id: str, *, start: datetime, record=None, study="validat
         if committed_at is not None:
             prereg["committed_at"] = committed_at
     manifest = {
-        "run_id": run_id, "study": study, "backend": "emulated",
+        "run_id": run_id,
+        "study": study,
+        "backend": "emulated",
         "configuration": {"name": "baseline", **BASELINE},
-        "variant": variant, "condition": f"baseline-{variant}", "replicate": replicate, "n": n,
-        "plan_path": f"results/plans/{run_id}.parquet", "plan_sha256": sha,
-        "seeds": {"plan": seed, "run": 7}, "software": {"rearrival": "0.1.0"},
-        "patch_sha256": None, "prereg": prereg, "started_at": start.isoformat(),
+        "variant": variant,
+        "condition": f"baseline-{variant}",
+        "replicate": replicate,
+        "n": n,
+        "plan_path": f"results/plans/{run_id}.parquet",
+        "plan_sha256": sha,
+        "seeds": {"plan": seed, "run": 7},
+        "software": {"rearrival": "0.1.0"},
+        "patch_sha256": None,
+        "prereg": prereg,
+        "started_at": start.isoformat(),
         "finished_at": (start + timedelta(seconds=30)).isoformat(),
-        "condition_order": ["baseline-wait"], "status": status,
+        "condition_order": ["baseline-wait"],
+        "status": status,
         "reason": None if status == "complete" else "server crashed",
         "time_scale": 1.0,
     }
-    atomic_write_json(Path(repo.working_tree_dir) / "results" / run_id / "manifest.json",
-                      manifest)
+    atomic_write_json(Path(repo.working_tree_dir) / "results" / run_id / "manifest.json", manifest)
 
 
 def _audit(repo) -> AuditReport:
@@ -108,8 +128,13 @@ def test_clean_sequence_passes(repo, monkeypatch):
 def test_prediction_edited_after_measurement_is_caught(repo, monkeypatch):
     record = _register(repo, monkeypatch, T0)
     _manifest(repo, "v-r0", start=_at(3600), record=record)
-    edit = _commit_change(repo, "preregistration/validation/predictions.json",
-                          '{"ratio_pred": {"6": 0.99}}\n', _at(7200), "tweak prediction")
+    edit = _commit_change(
+        repo,
+        "preregistration/validation/predictions.json",
+        '{"ratio_pred": {"6": 0.99}}\n',
+        _at(7200),
+        "tweak prediction",
+    )
     row = _row(_audit(repo), "v-r0")
     assert row.verdict == VIOLATION
     assert f"predictions.json modified by commit {edit[:12]}" in row.reason
@@ -195,24 +220,36 @@ def test_plan_hash_must_match_registration(repo, monkeypatch):
 
 
 def test_variant_specific_plan_hashes(repo, monkeypatch):
-    per_variant = PlanRegistry(False, (RegisteredPlan(0, 6, 5, SHA_A, "wait"),
-                                       RegisteredPlan(0, 6, 5, SHA_B, "control"))).to_json()
+    per_variant = PlanRegistry(
+        False, (RegisteredPlan(0, 6, 5, SHA_A, "wait"), RegisteredPlan(0, 6, 5, SHA_B, "control"))
+    ).to_json()
     record = _register(repo, monkeypatch, T0, study="grid", files={"plans.json": per_variant})
     _manifest(repo, "wait", start=_at(60), record=record, study="grid", seed=5)
-    _manifest(repo, "control", start=_at(60), record=record, study="grid", seed=5, sha=SHA_B,
-              variant="control")
+    _manifest(
+        repo,
+        "control",
+        start=_at(60),
+        record=record,
+        study="grid",
+        seed=5,
+        sha=SHA_B,
+        variant="control",
+    )
     _manifest(repo, "swapped", start=_at(60), record=record, study="grid", seed=5, sha=SHA_B)
     report = _audit(repo)
-    assert [_row(report, r).verdict for r in ("wait", "control", "swapped")] == [
-        OK, OK, VIOLATION]
+    assert [_row(report, r).verdict for r in ("wait", "control", "swapped")] == [OK, OK, VIOLATION]
 
 
 def test_amendment_applies_only_to_later_runs(repo, monkeypatch):
     first = _register(repo, monkeypatch, T0)
     _manifest(repo, "before-amend", start=_at(600), record=first)
-    amended = _register(repo, monkeypatch, _at(3600),
-                        files={"amendment-01-tau.json": {"rule": "tau"}},
-                        amendment_of=first.commit)
+    amended = _register(
+        repo,
+        monkeypatch,
+        _at(3600),
+        files={"amendment-01-tau.json": {"rule": "tau"}},
+        amendment_of=first.commit,
+    )
     _manifest(repo, "after-amend", start=_at(7200), record=amended)
     _manifest(repo, "backdated", start=_at(1800), record=amended)
     report = _audit(repo)
@@ -225,8 +262,7 @@ def test_incomplete_runs_are_excluded_and_unrecorded_prereg_is_caught(repo, monk
     record = _register(repo, monkeypatch, T0)
     _manifest(repo, "crashed", start=_at(-60), record=record, status="failed")
     _manifest(repo, "no-prereg", start=_at(3600), record=None)
-    _manifest(repo, "wrong-time", start=_at(3600), record=record,
-              committed_at=_at(1).isoformat())
+    _manifest(repo, "wrong-time", start=_at(3600), record=record, committed_at=_at(1).isoformat())
     report = _audit(repo)
     crashed = _row(report, "crashed")
     assert crashed.verdict == EXCLUDED and "server crashed" in crashed.reason
@@ -278,10 +314,19 @@ def test_cli_not_a_repository_exits_2_with_one_line(tmp_path, monkeypatch, capsy
 def _profile_files(profile: bytes, recorded: bytes) -> dict:
     import hashlib
 
-    return {"predictions.json": PREDICTIONS, "plans.json": PLANS, "profile.yaml": profile,
-            "design.json": {"profile_sha256": hashlib.sha256(recorded).hexdigest(),
-                            "backend": "emulated", "n": [6], "replicates": 1,
-                            "variants": ["wait"], "configurations": {"baseline": BASELINE}}}
+    return {
+        "predictions.json": PREDICTIONS,
+        "plans.json": PLANS,
+        "profile.yaml": profile,
+        "design.json": {
+            "profile_sha256": hashlib.sha256(recorded).hexdigest(),
+            "backend": "emulated",
+            "n": [6],
+            "replicates": 1,
+            "variants": ["wait"],
+            "configurations": {"baseline": BASELINE},
+        },
+    }
 
 
 def test_committed_prediction_profile_passes(repo, monkeypatch):
@@ -295,8 +340,9 @@ def test_committed_prediction_profile_passes(repo, monkeypatch):
 
 def test_prediction_profile_not_committed_is_caught(repo, monkeypatch):
     used = b"profile_version: calibrated/emulated/used\n"
-    record = _register(repo, monkeypatch, T0,
-                       files=_profile_files(b"profile_version: other\n", used))
+    record = _register(
+        repo, monkeypatch, T0, files=_profile_files(b"profile_version: other\n", used)
+    )
     _manifest(repo, "v-r0", start=_at(3600), record=record)
     row = _row(_audit(repo), "v-r0")
     assert row.verdict == VIOLATION

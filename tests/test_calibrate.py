@@ -15,16 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.backends import BackendSettings
-from rearrival.calibrate import (
-    CalibrationError,
-    calibrate,
-    characterised,
-    profile_document,
-    steady_durations,
-    write_profile,
-)
-from rearrival.calibrate_config import (
+from rearrival.config.calibration import (
     Artifact,
     CalibrationConfig,
     CalibrationConfigError,
@@ -33,16 +24,26 @@ from rearrival.calibrate_config import (
     calibration_config_from_mapping,
     model_from_config_json,
 )
-from rearrival.emulate import load_truth, true_bucket_cost_s, true_prefill_s
-from rearrival.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
-from rearrival.profile import (
+from rearrival.config.study import RblnSettings
+from rearrival.measure.backends import BackendSettings
+from rearrival.measure.calibrate import (
+    CalibrationError,
+    calibrate,
+    characterised,
+    profile_document,
+    steady_durations,
+    write_profile,
+)
+from rearrival.measure.emulate.truth import load_truth, true_bucket_cost_s, true_prefill_s
+from rearrival.measure.steplog import format_bucket_line
+from rearrival.model.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
+from rearrival.model.profile import (
     ProfileError,
     load_profile,
     load_profile_for_model,
     measured_profile,
     profile_bytes,
 )
-from rearrival.steplog import format_bucket_line
 
 SEED = 20260601
 QWEN = ModelSpec()
@@ -59,8 +60,9 @@ def default_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("calibration")
     config = CalibrationConfig()
     result = _calibrate(out, config)
-    path = write_profile(profile_document(result, config, (1, 2, 4, 6, 8, 10, 16, 24, 32)),
-                         out / "profile.yaml")
+    path = write_profile(
+        profile_document(result, config, (1, 2, 4, 6, 8, 10, 16, 24, 32)), out / "profile.yaml"
+    )
     return result, path
 
 
@@ -90,8 +92,9 @@ def test_assumed_truth_is_recovered(tmp_path):
     result = _calibrate(tmp_path, config)
     _recovers_truth(result, config.truth_path())
     # the hypothetical stack is not the paper's: calibration must see that
-    assert result.decode.g(8) > 1.3 * (measured_profile().bucket_cost_s(8)
-                                      + measured_profile().alpha_s)
+    assert result.decode.g(8) > 1.3 * (
+        measured_profile().bucket_cost_s(8) + measured_profile().alpha_s
+    )
 
 
 def test_profile_file_has_provenance_and_predicts(default_run):
@@ -108,14 +111,16 @@ def test_profile_file_has_provenance_and_predicts(default_run):
     profile = load_profile_for_model(path, QWEN.name, QWEN.architecture())
     for fit in result.decode.buckets:
         assert profile.decode_step_s(1, fit.bucket) == pytest.approx(
-            fit.g_s + result.decode.beta_s, abs=2e-9)
+            fit.g_s + result.decode.beta_s, abs=2e-9
+        )
     assert profile.kv_gib(1) == pytest.approx(1.125)  # Table XV: one 8,192-token slot
     assert profile.slot_gib_per_device == pytest.approx(0.28125)
 
 
 def test_unmeasured_buckets_are_interpolated_and_marked(tmp_path):
-    settings = CalibrationSettings(artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=60,
-                                   min_steps=40, prefill_repeats=1)
+    settings = CalibrationSettings(
+        artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=60, min_steps=40, prefill_repeats=1
+    )
     config = CalibrationConfig(calibration=settings)
     result = _calibrate(tmp_path, config)
     tree = profile_document(result, config, (1, 2, 4, 6, 8, 10))
@@ -144,38 +149,58 @@ def test_published_choice_is_the_shipped_profile():
 
 def test_too_few_steps_names_bucket_and_fix(tmp_path):
     # the steady window holds decode_steps plus the admission margin (64): far below 200
-    settings = CalibrationSettings(artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=1,
-                                   min_steps=200, prefill_repeats=1)
-    with pytest.raises(FitError, match=r"bucket 1, n=1: \d+ usable decode steps.*"
-                                       r"calibration\.decode_steps"):
+    settings = CalibrationSettings(
+        artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=1, min_steps=200, prefill_repeats=1
+    )
+    with pytest.raises(
+        FitError,
+        match=r"bucket 1, n=1: \d+ usable decode steps.*"
+        r"calibration\.decode_steps",
+    ):
         _calibrate(tmp_path, CalibrationConfig(calibration=settings))
 
 
 def _steps(points: dict[tuple[int, int], float], count: int = 60) -> pd.DataFrame:
     rng = np.random.default_rng(1)
-    rows = [(b, n, v * np.exp(0.001 * rng.standard_normal()))
-            for (b, n), v in points.items() for _ in range(count)]
+    rows = [
+        (b, n, v * np.exp(0.001 * rng.standard_normal()))
+        for (b, n), v in points.items()
+        for _ in range(count)
+    ]
     return pd.DataFrame(rows, columns=["bucket", "n", "duration_s"])
 
 
 def test_residual_above_bound_names_bucket_and_n():
-    line = {(4, 3): 0.0113, (4, 4): 0.0114, (8, 5): 0.0135, (8, 6): 0.0136, (8, 7): 0.0137,
-            (8, 8): 0.0150}  # n=8 is 1 ms off the line
+    line = {
+        (4, 3): 0.0113,
+        (4, 4): 0.0114,
+        (8, 5): 0.0135,
+        (8, 6): 0.0136,
+        (8, 7): 0.0137,
+        (8, 8): 0.0150,
+    }  # n=8 is 1 ms off the line
     with pytest.raises(FitError, match=r"bucket 8, n=\d.*calibration\.max_residual"):
         fit_decode(_steps(line), min_steps=50, max_residual=0.02, resamples=50, seed=0)
 
 
 def test_beta_needs_a_bucket_seen_at_two_counts():
     with pytest.raises(FitError, match="beta cannot be told"):
-        fit_decode(_steps({(1, 1): 0.0104, (2, 2): 0.0110}), min_steps=50,
-                   max_residual=0.02, resamples=20, seed=0)
+        fit_decode(
+            _steps({(1, 1): 0.0104, (2, 2): 0.0110}),
+            min_steps=50,
+            max_residual=0.02,
+            resamples=20,
+            seed=0,
+        )
 
 
 def test_fit_recovers_a_known_line():
-    points = {(b, n): 0.010 + 0.001 * b + 0.00004 * n
-              for b, ns in ((4, (3, 4)), (8, (5, 6, 7, 8))) for n in ns}
-    fit = fit_decode(_steps(points, 200), min_steps=50, max_residual=0.02, resamples=200,
-                     seed=0)
+    points = {
+        (b, n): 0.010 + 0.001 * b + 0.00004 * n
+        for b, ns in ((4, (3, 4)), (8, (5, 6, 7, 8)))
+        for n in ns
+    }
+    fit = fit_decode(_steps(points, 200), min_steps=50, max_residual=0.02, resamples=200, seed=0)
     assert fit.beta_ci_s[0] <= 0.00004 <= fit.beta_ci_s[1]
     assert fit.g(8) == pytest.approx(0.018, rel=1e-3)
 
@@ -184,8 +209,7 @@ def test_non_monotone_prefill_is_refused():
     q = np.array([256, 512, 1024, 2048, 4096, 8000] * 3, dtype=float)
     t = 0.4 - 3e-5 * q + 1e-4  # longer prompts finish sooner: not a prefill law
     with pytest.raises(FitError, match=r"not increasing in q.*prefill\.per_chunk_s"):
-        fit_prefill(q, t, chunk_tokens=128, max_error=0.05, resamples=20, seed=0,
-                    max_tokens=8192)
+        fit_prefill(q, t, chunk_tokens=128, max_error=0.05, resamples=20, seed=0, max_tokens=8192)
 
 
 def test_prefill_range_error_above_bound_names_range():
@@ -193,13 +217,11 @@ def test_prefill_range_error_above_bound_names_range():
     t = np.ceil(q / 128) * (0.021 + 6e-7 * q)
     t[q == 256] *= 1.5
     with pytest.raises(FitError, match=r"prefill range 1-499 tokens.*max_prefill_error"):
-        fit_prefill(q, t, chunk_tokens=128, max_error=0.05, resamples=20, seed=0,
-                    max_tokens=8192)
+        fit_prefill(q, t, chunk_tokens=128, max_error=0.05, resamples=20, seed=0, max_tokens=8192)
 
 
 def test_reuse_violations_are_listed():
-    check = check_reuse(np.array([1000, 1000]), np.array([1009, 1009]), np.array([896, 1000]),
-                        128)
+    check = check_reuse(np.array([1000, 1000]), np.array([1009, 1009]), np.array([896, 1000]), 128)
     assert check.checked == 2 and check.violations == ((1000, 1009, 896, 1000),)
 
 
@@ -223,8 +245,11 @@ def profile_tree():
 def test_profile_for_another_model_is_refused(tmp_path, profile_tree):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(profile_tree))
-    with pytest.raises(ProfileError, match=r"'model_id' is 'Qwen/Qwen3-4B' but the study "
-                                           r"serves 'meta-llama/Llama-3.1-8B'.*calibrate"):
+    with pytest.raises(
+        ProfileError,
+        match=r"'model_id' is 'Qwen/Qwen3-4B' but the study "
+        r"serves 'meta-llama/Llama-3.1-8B'.*calibrate",
+    ):
         load_profile_for_model(path, "meta-llama/Llama-3.1-8B", QWEN.architecture())
     other = replace(QWEN, layers=32)
     with pytest.raises(ProfileError, match=r"field 'kv\.layers' is 36 but model .* has 32"):
@@ -250,18 +275,20 @@ def test_calibrated_choice_without_a_calibration_is_an_error(tmp_path, monkeypat
 def test_bad_settings_name_the_key():
     with pytest.raises(CalibrationConfigError, match=r"calibration\.artifacts\[0\].*batch_size"):
         calibration_config_from_mapping(
-            {"calibration": {"artifacts": [{"buckets": [1, 2, 4], "batch_size": 8}]}}, "c.yaml")
+            {"calibration": {"artifacts": [{"buckets": [1, 2, 4], "batch_size": 8}]}}, "c.yaml"
+        )
     with pytest.raises(CalibrationConfigError, match=r"calibration\.steps is not a setting"):
         calibration_config_from_mapping({"calibration": {"steps": 3}}, "c.yaml")
 
 
 def test_model_from_config_json(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text('{"num_hidden_layers": 36, "num_attention_heads": 32, '
-                    '"num_key_value_heads": 8, "head_dim": 128, "hidden_size": 2560, '
-                    '"torch_dtype": "bfloat16"}')
-    assert model_from_config_json(path, ModelSpec(layers=1)).architecture() == \
-        QWEN.architecture()
+    path.write_text(
+        '{"num_hidden_layers": 36, "num_attention_heads": 32, '
+        '"num_key_value_heads": 8, "head_dim": 128, "hidden_size": 2560, '
+        '"torch_dtype": "bfloat16"}'
+    )
+    assert model_from_config_json(path, ModelSpec(layers=1)).architecture() == QWEN.architecture()
     path.write_text("{}")
     with pytest.raises(CalibrationConfigError, match=r"model\.config_json"):
         model_from_config_json(path, QWEN)
@@ -295,15 +322,13 @@ def test_schema_documents_the_dataclass_defaults():
     for name, value in defaults.items():
         documented = calibration[name]["default"]
         if name == "artifacts":
-            value = [{"buckets": list(a["buckets"]), "batch_size": a["batch_size"]}
-                     for a in value]
+            value = [{"buckets": list(a["buckets"]), "batch_size": a["batch_size"]} for a in value]
         assert documented == (list(value) if isinstance(value, tuple) else value), name
 
 
 def test_shipped_config_parses_to_the_defaults():
-    from rearrival.calibrate_config import load_calibration_config
-
-    loaded = load_calibration_config(Path(__file__).parents[1] / "config" / "config.yaml")
+    path = Path(__file__).parents[1] / "config" / "config.yaml"
+    loaded = calibration_config_from_mapping(yaml.safe_load(path.read_text()), str(path))
     assert replace(loaded, source="<config>") == CalibrationConfig()
 
 
@@ -316,12 +341,27 @@ def test_calibrated_profile_meets_the_criteria_on_the_assumed_truth():
     import sys
 
     root = Path(__file__).parents[1]
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "calibration_truths.py"),
-                           "--config", str(root / "config" / "config.yaml"),
-                           "--truth", "assumed", "--workers", "1"],
-                          capture_output=True, text=True, check=True, cwd=root)
-    rows = [line.split() for line in done.stdout.splitlines()
-            if line.startswith(("published", "calibrated"))]
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "benchmarks" / "calibration_truths.py"),
+            "--config",
+            str(root / "config" / "config.yaml"),
+            "--truth",
+            "assumed",
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+    )
+    rows = [
+        line.split()
+        for line in done.stdout.splitlines()
+        if line.startswith(("published", "calibrated"))
+    ]
     verdicts = {(r[0], r[1]): [] for r in rows}
     for r in rows:
         verdicts[(r[0], r[1])].append(r[-1])
@@ -334,28 +374,40 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
     form); compile_artifact is replaced by a recorder since no device is attached."""
     import json
 
-    from rearrival import rbln
-    from rearrival.calibrate import compile_calibration, compile_records
-    from rearrival.fits import fit_compile
+    from rearrival.measure import rbln
+    from rearrival.measure.calibrate import compile_calibration, compile_records
+    from rearrival.model.fits import fit_compile
 
     def fake_compile(config, artifacts_dir):
         count = len(config.buckets)
         record = Path(artifacts_dir) / f"{count}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({
-            "config": {"buckets": list(config.buckets)},
-            "compile_s": 42.3 + 61.33 * (count + 1),
-            "artifact_bytes": int((8.276 + 0.806 * count) * 1024**3)}))
+        record.write_text(
+            json.dumps(
+                {
+                    "config": {"buckets": list(config.buckets)},
+                    "compile_s": 42.3 + 61.33 * (count + 1),
+                    "artifact_bytes": int((8.276 + 0.806 * count) * 1024**3),
+                }
+            )
+        )
         return rbln.CompileResult(Path(artifacts_dir) / str(count), record, False, 0.0, 0)
 
     monkeypatch.setattr(rbln, "compile_artifact", fake_compile)
-    out = compile_calibration(CalibrationConfig(), {"artifacts": str(tmp_path / "a")},
-                              tmp_path / "compile.json")
+    rbln_settings = RblnSettings(
+        model="Qwen/Qwen3-4B",
+        max_seq_len=8192,
+        num_devices=4,
+        artifacts=str(tmp_path / "a"),
+        site_packages=None,
+    )
+    out = compile_calibration(CalibrationConfig(), rbln_settings, tmp_path / "compile.json")
     records = compile_records(out)
     assert sorted(r[0] for r in records) == [2, 4, 5, 7]
     fit = fit_compile(records)
-    assert fit.seconds_intercept == pytest.approx(42.3) and fit.seconds_per_graph == \
-        pytest.approx(61.33)
+    assert fit.seconds_intercept == pytest.approx(42.3) and fit.seconds_per_graph == pytest.approx(
+        61.33
+    )
     assert fit.gib_per_bucket == pytest.approx(0.806, rel=1e-6)
     with pytest.raises(FitError, match="two bucket counts"):
         fit_compile(records[:1])
@@ -369,9 +421,21 @@ def test_cli_bad_backend_is_one_line(tmp_path):
     import sys
 
     cli = str(Path(sys.executable).with_name("rearrival"))
-    done = subprocess.run([cli, "calibrate", "--config", str(tmp_path / "none.yaml"),
-                           "--backend", "tpu", "--out", str(tmp_path / "p.yaml")],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            cli,
+            "calibrate",
+            "--config",
+            str(tmp_path / "none.yaml"),
+            "--backend",
+            "tpu",
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "backend 'tpu'" in done.stderr and "Traceback" not in done.stderr
 
@@ -380,13 +444,19 @@ def test_cli_bad_backend_is_one_line(tmp_path):
 def test_emulated_http_calibration_uses_the_same_plans(tmp_path):
     """The same measurement plans through a fresh loopback server per run (backend
     emulated-http): only the step log and the client's records are read."""
-    settings = CalibrationSettings(artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=60,
-                                   min_steps=40, prefill_tokens=(256, 1024, 4096),
-                                   appended_tokens=(8, 250), prefill_repeats=2,
-                                   bootstrap_resamples=100)
+    settings = CalibrationSettings(
+        artifacts=(Artifact((1, 2, 4, 8), 8),),
+        decode_steps=60,
+        min_steps=40,
+        prefill_tokens=(256, 1024, 4096),
+        appended_tokens=(8, 250),
+        prefill_repeats=2,
+        bootstrap_resamples=100,
+    )
     config = CalibrationConfig(calibration=settings)
-    result = calibrate(config, BackendSettings(backend="emulated-http", time_scale=0.1),
-                       tmp_path, seed=SEED)
+    result = calibrate(
+        config, BackendSettings(backend="emulated-http", time_scale=0.1), tmp_path, seed=SEED
+    )
     truth = load_truth(None)
     for fit in result.decode.buckets:
         expected = true_bucket_cost_s(truth, fit.bucket) + truth.alpha_s

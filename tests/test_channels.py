@@ -11,61 +11,112 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rearrival import records
-from rearrival.channels import ChannelError, channel_a, channel_b, channels, union_length
 from rearrival.cli import app
-from rearrival.records import read_run, write_run
+from rearrival.judge.channels import ChannelError, channel_a, channel_b, channels, union_length
+from rearrival.measure import records
+from rearrival.measure.records import read_run, write_run
 
 runner = CliRunner()
 
 # Hand-built step log: (n, b) per decode step and the cost of each with the published
 # constants, t = f(b) + 0.501 ms + 0.0413 ms * n (f from Table VII), written out by hand.
 PAIRS = [(2, 2), (3, 4), (3, 4), (1, 1), (5, 8)]
-DECODE_BY_HAND_S = (10.420 + 0.501 + 2 * 0.0413
-                    + 2 * (10.825 + 0.501 + 3 * 0.0413)
-                    + 9.870 + 0.501 + 0.0413
-                    + 12.970 + 0.501 + 5 * 0.0413) / 1000
+DECODE_BY_HAND_S = (
+    10.420
+    + 0.501
+    + 2 * 0.0413
+    + 2 * (10.825 + 0.501 + 3 * 0.0413)
+    + 9.870
+    + 0.501
+    + 0.0413
+    + 12.970
+    + 0.501
+    + 5 * 0.0413
+) / 1000
 # T(q) = ceil(q/128) * (0.021206 + 6.399e-7 q): T(1000) = 8 * 0.0218459, T(104) = 1 * ...
 PREFILL_BY_HAND_S = 8 * (0.021206 + 6.399e-7 * 1000) + (0.021206 + 6.399e-7 * 104) + 0.0
 
 
-def _run(tmp_path: Path, *, pairs=PAIRS, computed=(1000, 104, 0), log_only=False,
-         intervals=((0.0, 1.0), (0.5, 2.0), (3.0, 4.0))) -> Path:
+def _run(
+    tmp_path: Path,
+    *,
+    pairs=PAIRS,
+    computed=(1000, 104, 0),
+    log_only=False,
+    intervals=((0.0, 1.0), (0.5, 2.0), (3.0, 4.0)),
+) -> Path:
     count = len(computed)
-    requests = pd.DataFrame({
-        "session": list(range(count)), "turn": [0] * count,
-        "send_s": [s for s, _ in intervals], "first_token_s": [s for s, _ in intervals],
-        "complete_s": [e for _, e in intervals], "prompt_tokens": [1000] * count,
-        "cached_tokens": pd.array([None] * count, dtype="Int64"),
-        "computed_tokens": pd.array(list(computed), dtype="Int64"),
-        "generated_tokens": [3] * count, "prefill_s": [float("nan")] * count,
-    })
+    requests = pd.DataFrame(
+        {
+            "session": list(range(count)),
+            "turn": [0] * count,
+            "send_s": [s for s, _ in intervals],
+            "first_token_s": [s for s, _ in intervals],
+            "complete_s": [e for _, e in intervals],
+            "prompt_tokens": [1000] * count,
+            "cached_tokens": pd.array([None] * count, dtype="Int64"),
+            "computed_tokens": pd.array(list(computed), dtype="Int64"),
+            "generated_tokens": [3] * count,
+            "prefill_s": [float("nan")] * count,
+        }
+    )
     kinds = ["prefill"] * count + ([] if log_only else ["decode"] * len(pairs))
     step_pairs = [(1, None)] * count + ([] if log_only else list(pairs))
-    steps = pd.DataFrame({
-        "step": list(range(len(kinds))), "kind": kinds, "n": [n for n, _ in step_pairs],
-        "b": pd.array([b for _, b in step_pairs], dtype="Int64"),
-        "start_s": [float("nan")] * len(kinds), "end_s": [float("nan")] * len(kinds),
-    })
-    log = "".join(f"DEBUG 01-02 03:04:05 [model_base.py:412] [BUCKET] request_nums={n} "
-                  f"padded_batch_size={b}\nINFO unrelated line\n" for n, b in pairs)
-    manifest = records.finish_manifest(records.manifest_template(
-        study="t", backend="rbln" if log_only else "emulated", buckets=[1, 2, 4, 8],
-        batch_size=8, slots=None, variant="wait", condition="c", replicate=0, n=count,
-        plan_path="p", plan_sha256="0" * 64, plan_seed=None, run_seed=0, condition_order=["c"]))
-    return write_run(tmp_path / "run", requests=requests, steps=steps,
-                     metrics={"before": {}, "after": {}}, manifest=manifest, server_log=log)
+    steps = pd.DataFrame(
+        {
+            "step": list(range(len(kinds))),
+            "kind": kinds,
+            "n": [n for n, _ in step_pairs],
+            "b": pd.array([b for _, b in step_pairs], dtype="Int64"),
+            "start_s": [float("nan")] * len(kinds),
+            "end_s": [float("nan")] * len(kinds),
+        }
+    )
+    log = "".join(
+        f"DEBUG 01-02 03:04:05 [model_base.py:412] [BUCKET] request_nums={n} "
+        f"padded_batch_size={b}\nINFO unrelated line\n"
+        for n, b in pairs
+    )
+    manifest = records.finish_manifest(
+        records.manifest_template(
+            study="t",
+            backend="rbln" if log_only else "emulated",
+            buckets=[1, 2, 4, 8],
+            batch_size=8,
+            slots=None,
+            variant="wait",
+            condition="c",
+            replicate=0,
+            n=count,
+            plan_path="p",
+            plan_sha256="0" * 64,
+            plan_seed=None,
+            run_seed=0,
+            condition_order=["c"],
+        )
+    )
+    return write_run(
+        tmp_path / "run",
+        requests=requests,
+        steps=steps,
+        metrics={"before": {}, "after": {}},
+        manifest=manifest,
+        server_log=log,
+    )
 
 
-@pytest.mark.parametrize(("intervals", "expected"), [
-    ([], 0.0),
-    ([(0.0, 1.0), (0.5, 2.0)], 2.0),                  # overlap
-    ([(0.0, 10.0), (2.0, 3.0), (4.0, 5.0)], 10.0),    # nesting
-    ([(0.0, 1.0), (1.0, 2.5)], 2.5),                  # touching
-    ([(1.0, 1.0), (3.0, 3.0)], 0.0),                  # zero length
-    ([(5.0, 6.0), (0.0, 1.0), (0.5, 0.75)], 2.0),     # unsorted
-    ([(0.0, 1.0), (2.0, 3.0), (2.5, 2.5)], 2.0),      # gap and a point inside
-])
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        ([], 0.0),
+        ([(0.0, 1.0), (0.5, 2.0)], 2.0),  # overlap
+        ([(0.0, 10.0), (2.0, 3.0), (4.0, 5.0)], 10.0),  # nesting
+        ([(0.0, 1.0), (1.0, 2.5)], 2.5),  # touching
+        ([(1.0, 1.0), (3.0, 3.0)], 0.0),  # zero length
+        ([(5.0, 6.0), (0.0, 1.0), (0.5, 0.75)], 2.0),  # unsorted
+        ([(0.0, 1.0), (2.0, 3.0), (2.5, 2.5)], 2.0),  # gap and a point inside
+    ],
+)
 def test_union_length_cases(intervals, expected) -> None:
     assert union_length(intervals) == pytest.approx(expected, abs=1e-15)
 
@@ -130,8 +181,7 @@ def test_cli_channels_json_one_line_per_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["channels", str(first), str(second), "--json"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert [json.loads(line)["b_s"] for line in lines] == [pytest.approx(3.0),
-                                                          pytest.approx(4.5)]
+    assert [json.loads(line)["b_s"] for line in lines] == [pytest.approx(3.0), pytest.approx(4.5)]
     assert json.loads(lines[0]) == pytest.approx(channels(read_run(first)))
 
 

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.plangen import generate_plan
-from rearrival.plans import load_plan
-from rearrival.tools import build_summary_from_trace
+from rearrival.model.plangen import generate_plan
+from rearrival.model.plans import load_plan
+from rearrival.model.tools import build_summary_from_trace
 
 TRACE = Path("/work/shared/data/tracelab/round_trace.example.jsonl")
 CLI = Path(sys.executable).with_name("rearrival")
@@ -22,8 +22,7 @@ runner = CliRunner()
 
 
 def _plan_args(out: Path, *extra: str) -> list[str]:
-    return ["plan", "--n", "6", "--study-seed", "9", "--replicate", "1", "--out", str(out),
-            *extra]
+    return ["plan", "--n", "6", "--study-seed", "9", "--replicate", "1", "--out", str(out), *extra]
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".json"])
@@ -33,17 +32,22 @@ def test_plan_writes_the_generated_plan(tmp_path: Path, suffix: str) -> None:
     assert result.exit_code == 0, result.output
     expected = generate_plan(6, study_seed=9, replicate=1, block=2)
     assert load_plan(out) == expected
-    assert result.output.split() == [str(out), f"sha256={expected.sha256()}",
-                                     f"cap_fraction={expected.meta.cap_fraction:.4f}"]
+    assert result.output.split() == [
+        str(out),
+        f"sha256={expected.sha256()}",
+        f"cap_fraction={expected.meta.cap_fraction:.4f}",
+    ]
 
 
 def test_plan_variant_and_tool_table(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"tool_by_name": {
-        "Read": {"n": 5, "p50": 10, "p90": 50, "p99": 90}}}))
+    summary.write_text(
+        json.dumps({"tool_by_name": {"Read": {"n": 5, "p50": 10, "p90": 50, "p99": 90}}})
+    )
     out = tmp_path / "control.parquet"
-    result = runner.invoke(app, _plan_args(out, "--variant", "control",
-                                           "--tool-table", str(summary)))
+    result = runner.invoke(
+        app, _plan_args(out, "--variant", "control", "--tool-table", str(summary))
+    )
     assert result.exit_code == 0, result.output
     plan = load_plan(out)
     assert plan.meta.variant == "control" and "summary.json" in plan.meta.tool_table
@@ -79,8 +83,12 @@ def _assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> 
 
 
 def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
-    _assert_one_line_error(_run_cli(*_plan_args(tmp_path / "p.parquet")[:2], "-3",
-                                    *_plan_args(tmp_path / "p.parquet")[3:]), "--n")
+    _assert_one_line_error(
+        _run_cli(
+            *_plan_args(tmp_path / "p.parquet")[:2], "-3", *_plan_args(tmp_path / "p.parquet")[3:]
+        ),
+        "--n",
+    )
     _assert_one_line_error(_run_cli(*_plan_args(tmp_path / "p.csv")), "--out")
     bad = tmp_path / "summary.json"
     bad.write_text('{"tool_by_name": {"Bash": {"n": 3, "p50": 1}}}')
@@ -88,6 +96,7 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
     cut = tmp_path / "trace.jsonl.gz"
     data = gzip.compress(TRACE.read_bytes() * 3)
     cut.write_bytes(data[: len(data) // 2])
-    _assert_one_line_error(_run_cli("tools", "build", str(cut), "--out",
-                                    str(tmp_path / "s.json")), str(cut))
+    _assert_one_line_error(
+        _run_cli("tools", "build", str(cut), "--out", str(tmp_path / "s.json")), str(cut)
+    )
     assert not (tmp_path / "s.json").exists() and not (tmp_path / "p.csv").exists()

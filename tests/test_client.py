@@ -20,20 +20,31 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from rearrival import client, rbln
-from rearrival.client import ClientError, ReplayOptions, replay, replay_url
-from rearrival.plans import Plan, PlanMeta, Session, write_plan
-from rearrival.records import RunRecordError, manifest_template, read_run
+from rearrival.measure import client, rbln
+from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
+from rearrival.measure.records import RunRecordError, manifest_template, read_run
+from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
 
 
 def plan_of(rows: list[tuple[int, int, int, float]], seed: int | None = 4) -> Plan:
-    return Plan(tuple(
-        Session(session=i, prompt_tokens=p, gen_tokens=g0, followup_gen_tokens=g1,
-                appended_tokens=8, tool_wait_s=w, tool_name="aggregate")
-        for i, (p, g0, g1, w) in enumerate(rows)), PlanMeta(seed=seed, n=len(rows)))
+    return Plan(
+        tuple(
+            Session(
+                session=i,
+                prompt_tokens=p,
+                gen_tokens=g0,
+                followup_gen_tokens=g1,
+                appended_tokens=8,
+                tool_wait_s=w,
+                tool_name="aggregate",
+            )
+            for i, (p, g0, g1, w) in enumerate(rows)
+        ),
+        PlanMeta(seed=seed, n=len(rows)),
+    )
 
 
 PLAN = plan_of([(40, 3, 4, 2.0), (30, 5, 2, 0.0)])
@@ -41,24 +52,29 @@ PLAN = plan_of([(40, 3, 4, 2.0), (30, 5, 2, 0.0)])
 Behaviour = Callable[[web.Request, dict[str, Any], int], Awaitable[web.StreamResponse]]
 
 
-async def good_stream(request: web.Request, body: dict[str, Any],
-                      _index: int) -> web.StreamResponse:
+async def good_stream(
+    request: web.Request, body: dict[str, Any], _index: int
+) -> web.StreamResponse:
     """A well-behaved streaming server: ids from the prompt length, usage, [DONE]."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for k in range(body["max_tokens"]):
         chunk = {"choices": [{"index": 0, "text": "x", "token_ids": [len(body["prompt"]) + k]}]}
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-    usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": body["max_tokens"],
-             "prompt_tokens_details": {"cached_tokens": 16}}
+    usage = {
+        "prompt_tokens": len(body["prompt"]),
+        "completion_tokens": body["max_tokens"],
+        "prompt_tokens_details": {"cached_tokens": 16},
+    }
     await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     return response
 
 
 def fake_app(behaviour: Behaviour, seen: list[dict[str, Any]]) -> web.Application:
-    metrics = ("# TYPE vllm:prompt_tokens_cached_total counter\n"
-               "vllm:prompt_tokens_cached_total 32.0\n")
+    metrics = (
+        "# TYPE vllm:prompt_tokens_cached_total counter\nvllm:prompt_tokens_cached_total 32.0\n"
+    )
 
     async def models(_request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "fake"}]})
@@ -78,8 +94,9 @@ def fake_app(behaviour: Behaviour, seen: list[dict[str, Any]]) -> web.Applicatio
     return app
 
 
-def replay_against(behaviour: Behaviour, plan: Plan = PLAN,
-                   variant: str = "wait") -> tuple[client.ClientRun, list[dict[str, Any]]]:
+def replay_against(
+    behaviour: Behaviour, plan: Plan = PLAN, variant: str = "wait"
+) -> tuple[client.ClientRun, list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
 
     async def main() -> client.ClientRun:
@@ -88,8 +105,7 @@ def replay_against(behaviour: Behaviour, plan: Plan = PLAN,
         port = rbln.free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            return await replay(plan, f"http://127.0.0.1:{port}", variant=variant,
-                                options=FAST)
+            return await replay(plan, f"http://127.0.0.1:{port}", variant=variant, options=FAST)
         finally:
             await runner.cleanup()
 
@@ -98,10 +114,22 @@ def replay_against(behaviour: Behaviour, plan: Plan = PLAN,
 
 def manifest_for(plan: Plan, backend: str = "emulated-http") -> dict[str, Any]:
     return manifest_template(
-        study="test", backend=backend, buckets=[1, 2, 4, 8], batch_size=8, slots=None,
-        variant="wait", condition="c", replicate=0, n=plan.n, plan_path="p.json",
-        plan_sha256=plan.sha256(), plan_seed=plan.meta.seed, run_seed=9,
-        condition_order=["c"], time_scale=FAST.time_scale)
+        study="test",
+        backend=backend,
+        buckets=[1, 2, 4, 8],
+        batch_size=8,
+        slots=None,
+        variant="wait",
+        condition="c",
+        replicate=0,
+        n=plan.n,
+        plan_path="p.json",
+        plan_sha256=plan.sha256(),
+        plan_seed=plan.meta.seed,
+        run_seed=9,
+        condition_order=["c"],
+        time_scale=FAST.time_scale,
+    )
 
 
 # --- prompts and protocol ------------------------------------------------------------------
@@ -113,8 +141,9 @@ def test_prompt_ids_are_deterministic_and_never_share_a_prefix() -> None:
     assert first == [client.first_prompt_ids(key, s) for s in PLAN.sessions]
     assert [len(ids) for ids in first] == [40, 30]
     assert first[0][0] != first[1][0]  # different at position 0: no common prefix at all
-    other = client.first_prompt_ids(client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)),
-                                    PLAN.sessions[0])
+    other = client.first_prompt_ids(
+        client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), PLAN.sessions[0]
+    )
     assert other[1:] != first[0][1:]  # another plan seed, other ids
     assert client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=None)).startswith("sha:")
     assert len(client.appended_ids(key, PLAN.sessions[0])) == 8
@@ -143,13 +172,20 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
     for (session, turn), r in records.items():
         assert r.send_s <= r.first_token_s <= r.complete_s
         assert list(r.token_times_s) == sorted(r.token_times_s)
-        assert r.generated_tokens == len(r.token_ids) == (
-            PLAN.sessions[session].gen_tokens if turn == 0
-            else PLAN.sessions[session].followup_gen_tokens)
+        assert (
+            r.generated_tokens
+            == len(r.token_ids)
+            == (
+                PLAN.sessions[session].gen_tokens
+                if turn == 0
+                else PLAN.sessions[session].followup_gen_tokens
+            )
+        )
         assert r.cached_tokens == 16 and r.computed_tokens == r.prompt_tokens - 16
     # The follow-up waits the planned tool time (in plan seconds) after the completion.
     assert records[(0, 1)].send_s >= records[(0, 0)].complete_s + 2.0
-    assert run.cached_tokens_total == 0.0  # a static counter: before == after
+    cached = "vllm:prompt_tokens_cached_total"  # a static counter: before == after
+    assert run.metrics_after[cached] - run.metrics_before[cached] == 0.0
 
 
 def test_control_variant_sends_the_followup_without_waiting() -> None:
@@ -158,18 +194,22 @@ def test_control_variant_sends_the_followup_without_waiting() -> None:
 
 
 def test_counters_are_summed_over_labels_and_only_vllm_counters_kept() -> None:
-    text = ("# TYPE vllm:prompt_tokens_cached_total counter\n"
-            'vllm:prompt_tokens_cached_total{engine="0"} 100.0\n'
-            'vllm:prompt_tokens_cached_total{engine="1"} 28.0\n'
-            "vllm:prefix_cache_hits_total 7\n"  # untyped: still a counter sample
-            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
-            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 9.0\n")
-    assert client.parse_counters(text) == {"vllm:prompt_tokens_cached_total": 128.0,
-                                           "vllm:prefix_cache_hits_total": 7.0}
+    text = (
+        "# TYPE vllm:prompt_tokens_cached_total counter\n"
+        'vllm:prompt_tokens_cached_total{engine="0"} 100.0\n'
+        'vllm:prompt_tokens_cached_total{engine="1"} 28.0\n'
+        "vllm:prefix_cache_hits_total 7\n"  # untyped: still a counter sample
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 9.0\n"
+    )
+    assert client.parse_counters(text) == {
+        "vllm:prompt_tokens_cached_total": 128.0,
+        "vllm:prefix_cache_hits_total": 7.0,
+    }
 
 
 def test_replay_options_are_validated() -> None:
-    with pytest.raises(ClientError, match="--time-scale"):
+    with pytest.raises(ClientError, match="time_scale"):
         ReplayOptions(time_scale=0)
     with pytest.raises(ClientError, match="read_timeout_s"):
         ReplayOptions(read_timeout_s=-1)
@@ -178,13 +218,15 @@ def test_replay_options_are_validated() -> None:
 # --- faults --------------------------------------------------------------------------------
 
 
-async def server_error(request: web.Request, body: dict[str, Any],
-                       index: int) -> web.StreamResponse:
+async def server_error(
+    request: web.Request, body: dict[str, Any], index: int
+) -> web.StreamResponse:
     return web.json_response({"error": {"message": "engine dead"}}, status=500)
 
 
-async def truncates_followups(request: web.Request, body: dict[str, Any],
-                              index: int) -> web.StreamResponse:
+async def truncates_followups(
+    request: web.Request, body: dict[str, Any], index: int
+) -> web.StreamResponse:
     if len(body["prompt"]) <= 40:  # first requests are fine
         return await good_stream(request, body, index)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -194,23 +236,29 @@ async def truncates_followups(request: web.Request, body: dict[str, Any],
     return response  # ends the body without [DONE]
 
 
-async def ignores_max_tokens(request: web.Request, body: dict[str, Any],
-                             index: int) -> web.StreamResponse:
+async def ignores_max_tokens(
+    request: web.Request, body: dict[str, Any], index: int
+) -> web.StreamResponse:
     return await good_stream(request, body | {"max_tokens": 1}, index)
 
 
-@pytest.mark.parametrize(("behaviour", "status", "reason"), [
-    (server_error, "failed", "returned HTTP 500: .*engine dead"),
-    (truncates_followups, "partial", "without 'data: \\[DONE\\]' after 1 tokens"),
-    (ignores_max_tokens, "failed", "server generated 1 tokens, the plan needs"),
-])
-def test_faults_end_the_run_incomplete_with_one_reason(tmp_path: Path, behaviour: Behaviour,
-                                                       status: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("behaviour", "status", "reason"),
+    [
+        (server_error, "failed", "returned HTTP 500: .*engine dead"),
+        (truncates_followups, "partial", "without 'data: \\[DONE\\]' after 1 tokens"),
+        (ignores_max_tokens, "failed", "server generated 1 tokens, the plan needs"),
+    ],
+)
+def test_faults_end_the_run_incomplete_with_one_reason(
+    tmp_path: Path, behaviour: Behaviour, status: str, reason: str
+) -> None:
     run, _ = replay_against(behaviour)
     assert run.status == status and "\n" not in (run.reason or "")
     assert run.reason is not None and __import__("re").search(reason, run.reason)
-    outcome = client.write_client_run(tmp_path / "run", run, manifest=manifest_for(PLAN),
-                                      server_log="")
+    outcome = client.write_client_run(
+        tmp_path / "run", run, manifest=manifest_for(PLAN), server_log=""
+    )
     assert outcome.status == status
     with pytest.raises(RunRecordError, match=f"status is '{status}'"):
         read_run(tmp_path / "run")
@@ -221,8 +269,11 @@ def test_faults_end_the_run_incomplete_with_one_reason(tmp_path: Path, behaviour
 
 def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{rbln.free_port()}"
-    outcome = asyncio.run(replay_url(PLAN, url, tmp_path / "run", variant="wait",
-                                     options=FAST, manifest=manifest_for(PLAN)))
+    outcome = asyncio.run(
+        replay_url(
+            PLAN, url, tmp_path / "run", variant="wait", options=FAST, manifest=manifest_for(PLAN)
+        )
+    )
     assert outcome.status == "failed" and f"cannot reach {url}" in (outcome.reason or "")
     record = read_run(tmp_path / "run", require_complete=False)
     assert record.requests.empty and record.metrics == {"before": {}, "after": {}}
@@ -231,8 +282,11 @@ def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Pa
 def test_step_log_that_misses_decode_steps_makes_the_run_unusable(tmp_path: Path) -> None:
     run, _ = replay_against(good_stream)
     outcome = client.write_client_run(
-        tmp_path / "run", run, manifest=manifest_for(PLAN),
-        server_log="INFO started\n[BUCKET] request_nums=2 padded_batch_size=2\n")
+        tmp_path / "run",
+        run,
+        manifest=manifest_for(PLAN),
+        server_log="INFO started\n[BUCKET] request_nums=2 padded_batch_size=2\n",
+    )
     assert outcome.status == "failed" and "VLLM_LOGGING_LEVEL=DEBUG" in (outcome.reason or "")
 
 
@@ -241,8 +295,20 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
     plan = plan_of([(300, 4, 4, 3.0), (260, 6, 3, 3.0)])
     port = rbln.free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [CLI, "emulate-server", "--host", "127.0.0.1", "--port", str(port), "--buckets",
-            "1,2,4,8", "--batch-size", "8", "--time-scale", "0.25"]
+    argv = [
+        CLI,
+        "emulate-server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--buckets",
+        "1,2,4,8",
+        "--batch-size",
+        "8",
+        "--time-scale",
+        "0.25",
+    ]
     options = ReplayOptions(seed=1, time_scale=0.25, read_timeout_s=10)
 
     async def kill_after_first_responses(server: rbln.ServerProcess) -> None:
@@ -259,13 +325,20 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
 
     async def main(server: rbln.ServerProcess) -> client.RunOutcome:
         killer = asyncio.create_task(kill_after_first_responses(server))
-        outcome = await replay_url(plan, url, tmp_path / "run", variant="wait",
-                                   options=options, manifest=manifest_for(plan))
+        outcome = await replay_url(
+            plan,
+            url,
+            tmp_path / "run",
+            variant="wait",
+            options=options,
+            manifest=manifest_for(plan),
+        )
         await killer
         return outcome
 
-    with rbln.running_server(argv, url, tmp_path / "server.log", ready_timeout_s=60,
-                             grace_s=2) as server:
+    with rbln.running_server(
+        argv, url, tmp_path / "server.log", ready_timeout_s=60, grace_s=2
+    ) as server:
         outcome = asyncio.run(main(server))
     assert outcome.status == "partial"
     assert f"cannot connect to {url}/v1/completions" in (outcome.reason or "")
@@ -291,26 +364,51 @@ def test_run_rbln_without_the_stack_fails_fast_saying_what_to_install(tmp_path: 
 def test_run_verb_against_an_unreachable_url_keeps_a_failed_record(tmp_path: Path) -> None:
     plan_path = write_plan(PLAN, tmp_path / "plan.json")
     url = f"http://127.0.0.1:{rbln.free_port()}"
-    done = cli("run", str(plan_path), "--backend", "emulated-http", "--url", url,
-               "--time-scale", "0.01", "--out", str(tmp_path / "run"))
+    done = cli(
+        "run",
+        str(plan_path),
+        "--backend",
+        "emulated-http",
+        "--url",
+        url,
+        "--time-scale",
+        "0.01",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and "run failed: cannot reach" in done.stderr
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["backend"] == "emulated-http"
 
 
-def test_run_verb_emulated_http_with_a_fresh_server_writes_a_complete_run(
-        tmp_path: Path) -> None:
+def test_run_verb_emulated_http_with_a_fresh_server_writes_a_complete_run(tmp_path: Path) -> None:
     plan = plan_of([(300, 4, 5, 1.0), (200, 3, 2, 2.0)])
     plan_path = write_plan(plan, tmp_path / "plan.json")
-    done = cli("run", str(plan_path), "--backend", "emulated-http", "--time-scale", "0.05",
-               "--seed", "2", "--study", "s", "--replicate", "1", "--out",
-               str(tmp_path / "run"))
+    done = cli(
+        "run",
+        str(plan_path),
+        "--backend",
+        "emulated-http",
+        "--time-scale",
+        "0.05",
+        "--seed",
+        "2",
+        "--study",
+        "s",
+        "--replicate",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 0, done.stderr
     record = read_run(tmp_path / "run")
     manifest = record.manifest
     assert (manifest["backend"], manifest["time_scale"], manifest["replicate"]) == (
-        "emulated-http", 0.05, 1)
+        "emulated-http",
+        0.05,
+        1,
+    )
     assert manifest["seeds"] == {"plan": 4, "run": 2} and manifest["patch_sha256"] is None
     assert sorted(record.requests["generated_tokens"]) == [2, 3, 4, 5]
     assert int(record.steps["n"].sum()) == (4 - 1) + (5 - 1) + (3 - 1) + (2 - 1)
@@ -319,11 +417,29 @@ def test_run_verb_emulated_http_with_a_fresh_server_writes_a_complete_run(
 
 def test_run_verb_emulated_backend_writes_the_in_process_twin(tmp_path: Path) -> None:
     plan_path = write_plan(PLAN, tmp_path / "plan.json")
-    done = cli("run", str(plan_path), "--backend", "emulated", "--slots", "4", "--variant",
-               "control", "--seed", "3", "--out", str(tmp_path / "run"))
+    done = cli(
+        "run",
+        str(plan_path),
+        "--backend",
+        "emulated",
+        "--slots",
+        "4",
+        "--variant",
+        "control",
+        "--seed",
+        "3",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 0, done.stderr
     manifest = read_run(tmp_path / "run").manifest
     assert (manifest["backend"], manifest["variant"], manifest["status"]) == (
-        "emulated", "control", "complete")
-    assert {key: manifest["configuration"][key] for key in ("buckets", "batch_size", "slots")} \
-        == {"buckets": [1, 2, 4, 8], "batch_size": 8, "slots": 4}
+        "emulated",
+        "control",
+        "complete",
+    )
+    assert {key: manifest["configuration"][key] for key in ("buckets", "batch_size", "slots")} == {
+        "buckets": [1, 2, 4, 8],
+        "batch_size": 8,
+        "slots": 4,
+    }

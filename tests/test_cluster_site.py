@@ -1,4 +1,4 @@
-"""Slurm site settings and the pre-submission check (rearrival.cluster), without Slurm:
+"""Slurm site settings and the pre-submission check (rearrival.workflow.cluster), without Slurm:
 the Slurm commands are answered by a stand-in, so each refusal is checked for naming its
 cause. tests/test_slurm_cluster.py runs the same check against a real cluster."""
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from rearrival.cluster import (
+from rearrival.workflow.cluster import (
     ENV_ACCOUNT,
     ENV_DEVICE_GRES,
     ENV_PARTITION,
@@ -23,13 +23,18 @@ SITE_ENV = {ENV_PARTITION: "cpu,rbln", ENV_ACCOUNT: "proj42", ENV_DEVICE_GRES: "
 SINFO = "cpu|(null)\nrbln|rbln:4\n"
 
 
-def _answers(ping: tuple[int, str] = (0, "Slurmctld(primary) at head is UP\n"),
-             sinfo: tuple[int, str] = (0, SINFO)):
+def _answers(
+    ping: tuple[int, str] = (0, "Slurmctld(primary) at head is UP\n"),
+    sinfo: tuple[int, str] = (0, SINFO),
+):
     """A stand-in for the two Slurm queries the check makes."""
+
     def run(command):
         code, out = {"scontrol": ping, "sinfo": sinfo}[command[0]]
-        return subprocess.CompletedProcess(command, code, out if code == 0 else "",
-                                           "" if code == 0 else out)
+        return subprocess.CompletedProcess(
+            command, code, out if code == 0 else "", "" if code == 0 else out
+        )
+
     return run
 
 

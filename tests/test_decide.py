@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import subprocess
 import sys
@@ -22,9 +23,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from rearrival import records
 from rearrival.cli import app
-from rearrival.decide import (
+from rearrival.judge.decide import (
     DEFAULT_CRITERIA,
     DecisionCriteria,
     DecisionError,
@@ -37,10 +37,10 @@ from rearrival.decide import (
     saturation,
     summed_ratio,
     tau_for,
-    write_criteria,
 )
-from rearrival.profile import measured_profile
-from rearrival.records import read_run, write_run
+from rearrival.measure import records
+from rearrival.measure.records import read_run, write_run
+from rearrival.model.profile import measured_profile
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
@@ -59,14 +59,29 @@ PAPER_ROWS = [
     ("n6r_slots", 6, 0.9883, 0.9941, 0.9942, "tau", R_BASE_S, B_BASE_S, "pass"),
     ("n6r_grid", 6, 0.9719, 0.9789, 0.9852, "tau", R_BASE_S, B_BASE_S, "pass"),
 ]
-COLUMNS = ["comparison", "n", "ratio_pred", "ratio_obs_a", "ratio_obs_b", "rule", "r_base_s",
-           "b_base_s"]
+COLUMNS = [
+    "comparison",
+    "n",
+    "ratio_pred",
+    "ratio_obs_a",
+    "ratio_obs_b",
+    "rule",
+    "r_base_s",
+    "b_base_s",
+]
 
 
 def _decide(row, **changes):
     _, n, pred, obs_a, obs_b, rule, r, b, _ = row
-    args = {"n": n, "ratio_pred": pred, "ratio_obs_a": obs_a, "ratio_obs_b": obs_b,
-            "rule": rule, "r_base_s": r, "b_base_s": b} | changes
+    args = {
+        "n": n,
+        "ratio_pred": pred,
+        "ratio_obs_a": obs_a,
+        "ratio_obs_b": obs_b,
+        "rule": rule,
+        "r_base_s": r,
+        "b_base_s": b,
+    } | changes
     return decide_comparison(**args)
 
 
@@ -94,14 +109,18 @@ def test_every_published_verdict_is_reproduced(row) -> None:
 
 def test_published_errors_and_channel_differences() -> None:
     decisions = {row[0]: _decide(row) for row in PAPER_ROWS}
-    errors = sorted(round(decisions[k].error, 4) for k in ("n8_slots", "n8_grid",
-                                                            "n6r_slots", "n6r_grid"))
+    errors = sorted(
+        round(decisions[k].error, 4) for k in ("n8_slots", "n8_grid", "n6r_slots", "n6r_grid")
+    )
     assert errors[0] == 0.0058 and errors[-1] == 0.0076
-    assert [round(decisions[k].channel_diff, 4) for k in ("n6_slots_initial",
-                                                          "n6_grid_initial")] == [0.0205, 0.0236]
+    assert [
+        round(decisions[k].channel_diff, 4) for k in ("n6_slots_initial", "n6_grid_initial")
+    ] == [0.0205, 0.0236]
     assert [round(decisions[k].error, 4) for k in ("n10_slots", "n10_grid")] == [0.0339, 0.0364]
-    assert [round(decisions[k].channel_diff, 4) for k in ("n6r_slots",
-                                                          "n6r_grid")] == [0.0001, 0.0063]
+    assert [round(decisions[k].channel_diff, 4) for k in ("n6r_slots", "n6r_grid")] == [
+        0.0001,
+        0.0063,
+    ]
     assert all(d.error > 0 for d in decisions.values())  # every e > 0 in Table IX
 
 
@@ -119,24 +138,33 @@ def test_remeasurement_passes_under_both_rules() -> None:
 
 
 def test_band_passes_when_prediction_is_on_the_other_side_of_one() -> None:
-    decision = decide_comparison(n=6, ratio_pred=1.006, ratio_obs_a=0.9941, ratio_obs_b=0.9950,
-                                 rule="fixed")
+    decision = decide_comparison(
+        n=6, ratio_pred=1.006, ratio_obs_a=0.9941, ratio_obs_b=0.9950, rule="fixed"
+    )
     assert decision.verdict == "pass" and decision.error == pytest.approx(-0.0119)
     # The same gap with the observation outside the band fails on direction.
-    assert decide_comparison(n=6, ratio_pred=1.006, ratio_obs_a=0.9790, ratio_obs_b=0.9790,
-                             rule="fixed").verdict == "fail"
+    assert (
+        decide_comparison(
+            n=6, ratio_pred=1.006, ratio_obs_a=0.9790, ratio_obs_b=0.9790, rule="fixed"
+        ).verdict
+        == "fail"
+    )
 
 
-@pytest.mark.parametrize(("pred", "obs", "verdict"), [
-    (0.9000, 0.9310, "fail"),   # error 0.031, same side of 1
-    (0.9000, 0.9300, "pass"),   # error exactly 0.03 in decimals
-    (0.9950, 1.0210, "fail"),   # opposite sides, observation outside the band
-    (1.0250, 0.9950, "fail"),   # opposite sides, prediction outside the band
-    (1.0000, 1.0000, "pass"),   # both exactly 1: inside the band
-])
+@pytest.mark.parametrize(
+    ("pred", "obs", "verdict"),
+    [
+        (0.9000, 0.9310, "fail"),  # error 0.031, same side of 1
+        (0.9000, 0.9300, "pass"),  # error exactly 0.03 in decimals
+        (0.9950, 1.0210, "fail"),  # opposite sides, observation outside the band
+        (1.0250, 0.9950, "fail"),  # opposite sides, prediction outside the band
+        (1.0000, 1.0000, "pass"),  # both exactly 1: inside the band
+    ],
+)
 def test_planted_boundaries(pred, obs, verdict) -> None:
-    decision = decide_comparison(n=8, ratio_pred=pred, ratio_obs_a=obs, ratio_obs_b=obs,
-                                 rule="fixed")
+    decision = decide_comparison(
+        n=8, ratio_pred=pred, ratio_obs_a=obs, ratio_obs_b=obs, rule="fixed"
+    )
     assert decision.verdict == verdict
 
 
@@ -147,18 +175,29 @@ def test_channel_gate_applies_to_exploratory_rows_too() -> None:
 
 
 def test_criteria_round_trip_and_validation(tmp_path: Path) -> None:
-    path = write_criteria(DEFAULT_CRITERIA, tmp_path / "criteria.json")
+    path = tmp_path / "criteria.json"
+    path.write_text(json.dumps(DEFAULT_CRITERIA.to_dict()))
     assert load_criteria(path) == DEFAULT_CRITERIA
     stricter = DecisionCriteria(error_tolerance=0.005)
-    assert decide_comparison(n=8, ratio_pred=0.9114, ratio_obs_a=0.9175, ratio_obs_b=0.9175,
-                             rule="fixed", criteria=stricter).verdict == "fail"
+    assert (
+        decide_comparison(
+            n=8,
+            ratio_pred=0.9114,
+            ratio_obs_a=0.9175,
+            ratio_obs_b=0.9175,
+            rule="fixed",
+            criteria=stricter,
+        ).verdict
+        == "fail"
+    )
     with pytest.raises(DecisionError, match="band"):
         DecisionCriteria(band=(1.01, 1.02))
     with pytest.raises(DecisionError, match="both confirmatory and exploratory"):
         DecisionCriteria(exploratory_n=(8, 10))
     with pytest.raises(DecisionError, match="missing key 'band'"):
-        DecisionCriteria.from_dict({k: v for k, v in DEFAULT_CRITERIA.to_dict().items()
-                                    if k != "band"})
+        DecisionCriteria.from_dict(
+            {k: v for k, v in DEFAULT_CRITERIA.to_dict().items() if k != "band"}
+        )
 
 
 def test_summed_ratio_is_a_ratio_of_sums() -> None:
@@ -197,32 +236,77 @@ def test_saturation_refuses_too_few_or_nan() -> None:
 # --- comparison rows from run records ------------------------------------------------------
 
 
-def _run(root: Path, name: str, *, replicate: int, computed: int, busy_s: float,
-         plan: str = "p", status: str = "complete") -> Path:
+def _run(
+    root: Path,
+    name: str,
+    *,
+    replicate: int,
+    computed: int,
+    busy_s: float,
+    plan: str = "p",
+    status: str = "complete",
+) -> Path:
     """A one-request run whose channel A is T(computed) and channel B is busy_s."""
-    requests = pd.DataFrame({
-        "session": [0], "turn": [0], "send_s": [0.0], "first_token_s": [busy_s],
-        "complete_s": [busy_s], "prompt_tokens": [computed],
-        "cached_tokens": pd.array([0], dtype="Int64"),
-        "computed_tokens": pd.array([computed], dtype="Int64"),
-        "generated_tokens": [1], "prefill_s": [float("nan")],
-    })
-    steps = pd.DataFrame({"step": [0], "kind": ["prefill"], "n": [1],
-                          "b": pd.array([None], dtype="Int64"), "start_s": [0.0],
-                          "end_s": [busy_s]})
-    manifest = records.finish_manifest(records.manifest_template(
-        study="v", backend="emulated", buckets=[1, 2, 4, 8], batch_size=8, slots=None,
-        variant="wait", condition=name, replicate=replicate, n=1, plan_path="p",
-        plan_sha256=(plan * 64)[:64], plan_seed=replicate, run_seed=0, condition_order=[name]),
-        status=status, reason=None if status == "complete" else "killed")
-    return write_run(root / f"{name}-r{replicate}", requests=requests, steps=steps,
-                     metrics={"before": {}, "after": {}}, manifest=manifest)
+    requests = pd.DataFrame(
+        {
+            "session": [0],
+            "turn": [0],
+            "send_s": [0.0],
+            "first_token_s": [busy_s],
+            "complete_s": [busy_s],
+            "prompt_tokens": [computed],
+            "cached_tokens": pd.array([0], dtype="Int64"),
+            "computed_tokens": pd.array([computed], dtype="Int64"),
+            "generated_tokens": [1],
+            "prefill_s": [float("nan")],
+        }
+    )
+    steps = pd.DataFrame(
+        {
+            "step": [0],
+            "kind": ["prefill"],
+            "n": [1],
+            "b": pd.array([None], dtype="Int64"),
+            "start_s": [0.0],
+            "end_s": [busy_s],
+        }
+    )
+    manifest = records.finish_manifest(
+        records.manifest_template(
+            study="v",
+            backend="emulated",
+            buckets=[1, 2, 4, 8],
+            batch_size=8,
+            slots=None,
+            variant="wait",
+            condition=name,
+            replicate=replicate,
+            n=1,
+            plan_path="p",
+            plan_sha256=(plan * 64)[:64],
+            plan_seed=replicate,
+            run_seed=0,
+            condition_order=[name],
+        ),
+        status=status,
+        reason=None if status == "complete" else "killed",
+    )
+    return write_run(
+        root / f"{name}-r{replicate}",
+        requests=requests,
+        steps=steps,
+        metrics={"before": {}, "after": {}},
+        manifest=manifest,
+    )
 
 
 def _records(root: Path, name: str, computed, busy, **kwargs):
-    return [read_run(_run(root, name, replicate=k, computed=q, busy_s=b, **kwargs),
-                     require_complete=False)
-            for k, (q, b) in enumerate(zip(computed, busy, strict=True))]
+    return [
+        read_run(
+            _run(root, name, replicate=k, computed=q, busy_s=b, **kwargs), require_complete=False
+        )
+        for k, (q, b) in enumerate(zip(computed, busy, strict=True))
+    ]
 
 
 def test_replicate_sums_from_run_records(tmp_path: Path) -> None:
@@ -234,8 +318,9 @@ def test_replicate_sums_from_run_records(tmp_path: Path) -> None:
     expected_a = sum(map(prefill, changed_q)) / sum(map(prefill, base_q))
     assert sums.replicates == (0, 1, 2)
     assert sums.ratio_obs_a == pytest.approx(expected_a, rel=1e-12)
-    mean_of_ratios = np.mean([prefill(c) / prefill(b) for c, b in zip(changed_q, base_q,
-                                                                         strict=True)])
+    mean_of_ratios = np.mean(
+        [prefill(c) / prefill(b) for c, b in zip(changed_q, base_q, strict=True)]
+    )
     assert abs(sums.ratio_obs_a - mean_of_ratios) > 1e-3
     assert sums.ratio_obs_b == pytest.approx(5.0 / 6.0)
     assert sums.b_base_s == pytest.approx(6.0)
@@ -256,8 +341,7 @@ def test_replicate_sums_refuses_bad_pairings(tmp_path: Path) -> None:
     other_plan = _records(tmp_path / "o", "slots", (900, 900, 900), (1.0, 1.0, 1.0), plan="q")
     with pytest.raises(DecisionError, match="pair runs of the same input plan"):
         replicate_sums(base, other_plan)
-    partial = _records(tmp_path / "p", "slots", (900, 900, 900), (1.0, 1.0, 1.0),
-                       status="partial")
+    partial = _records(tmp_path / "p", "slots", (900, 900, 900), (1.0, 1.0, 1.0), status="partial")
     with pytest.raises(DecisionError, match="reason: killed"):
         replicate_sums(base, partial)
 
@@ -282,13 +366,18 @@ def test_decide_table_reproduces_the_paper(tmp_path: Path) -> None:
     assert printed.output == out.read_text()
 
 
-@pytest.mark.parametrize(("edit", "expected"), [
-    (lambda text: text.replace(",ratio_obs_b", ",obs_b"), "missing column 'ratio_obs_b'"),
-    (lambda text: text.replace("tau,1.022,27.1", "tau,,"), "row 7, column 'r_base_s': empty"),
-    (lambda text: text.replace("0.9789", "0.97x9"),
-     "row 8, column 'ratio_obs_a': '0.97x9' is not a number"),
-    (lambda text: text.replace(",fixed,", ",loose,", 1), "row 1, column 'rule': 'loose'"),
-])
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda text: text.replace(",ratio_obs_b", ",obs_b"), "missing column 'ratio_obs_b'"),
+        (lambda text: text.replace("tau,1.022,27.1", "tau,,"), "row 7, column 'r_base_s': empty"),
+        (
+            lambda text: text.replace("0.9789", "0.97x9"),
+            "row 8, column 'ratio_obs_a': '0.97x9' is not a number",
+        ),
+        (lambda text: text.replace(",fixed,", ",loose,", 1), "row 1, column 'rule': 'loose'"),
+    ],
+)
 def test_decide_table_errors_name_file_row_and_column(tmp_path: Path, edit, expected) -> None:
     table = tmp_path / "bad.csv"
     table.write_text(edit(_csv(PAPER_ROWS)))
@@ -301,8 +390,9 @@ def test_decide_table_errors_name_file_row_and_column(tmp_path: Path, edit, expe
 def test_cli_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     table = tmp_path / "bad.csv"
     table.write_text(_csv(PAPER_ROWS).replace("tau,1.022,27.1", "tau,,"))
-    proc = subprocess.run([str(CLI), "decide", "--table", str(table)], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [str(CLI), "decide", "--table", str(table)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1
     assert proc.stderr.startswith(f"rearrival: error: {table}: row 7, column 'r_base_s'")

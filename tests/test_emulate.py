@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from itertools import pairwise
 from statistics import NormalDist
 
@@ -13,26 +14,24 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.emulate import (
+from rearrival.errors import RearrivalError
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import Engine, EngineConfig, StepOutcome
+from rearrival.measure.emulate.injection import run_injection
+from rearrival.measure.emulate.truth import (
     EmulateError,
-    Engine,
-    EngineConfig,
-    StepOutcome,
     default_truth,
     load_truth,
-    run_emulated,
-    run_injection,
     true_bucket_cost_s,
 )
-from rearrival.errors import RearrivalError
-from rearrival.plans import Plan, PlanMeta, Session
-from rearrival.profile import measured_profile, select_bucket
-from rearrival.steplog import parse_step_log
+from rearrival.measure.steplog import parse_step_log
+from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.profile import measured_profile, select_bucket
 
 PROFILE = measured_profile()
 BASELINE = {"buckets": (1, 2, 4, 8), "batch_size": 8}
 SLOTS16 = {"buckets": (1, 2, 4, 8, 16), "batch_size": 16}
-EXACT = default_truth().with_changes(step_noise_sigma=0.0, prefill_noise_sigma=0.0)
+EXACT = replace(default_truth(), step_noise_sigma=0.0, prefill_noise_sigma=0.0)
 
 
 # -- plans with the paper's workload (SPEC 3), inline so these tests pin their own inputs --
@@ -58,25 +57,33 @@ def _tool_wait(u: float) -> float:
 def paper_plan(seed: int, n: int) -> Plan:
     rng = random.Random(seed)
     sessions = tuple(
-        Session(i, rng.randint(800, 1600), rng.randint(32, 256), rng.randint(32, 256), 8,
-                _tool_wait(rng.random()), "aggregate")
-        for i in range(n))
+        Session(
+            i,
+            rng.randint(800, 1600),
+            rng.randint(32, 256),
+            rng.randint(32, 256),
+            8,
+            _tool_wait(rng.random()),
+            "aggregate",
+        )
+        for i in range(n)
+    )
     return Plan(sessions, PlanMeta(seed=seed, n=n))
 
 
 def channel_a(run) -> float:
     """SPEC 8: model cost of the logged decode steps plus prefill of computed tokens."""
     decode = run.steps[run.steps["kind"] == "decode"]
-    a = sum(PROFILE.decode_step_s(int(n), int(b)) for n, b in zip(decode["n"], decode["b"],
-                                                                   strict=True))
+    a = sum(
+        PROFILE.decode_step_s(int(n), int(b)) for n, b in zip(decode["n"], decode["b"], strict=True)
+    )
     return a + sum(PROFILE.prefill_s(int(q)) for q in run.requests["computed_tokens"])
 
 
 def channel_b(run) -> float:
     """SPEC 8: measure of the union of client in-flight intervals."""
     total, start, end = 0.0, -math.inf, -math.inf
-    for send, done in sorted(zip(run.requests["send_s"], run.requests["complete_s"],
-                                 strict=True)):
+    for send, done in sorted(zip(run.requests["send_s"], run.requests["complete_s"], strict=True)):
         if send > end:
             total += max(0.0, end - start)
             start, end = send, done
@@ -91,10 +98,14 @@ def channel_b(run) -> float:
 def test_truth_file_gives_value_unit_kind_and_reason_for_every_parameter() -> None:
     from importlib import resources
 
-    tree = yaml.safe_load(resources.files("rearrival.data").joinpath(
-        "emulator_truth.yaml").read_text())
-    leaves = [leaf for section in ("decode", "prefill", "scheduler", "client", "http")
-              for leaf in tree[section].values()]
+    tree = yaml.safe_load(
+        resources.files("rearrival.data").joinpath("emulator_truth.yaml").read_text()
+    )
+    leaves = [
+        leaf
+        for section in ("decode", "prefill", "scheduler", "client", "http")
+        for leaf in tree[section].values()
+    ]
     assert len(leaves) == 14
     for leaf in leaves:
         assert {"value", "unit", "kind", "reason"} <= set(leaf)
@@ -123,15 +134,17 @@ def test_true_f_passes_through_measured_points_and_is_not_linear_between() -> No
 def test_broken_truth_file_names_file_and_field(tmp_path) -> None:
     from importlib import resources
 
-    tree = yaml.safe_load(resources.files("rearrival.data").joinpath(
-        "emulator_truth.yaml").read_text())
+    tree = yaml.safe_load(
+        resources.files("rearrival.data").joinpath("emulator_truth.yaml").read_text()
+    )
     del tree["http"]["egress_median_ms"]
     path = tmp_path / "truth.yaml"
     path.write_text(yaml.safe_dump(tree))
     with pytest.raises(EmulateError, match=r"truth\.yaml.*http\.egress_median_ms"):
         load_truth(path)
-    tree = yaml.safe_load(resources.files("rearrival.data").joinpath(
-        "emulator_truth.yaml").read_text())
+    tree = yaml.safe_load(
+        resources.files("rearrival.data").joinpath("emulator_truth.yaml").read_text()
+    )
     tree["scheduler"]["release"]["value"] = "later"
     path.write_text(yaml.safe_dump(tree))
     with pytest.raises(EmulateError, match=r"truth\.yaml.*scheduler\.release"):
@@ -156,8 +169,7 @@ def drain(engine: Engine) -> list[StepOutcome]:
 
 def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
     """3 slots, batch 3: c finishes first, then b; b re-arrives while a still decodes."""
-    engine = Engine(EngineConfig((1, 2, 3), 3), truth=EXACT.with_changes(
-        dummy_block=dummy_block))
+    engine = Engine(EngineConfig((1, 2, 3), 3), truth=replace(EXACT, dummy_block=dummy_block))
     engine.submit("a", "a", 1000, 40, 0.0)
     engine.submit("c", "c", 1000, 3, 0.0)
     engine.submit("b", "b", 1000, 5, 0.0)
@@ -168,8 +180,10 @@ def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
 def test_dummy_block_evicts_oldest_evictable_before_a_partial_decode() -> None:
     outcomes = dummy_scenario("pre-evict")
     evictions = [(o, e) for o in outcomes for e in o.evictions]
-    assert [(e.session_key, e.reason) for _, e in evictions] == [
-        ("c", "dummy-block"), ("b", "dummy-block")]
+    assert [(e.session, e.cause) for _, e in evictions] == [
+        ("c", "dummy-block"),
+        ("b", "dummy-block"),
+    ]
     for outcome, _ in evictions:  # only before decode steps with 0 < n < batch_size
         assert outcome.kind == "decode" and 0 < outcome.n < 3
     assert all(o.n == 3 and not o.evictions for o in outcomes[3:5])  # full batch: none
@@ -181,15 +195,16 @@ def test_dummy_block_evicts_oldest_evictable_before_a_partial_decode() -> None:
 def test_without_dummy_block_the_admission_evicts() -> None:
     outcomes = dummy_scenario("off")
     evictions = [e for o in outcomes for e in o.evictions]
-    assert [(e.session_key, e.reason) for e in evictions] == [("c", "admission")]
+    assert [(e.session, e.cause) for e in evictions] == [("c", "admission")]
     readmit = next(o for o in outcomes if o.admission and o.admission.request_id == "b1")
     assert readmit.admission.cached_tokens == 896
 
 
 def release_scenario(release: str) -> list[StepOutcome]:
     """batch 2, 2 slots: b finishes while a decodes and c waits for a slot."""
-    engine = Engine(EngineConfig((1, 2), 2), truth=EXACT.with_changes(
-        release=release, dummy_block="off"))
+    engine = Engine(
+        EngineConfig((1, 2), 2), truth=replace(EXACT, release=release, dummy_block="off")
+    )
     engine.submit("a", "a", 1000, 30, 0.0)
     engine.submit("b", "b", 1000, 2, 0.0)
     engine.submit("c", "c", 1000, 2, 0.01)
@@ -200,16 +215,16 @@ def test_immediate_release_admits_at_once_where_deferred_decodes_first() -> None
     immediate, deferred = release_scenario("immediate"), release_scenario("deferred")
 
     def after_b(outcomes: list[StepOutcome]) -> list[str]:
-        done = next(i for i, o in enumerate(outcomes)
-                    if any(f.request_id == "b" for f in o.finished))
-        return [o.kind for o in outcomes[done + 1:done + 3]]
+        done = next(
+            i for i, o in enumerate(outcomes) if any(f.request_id == "b" for f in o.finished)
+        )
+        return [o.kind for o in outcomes[done + 1 : done + 3]]
 
     assert after_b(immediate) == ["prefill", "decode"]
     assert after_b(deferred) == ["decode", "prefill"]
 
     def admitted_c(outcomes: list[StepOutcome]) -> float:
-        return next(o.start_s for o in outcomes
-                    if o.admission and o.admission.request_id == "c")
+        return next(o.start_s for o in outcomes if o.admission and o.admission.request_id == "c")
 
     assert admitted_c(deferred) > admitted_c(immediate)
 
@@ -224,9 +239,9 @@ def test_engine_rejects_bad_requests_and_clock_misuse() -> None:
     first = engine.step(0.0)
     with pytest.raises(EmulateError, match="advance the clock"):
         engine.step(first.end_s / 2)
-    with pytest.raises(EmulateError, match="--batch-size"):
+    with pytest.raises(EmulateError, match="batch_size"):
         EngineConfig((1, 2, 4), 8)
-    with pytest.raises(RearrivalError, match="--buckets"):
+    with pytest.raises(RearrivalError, match="buckets"):
         EngineConfig((4, 2), 4)
 
 
@@ -257,8 +272,7 @@ CASES = [
 
 @pytest.mark.parametrize(("config", "variant"), CASES)
 @pytest.mark.parametrize("seed", [1, 2])
-def test_run_records_keep_the_contract_invariants(make_random_plan, config, variant,
-                                                  seed) -> None:
+def test_run_records_keep_the_contract_invariants(make_random_plan, config, variant, seed) -> None:
     plan = make_random_plan(random.Random(seed * 101), 3 + 4 * seed, max_gen=60)
     run = run_emulated(plan, **config, variant=variant, seed=seed)
     req, steps = run.requests, run.steps
@@ -271,8 +285,10 @@ def test_run_records_keep_the_contract_invariants(make_random_plan, config, vari
     assert list(turn1["prompt_tokens"]) == [s.followup_prompt_tokens for s in sessions]
     decode = steps[steps["kind"] == "decode"]
     assert decode["n"].sum() == (req["generated_tokens"] - 1).sum()
-    assert all(int(b) == select_bucket(int(n), config["buckets"])
-               for n, b in zip(decode["n"], decode["b"], strict=True))
+    assert all(
+        int(b) == select_bucket(int(n), config["buckets"])
+        for n, b in zip(decode["n"], decode["b"], strict=True)
+    )
     assert (steps["kind"] == "prefill").sum() == len(req)
     assert steps.loc[steps["kind"] == "prefill", "b"].isna().all()
     assert (steps["end_s"] > steps["start_s"]).all()
@@ -285,7 +301,7 @@ def test_run_records_keep_the_contract_invariants(make_random_plan, config, vari
     assert (req["send_s"] < req["first_token_s"]).all()
     assert (req["first_token_s"] <= req["complete_s"]).all()
     waits = pd.Series([s.tool_wait_s for s in sessions])
-    turnaround = (turn1["send_s"].to_numpy() - turn0["complete_s"].to_numpy() - waits)
+    turnaround = turn1["send_s"].to_numpy() - turn0["complete_s"].to_numpy() - waits
     assert turnaround.between(0.0005 - 1e-9, 0.0012 + 1e-9).all()
     per_request = run.tokens.groupby(["session", "turn"])["t_s"].agg(["count", "min", "max"])
     assert list(per_request["count"]) == list(req["generated_tokens"])
@@ -313,8 +329,11 @@ def test_hit_counter_over_reports_after_eviction() -> None:
     """Paper II-D: prefix_cache_hits counts a hit even when the slot was evicted."""
     runs = [run_emulated(paper_plan(seed, 8), **BASELINE, seed=seed) for seed in range(3)]
     assert any(r.counts["reported_hits"] > r.counts["reuse_hits"] for r in runs)
-    assert all(r.metrics["after"]["vllm:prefix_cache_hits_total"]
-               > r.metrics["after"]["vllm:prompt_tokens_cached_total"] for r in runs)
+    assert all(
+        r.metrics["after"]["vllm:prefix_cache_hits_total"]
+        > r.metrics["after"]["vllm:prompt_tokens_cached_total"]
+        for r in runs
+    )
 
 
 def test_channel_b_exceeds_channel_a_on_a_baseline_run() -> None:
@@ -338,8 +357,7 @@ def test_channel_difference_is_a_few_percent_over_three_replicates() -> None:
     """Paper II-D / Table X: r = B - A summed over three baseline replicates is about
     1.0-1.7 s and tau(6) = 0.0377 put r/B near 4 %; the twin is tuned to that range."""
     for n in (6, 8):
-        runs = [run_emulated(paper_plan(100 + seed, n), **BASELINE, seed=seed)
-                for seed in range(3)]
+        runs = [run_emulated(paper_plan(100 + seed, n), **BASELINE, seed=seed) for seed in range(3)]
         a = sum(channel_a(r) for r in runs)
         b = sum(channel_b(r) for r in runs)
         assert 0.01 <= (b - a) / b <= 0.06, (n, a, b)
@@ -348,20 +366,20 @@ def test_channel_difference_is_a_few_percent_over_three_replicates() -> None:
 def test_generated_tokens_beyond_step_noise_follow_true_costs() -> None:
     """With noise off, every decode step lasts exactly f_true(b) + alpha + beta n."""
     truth = EXACT
-    run = run_emulated(paper_plan(5, 6), buckets=(1, 2, 4, 6, 8), batch_size=8, seed=2,
-                       truth=truth)
+    run = run_emulated(paper_plan(5, 6), buckets=(1, 2, 4, 6, 8), batch_size=8, seed=2, truth=truth)
     decode = run.steps[run.steps["kind"] == "decode"]
-    expected = [true_bucket_cost_s(truth, int(b)) + truth.alpha_s + truth.beta_s * int(n)
-                for n, b in zip(decode["n"], decode["b"], strict=True)]
-    assert (decode["end_s"] - decode["start_s"]).to_numpy() == pytest.approx(expected,
-                                                                             rel=1e-12)
+    expected = [
+        true_bucket_cost_s(truth, int(b)) + truth.alpha_s + truth.beta_s * int(n)
+        for n, b in zip(decode["n"], decode["b"], strict=True)
+    ]
+    assert (decode["end_s"] - decode["start_s"]).to_numpy() == pytest.approx(expected, rel=1e-12)
     prefill = run.requests["prefill_s"]
     model = [PROFILE.prefill_s(int(q)) for q in run.requests["computed_tokens"]]
     assert prefill.to_numpy() == pytest.approx(model, rel=1e-12)
 
 
 def test_bad_seed_is_a_clear_error() -> None:
-    with pytest.raises(EmulateError, match="--seed"):
+    with pytest.raises(EmulateError, match="seed"):
         run_emulated(paper_plan(1, 2), **BASELINE, seed=-1)
 
 
@@ -369,8 +387,15 @@ def test_bad_seed_is_a_clear_error() -> None:
 
 
 def injection(size: int, **overrides) -> pd.DataFrame:
-    args = {"background_sessions": 4, "injected_prompt_tokens": size, "inject_at_s": 1.2,
-            "gen_tokens": 200, "buckets": (1, 2, 4, 8), "batch_size": 8, "seed": 3}
+    args = {
+        "background_sessions": 4,
+        "injected_prompt_tokens": size,
+        "inject_at_s": 1.2,
+        "gen_tokens": 200,
+        "buckets": (1, 2, 4, 8),
+        "batch_size": 8,
+        "seed": 3,
+    }
     return run_injection(**(args | overrides))
 
 

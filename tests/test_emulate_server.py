@@ -30,14 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from rearrival import rbln
-from rearrival.channels import channels
-from rearrival.client import ReplayOptions, parse_counters, replay_url
-from rearrival.emulate import EngineConfig, run_emulated
-from rearrival.emulate_server import EmulateServer, ServerOptions
-from rearrival.plans import Plan, PlanMeta, Session
-from rearrival.records import manifest_template, read_run
-from rearrival.steplog import parse_step_log
+from rearrival.judge.channels import channels
+from rearrival.measure import rbln
+from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import EngineConfig
+from rearrival.measure.emulate_server import EmulateServer, ServerOptions
+from rearrival.measure.records import manifest_template, read_run
+from rearrival.measure.steplog import parse_step_log
+from rearrival.model.plans import Plan, PlanMeta, Session
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 TIME_SCALE = 0.2
@@ -50,24 +51,61 @@ ONE_EVICTED = ((1600, 10, 12, 3.5), (1500, 15, 9, 1.5))
 
 def robust_plan(rows: tuple[tuple[int, int, int, float], ...] = ALL_SLOTS_SURVIVE) -> Plan:
     """Sessions (prompt, first generation, follow-up generation, tool wait)."""
-    return Plan(tuple(
-        Session(session=i, prompt_tokens=p, gen_tokens=g0, followup_gen_tokens=g1,
-                appended_tokens=8, tool_wait_s=w, tool_name="aggregate")
-        for i, (p, g0, g1, w) in enumerate(rows)), PlanMeta(seed=5, n=len(rows)))
+    return Plan(
+        tuple(
+            Session(
+                session=i,
+                prompt_tokens=p,
+                gen_tokens=g0,
+                followup_gen_tokens=g1,
+                appended_tokens=8,
+                tool_wait_s=w,
+                tool_name="aggregate",
+            )
+            for i, (p, g0, g1, w) in enumerate(rows)
+        ),
+        PlanMeta(seed=5, n=len(rows)),
+    )
 
 
 def _manifest(plan: Plan, backend: str, slots: int | None) -> dict:
     return manifest_template(
-        study="test", backend=backend, buckets=[1, 2, 4, 8], batch_size=8, slots=slots,
-        variant="wait", condition="c", replicate=0, n=plan.n, plan_path="plan.json",
-        plan_sha256=plan.sha256(), plan_seed=plan.meta.seed, run_seed=SEED,
-        condition_order=["c"], time_scale=TIME_SCALE)
+        study="test",
+        backend=backend,
+        buckets=[1, 2, 4, 8],
+        batch_size=8,
+        slots=slots,
+        variant="wait",
+        condition="c",
+        replicate=0,
+        n=plan.n,
+        plan_path="plan.json",
+        plan_sha256=plan.sha256(),
+        plan_seed=plan.meta.seed,
+        run_seed=SEED,
+        condition_order=["c"],
+        time_scale=TIME_SCALE,
+    )
 
 
 def _server_argv(port: int, slots: int | None) -> list[str]:
-    return [CLI, "emulate-server", "--host", "127.0.0.1", "--port", str(port), "--buckets",
-            "1,2,4,8", "--batch-size", "8", "--seed", str(SEED), "--time-scale",
-            str(TIME_SCALE), *(["--slots", str(slots)] if slots else [])]
+    return [
+        CLI,
+        "emulate-server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--buckets",
+        "1,2,4,8",
+        "--batch-size",
+        "8",
+        "--seed",
+        str(SEED),
+        "--time-scale",
+        str(TIME_SCALE),
+        *(["--slots", str(slots)] if slots else []),
+    ]
 
 
 @pytest.mark.parametrize(("rows", "slots"), [(ALL_SLOTS_SURVIVE, None), (ONE_EVICTED, 2)])
@@ -76,12 +114,19 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
     port = rbln.free_port()
     url = f"http://127.0.0.1:{port}"
     out = tmp_path / "http-run"
-    with rbln.running_server(_server_argv(port, slots), url, tmp_path / "server.log",
-                             ready_timeout_s=60, grace_s=5):
-        outcome = asyncio.run(replay_url(
-            plan, url, out, variant="wait",
-            options=ReplayOptions(seed=SEED, time_scale=TIME_SCALE),
-            manifest=_manifest(plan, "emulated-http", slots)))
+    with rbln.running_server(
+        _server_argv(port, slots), url, tmp_path / "server.log", ready_timeout_s=60, grace_s=5
+    ):
+        outcome = asyncio.run(
+            replay_url(
+                plan,
+                url,
+                out,
+                variant="wait",
+                options=ReplayOptions(seed=SEED, time_scale=TIME_SCALE),
+                manifest=_manifest(plan, "emulated-http", slots),
+            )
+        )
     assert (outcome.status, outcome.reason) == ("complete", None)
     http = read_run(out)
     emulated = run_emulated(plan, buckets=(1, 2, 4, 8), batch_size=8, slots=slots, seed=SEED)
@@ -98,16 +143,21 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
     def delta(metrics: dict, name: str) -> float:
         return metrics["after"][name] - metrics["before"][name]
 
-    for name in ("vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total",
-                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
+    for name in (
+        "vllm:prompt_tokens_cached_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+    ):
         assert delta(http.metrics, name) == delta(emulated.metrics, name), name
     assert delta(http.metrics, "vllm:prompt_tokens_cached_total") == ours["cached_tokens"].sum()
     reused = int((ours.xs(1, level="turn")["cached_tokens"] > 0).sum())
     assert reused == emulated.counts["reuse_hits"]
     if slots == 2:  # eviction happened: reuse lost, and the hit counter says otherwise
         assert ours["cached_tokens"].tolist() == [0, 0, 0, 1408]
-        assert (delta(http.metrics, "vllm:prefix_cache_hits_total")
-                > delta(http.metrics, "vllm:prompt_tokens_cached_total"))
+        assert delta(http.metrics, "vllm:prefix_cache_hits_total") > delta(
+            http.metrics, "vllm:prompt_tokens_cached_total"
+        )
     else:
         assert reused == plan.n
 
@@ -119,12 +169,17 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
 
 def read_back(plan: Plan, emulated, tmp_path: Path):
     """The in-process run written and read through the same records contract."""
-    from rearrival.records import finish_manifest, write_run
+    from rearrival.measure.records import finish_manifest, write_run
 
     out = tmp_path / "emulated-run"
-    write_run(out, requests=emulated.requests, steps=emulated.steps, metrics=emulated.metrics,
-              manifest=finish_manifest(_manifest(plan, "emulated", None)),
-              server_log=emulated.server_log)
+    write_run(
+        out,
+        requests=emulated.requests,
+        steps=emulated.steps,
+        metrics=emulated.metrics,
+        manifest=finish_manifest(_manifest(plan, "emulated", None)),
+        server_log=emulated.server_log,
+    )
     return read_run(out)
 
 
@@ -157,8 +212,14 @@ def test_streaming_and_plain_completions_speak_the_openai_shape() -> None:
 
     async def body(url: str, _server) -> tuple[list, dict, dict]:
         async with aiohttp.ClientSession() as http:
-            payload = {"model": "m", "prompt": prompt, "max_tokens": 5, "stream": True,
-                       "ignore_eos": True, "stream_options": {"include_usage": True}}
+            payload = {
+                "model": "m",
+                "prompt": prompt,
+                "max_tokens": 5,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            }
             async with http.post(f"{url}/v1/completions", json=payload) as resp:
                 assert resp.headers["Content-Type"].startswith("text/event-stream")
                 raw = (await resp.read()).decode()
@@ -170,7 +231,7 @@ def test_streaming_and_plain_completions_speak_the_openai_shape() -> None:
         return raw, plain, models
 
     raw, plain, models = asyncio.run(_with_server(FAST, body))
-    events = [line[len("data: "):] for line in raw.split("\n\n") if line]
+    events = [line[len("data: ") :] for line in raw.split("\n\n") if line]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     streamed = [t for c in chunks for choice in c["choices"] for t in choice["token_ids"]]
@@ -183,18 +244,23 @@ def test_streaming_and_plain_completions_speak_the_openai_shape() -> None:
     assert models["data"][0]["id"]
 
 
-@pytest.mark.parametrize(("payload", "message"), [
-    ({"prompt": "hello", "max_tokens": 4}, "list of token ids"),
-    ({"prompt": [1, 2, -3], "max_tokens": 4}, "list of token ids"),
-    ({"prompt": [1, 2, 3], "max_tokens": 0}, "max_tokens"),
-    ({"prompt": [1] * 8190, "max_tokens": 10}, "exceeds max_seq_len"),
-])
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"prompt": "hello", "max_tokens": 4}, "list of token ids"),
+        ({"prompt": [1, 2, -3], "max_tokens": 4}, "list of token ids"),
+        ({"prompt": [1, 2, 3], "max_tokens": 0}, "max_tokens"),
+        ({"prompt": [1] * 8190, "max_tokens": 10}, "exceeds max_seq_len"),
+    ],
+)
 def test_bad_completion_requests_get_400_naming_the_field(payload: dict, message: str) -> None:
     import aiohttp
 
     async def body(url: str, _server) -> tuple[int, dict]:
-        async with aiohttp.ClientSession() as http, \
-                http.post(f"{url}/v1/completions", json=payload) as resp:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{url}/v1/completions", json=payload) as resp,
+        ):
             return resp.status, await resp.json()
 
     status, error = asyncio.run(_with_server(FAST, body))
@@ -215,8 +281,9 @@ def test_hit_counter_over_reports_after_eviction_but_cached_tokens_do_not() -> N
         async with aiohttp.ClientSession() as http:
             before = parse_counters(await (await http.get(f"{url}/metrics")).text())
             for prompt in (a, b, [*a, 7, 7, 7]):
-                async with http.post(f"{url}/v1/completions",
-                                     json={"prompt": prompt, "max_tokens": 3}) as resp:
+                async with http.post(
+                    f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 3}
+                ) as resp:
                     reply = await resp.json()
                 cached.append(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
             after = parse_counters(await (await http.get(f"{url}/metrics")).text())
@@ -224,8 +291,7 @@ def test_hit_counter_over_reports_after_eviction_but_cached_tokens_do_not() -> N
 
     before, after, cached = asyncio.run(_with_server(options, body))
     assert cached == [0, 0, 0]
-    assert after["vllm:prompt_tokens_cached_total"] - before[
-        "vllm:prompt_tokens_cached_total"] == 0
+    assert after["vllm:prompt_tokens_cached_total"] - before["vllm:prompt_tokens_cached_total"] == 0
     assert after["vllm:prefix_cache_hits_total"] == 384  # floor(400/128)*128, over-reported
     assert after["vllm:prefix_cache_queries_total"] == 400 + 400 + 403
 
@@ -237,10 +303,17 @@ def test_decode_steps_reach_the_log_as_bucket_lines(tmp_path: Path) -> None:
 
     async def body(url: str, _server) -> str:
         async with aiohttp.ClientSession() as http:
-            await asyncio.gather(*[
-                (await http.post(f"{url}/v1/completions",
-                                 json={"prompt": [3000 + i, 1, 2], "max_tokens": 4})).read()
-                for i in range(3)])
+            await asyncio.gather(
+                *[
+                    (
+                        await http.post(
+                            f"{url}/v1/completions",
+                            json={"prompt": [3000 + i, 1, 2], "max_tokens": 4},
+                        )
+                    ).read()
+                    for i in range(3)
+                ]
+            )
             return await (await http.get(f"{url}/rearrival/log")).text()
 
     with log_file.open("a") as handle:

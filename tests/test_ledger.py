@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.ledger import LedgerError, ledger_path, require_sealed, seal, verify
+from rearrival.prereg.ledger import LedgerError, ledger_path, require_sealed, seal, verify
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -57,8 +58,9 @@ def test_edited_added_and_removed_files_are_named_with_their_run(sealed):
     (replicates[1] / "baseline-wait" / "manifest.json").unlink()
     problems = verify(repo, "grid", replicates)
     assert problems[0].startswith("run n6_r0/baseline-wait: file extra.csv added after sealing")
-    assert problems[1].startswith("run n6_r0/baseline-wait: file steps.parquet edited after "
-                                  "sealing")
+    assert problems[1].startswith(
+        "run n6_r0/baseline-wait: file steps.parquet edited after sealing"
+    )
     assert problems[2] == "run n6_r1/baseline-wait: file manifest.json removed after sealing"
     with pytest.raises(LedgerError, match=r"n6_r0/baseline-wait: file extra\.csv added"):
         require_sealed(repo, "grid", replicates)
@@ -80,8 +82,10 @@ def test_a_removed_replicate_counts_only_for_the_audit(sealed):
 
     shutil.rmtree(replicates[1])
     assert verify(repo, "grid", replicates[:1]) == []
-    assert any("n6_r1/baseline-wait: file steps.parquet removed" in p
-               for p in verify(repo, "grid", replicates[:1], every_replicate=True))
+    assert any(
+        "n6_r1/baseline-wait: file steps.parquet removed" in p
+        for p in verify(repo, "grid", replicates[:1], every_replicate=True)
+    )
 
 
 def test_a_study_without_a_ledger_is_reported(sealed):

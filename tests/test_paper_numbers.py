@@ -1,4 +1,4 @@
-"""The paper's published numbers (rearrival.paper_numbers, data/paper_numbers.yaml) and
+"""The paper's published numbers (rearrival.report.paper_numbers, data/paper_numbers.yaml) and
 the "paper" and "difference" columns they add to the regenerated tables."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rearrival.paper_numbers import (
+from rearrival.config.study import load_study_config
+from rearrival.report.paper_numbers import (
     PROVENANCE,
     PaperNumbersError,
     load_paper_numbers,
     with_paper,
 )
-from rearrival.report_tables import TABLE_BUILDERS, Column, Part, Results, Table, build_tables
-from rearrival.studies import load_study_config
+from rearrival.report.results import Results
+from rearrival.report.table_model import Column, Part, Table
+from rearrival.report.tables import TABLE_BUILDERS, build_tables
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 NUMBERS = load_paper_numbers()
@@ -86,8 +88,9 @@ def test_table_slots_name_real_studies_tables_and_columns() -> None:
     """Every slot points at a study of the default config, a built table and one of its
     columns: a typo would silently drop a paper value from the report."""
     cfg = load_study_config(CONFIG_FILE)
-    tables = {t.id: t for t in (b(Results(cfg, Path("/nonexistent"))) for b in
-                                TABLE_BUILDERS.values())}
+    tables = {
+        t.id: t for t in (b(Results(cfg, Path("/nonexistent"))) for b in TABLE_BUILDERS.values())
+    }
     slots = [(n, s) for n in NUMBERS.values() for s in n.tables]
     assert len(slots) >= 40
     for number, slot in slots:
@@ -99,16 +102,48 @@ def test_table_slots_name_real_studies_tables_and_columns() -> None:
 
 
 def _toy_table() -> Table:
-    columns = (Column("study", "study"), Column("n", "N", "int"),
-               Column("configuration", "configuration"), Column("variant", "variant"),
-               Column("reuse", "reuse"), Column("padding_ratio", "padding", "f3"),
-               Column("decode_steps", "steps", "int"), Column("run_ids", "runs", "ids"))
-    rows = ({"study": "grid", "n": 6, "configuration": "baseline", "variant": "control",
-             "reuse": "16/18", "padding_ratio": 0.217, "decode_steps": 1383, "run_ids": "a"},
-            {"study": "grid", "n": 6, "configuration": "baseline", "variant": "wait",
-             "reuse": "15/20", "padding_ratio": 0.2, "decode_steps": 1727, "run_ids": "b"},
-            {"study": "other", "n": 6, "configuration": "baseline", "variant": "wait",
-             "reuse": "1/2", "padding_ratio": 0.1, "decode_steps": 5, "run_ids": "c"})
+    columns = (
+        Column("study", "study"),
+        Column("n", "N", "int"),
+        Column("configuration", "configuration"),
+        Column("variant", "variant"),
+        Column("reuse", "reuse"),
+        Column("padding_ratio", "padding", "f3"),
+        Column("decode_steps", "steps", "int"),
+        Column("run_ids", "runs", "ids"),
+    )
+    rows = (
+        {
+            "study": "grid",
+            "n": 6,
+            "configuration": "baseline",
+            "variant": "control",
+            "reuse": "16/18",
+            "padding_ratio": 0.217,
+            "decode_steps": 1383,
+            "run_ids": "a",
+        },
+        {
+            "study": "grid",
+            "n": 6,
+            "configuration": "baseline",
+            "variant": "wait",
+            "reuse": "15/20",
+            "padding_ratio": 0.2,
+            "decode_steps": 1727,
+            "run_ids": "b",
+        },
+        {
+            "study": "other",
+            "n": 6,
+            "configuration": "baseline",
+            "variant": "wait",
+            "reuse": "1/2",
+            "padding_ratio": 0.1,
+            "decode_steps": 5,
+            "run_ids": "c",
+        },
+    )
     return Table("VI", "toy", "caption", (Part("p", columns, rows),), ("a note",), "emulated")
 
 
@@ -117,8 +152,7 @@ def test_with_paper_joins_values_and_differences() -> None:
     part = joined.parts[0]
     keys = [c.key for c in part.columns]
     # paper and difference right after the column they belong to, run ids stay last
-    assert keys[keys.index("reuse") + 1: keys.index("reuse") + 3] == ["paper:reuse",
-                                                                       "diff:reuse"]
+    assert keys[keys.index("reuse") + 1 : keys.index("reuse") + 3] == ["paper:reuse", "diff:reuse"]
     assert keys[-1] == "run_ids"
     control, wait, other = part.rows
     assert control["paper:reuse"] == "18/18" and control["diff:reuse"] == -2
@@ -153,26 +187,36 @@ def test_build_tables_without_results_join_only_the_model_tables() -> None:
     rows, so only it gets paper columns, and the profile agrees with the paper exactly."""
     cfg = load_study_config(CONFIG_FILE)
     tables = {t.id: t for t in build_tables(Results(cfg, Path("/nonexistent")))}
-    joined = [i for i, t in tables.items()
-              if any(c.key.startswith("paper:") for p in t.parts for c in p.columns)]
+    joined = [
+        i
+        for i, t in tables.items()
+        if any(c.key.startswith("paper:") for p in t.parts for c in p.columns)
+    ]
     assert joined == ["XV"]
     rows = [r for r in tables["XV"].parts[0].rows if "paper:value" in r]
-    assert [r["quantity"] for r in rows] == ["KV per token", "KV per slot",
-                                             "KV per slot per device (4 devices)"]
+    assert [r["quantity"] for r in rows] == [
+        "KV per token",
+        "KV per slot",
+        "KV per slot per device (4 devices)",
+    ]
     assert all(r["diff:value"] == pytest.approx(0.0, abs=1e-12) for r in rows)
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda e: e.pop("quote"), "field 'quote' is missing"),
-    (lambda e: e.pop("value"), "exactly one of"),
-    (lambda e: e.update(low=1), "exactly one of"),
-    (lambda e: e.update(tables=[{"id": "III"}]), "needs id, match and column"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda e: e.pop("quote"), "field 'quote' is missing"),
+        (lambda e: e.pop("value"), "exactly one of"),
+        (lambda e: e.update(low=1), "exactly one of"),
+        (lambda e: e.update(tables=[{"id": "III"}]), "needs id, match and column"),
+    ],
+)
 def test_malformed_entries_name_the_entry_and_field(tmp_path, edit, message) -> None:
     from importlib import resources
 
-    tree = yaml.safe_load(resources.files("rearrival.data").joinpath(
-        "paper_numbers.yaml").read_text())
+    tree = yaml.safe_load(
+        resources.files("rearrival.data").joinpath("paper_numbers.yaml").read_text()
+    )
     edit(tree["numbers"][3])
     path = tmp_path / "numbers.yaml"
     path.write_text(yaml.safe_dump(tree))
@@ -184,8 +228,9 @@ def test_malformed_entries_name_the_entry_and_field(tmp_path, edit, message) -> 
 def test_duplicate_ids_are_refused(tmp_path) -> None:
     from importlib import resources
 
-    tree = yaml.safe_load(resources.files("rearrival.data").joinpath(
-        "paper_numbers.yaml").read_text())
+    tree = yaml.safe_load(
+        resources.files("rearrival.data").joinpath("paper_numbers.yaml").read_text()
+    )
     tree["numbers"].append(dict(tree["numbers"][0]))
     path = tmp_path / "numbers.yaml"
     path.write_text(yaml.safe_dump(tree))

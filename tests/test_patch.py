@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rearrival import patch
-from rearrival.steplog import parse_step_log, parse_step_times
+from rearrival.measure import patch
+from rearrival.measure.steplog import parse_step_log, parse_step_times
 
 WHEEL = "vllm_rbln-0.11.1-py3-none-any.whl"
 CLI = str(Path(sys.executable).with_name("rearrival"))
@@ -43,8 +43,20 @@ def wheel(pytestconfig: pytest.Config) -> Path:
     if not path.is_file():
         if not _registry_reachable():
             pytest.skip("PyPI unreachable: cannot download vllm-rbln==0.11.1")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                        "vllm-rbln==0.11.1", "-d", str(cache)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "vllm-rbln==0.11.1",
+                "-d",
+                str(cache),
+            ],
+            check=True,
+        )
     return path
 
 
@@ -63,15 +75,17 @@ def _target_sha(site: Path) -> str:
 
 def _decoder_body(tree: ast.Module) -> list[ast.stmt]:
     """Statements of the block in preprocess_for_decoder holding select_bucket_size."""
-    cls = next(n for n in tree.body
-               if isinstance(n, ast.ClassDef) and n.name == "RBLNOptimumDecoderMixin")
-    func = next(n for n in cls.body
-                if isinstance(n, ast.FunctionDef) and n.name == "preprocess_for_decoder")
+    cls = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RBLNOptimumDecoderMixin"
+    )
+    func = next(
+        n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "preprocess_for_decoder"
+    )
     for node in ast.walk(func):
         body = getattr(node, "body", None)
         if isinstance(body, list) and any(
-                isinstance(s, ast.Assign) and "select_bucket_size" in ast.unparse(s)
-                for s in body):
+            isinstance(s, ast.Assign) and "select_bucket_size" in ast.unparse(s) for s in body
+        ):
             return body
     raise AssertionError("select_bucket_size assignment not found")
 
@@ -83,7 +97,10 @@ def _selection_index(body: list[ast.stmt]) -> int:
 def test_wheel_holds_the_published_original(site: Path) -> None:
     status = patch.patch_status(site)
     assert (status.state, status.version, status.sha256) == (
-        "original", "0.11.1", patch.SHA256_ORIGINAL)
+        "original",
+        "0.11.1",
+        patch.SHA256_ORIGINAL,
+    )
 
 
 def test_apply_inserts_one_debug_line_right_after_bucket_selection(site: Path) -> None:
@@ -115,8 +132,11 @@ def test_emitted_line_reads_back_through_the_step_log_parser(site: Path) -> None
     statement = compile(ast.Module(body=[body[index + 1]], type_ignores=[]), "patch", "exec")
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter(
-        "[vllm-rbln] %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"))
+    handler.setFormatter(
+        logging.Formatter(
+            "[vllm-rbln] %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
+        )
+    )
     logger = logging.getLogger("vllm_rbln.test_patch")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
@@ -129,8 +149,9 @@ def test_emitted_line_reads_back_through_the_step_log_parser(site: Path) -> None
         logger.removeHandler(handler)
     assert parse_step_log(stream.getvalue()) == [(3, 4), (1, 1), (8, 8)]
     stamps = [t for _, _, t in parse_step_times(stream.getvalue())]
-    assert all(t is not None for t in stamps) and stamps == sorted(stamps), \
+    assert all(t is not None for t in stamps) and stamps == sorted(stamps), (
         "every line carries a monotonic clock reading for calibration (SPEC section 4)"
+    )
 
 
 def test_revert_restores_the_original_bytes_and_mode(site: Path, wheel: Path) -> None:
@@ -168,8 +189,12 @@ def test_unexpected_hash_is_refused_by_apply_and_revert(site: Path) -> None:
 
 def test_cli_apply_check_revert_and_one_line_errors(site: Path, tmp_path: Path) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([CLI, "rbln", "patch", *args, "--site-packages", str(site)],
-                              capture_output=True, text=True, check=False)
+        return subprocess.run(
+            [CLI, "rbln", "patch", *args, "--site-packages", str(site)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     applied = cli("apply")
     assert applied.returncode == 0 and applied.stdout.startswith("patched sha256=")
@@ -182,7 +207,10 @@ def test_cli_apply_check_revert_and_one_line_errors(site: Path, tmp_path: Path) 
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.count("\n") == 1 and "version is unknown" in refused.stderr
 
-    nowhere = subprocess.run([CLI, "rbln", "patch", "check", "--site-packages",
-                              str(tmp_path / "none")], capture_output=True, text=True,
-                             check=False)
+    nowhere = subprocess.run(
+        [CLI, "rbln", "patch", "check", "--site-packages", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert nowhere.returncode == 2 and "no 'vllm_rbln' package there" in nowhere.stderr

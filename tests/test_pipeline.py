@@ -24,8 +24,12 @@ WORKFLOW_FILES = ("Snakefile", "rules", "envs", "config/schema.yaml", "profiles"
 
 def _env(home: Path) -> dict[str, str]:
     """No machine git identity leaks in: the pipeline must configure its own."""
-    return os.environ | {"PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(home),
-                         "GIT_CONFIG_NOSYSTEM": "1", "XDG_CONFIG_HOME": str(home / ".config")}
+    return os.environ | {
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+    }
 
 
 def _workflow_repo(tmp: Path, config: dict) -> Path:
@@ -40,14 +44,33 @@ def _workflow_repo(tmp: Path, config: dict) -> Path:
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t",
-                    "commit", "-qm", "workflow"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(work),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "workflow",
+        ],
+        check=True,
+    )
     return work
 
 
 def _snakemake(work: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "snakemake"), "--cores", "2", *args], cwd=work,
-                          env=_env(home), capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [str(BIN / "snakemake"), "--cores", "2", *args],
+        cwd=work,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def small_config() -> dict:
@@ -71,17 +94,25 @@ def test_all_runs_every_study_and_audit_passes(finished_study):
     for study in small_config()["studies"]:
         assert (work / "results" / "decisions" / f"{study}.csv").exists()
     assert (work / "reports" / "report.html").exists()
-    audit = subprocess.run([str(BIN / "rearrival"), "audit", "--repo", ".", "--results",
-                            "results"], cwd=work, env=_env(home), capture_output=True,
-                           text=True)
+    audit = subprocess.run(
+        [str(BIN / "rearrival"), "audit", "--repo", ".", "--results", "results"],
+        cwd=work,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "0 violation" in audit.stdout
 
 
 def test_prereg_commits_precede_runs_and_identity_is_local(finished_study):
     work, _ = finished_study
-    log = subprocess.run(["git", "-C", str(work), "log", "--format=%an|%s"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    log = subprocess.run(
+        ["git", "-C", str(work), "log", "--format=%an|%s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     prereg = [line for line in log if "prereg(" in line]
     # one registration per study plus the amendment of validation by the re-measurement
     assert len(prereg) == len(small_config()["studies"]) + 1
@@ -116,9 +147,21 @@ def _dry_run_with(work: Path, home: Path, edit) -> subprocess.CompletedProcess:
 
 
 def _first_registration(work: Path, study: str) -> str:
-    return subprocess.run(["git", "-C", str(work), "log", "--reverse", "--format=%H", "--",
-                           f"preregistration/{study}"], capture_output=True, text=True,
-                          check=True).stdout.split()[0]
+    return subprocess.run(
+        [
+            "git",
+            "-C",
+            str(work),
+            "log",
+            "--reverse",
+            "--format=%H",
+            "--",
+            f"preregistration/{study}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[0]
 
 
 def _set(*path_and_value):
@@ -129,23 +172,38 @@ def _set(*path_and_value):
         for key in keys[:-1]:
             target = target.setdefault(key, {})
         target[keys[-1]] = value
+
     return edit
 
 
 # (edit, studies refused, changed key as the message names it)
 REFUSED_EDITS = {
-    "seed": (_set("study_seed", 8), ["grid", "mechanisms", "validation"], "study_seed: "
-             "registered 7, config 8"),
+    "seed": (
+        _set("study_seed", 8),
+        ["grid", "mechanisms", "validation"],
+        "study_seed: registered 7, config 8",
+    ),
     "n": (_set("studies", "grid", "n", [6, 8]), ["grid"], "n: registered [6], config [6, 8]"),
-    "buckets": (_set("configurations", "grid6", "buckets", [1, 2, 3, 4, 6, 8]), ["grid"],
-                "configurations.grid6.buckets: registered [1, 2, 4, 6, 8], config "
-                "[1, 2, 3, 4, 6, 8]"),
-    "tau_fixed": (_set("decision", "tau_fixed", 0.05), ["validation", "saturation"],
-                  "decision.tau_fixed: registered 0.02, config 0.05"),
-    "error_tolerance": (_set("decision", "error_tolerance", 0.05), ["validation"],
-                        "decision.error_tolerance: registered 0.03, config 0.05"),
-    "replicates": (_set("replicates", 3), ["repeats", "validation_remeasure"],
-                   "replicates: registered 2, config 3"),
+    "buckets": (
+        _set("configurations", "grid6", "buckets", [1, 2, 3, 4, 6, 8]),
+        ["grid"],
+        "configurations.grid6.buckets: registered [1, 2, 4, 6, 8], config [1, 2, 3, 4, 6, 8]",
+    ),
+    "tau_fixed": (
+        _set("decision", "tau_fixed", 0.05),
+        ["validation", "saturation"],
+        "decision.tau_fixed: registered 0.02, config 0.05",
+    ),
+    "error_tolerance": (
+        _set("decision", "error_tolerance", 0.05),
+        ["validation"],
+        "decision.error_tolerance: registered 0.03, config 0.05",
+    ),
+    "replicates": (
+        _set("replicates", 3),
+        ["repeats", "validation_remeasure"],
+        "replicates: registered 2, config 3",
+    ),
 }
 
 
@@ -188,11 +246,21 @@ def test_a_new_study_schedules_its_own_jobs_only(finished_study):
 
     def add(config: dict) -> None:
         config["studies"]["grid_seed2"] = config["studies"]["grid"] | {"seed_block": 12}
+
     dry = _dry_run_with(work, home, add)
     assert dry.returncode == 0, dry.stderr[-2000:]
     counts = _job_counts(dry.stdout + dry.stderr)
-    assert counts == {"plans": 1, "predict": 1, "preregister": 1, "run_replicate": 2,
-                      "seal": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
+    assert counts == {
+        "plans": 1,
+        "predict": 1,
+        "preregister": 1,
+        "run_replicate": 2,
+        "seal": 1,
+        "channels": 1,
+        "decide": 1,
+        "report": 1,
+        "all": 1,
+    }
 
 
 @pytest.fixture
@@ -205,8 +273,9 @@ def study_copy(finished_study, tmp_path) -> tuple[Path, Path]:
 
 
 def _rearrival(work: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "rearrival"), *args], cwd=work, env=_env(home),
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [str(BIN / "rearrival"), *args], cwd=work, env=_env(home), capture_output=True, text=True
+    )
 
 
 def test_predictions_scaled_after_measuring_are_refused_by_decide(study_copy):
@@ -219,10 +288,22 @@ def test_predictions_scaled_after_measuring_are_refused_by_decide(study_copy):
     frame = pd.read_parquet(path)
     frame.loc[frame["configuration"] == "slots16", "device_s"] *= 0.97
     frame.to_parquet(path, index=False)
-    decided = _rearrival(work, home, "study", "decide", "--study", "validation",
-                         "--channels", "results/channels/validation.parquet",
-                         "--predictions", str(path), "--prereg", "results/prereg/validation.json",
-                         "--out", "results/decisions/validation.csv")
+    decided = _rearrival(
+        work,
+        home,
+        "study",
+        "decide",
+        "--study",
+        "validation",
+        "--channels",
+        "results/channels/validation.parquet",
+        "--predictions",
+        str(path),
+        "--prereg",
+        "results/prereg/validation.json",
+        "--out",
+        "results/decisions/validation.csv",
+    )
     assert decided.returncode == 2
     assert "differs from the predictions registered in commit" in decided.stderr
     assert "slots16-wait" in decided.stderr
@@ -251,9 +332,17 @@ def test_an_edited_run_record_is_caught_naming_run_and_file(study_copy):
     audit = _rearrival(work, home, "audit")
     assert audit.returncode == 1
     assert "run n6_r0/baseline-wait: file metrics.json edited after sealing" in audit.stdout
-    channels = _rearrival(work, home, "study", "channels", "--study", "grid", "--out",
-                          "results/channels/grid.parquet",
-                          *sorted(str(p) for p in (run.parents[1]).iterdir()))
+    channels = _rearrival(
+        work,
+        home,
+        "study",
+        "channels",
+        "--study",
+        "grid",
+        "--out",
+        "results/channels/grid.parquet",
+        *sorted(str(p) for p in (run.parents[1]).iterdir()),
+    )
     assert channels.returncode == 2
     assert "metrics.json edited after sealing" in channels.stderr
 
@@ -266,13 +355,24 @@ def test_re_registering_after_a_description_edit_keeps_the_registration(study_co
     config = yaml.safe_load(path.read_text())
     config["studies"]["grid"]["description"] = "new words"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    commits = subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout
+    commits = subprocess.run(
+        ["git", "-C", str(work), "rev-list", "--count", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     done = _snakemake(work, home, "results/prereg/grid.json", "--forcerun", "preregister")
     assert "preregister" in done.stdout + done.stderr
     assert done.returncode == 0, done.stderr[-2000:]
-    assert subprocess.run(["git", "-C", str(work), "rev-list", "--count", "HEAD"],
-                          capture_output=True, text=True, check=True).stdout == commits
+    assert (
+        subprocess.run(
+            ["git", "-C", str(work), "rev-list", "--count", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        == commits
+    )
 
 
 def test_a_run_outside_the_registered_design_is_flagged_by_audit(study_copy):
@@ -295,18 +395,37 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
     exists yet, and the killed job must leave nothing a decision could read."""
     work, home = finished_study
     target = work / "results" / "runs" / "mechanisms" / "n8_r1"
-    for downstream in ("results/channels/mechanisms.parquet",
-                       "results/decisions/mechanisms.csv", "reports/report.html"):
+    for downstream in (
+        "results/channels/mechanisms.parquet",
+        "results/decisions/mechanisms.csv",
+        "reports/report.html",
+    ):
         (work / downstream).unlink()
     shutil.rmtree(target)
-    command = [str(BIN / "rearrival"), "study", "run", "--study", "mechanisms", "--n", "8",
-               "--replicate", "1", "--plans", "results/plans/mechanisms", "--out",
-               str(target)]
-    job = subprocess.Popen(command, cwd=work, env=_env(home), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
+    command = [
+        str(BIN / "rearrival"),
+        "study",
+        "run",
+        "--study",
+        "mechanisms",
+        "--n",
+        "8",
+        "--replicate",
+        "1",
+        "--plans",
+        "results/plans/mechanisms",
+        "--out",
+        str(target),
+    ]
+    job = subprocess.Popen(
+        command, cwd=work, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 60
-    while (not list(target.parent.glob(f".{target.name}.*.tmp"))
-           and time.monotonic() < deadline and job.poll() is None):
+    while (
+        not list(target.parent.glob(f".{target.name}.*.tmp"))
+        and time.monotonic() < deadline
+        and job.poll() is None
+    ):
         time.sleep(0.005)
     assert job.poll() is None, "the run finished before it could be killed"
     job.send_signal(signal.SIGKILL)
@@ -315,7 +434,13 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
     dry = _snakemake(work, home, "-n", "all")
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert _job_counts(dry.stdout + dry.stderr) == {
-        "run_replicate": 1, "seal": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
+        "run_replicate": 1,
+        "seal": 1,
+        "channels": 1,
+        "decide": 1,
+        "report": 1,
+        "all": 1,
+    }
     redo = _snakemake(work, home, "all")
     assert redo.returncode == 0, redo.stderr[-3000:]
     assert (target / "baseline-wait" / "manifest.json").exists()
@@ -353,8 +478,9 @@ def test_full_study_end_to_end(tmp_path):
     work = _workflow_repo(tmp_path, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     done = _snakemake(work, home, "all")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    audit = subprocess.run([str(BIN / "rearrival"), "audit"], cwd=work, env=_env(home),
-                           capture_output=True, text=True)
+    audit = subprocess.run(
+        [str(BIN / "rearrival"), "audit"], cwd=work, env=_env(home), capture_output=True, text=True
+    )
     assert audit.returncode == 0, audit.stdout[-3000:]
     dry = _snakemake(work, home, "-n", "all")
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -369,9 +495,14 @@ def test_same_config_and_seeds_give_the_same_bytes(finished_study, tmp_path):
     again = _workflow_repo(tmp_path, small_config())
     done = _snakemake(again, home, "results/decisions/grid.csv")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    produced = sorted(p.relative_to(again) for p in (again / "results").rglob("*")
-                      if p.is_file() and p.name != "manifest.json"
-                      and "prereg" not in p.parts and "ledger" not in p.parts)
+    produced = sorted(
+        p.relative_to(again)
+        for p in (again / "results").rglob("*")
+        if p.is_file()
+        and p.name != "manifest.json"
+        and "prereg" not in p.parts
+        and "ledger" not in p.parts
+    )
     assert any(p.name == "requests.parquet" for p in produced)
     for relative in produced:
         assert (again / relative).read_bytes() == (work / relative).read_bytes(), relative

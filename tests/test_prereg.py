@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
-from rearrival.prereg import (
+from rearrival.prereg.registration import (
     PIPELINE_EMAIL,
     PIPELINE_NAME,
     PlanRegistry,
@@ -40,8 +40,13 @@ def repo(tmp_path, monkeypatch, no_git_identity):
 
 
 def _register(repo, study="validation", files=None, **kwargs):
-    return register(repo.working_tree_dir, study, files or {"predictions.json": PREDICTIONS},
-                    message=f"Preregister {study}", **kwargs)
+    return register(
+        repo.working_tree_dir,
+        study,
+        files or {"predictions.json": PREDICTIONS},
+        message=f"Preregister {study}",
+        **kwargs,
+    )
 
 
 def _commits(repo) -> int:
@@ -56,8 +61,10 @@ def test_register_commits_exactly_the_prereg_files_and_records_sha(repo):
     head = repo.head.commit
     assert record.commit == head.hexsha
     assert record.committed_at == datetime.fromisoformat(T0).isoformat()
-    assert set(head.stats.files) == {"preregistration/validation/predictions.json",
-                                     "preregistration/validation/criteria.txt"}
+    assert set(head.stats.files) == {
+        "preregistration/validation/predictions.json",
+        "preregistration/validation/criteria.txt",
+    }
     assert "notes.txt" in repo.git.diff("--cached", "--name-only").split()
     data = (head.tree / "preregistration/validation/predictions.json").data_stream.read()
     assert data == (json.dumps(PREDICTIONS, indent=2, sort_keys=True) + "\n").encode()
@@ -65,8 +72,11 @@ def test_register_commits_exactly_the_prereg_files_and_records_sha(repo):
     assert hashes["preregistration/validation/predictions.json"] == hashlib.sha256(data).hexdigest()
     saved = json.loads((root / RECORDS / "validation.json").read_text())
     assert (saved["commit"], saved["committed_at"]) == (record.commit, record.committed_at)
-    assert record.manifest_entry() == {"study": "validation", "commit": record.commit,
-                                       "committed_at": record.committed_at}
+    assert record.manifest_entry() == {
+        "study": "validation",
+        "commit": record.commit,
+        "committed_at": record.committed_at,
+    }
 
 
 def test_identical_reregistration_makes_no_commit(repo):
@@ -91,22 +101,26 @@ def test_registered_files_never_change(repo):
 def test_amendment_adds_a_commit_that_applies_only_to_later_runs(repo, monkeypatch):
     first = _register(repo)
     monkeypatch.setenv("GIT_COMMITTER_DATE", T1)
-    amended = _register(repo, files={"amendment-01-tau.json": {"rule": "tau"}},
-                        amendment_of=first.commit)
+    amended = _register(
+        repo, files={"amendment-01-tau.json": {"rule": "tau"}}, amendment_of=first.commit
+    )
     assert amended.commit != first.commit and amended.amendment_of == first.commit
     assert repo.head.commit.parents[0].hexsha == first.commit
     assert {f.path for f in amended.files} == {
         "preregistration/validation/predictions.json",
-        "preregistration/validation/amendment-01-tau.json"}
+        "preregistration/validation/amendment-01-tau.json",
+    }
     root = repo.working_tree_dir
     assert prereg_in_force(root, "validation", "2026-01-01T12:00:00+00:00") == first
     assert prereg_in_force(root, "validation", T1) == amended
     assert prereg_in_force(root, "validation", "2025-12-31T23:59:59+00:00") is None
     assert check_before_run(root, "validation") == amended
     # re-running the whole prereg stage (original + amendment files) is a no-op
-    again = _register(repo, files={"predictions.json": PREDICTIONS,
-                                   "amendment-01-tau.json": {"rule": "tau"}},
-                      amendment_of=first.commit)
+    again = _register(
+        repo,
+        files={"predictions.json": PREDICTIONS, "amendment-01-tau.json": {"rule": "tau"}},
+        amendment_of=first.commit,
+    )
     assert again == amended and _commits(repo) == 2
 
 
@@ -140,7 +154,8 @@ def test_identity_is_configured_locally_when_the_machine_has_none(repo, tmp_path
 
 def test_existing_identity_is_left_alone(repo, tmp_path):
     (tmp_path / "home" / ".gitconfig").write_text(
-        "[user]\n\tname = Ada Researcher\n\temail = ada@example.org\n")
+        "[user]\n\tname = Ada Researcher\n\temail = ada@example.org\n"
+    )
     _register(repo)
     assert not repo.config_reader("repository").has_section("user")
     assert repo.head.commit.author.email == "ada@example.org"
@@ -171,8 +186,15 @@ def test_run_refuses_missing_uncommitted_or_modified_prereg(repo):
 
 def test_plan_registry_is_validated_before_commit(repo):
     with pytest.raises(PreregError, match=r"plans\.json: plans\[0\]\.sha256"):
-        _register(repo, files={"plans.json": {"validation": True, "plans": [
-            {"replicate": 0, "n": 6, "seed": 1, "sha256": "abc"}]}})
+        _register(
+            repo,
+            files={
+                "plans.json": {
+                    "validation": True,
+                    "plans": [{"replicate": 0, "n": 6, "seed": 1, "sha256": "abc"}],
+                }
+            },
+        )
     good = PlanRegistry(True, (RegisteredPlan(0, 6, 1, "a" * 64),)).to_json()
     assert _register(repo, files={"plans.json": good}).commit == repo.head.commit.hexsha
 

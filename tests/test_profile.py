@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rearrival.profile import ProfileError, load_profile, measured_profile, select_bucket
+from rearrival.model.profile import ProfileError, load_profile, measured_profile, select_bucket
 
 
 @pytest.fixture(scope="module")
@@ -12,11 +12,20 @@ def profile():
     return measured_profile()
 
 
-@pytest.mark.parametrize(("bucket", "ms"), [
-    (1, 9.870), (2, 10.420), (4, 10.825), (8, 12.970),   # measured
-    (6, 11.8975), (10, 14.0425), (16, 17.260),            # paper Section V-A
-    (3, 10.6225), (5, 11.361250),                         # interpolated between neighbours
-])
+@pytest.mark.parametrize(
+    ("bucket", "ms"),
+    [
+        (1, 9.870),
+        (2, 10.420),
+        (4, 10.825),
+        (8, 12.970),  # measured
+        (6, 11.8975),
+        (10, 14.0425),
+        (16, 17.260),  # paper Section V-A
+        (3, 10.6225),
+        (5, 11.361250),  # interpolated between neighbours
+    ],
+)
 def test_bucket_cost_matches_paper(profile, bucket, ms):
     assert profile.bucket_cost_s(bucket) * 1000 == pytest.approx(ms, abs=1e-9)
 

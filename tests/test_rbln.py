@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from rearrival import rbln
+from rearrival.measure import rbln
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 CONFIG = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8))
 
-FAKE_OPTIMUM = '''
+FAKE_OPTIMUM = """
 import itertools
 import json
 from pathlib import Path
@@ -44,7 +44,7 @@ class RBLNQwen3ForCausalLM:
         path.mkdir(parents=True)
         (path / "rbln_config.json").write_text(json.dumps(self.kwargs))
         (path / "decoder.rbln").write_bytes(b"x" * 1000)
-'''
+"""
 
 
 @pytest.fixture
@@ -63,17 +63,31 @@ def fake_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return devices
 
 
-def test_without_optimum_rbln_compile_fails_fast_naming_what_to_install(
-        tmp_path: Path) -> None:
+def test_without_optimum_rbln_compile_fails_fast_naming_what_to_install(tmp_path: Path) -> None:
     with pytest.raises(rbln.RblnError, match=r"optimum\.rbln' is not importable; install"):
         rbln.compile_artifact(CONFIG, tmp_path / "artifacts")
     assert not (tmp_path / "artifacts").exists()
 
 
 def test_cli_compile_without_stack_is_one_line_no_traceback(tmp_path: Path) -> None:
-    done = subprocess.run([CLI, "rbln", "compile", "--model", "Qwen/Qwen3-4B", "--batch-size",
-                           "8", "--buckets", "1,2,4,8", "--artifacts", str(tmp_path)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            CLI,
+            "rbln",
+            "compile",
+            "--model",
+            "Qwen/Qwen3-4B",
+            "--batch-size",
+            "8",
+            "--buckets",
+            "1,2,4,8",
+            "--artifacts",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("rearrival: error:") and done.stderr.count("\n") == 1
     assert "optimum-rbln==0.11.1" in done.stderr
@@ -87,14 +101,24 @@ def test_without_device_compile_fails_fast(fake_stack: Path, tmp_path: Path) -> 
 
 
 def test_compile_passes_the_spec_arguments_and_is_content_addressed(
-        fake_stack: Path, tmp_path: Path) -> None:
+    fake_stack: Path, tmp_path: Path
+) -> None:
     artifacts = tmp_path / "artifacts"
     first = rbln.compile_artifact(CONFIG, artifacts, dev_dir=fake_stack)
     import optimum.rbln as fake
 
-    assert fake.CALLS == [("Qwen/Qwen3-4B", {
-        "export": True, "rbln_batch_size": 8, "rbln_max_seq_len": 8192,
-        "rbln_num_devices": 4, "rbln_decoder_batch_sizes": [1, 2, 4, 8]})]
+    assert fake.CALLS == [
+        (
+            "Qwen/Qwen3-4B",
+            {
+                "export": True,
+                "rbln_batch_size": 8,
+                "rbln_max_seq_len": 8192,
+                "rbln_num_devices": 4,
+                "rbln_decoder_batch_sizes": [1, 2, 4, 8],
+            },
+        )
+    ]
     assert not first.skipped and first.compile_s is not None and first.compile_s >= 0
     assert first.artifact.parent == artifacts and (first.artifact / "decoder.rbln").is_file()
     record = json.loads(first.record.read_text())
@@ -118,10 +142,12 @@ def test_artifact_name_depends_on_every_input() -> None:
         rbln.CompileConfig(model="Qwen/Qwen3-8B", batch_size=8, buckets=(1, 2, 4, 8)),
         rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=16, buckets=(1, 2, 4, 8, 16)),
         rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(2, 4, 8)),
-        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8),
-                           max_seq_len=4096),
-        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8),
-                           num_devices=2),
+        rbln.CompileConfig(
+            model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), max_seq_len=4096
+        ),
+        rbln.CompileConfig(
+            model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), num_devices=2
+        ),
     ]
     names = {rbln.artifact_name(v, software) for v in variants}
     names.add(rbln.artifact_name(CONFIG, software | {"rebel-compiler": "0.11.2"}))
@@ -129,14 +155,18 @@ def test_artifact_name_depends_on_every_input() -> None:
     assert "/" not in base and base.startswith("Qwen-Qwen3-4B.b8.k1-2-4-8.")
 
 
-@pytest.mark.parametrize(("batch_size", "buckets", "message"), [
-    (8, (1, 2, 4), "as the largest"),
-    (8, (4, 2, 8), "ascending"),
-    (8, (0, 8), "positive"),
-    (0, (8,), "positive integer"),
-])
-def test_bad_compile_configs_are_refused(batch_size: int, buckets: tuple[int, ...],
-                                         message: str) -> None:
+@pytest.mark.parametrize(
+    ("batch_size", "buckets", "message"),
+    [
+        (8, (1, 2, 4), "as the largest"),
+        (8, (4, 2, 8), "ascending"),
+        (8, (0, 8), "positive"),
+        (0, (8,), "positive integer"),
+    ],
+)
+def test_bad_compile_configs_are_refused(
+    batch_size: int, buckets: tuple[int, ...], message: str
+) -> None:
     with pytest.raises(rbln.RblnError, match=message):
         rbln.CompileConfig(model="m", batch_size=batch_size, buckets=buckets)
 
@@ -155,8 +185,18 @@ def test_vllm_serve_argv_is_a_list_carrying_the_spec_flags() -> None:
 def test_launcher_starts_polls_and_stops_an_emulate_server(tmp_path: Path) -> None:
     port = rbln.free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [CLI, "emulate-server", "--host", "127.0.0.1", "--port", str(port), "--buckets",
-            "1,2,4,8", "--batch-size", "8"]
+    argv = [
+        CLI,
+        "emulate-server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--buckets",
+        "1,2,4,8",
+        "--batch-size",
+        "8",
+    ]
     log = tmp_path / "server.log"
     with rbln.running_server(argv, url, log, ready_timeout_s=30, grace_s=5) as server:
         assert server.alive()
@@ -170,9 +210,10 @@ def test_launcher_starts_polls_and_stops_an_emulate_server(tmp_path: Path) -> No
 def test_launcher_reports_a_server_that_dies_before_ready(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
     log = tmp_path / "dead.log"
-    with pytest.raises(rbln.RblnError, match=r"exited with code 3 before it was ready; read"), \
-            rbln.running_server(argv, f"http://127.0.0.1:{rbln.free_port()}", log,
-                                ready_timeout_s=30):
+    with (
+        pytest.raises(rbln.RblnError, match=r"exited with code 3 before it was ready; read"),
+        rbln.running_server(argv, f"http://127.0.0.1:{rbln.free_port()}", log, ready_timeout_s=30),
+    ):
         pass
     assert "boom" in log.read_text()
 
@@ -187,26 +228,32 @@ def test_launcher_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
                 self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
         http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
     """)
-    with rbln.running_server([sys.executable, "-c", script], f"http://127.0.0.1:{port}",
-                             tmp_path / "stubborn.log", ready_timeout_s=30,
-                             grace_s=0.5) as server:
+    with rbln.running_server(
+        [sys.executable, "-c", script],
+        f"http://127.0.0.1:{port}",
+        tmp_path / "stubborn.log",
+        ready_timeout_s=30,
+        grace_s=0.5,
+    ) as server:
         assert server.alive()
     assert server.returncode == -9
 
 
 def test_launcher_refuses_a_missing_command(tmp_path: Path) -> None:
-    with pytest.raises(rbln.RblnError, match="cannot start server command 'no-such-vllm'"), \
-            rbln.running_server(["no-such-vllm", "serve"], "http://127.0.0.1:1",
-                                tmp_path / "x.log"):
+    with (
+        pytest.raises(rbln.RblnError, match="cannot start server command 'no-such-vllm'"),
+        rbln.running_server(["no-such-vllm", "serve"], "http://127.0.0.1:1", tmp_path / "x.log"),
+    ):
         pass
 
 
 def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every pre-flight check fails in one line before a server or run directory exists."""
-    from rearrival import patch
-    from rearrival.client import ReplayOptions
-    from rearrival.plans import Plan, Session
+    from rearrival.measure import patch
+    from rearrival.measure.client import ReplayOptions
+    from rearrival.model.plans import Plan, Session
 
     plan = Plan((Session(0, 100, 4, 4, 8, 1.0, "aggregate"),))
     fake = tmp_path / "fake"
@@ -218,9 +265,19 @@ def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
     out = tmp_path / "run"
 
     def attempt(artifact: Path | None = None, slots: int | None = None) -> None:
-        rbln.run_rbln(plan, out, artifact=artifact, buckets=(1, 2, 4, 8), batch_size=8,
-                      slots=slots, variant="wait", options=ReplayOptions(), manifest={},
-                      dev_dir=devices, ready_timeout_s=5)
+        rbln.run_rbln(
+            plan,
+            out,
+            artifact=artifact,
+            buckets=(1, 2, 4, 8),
+            batch_size=8,
+            slots=slots,
+            variant="wait",
+            options=ReplayOptions(),
+            manifest={},
+            dev_dir=devices,
+            ready_timeout_s=5,
+        )
 
     with pytest.raises(rbln.RblnError, match="'vllm' is not importable"):
         attempt()
@@ -229,8 +286,13 @@ def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
         attempt()
     (devices / "rbln0").touch()
     state = {"state": "original"}
-    monkeypatch.setattr(patch, "patch_status", lambda _site=None: patch.PatchStatus(
-        tmp_path, tmp_path / patch.TARGET, "0.11.1", "ab" * 32, state["state"]))
+    monkeypatch.setattr(
+        patch,
+        "patch_status",
+        lambda _site=None: patch.PatchStatus(
+            tmp_path, tmp_path / patch.TARGET, "0.11.1", "ab" * 32, state["state"]
+        ),
+    )
     with pytest.raises(rbln.RblnError, match="rearrival rbln patch apply"):
         attempt()
     state["state"] = "patched"
@@ -240,8 +302,9 @@ def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
         attempt(artifact=tmp_path / "missing")
     artifact = tmp_path / "artifacts" / "qwen.b8"
     artifact.mkdir(parents=True)
-    (artifact.parent / "qwen.b8.json").write_text(json.dumps(
-        {"config": {"buckets": [1, 2, 4, 6, 8], "batch_size": 8}}))
+    (artifact.parent / "qwen.b8.json").write_text(
+        json.dumps({"config": {"buckets": [1, 2, 4, 6, 8], "batch_size": 8}})
+    )
     with pytest.raises(rbln.RblnError, match=r"compiled for buckets \[1, 2, 4, 6, 8\]"):
         attempt(artifact=artifact)
     assert not out.exists()

@@ -10,52 +10,75 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rearrival import records
 from rearrival.errors import RearrivalError
-from rearrival.records import RunRecordError, read_run, write_run
+from rearrival.measure import records
+from rearrival.measure.records import RunRecordError, read_run, write_run
 
 
 def _requests() -> pd.DataFrame:
-    return pd.DataFrame({
-        "session": [0, 1, 0, 1],
-        "turn": [0, 0, 1, 1],
-        "send_s": [0.0, 0.004, 0.9, 1.3],
-        "first_token_s": [0.2, 0.4, 1.0, 1.4],
-        "complete_s": [0.6, 0.8, 1.2, 1.7],
-        "prompt_tokens": [900, 1100, 1000, 1200],
-        "cached_tokens": pd.array([0, 0, 896, None], dtype="Int64"),
-        "computed_tokens": pd.array([900, 1100, 104, None], dtype="Int64"),
-        "generated_tokens": [3, 3, 2, 2],
-        "prefill_s": [0.17, float("nan"), 0.02, float("nan")],
-    })
+    return pd.DataFrame(
+        {
+            "session": [0, 1, 0, 1],
+            "turn": [0, 0, 1, 1],
+            "send_s": [0.0, 0.004, 0.9, 1.3],
+            "first_token_s": [0.2, 0.4, 1.0, 1.4],
+            "complete_s": [0.6, 0.8, 1.2, 1.7],
+            "prompt_tokens": [900, 1100, 1000, 1200],
+            "cached_tokens": pd.array([0, 0, 896, None], dtype="Int64"),
+            "computed_tokens": pd.array([900, 1100, 104, None], dtype="Int64"),
+            "generated_tokens": [3, 3, 2, 2],
+            "prefill_s": [0.17, float("nan"), 0.02, float("nan")],
+        }
+    )
 
 
 def _steps() -> pd.DataFrame:
-    return pd.DataFrame({
-        "step": [0, 1, 2, 3],
-        "kind": ["prefill", "prefill", "decode", "decode"],
-        "n": [1, 1, 2, 2],
-        "b": pd.array([None, None, 2, 2], dtype="Int64"),
-        "start_s": [0.0, 0.2, 0.4, float("nan")],
-        "end_s": [0.2, 0.4, 0.41, float("nan")],
-    })
+    return pd.DataFrame(
+        {
+            "step": [0, 1, 2, 3],
+            "kind": ["prefill", "prefill", "decode", "decode"],
+            "n": [1, 1, 2, 2],
+            "b": pd.array([None, None, 2, 2], dtype="Int64"),
+            "start_s": [0.0, 0.2, 0.4, float("nan")],
+            "end_s": [0.2, 0.4, 0.41, float("nan")],
+        }
+    )
 
 
 def _manifest(status: str = "complete", reason: str | None = None) -> dict:
     template = records.manifest_template(
-        study="validation", backend="emulated", buckets=[1, 2, 4, 8], batch_size=8, slots=None,
-        variant="wait", condition="baseline", replicate=1, n=2, plan_path="plans/r1.parquet",
-        plan_sha256="ab" * 32, plan_seed=11, run_seed=5, condition_order=["baseline", "slots"],
-        started_at="2026-01-02T03:04:05+00:00")
-    return records.finish_manifest(template, status=status, reason=reason,
-                                   finished_at="2026-01-02T03:05:00+00:00")
+        study="validation",
+        backend="emulated",
+        buckets=[1, 2, 4, 8],
+        batch_size=8,
+        slots=None,
+        variant="wait",
+        condition="baseline",
+        replicate=1,
+        n=2,
+        plan_path="plans/r1.parquet",
+        plan_sha256="ab" * 32,
+        plan_seed=11,
+        run_seed=5,
+        condition_order=["baseline", "slots"],
+        started_at="2026-01-02T03:04:05+00:00",
+    )
+    return records.finish_manifest(
+        template, status=status, reason=reason, finished_at="2026-01-02T03:05:00+00:00"
+    )
 
 
 def _write(out: Path, **overrides) -> Path:
-    parts = {"requests": _requests(), "steps": _steps(),
-             "metrics": {"before": {"vllm:prompt_tokens_cached_total": 0.0},
-                         "after": {"vllm:prompt_tokens_cached_total": 896.0}},
-             "manifest": _manifest(), "server_log": None} | overrides
+    parts = {
+        "requests": _requests(),
+        "steps": _steps(),
+        "metrics": {
+            "before": {"vllm:prompt_tokens_cached_total": 0.0},
+            "after": {"vllm:prompt_tokens_cached_total": 896.0},
+        },
+        "manifest": _manifest(),
+        "server_log": None,
+    } | overrides
     return write_run(out, **parts)
 
 
@@ -76,8 +99,11 @@ def test_round_trip_keeps_values_and_dtypes(tmp_path: Path) -> None:
     assert record.steps["kind"].tolist() == ["prefill", "prefill", "decode", "decode"]
     sealed = record.manifest.pop("files")
     assert record.manifest == _manifest() and record.server_log == log
-    assert sealed == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                      for p in run.iterdir() if p.name != "manifest.json"}
+    assert sealed == {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in run.iterdir()
+        if p.name != "manifest.json"
+    }
     assert record.metrics["after"]["vllm:prompt_tokens_cached_total"] == 896.0
     assert record.path == run and record.replicate == 1
 
@@ -95,7 +121,7 @@ def test_refuses_to_overwrite_a_run_and_keeps_it(tmp_path: Path) -> None:
     with pytest.raises(RunRecordError) as excinfo:
         _write(tmp_path / "run", manifest=_manifest("failed", "server died"))
     message = _one_line_error(excinfo)
-    assert str(run) in message and "delete it or choose another --out" in message
+    assert str(run) in message and "delete it or choose another output directory" in message
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
@@ -118,8 +144,11 @@ def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> N
 def test_partial_run_is_kept_but_refused_with_its_reason(tmp_path: Path) -> None:
     requests = _requests()
     requests.loc[3, "complete_s"] = float("nan")  # cut off by a dying server
-    run = _write(tmp_path / "run", requests=requests,
-                 manifest=_manifest("partial", "server exited with code 137 at 1.4 s"))
+    run = _write(
+        tmp_path / "run",
+        requests=requests,
+        manifest=_manifest("partial", "server exited with code 137 at 1.4 s"),
+    )
     with pytest.raises(RunRecordError) as excinfo:
         read_run(run)
     message = _one_line_error(excinfo)
@@ -189,15 +218,19 @@ def test_garbage_in_server_log_names_file_and_line(tmp_path: Path) -> None:
     assert f"{run / records.SERVER_LOG_FILE}:3" in _one_line_error(excinfo)
 
 
-@pytest.mark.parametrize(("frame", "column", "change", "expected"), [
-    ("requests", "computed_tokens", None, "missing column 'computed_tokens'"),
-    ("requests", "session", [0.0, 1.0, 0.0, 1.0], "column 'session' has dtype float64"),
-    ("requests", "turn", [0, 0, 2, 1], "column 'turn' is 2"),
-    ("steps", "b", pd.array([None, None, 1, 2], dtype="Int64"), "decode step with n=2, b=1"),
-    ("steps", "step", [0, 1, 3, 4], "column 'step' is 3, expected 2"),
-])
-def test_contract_violations_name_the_column(tmp_path: Path, frame, column, change,
-                                             expected) -> None:
+@pytest.mark.parametrize(
+    ("frame", "column", "change", "expected"),
+    [
+        ("requests", "computed_tokens", None, "missing column 'computed_tokens'"),
+        ("requests", "session", [0.0, 1.0, 0.0, 1.0], "column 'session' has dtype float64"),
+        ("requests", "turn", [0, 0, 2, 1], "column 'turn' is 2"),
+        ("steps", "b", pd.array([None, None, 1, 2], dtype="Int64"), "decode step with n=2, b=1"),
+        ("steps", "step", [0, 1, 3, 4], "column 'step' is 3, expected 2"),
+    ],
+)
+def test_contract_violations_name_the_column(
+    tmp_path: Path, frame, column, change, expected
+) -> None:
     data = {"requests": _requests(), "steps": _steps()}
     if change is None:
         data[frame] = data[frame].drop(columns=[column])
@@ -245,8 +278,12 @@ def test_run_ids_are_deterministic_and_distinct() -> None:
 def test_failed_run_with_no_rows_is_written(tmp_path: Path) -> None:
     empty_requests = pd.DataFrame(columns=[c for c, _, _ in records.REQUEST_COLUMNS])
     empty_steps = pd.DataFrame(columns=[c for c, _, _ in records.STEP_COLUMNS])
-    run = _write(tmp_path / "run", requests=empty_requests, steps=empty_steps,
-                 manifest=_manifest("failed", "server did not start: port 8000 in use"))
+    run = _write(
+        tmp_path / "run",
+        requests=empty_requests,
+        steps=empty_steps,
+        manifest=_manifest("failed", "server did not start: port 8000 in use"),
+    )
     record = read_run(run, require_complete=False)
     assert record.requests.empty and record.steps.empty
     assert record.requests["computed_tokens"].dtype == "Int64"
@@ -254,8 +291,9 @@ def test_failed_run_with_no_rows_is_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("change", ["edited", "added", "removed"])
-def test_a_file_changed_after_writing_is_refused_naming_run_and_file(tmp_path: Path,
-                                                                      change: str) -> None:
+def test_a_file_changed_after_writing_is_refused_naming_run_and_file(
+    tmp_path: Path, change: str
+) -> None:
     run = _write(tmp_path / "run", server_log="INFO x\n")
     # server.log is optional, so only the seal notices it removed
     target = run / {"edited": "metrics.json", "added": "extra.csv", "removed": "server.log"}[change]

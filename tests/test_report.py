@@ -18,14 +18,19 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
-from rearrival.backends import BackendSettings, run_backend
-from rearrival.report import build_report
-from rearrival.report_tables import Column, Part, Table, display, table_csv, tex_escape
-from rearrival.studies import Configuration, load_study_config
+from rearrival.config.study import Configuration, load_study_config
+from rearrival.judge.collect import collect_channels
+from rearrival.judge.decisions import criteria_from_config, decision_table
+from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
+from rearrival.report.render import build_report
+from rearrival.report.table_model import Column, Part, Table, display, table_csv, tex_escape
+from rearrival.report.tables import TABLE_BUILDERS, table_family
+from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
+from rearrival.workflow.predict import predict
+from rearrival.workflow.run import injection, run_slots
 
-PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV",
-                "S1", "S8", "S9")
+PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV", "S1", "S8", "S9")
 SRC = Path(__file__).resolve().parents[1] / "src" / "rearrival"
 
 TINY_CONFIG = {
@@ -39,77 +44,128 @@ TINY_CONFIG = {
         "sat12": {"buckets": [1, 4, 12], "batch_size": 12},
     },
     "studies": {
-        "grid": {"kind": "comparison", "description": "grid", "n": [4],
-                 "configurations": ["baseline", "grid3"], "variants": ["control", "wait"],
-                 "seed_block": 1},
-        "slots": {"kind": "comparison", "description": "slots", "n": [5],
-                  "configurations": ["baseline", "slots8"], "variants": ["wait"],
-                  "seed_block": 2},
-        "validation": {"kind": "validation", "description": "validation", "n": [5, 6],
-                       "configurations": ["baseline", "slots8"], "variants": ["wait"],
-                       "seed_block": 3, "rule": "fixed"},
-        "saturation": {"kind": "saturation", "description": "saturation", "n": [5],
-                       "configurations": ["baseline", "slots8", "sat12"],
-                       "variants": ["wait"], "seed_block": 4},
-        "repeats": {"kind": "repeats", "description": "repeats", "n": [5],
-                    "configurations": ["baseline"], "variants": ["wait"], "repeats": 2,
-                    "seed_block": 5},
+        "grid": {
+            "kind": "comparison",
+            "description": "grid",
+            "n": [4],
+            "configurations": ["baseline", "grid3"],
+            "variants": ["control", "wait"],
+            "seed_block": 1,
+        },
+        "slots": {
+            "kind": "comparison",
+            "description": "slots",
+            "n": [5],
+            "configurations": ["baseline", "slots8"],
+            "variants": ["wait"],
+            "seed_block": 2,
+        },
+        "validation": {
+            "kind": "validation",
+            "description": "validation",
+            "n": [5, 6],
+            "configurations": ["baseline", "slots8"],
+            "variants": ["wait"],
+            "seed_block": 3,
+            "rule": "fixed",
+        },
+        "saturation": {
+            "kind": "saturation",
+            "description": "saturation",
+            "n": [5],
+            "configurations": ["baseline", "slots8", "sat12"],
+            "variants": ["wait"],
+            "seed_block": 4,
+        },
+        "repeats": {
+            "kind": "repeats",
+            "description": "repeats",
+            "n": [5],
+            "configurations": ["baseline"],
+            "variants": ["wait"],
+            "repeats": 2,
+            "seed_block": 5,
+        },
     },
     "decision": {"confirmatory_n": [5], "exploratory_n": [6], "bootstrap_resamples": 200},
-    "injection": {"background_sessions": 2, "background_gen_tokens": 24,
-                  "injected_prompt_tokens": [256, 1024], "inject_at_s": 0.2},
+    "injection": {
+        "background_sessions": 2,
+        "background_gen_tokens": 24,
+        "injected_prompt_tokens": [256, 1024],
+        "inject_at_s": 0.2,
+    },
 }
 
 
 def _short_plans(plans_dir: Path) -> None:
     """Shorten generations so the emulated runs take milliseconds (inputs stay valid)."""
-    from rearrival.plans import load_plan, write_plan
+    from rearrival.model.plans import load_plan, write_plan
 
     for path in sorted(plans_dir.glob("*.parquet")):
         plan = load_plan(path)
-        sessions = tuple(replace(s, gen_tokens=min(s.gen_tokens, 40),
-                                 followup_gen_tokens=min(s.followup_gen_tokens, 40),
-                                 tool_wait_s=min(s.tool_wait_s, 1.5)) for s in plan.sessions)
+        sessions = tuple(
+            replace(
+                s,
+                gen_tokens=min(s.gen_tokens, 40),
+                followup_gen_tokens=min(s.followup_gen_tokens, 40),
+                tool_wait_s=min(s.tool_wait_s, 1.5),
+            )
+            for s in plan.sessions
+        )
         write_plan(replace(plan, sessions=sessions), path)
 
 
 def build_tree(root: Path) -> Path:
     """results/ with plans, predictions, runs, channels, decisions, prereg, injection."""
-    from rearrival import experiments as ex
-    from rearrival.decisions import criteria_from_config, decide_study
-
     config_path = root / "config.yaml"
     config_path.write_text(yaml.safe_dump(TINY_CONFIG))
     cfg = load_study_config(config_path)
     results = root / "results"
     for name, study in cfg.studies.items():
         plans_dir = results / "plans" / name
-        ex.make_plans(cfg, name, plans_dir)
+        make_plans(cfg, name, plans_dir)
         _short_plans(plans_dir)
         predictions = results / "predictions" / f"{name}.parquet"
-        ex.predict(cfg, name, plans_dir, predictions)
+        predict(cfg, name, plans_dir, predictions)
         commit = f"{sum(map(ord, name)):040x}"
         prereg = {"study": name, "commit": commit, "committed_at": "2026-01-01T00:00:00+00:00"}
         (results / "prereg").mkdir(parents=True, exist_ok=True)
-        (results / "prereg" / f"{name}.json").write_text(
-            json.dumps(prereg | {"history": [prereg]}))
+        (results / "prereg" / f"{name}.json").write_text(json.dumps(prereg | {"history": [prereg]}))
         for n in study.n:
             for replicate in range(cfg.replicates):
-                plan = ex.read_study_plan(plans_dir, n, replicate)
-                slots = ex.run_slots(cfg, study, n, replicate)
+                plan = read_study_plan(plans_dir, n, replicate)
+                slots = run_slots(cfg, study, n, replicate)
                 for slot in slots:
-                    run = ex.RunRequest(
-                        study=name, plan=plan, plan_path=ex.plan_file(plans_dir, n, replicate),
+                    run = RunRequest(
+                        study=name,
+                        plan=plan,
+                        plan_path=plan_file(plans_dir, n, replicate),
                         configuration=cfg.configurations[slot.configuration],
-                        variant=slot.variant, label=slot.label, replicate=replicate,
-                        seed=slot.seed, condition_order=[s.label for s in slots], prereg=prereg)
-                    run_backend(BackendSettings.from_study_config(cfg), run,
-                                results / "runs" / name / f"n{n}_r{replicate}" / slot.label)
+                        variant=slot.variant,
+                        label=slot.label,
+                        replicate=replicate,
+                        seed=slot.seed,
+                        condition_order=[s.label for s in slots],
+                        prereg=prereg,
+                    )
+                    run_backend(
+                        BackendSettings.from_study_config(cfg),
+                        run,
+                        results / "runs" / name / f"n{n}_r{replicate}" / slot.label,
+                    )
         channels = results / "channels" / f"{name}.parquet"
-        ex.collect_channels(sorted((results / "runs" / name).iterdir()), channels)
-        decide_study(cfg, name, channels, predictions, criteria_from_config(cfg),
-                     results / "decisions" / f"{name}.csv")
-    ex.injection(cfg, results / "injection" / "gaps.parquet")
+        collect_channels(sorted((results / "runs" / name).iterdir()), channels)
+        text, _ = decision_table(
+            study,
+            cfg.replicates,
+            cfg.study_seed,
+            pd.read_parquet(channels),
+            pd.read_parquet(predictions),
+            criteria_from_config(cfg),
+        )
+        (results / "decisions").mkdir(parents=True, exist_ok=True)
+        (results / "decisions" / f"{name}.csv").write_text(text)
+    injection(cfg, results / "injection" / "gaps.parquet")
     return config_path
 
 
@@ -134,8 +190,7 @@ def _csv(path: Path) -> pd.DataFrame:
 def test_every_table_in_three_formats_with_run_ids(rendered):
     index = json.loads((rendered / "tables" / "index.json").read_text())
     for table in PAPER_TABLES:
-        files = [rendered / "tables" / f"table_{table}.{suffix}" for suffix in ("csv", "md",
-                                                                                 "tex")]
+        files = [rendered / "tables" / f"table_{table}.{suffix}" for suffix in ("csv", "md", "tex")]
         assert all(f.is_file() and f.stat().st_size > 0 for f in files), table
         assert index["tables"][table] == [str(f.relative_to(rendered)) for f in files]
     for table in ("III", "VI", "IX", "X", "XI", "XII", "XIII", "S1", "S9"):
@@ -188,7 +243,7 @@ def test_html_states_the_backend_and_never_calls_emulation_hardware(rendered):
     assert "real hardware" not in html
     assert "TraceLab" in html  # the tool table source is stated at the top
     assert html.count("<svg") >= 5  # figures are inline
-    assert "<img" not in html and "src=\"http" not in html  # self-contained
+    assert "<img" not in html and 'src="http' not in html  # self-contained
     assert f"{sum(map(ord, 'validation')):040x}" in html  # prereg shas per study
 
 
@@ -215,43 +270,76 @@ def test_absent_results_are_reported_not_fatal(rendered):
 
 
 def test_templates_and_code_hold_no_paper_numbers():
-    sources = [*sorted((SRC / "templates").glob("*.j2")), SRC / "report.py",
-               SRC / "report_tables.py", SRC / "report_figures.py", SRC / "analysis.py",
-               SRC / "scorecard.py", SRC / "findings.py", SRC / "paper_numbers.py"]
+    report = SRC / "report"
+    sources = [*sorted((report / "templates").glob("*.j2")), *sorted(report.glob("*.py"))]
     assert sources[0].suffix == ".j2"
     for path in sources:
         text = path.read_text()
-        for literal in ("8.25", "9.72", "0.9941", "0.0377", "17,024", "0.9066", "1.47",
-                        "0.0169", "0.0172", "9 of 24"):
+        for literal in (
+            "8.25",
+            "9.72",
+            "0.9941",
+            "0.0377",
+            "17,024",
+            "0.9066",
+            "1.47",
+            "0.0169",
+            "0.0172",
+            "9 of 24",
+        ):
             assert literal not in text, f"{path.name} holds paper literal {literal}"
 
 
 def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(small_plan):
     """Oracle: pinning re-arrivals at the times the full simulator computes changes
     nothing, so the fixed-arrival path differs only through the arrivals it is given."""
-    from rearrival.sim import SimConfig, simulate
+    from rearrival.model.sim import SimConfig, simulate
 
     conf = Configuration("baseline", (1, 2, 4), 4, 4)
     full = simulate(small_plan, SimConfig(buckets=(1, 2, 4), batch_size=4))
     arrivals = [r.arrival_s for r in full.requests if r.turn == 1]
     assert fixed_arrival_device_s(small_plan, conf, "wait", arrivals) == pytest.approx(
-        full.device_s, rel=1e-12)
+        full.device_s, rel=1e-12
+    )
     later = [a + 5.0 for a in arrivals]
     assert fixed_arrival_device_s(small_plan, conf, "wait", later) != full.device_s
 
 
 def test_observed_rearrivals_name_the_run_when_incomplete():
-    requests = pd.DataFrame({"session": [0, 0, 1], "turn": [0, 1, 0],
-                             "send_s": [0.0, 2.5, 0.0]})
+    requests = pd.DataFrame({"session": [0, 0, 1], "turn": [0, 1, 0], "send_s": [0.0, 2.5, 0.0]})
     assert observed_rearrivals(requests, 1, "run x") == [2.5]
     with pytest.raises(AnalysisError, match=r"run x.*session 1"):
         observed_rearrivals(requests, 2, "run x")
 
 
+def test_every_table_has_a_family_for_the_snakemake_report():
+    """`snakemake --report` groups reports/tables/ by family (rules/report.smk); the
+    family is the module a table is built in, so a new table cannot go ungrouped."""
+    assert {table_family(t) for t in TABLE_BUILDERS} == {
+        "mechanisms",
+        "calibration",
+        "costs",
+        "validation",
+        "search",
+        "supplementary",
+    }
+    assert [t for t in TABLE_BUILDERS if table_family(t) == "mechanisms"] == ["III", "VI", "M"]
+    assert table_family("scorecard") == "scorecard"
+
+
 def test_formats_escape_and_keep_full_precision():
-    table = Table("T", "a_b & c", "50% of {x}", (
-        Part("p", (Column("v", "value", "f2"), Column("run_ids", "runs", "ids")),
-             ({"v": 1 / 3, "run_ids": "a b"},)),))
+    table = Table(
+        "T",
+        "a_b & c",
+        "50% of {x}",
+        (
+            Part(
+                "p",
+                (Column("v", "value", "f2"), Column("run_ids", "runs", "ids")),
+                ({"v": 1 / 3, "run_ids": "a b"},),
+            ),
+        ),
+    )
     assert table_csv(table).splitlines() == ["part,v,run_ids", f"p,{1 / 3!r},a b"]
     assert display(1 / 3, "f2") == "0.33" and display(0.125, "pct2") == "12.50%"
     assert display("a b c", "ids") == "3 run(s)" and display(None, "f4") == ""
@@ -265,8 +353,18 @@ def test_cli_tables_rerenders_same_bytes_and_reruns_nothing(tree, rendered, tmp_
 
     before = {p: p.stat().st_mtime_ns for p in (tree / "results").rglob("*") if p.is_file()}
     out = tmp_path / "cli"
-    result = CliRunner().invoke(app, ["tables", "--config", str(tree / "config.yaml"),
-                                      "--results", str(tree / "results"), "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "tables",
+            "--config",
+            str(tree / "config.yaml"),
+            "--results",
+            str(tree / "results"),
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     # same results, same bytes: the CLI's render equals the library's, file for file
     for path in rendered.rglob("*"):
@@ -277,8 +375,8 @@ def test_cli_tables_rerenders_same_bytes_and_reruns_nothing(tree, rendered, tmp_
 
 
 def test_report_opens_with_the_scorecard_and_writes_it_beside_the_tables(rendered):
-    from rearrival.findings import findings
-    from rearrival.paper_numbers import load_paper_numbers
+    from rearrival.report.findings import findings
+    from rearrival.report.paper_numbers import load_paper_numbers
 
     html = (rendered / "report.html").read_text()
     assert html.index('id="scorecard"') < html.index('id="prereg"') < html.index('id="tables"')
@@ -306,13 +404,26 @@ def test_cli_tables_scorecard_prints_one_line_per_finding(tree, tmp_path):
     from rearrival.cli import app
 
     out = tmp_path / "cli"
-    result = CliRunner().invoke(app, ["tables", "--config", str(tree / "config.yaml"),
-                                      "--results", str(tree / "results"), "--out", str(out),
-                                      "--scorecard"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "tables",
+            "--config",
+            str(tree / "config.yaml"),
+            "--results",
+            str(tree / "results"),
+            "--out",
+            str(out),
+            "--scorecard",
+        ],
+    )
     assert result.exit_code == 0, result.output
     card = _csv(out / "tables" / "scorecard.csv")
-    lines = [line for line in result.stdout.splitlines()
-             if line.split("  ")[0].strip() in ("holds", "does not hold", "not comparable")]
+    lines = [
+        line
+        for line in result.stdout.splitlines()
+        if line.split("  ")[0].strip() in ("holds", "does not hold", "not comparable")
+    ]
     assert len(lines) == len(card)
     for line, (_, row) in zip(lines, card.iterrows(), strict=True):
         assert line.startswith(row["verdict"]) and f" {row['id']}: paper " in line
@@ -325,11 +436,23 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")
 def test_report_renders_headless(rendered, tmp_path):
     png = tmp_path / "report.png"
-    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'ud'}",
-                    f"--screenshot={png}", "--window-size=1280,2000",
-                    (rendered / "report.html").as_uri()], check=True, timeout=60,
-                   capture_output=True)
+    subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'ud'}",
+            f"--screenshot={png}",
+            "--window-size=1280,2000",
+            (rendered / "report.html").as_uri(),
+        ],
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
     assert png.is_file() and png.stat().st_size > 0
-

@@ -1,4 +1,4 @@
-"""The scorecard of the paper's findings (rearrival.scorecard) on small synthetic results:
+"""The scorecard of the paper's findings (rearrival.report.scorecard) on small synthetic results:
 each verdict (holds, does not hold, not comparable) is reached by the stated test."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rearrival.findings import (
+from rearrival.report.findings import (
     FAILS,
     HOLDS,
     NOT_COMPARABLE,
@@ -16,9 +16,8 @@ from rearrival.findings import (
     in_printed_range,
     within_printed,
 )
-from rearrival.paper_numbers import load_paper_numbers
-from rearrival.report_tables import Column, Part, Table
-from rearrival.scorecard import (
+from rearrival.report.paper_numbers import load_paper_numbers
+from rearrival.report.scorecard import (
     Scorecard,
     read_scorecard_csv,
     score,
@@ -26,18 +25,27 @@ from rearrival.scorecard import (
     scorecard_markdown,
     summary_lines,
 )
+from rearrival.report.table_model import Column, Part, Table
 
 NUMBERS = load_paper_numbers()
 PAPER_PICK = str(NUMBERS["search_pick"].value)
 
 
 def table(table_id: str, *parts: list[dict[str, Any]]) -> Table:
-    return Table(table_id, table_id, "", tuple(Part(f"p{i}", (Column("x", "x"),), tuple(rows))
-                                             for i, rows in enumerate(parts)))
+    return Table(
+        table_id,
+        table_id,
+        "",
+        tuple(Part(f"p{i}", (Column("x", "x"),), tuple(rows)) for i, rows in enumerate(parts)),
+    )
 
 
-def evidence(*tables: Table, backends: tuple[str, ...] = ("emulated",),
-             search: dict | None = None, reproduction: dict | None = None) -> Evidence:
+def evidence(
+    *tables: Table,
+    backends: tuple[str, ...] = ("emulated",),
+    search: dict | None = None,
+    reproduction: dict | None = None,
+) -> Evidence:
     return Evidence({t.id: t for t in tables}, search, backends, reproduction)
 
 
@@ -48,11 +56,25 @@ def verdict_of(ev: Evidence, finding: str) -> tuple[str, str, str]:
 
 def grid(control_pad: float, wait_pad: float, control_reuse: str, wait_reuse: str) -> Table:
     base = {"study": "grid", "n": 6, "configuration": "baseline"}
-    return table("VI", [
-        base | {"variant": "control", "padding_ratio": control_pad, "reuse": control_reuse,
-                "decode_steps": 1288},
-        base | {"variant": "wait", "padding_ratio": wait_pad, "reuse": wait_reuse,
-                "decode_steps": 2001}])
+    return table(
+        "VI",
+        [
+            base
+            | {
+                "variant": "control",
+                "padding_ratio": control_pad,
+                "reuse": control_reuse,
+                "decode_steps": 1288,
+            },
+            base
+            | {
+                "variant": "wait",
+                "padding_ratio": wait_pad,
+                "reuse": wait_reuse,
+                "decode_steps": 2001,
+            },
+        ],
+    )
 
 
 def test_findings_are_well_formed_and_claims_hold_no_paper_numbers() -> None:
@@ -80,20 +102,23 @@ def test_no_results_means_nothing_is_comparable() -> None:
 
 
 def test_direction_finding_holds_and_fails() -> None:
-    assert verdict_of(evidence(grid(0.23, 0.17, "18/18", "14/18")),
-                      "wait_tradeoff")[0] == HOLDS
+    assert verdict_of(evidence(grid(0.23, 0.17, "18/18", "14/18")), "wait_tradeoff")[0] == HOLDS
     got, ours, _ = verdict_of(evidence(grid(0.23, 0.17, "14/18", "18/18")), "wait_tradeoff")
     assert got == FAILS and "14/18 -> 18/18" in ours
     # padding rising with the wait breaks it just as well
-    assert verdict_of(evidence(grid(0.17, 0.23, "18/18", "14/18")),
-                      "wait_tradeoff")[0] == FAILS
+    assert verdict_of(evidence(grid(0.17, 0.23, "18/18", "14/18")), "wait_tradeoff")[0] == FAILS
 
 
 def test_savings_order() -> None:
     def xii(slots: float, chosen: float) -> Table:
         row = {"study": "validation", "n": 8}
-        return table("XII", [row | {"comparison": "slots16 vs baseline", "saving_a": slots},
-                             row | {"comparison": "selected vs baseline", "saving_a": chosen}])
+        return table(
+            "XII",
+            [
+                row | {"comparison": "slots16 vs baseline", "saving_a": slots},
+                row | {"comparison": "selected vs baseline", "saving_a": chosen},
+            ],
+        )
 
     assert verdict_of(evidence(xii(0.08, 0.09)), "savings_n8")[0] == HOLDS
     # a different pick is judged but said so
@@ -108,24 +133,37 @@ def test_savings_order() -> None:
 
 
 def test_equivalence_band_comes_from_the_registration() -> None:
-    ix = table("IX", [{"study": "validation_remeasure", "n": 6,
-                       "comparison": "slots16 vs baseline", "ratio_obs_a": 0.979}])
+    ix = table(
+        "IX",
+        [
+            {
+                "study": "validation_remeasure",
+                "n": 6,
+                "comparison": "slots16 vs baseline",
+                "ratio_obs_a": 0.979,
+            }
+        ],
+    )
     assert verdict_of(evidence(ix), "remeasure_small_gain")[0] == FAILS
     wide = Evidence({"IX": ix}, None, ("emulated",), band=(0.97, 1.03))
     assert {r.id: r for r in score(wide, NUMBERS)}["remeasure_small_gain"].verdict == HOLDS
 
 
 def test_hardware_findings_are_not_judged_on_the_emulator() -> None:
-    x = table("X", [{"study": "validation", "variant": "wait", "n": 6, "r_s": 1.2},
-                    {"study": "validation", "variant": "wait", "n": 8, "r_s": 1.6}])
+    x = table(
+        "X",
+        [
+            {"study": "validation", "variant": "wait", "n": 6, "r_s": 1.2},
+            {"study": "validation", "variant": "wait", "n": 8, "r_s": 1.6},
+        ],
+    )
     got, ours, why = verdict_of(evidence(x), "channel_r")
     assert got == NOT_COMPARABLE and "1.20" in ours and "RBLN hardware" in why
     assert verdict_of(evidence(x, backends=("rbln",)), "channel_r")[0] == HOLDS
     far = table("X", [{"study": "validation", "variant": "wait", "n": 6, "r_s": 3.0}])
     assert verdict_of(evidence(far, backends=("rbln",)), "channel_r")[0] == FAILS
     # a mixed run is not a hardware run
-    assert verdict_of(evidence(x, backends=("emulated", "rbln")),
-                      "channel_r")[0] == NOT_COMPARABLE
+    assert verdict_of(evidence(x, backends=("emulated", "rbln")), "channel_r")[0] == NOT_COMPARABLE
 
 
 def test_compile_time_needs_a_measured_compile() -> None:
@@ -148,14 +186,23 @@ def test_printed_precision_bounds() -> None:
 
 
 def _summary(pick: str, searched: int = 2077, **extra: Any) -> dict[str, Any]:
-    return {"candidates": {"searched": searched}, "selected": {"id": pick},
-            "evaluation_score": 0.91, "top": [{"id": str(i)} for i in range(20)],
-            "top_batch_sizes": [16], "top_score_spread_pp": 0.4,
-            "mean_ratio_changes_selection": False,
-            "restricted": {"6,8": {"selected": "16:1,2,4,6,8,16", "full_pick_rank": 15,
-                                   "mean_ratio_changes_selection": False},
-                           "8,10": {"selected": pick, "mean_ratio_changes_selection": True}}
-            } | extra
+    return {
+        "candidates": {"searched": searched},
+        "selected": {"id": pick},
+        "evaluation_score": 0.91,
+        "top": [{"id": str(i)} for i in range(20)],
+        "top_batch_sizes": [16],
+        "top_score_spread_pp": 0.4,
+        "mean_ratio_changes_selection": False,
+        "restricted": {
+            "6,8": {
+                "selected": "16:1,2,4,6,8,16",
+                "full_pick_rank": 15,
+                "mean_ratio_changes_selection": False,
+            },
+            "8,10": {"selected": pick, "mean_ratio_changes_selection": True},
+        },
+    } | extra
 
 
 def test_search_findings() -> None:
@@ -174,8 +221,13 @@ def test_search_findings() -> None:
 
 
 def test_counts_of_closer_simulators() -> None:
-    xi = table("XI", [{"closer": c, "error_full": 0.01, "error_fixed": 0.02}
-                      for c in ("full", "fixed", "full", "fixed")])
+    xi = table(
+        "XI",
+        [
+            {"closer": c, "error_full": 0.01, "error_fixed": 0.02}
+            for c in ("full", "fixed", "full", "fixed")
+        ],
+    )
     assert verdict_of(evidence(xi), "fixed_arrival")[0] == HOLDS
     xi = table("XI", [{"closer": "full", "error_full": 0.01, "error_fixed": 0.02}] * 3)
     assert verdict_of(evidence(xi), "fixed_arrival")[0] == FAILS
@@ -187,20 +239,40 @@ def test_counts_of_closer_simulators() -> None:
 
 
 def test_saturation_needs_both_steps() -> None:
-    one = table("XIII", [], [{"study": "saturation", "comparison": "sat24 vs sat16",
-                              "median": 1.0, "verdict": "saturated"}])
+    one = table(
+        "XIII",
+        [],
+        [
+            {
+                "study": "saturation",
+                "comparison": "sat24 vs sat16",
+                "median": 1.0,
+                "verdict": "saturated",
+            }
+        ],
+    )
     assert verdict_of(evidence(one), "saturation")[0] == NOT_COMPARABLE
-    both = table("XIII", [], [
-        {"study": "saturation", "comparison": "sat24 vs sat16", "verdict": "saturated"},
-        {"study": "saturation", "comparison": "sat32 vs sat24", "verdict": "not saturated"}])
+    both = table(
+        "XIII",
+        [],
+        [
+            {"study": "saturation", "comparison": "sat24 vs sat16", "verdict": "saturated"},
+            {"study": "saturation", "comparison": "sat32 vs sat24", "verdict": "not saturated"},
+        ],
+    )
     assert verdict_of(evidence(both), "saturation")[0] == FAILS
 
 
 def test_error_findings() -> None:
-    rows = [{"study": "validation", "n": n, "comparison": c, "error": e, "verdict": v}
-            for n, c, e, v in ((8, "a", 0.006, "pass"), (8, "b", 0.007, "pass"),
-                               (10, "a", 0.034, "exploratory"),
-                               (10, "b", 0.036, "exploratory"))]
+    rows = [
+        {"study": "validation", "n": n, "comparison": c, "error": e, "verdict": v}
+        for n, c, e, v in (
+            (8, "a", 0.006, "pass"),
+            (8, "b", 0.007, "pass"),
+            (10, "a", 0.034, "exploratory"),
+            (10, "b", 0.036, "exploratory"),
+        )
+    ]
     ev = evidence(table("IX", rows))
     assert verdict_of(ev, "error_sign")[0] == HOLDS
     assert verdict_of(ev, "exploratory_errors")[0] == HOLDS
@@ -213,8 +285,12 @@ def test_error_findings() -> None:
 
 
 def test_reproduction_and_injection() -> None:
-    good = {"runs": 10, "padding_mae": 0.006, "steps_mare": 0.01,
-            "injection": {256: {"at": 0.05, "typical": 0.01}}}
+    good = {
+        "runs": 10,
+        "padding_mae": 0.006,
+        "steps_mare": 0.01,
+        "injection": {256: {"at": 0.05, "typical": 0.01}},
+    }
     assert verdict_of(evidence(reproduction=good), "reproduction")[0] == HOLDS
     assert verdict_of(evidence(reproduction=good), "injection")[0] == HOLDS
     bad = good | {"steps_mare": 0.035, "injection": {256: {"at": 0.01, "typical": 0.01}}}
@@ -224,8 +300,9 @@ def test_reproduction_and_injection() -> None:
 
 
 def test_renderings_agree(tmp_path) -> None:
-    card = Scorecard(tuple(score(evidence(grid(0.23, 0.17, "18/18", "14/18")), NUMBERS)),
-                     ("emulated",))
+    card = Scorecard(
+        tuple(score(evidence(grid(0.23, 0.17, "18/18", "14/18")), NUMBERS)), ("emulated",)
+    )
     path = tmp_path / "scorecard.csv"
     path.write_text(scorecard_csv(card))
     again = read_scorecard_csv(path)
@@ -240,9 +317,18 @@ def test_renderings_agree(tmp_path) -> None:
 
 @pytest.mark.parametrize("finding", ["initial_withheld", "remeasure_both_rules"])
 def test_channel_agreement_findings_are_hardware_findings(finding) -> None:
-    rows = [{"study": s, "n": 6, "comparison": "slots16 vs baseline", "channel_diff": 0.021,
-             "tau": 0.02, "verdict": v, "verdict_fixed": v}
-            for s, v in (("validation", "withheld"), ("validation_remeasure", "pass"))]
+    rows = [
+        {
+            "study": s,
+            "n": 6,
+            "comparison": "slots16 vs baseline",
+            "channel_diff": 0.021,
+            "tau": 0.02,
+            "verdict": v,
+            "verdict_fixed": v,
+        }
+        for s, v in (("validation", "withheld"), ("validation_remeasure", "pass"))
+    ]
     ix = table("IX", rows)
     assert verdict_of(evidence(ix), finding)[0] == NOT_COMPARABLE
     assert verdict_of(evidence(ix, backends=("rbln",)), finding)[0] == HOLDS

@@ -16,10 +16,11 @@ from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.experiments import write_frame
-from rearrival.memory import device_memory
-from rearrival.profile import ProfileError, measured_profile
-from rearrival.search import (
+from rearrival.model.memory import device_memory
+from rearrival.model.profile import ProfileError, measured_profile
+from rearrival.model.sim import simulate
+from rearrival.parquet import write_frame
+from rearrival.search.scoring import (
     BASELINE,
     Candidate,
     CandidateArrays,
@@ -42,21 +43,37 @@ from rearrival.search import (
     score_table,
     write_outputs,
 )
-from rearrival.sim import simulate
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
 
 # A search small enough for tests: 8 candidates (batch 4 and 6, at most 3 buckets), N in
 # {2, 3}, 1 seed x 2 blocks, so 4 search and 4 evaluation plans.
-TINY = {"batch_sizes": [4, 6], "max_buckets": 3, "n": [2, 3], "seeds": 1, "blocks": 2,
-        "search_seed_block": 100, "evaluation_seed_block": 200,
-        "restricted_n": [[2], [3]], "top": 3, "shards": 2}
+TINY = {
+    "batch_sizes": [4, 6],
+    "max_buckets": 3,
+    "n": [2, 3],
+    "seeds": 1,
+    "blocks": 2,
+    "search_seed_block": 100,
+    "evaluation_seed_block": 200,
+    "restricted_n": [[2], [3]],
+    "top": 3,
+    "shards": 2,
+}
 
 
 def tiny_settings() -> SearchSettings:
-    return SearchSettings(batch_sizes=(4, 6), max_buckets=3, n=(2, 3), seeds=1, blocks=2,
-                          restricted_n=((2,), (3,)), top=3, shards=2)
+    return SearchSettings(
+        batch_sizes=(4, 6),
+        max_buckets=3,
+        n=(2, 3),
+        seeds=1,
+        blocks=2,
+        restricted_n=((2,), (3,)),
+        top=3,
+        shards=2,
+    )
 
 
 def tiny_plans(settings: SearchSettings):
@@ -65,8 +82,9 @@ def tiny_plans(settings: SearchSettings):
 
 def direct(plan, cand: Candidate) -> Outcome:
     r = simulate(plan, cand.sim_config())
-    return Outcome(r.device_s, r.decode_s, r.prefill_s, r.reuse_hits, r.re_arrivals,
-                   r.computed_prefill_tokens)
+    return Outcome(
+        r.device_s, r.decode_s, r.prefill_s, r.reuse_hits, r.re_arrivals, r.computed_prefill_tokens
+    )
 
 
 # --- candidates -------------------------------------------------------------------------
@@ -110,7 +128,7 @@ def test_compile_budget_filter() -> None:
 
 
 def test_bad_candidate_space_is_rejected() -> None:
-    with pytest.raises(SearchError, match="max-buckets"):
+    with pytest.raises(SearchError, match="max_buckets"):
         enumerate_candidates(max_buckets=1)
     with pytest.raises(SearchError, match="batch_size"):
         Candidate((1, 4), 8)
@@ -125,8 +143,10 @@ def test_search_and_evaluation_plans_are_distinct_and_disjoint() -> None:
     assert len(plans) == 54
     assert [k.inputs for k, _ in plans].count("search") == 27
     assert len({p.sha256() for _, p in plans}) == 54
-    seeds = {inputs: {p.meta.seed for k, p in plans if k.inputs == inputs}
-             for inputs in ("search", "evaluation")}
+    seeds = {
+        inputs: {p.meta.seed for k, p in plans if k.inputs == inputs}
+        for inputs in ("search", "evaluation")
+    }
     assert len(seeds["search"]) == len(seeds["evaluation"]) == 27
     assert not seeds["search"] & seeds["evaluation"]
 
@@ -146,8 +166,11 @@ def test_batch_scores_with_reuse_equal_direct_simulation() -> None:
     bit for bit, whatever order candidates come in; slots != batch_size included."""
     settings = SearchSettings(n=(6, 10), seeds=1, blocks=1, restricted_n=((6,),))
     cands = enumerate_candidates((8, 12, 16), 4)
-    cands += [Candidate(c.buckets, c.batch_size, slots) for c in cands[:40:7]
-              for slots in (3, c.batch_size + 5)]
+    cands += [
+        Candidate(c.buckets, c.batch_size, slots)
+        for c in cands[:40:7]
+        for slots in (3, c.batch_size + 5)
+    ]
     rng = random.Random(3)
     for key in plan_keys(settings)[:2]:
         plan = make_plan(key, settings, 5, None)
@@ -167,22 +190,34 @@ def test_baseline_and_its_twin_score_exactly_one() -> None:
     results, _ = evaluate(cands, plans)
     table, _ = score_table(results, cands, BASELINE, settings)
     row = table[table["id"] == twin.id].iloc[0]
-    for column in ("score", "evaluation_score", "mean_ratio_score", "ratio_n2", "ratio_n3",
-                   "score_n2", "search_decode_ratio", "evaluation_prefill_ratio"):
+    for column in (
+        "score",
+        "evaluation_score",
+        "mean_ratio_score",
+        "ratio_n2",
+        "ratio_n3",
+        "score_n2",
+        "search_decode_ratio",
+        "evaluation_prefill_ratio",
+    ):
         assert row[column] == 1.0
     # the score is seconds summed first: check one candidate by hand
     other = cands[0]
     search = results[results["inputs"] == "search"]
-    expected = (search[search["candidate"] == other.id]["device_s"].sum()
-                / search[search["candidate"] == BASELINE.id]["device_s"].sum())
+    expected = (
+        search[search["candidate"] == other.id]["device_s"].sum()
+        / search[search["candidate"] == BASELINE.id]["device_s"].sum()
+    )
     assert table[table["id"] == other.id].iloc[0]["score"] == pytest.approx(expected, 1e-12)
     assert sorted(table["rank"]) == list(range(1, len(cands) + 1))
 
 
 def _merge(shard_frames, cands, settings, out: Path) -> dict[str, bytes]:
     write_outputs(combine_shards(shard_frames), cands, BASELINE, settings, out)
-    return {name: (out / name).read_bytes()
-            for name in ("scores.parquet", "selected.json", "summary.json")}
+    return {
+        name: (out / name).read_bytes()
+        for name in ("scores.parquet", "selected.json", "summary.json")
+    }
 
 
 def test_merged_files_do_not_depend_on_shard_count(tmp_path: Path) -> None:
@@ -213,10 +248,10 @@ def test_restricted_n_selection_on_a_hand_made_table() -> None:
     # per-N summed device seconds; baseline 10 s at every N
     base = {6: 10.0, 8: 10.0, 10: 10.0}
     totals = {
-        "a": {6: 9.0, 8: 9.0, 10: 7.0},   # best overall (23), thanks to N=10
-        "b": {6: 8.0, 8: 8.5, 10: 9.0},   # best on {6,8} (16.5)
+        "a": {6: 9.0, 8: 9.0, 10: 7.0},  # best overall (23), thanks to N=10
+        "b": {6: 8.0, 8: 8.5, 10: 9.0},  # best on {6,8} (16.5)
         "c": {6: 9.5, 8: 9.5, 10: 9.5},
-        "d": {6: 9.5, 8: 8.0, 10: 8.5},   # second on {6,8} and on {8,10}
+        "d": {6: 9.5, 8: 8.0, 10: 8.5},  # second on {6,8} and on {8,10}
     }
     tiebreak = {cid: (i,) for i, cid in enumerate(sorted(totals))}
     report = compare_n_sets(totals, base, tiebreak, [6, 8, 10], [[6, 8], [8, 10]], top=2)
@@ -258,17 +293,32 @@ def test_cli_sharded_and_single_process_agree(tmp_path: Path) -> None:
     shards = []
     for k in range(2):
         out = tmp_path / f"shard_{k}.parquet"
-        result = runner.invoke(app, ["search", "shard", "--config", config, "--plans",
-                                     str(plans), "--shard", str(k), "--out", str(out)])
+        result = runner.invoke(
+            app,
+            [
+                "search",
+                "shard",
+                "--config",
+                config,
+                "--plans",
+                str(plans),
+                "--shard",
+                str(k),
+                "--out",
+                str(out),
+            ],
+        )
         assert result.exit_code == 0, result.output
         shards.append(str(out))
     merged = tmp_path / "merged"
-    result = runner.invoke(app, ["search", "merge", "--config", config, "--out-dir",
-                                 str(merged), *shards])
+    result = runner.invoke(
+        app, ["search", "merge", "--config", config, "--out-dir", str(merged), *shards]
+    )
     assert result.exit_code == 0, result.output
     single = tmp_path / "single"
-    result = runner.invoke(app, ["search", "--out", str(single), "--config", config,
-                                 "--workers", "1"])
+    result = runner.invoke(
+        app, ["search", "--out", str(single), "--config", config, "--workers", "1"]
+    )
     assert result.exit_code == 0, result.output
     for name in ("scores.parquet", "selected.json", "summary.json"):
         assert (merged / name).read_bytes() == (single / name).read_bytes()
@@ -286,14 +336,29 @@ def test_cli_sharded_and_single_process_agree(tmp_path: Path) -> None:
 
 def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
     config = str(tiny_config(tmp_path))
-    done = subprocess.run([str(CLI), "search", "--config", config], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [str(CLI), "search", "--config", config], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "--out" in done.stderr
-    done = subprocess.run([str(CLI), "search", "shard", "--config", config, "--plans",
-                           str(tmp_path / "nowhere"), "--shard", "0", "--out",
-                           str(tmp_path / "s.parquet")], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [
+            str(CLI),
+            "search",
+            "shard",
+            "--config",
+            config,
+            "--plans",
+            str(tmp_path / "nowhere"),
+            "--shard",
+            "0",
+            "--out",
+            str(tmp_path / "s.parquet"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and "search plans" in done.stderr
 
 
@@ -323,7 +388,9 @@ def test_memory_filter_excludes_and_counts(tmp_path: Path) -> None:
     kept = candidates((8, 10, 12, 16), 3, memory=small)
     assert kept == [c for c in every if c.batch_size <= 11]
     assert filter_counts(every, measured_profile(), small, True) == {
-        "excluded_by_compile_budget": 0, "excluded_by_memory": len(every) - len(kept)}
+        "excluded_by_compile_budget": 0,
+        "excluded_by_memory": len(every) - len(kept),
+    }
     assert candidates((8, 10, 12, 16), 3, memory=small, memory_filter=False) == every
     with pytest.raises(ProfileError, match=r"small.yaml: missing field 'memory.weights_gib'"):
         device_memory(tree={"memory": {"per_device_gib": 5.0}}, source="small.yaml")
@@ -332,9 +399,25 @@ def test_memory_filter_excludes_and_counts(tmp_path: Path) -> None:
 def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
     config = str(tiny_config(tmp_path))
     out = tmp_path / "out"
-    result = runner.invoke(app, ["search", "--n", "3", "--batch-sizes", "4,5",
-                                 "--max-buckets", "2", "--no-memory-filter", "--out", str(out),
-                                 "--config", config, "--workers", "1"])
+    result = runner.invoke(
+        app,
+        [
+            "search",
+            "--n",
+            "3",
+            "--batch-sizes",
+            "4,5",
+            "--max-buckets",
+            "2",
+            "--no-memory-filter",
+            "--out",
+            str(out),
+            "--config",
+            config,
+            "--workers",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["inputs"]["n"] == [3]
@@ -342,14 +425,16 @@ def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
     assert summary["candidates"]["memory_filter"] is False
     assert summary["restricted"] == {}  # [[2], [3]] minus sets outside --n 3, minus {3}
     assert sorted(p.name for p in (out / "plans" / "search").iterdir()) == [
-        "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
+        "n3_s0_b0.parquet",
+        "n3_s0_b1.parquet",
+    ]
     bad = runner.invoke(app, ["search", "--n", "3,x", "--out", str(out), "--config", config])
     assert bad.exit_code != 0 and "--n" in str(bad.exception or bad.output)
 
 
 def test_batch_scores_without_the_compiled_core_are_the_same(monkeypatch) -> None:
     """No numba: the search falls back to the Python core and gets the same outcomes."""
-    import rearrival.sim as sim
+    import rearrival.model.sim as sim
 
     settings = SearchSettings(n=(6,), seeds=1, blocks=1, restricted_n=())
     plan = make_plan(plan_keys(settings)[0], settings, 9, None)
@@ -367,12 +452,15 @@ def test_batch_core_matches_single_calls_on_random_plans() -> None:
     from conftest import random_plan
 
     rng = random.Random(12)
-    cands = [Candidate(c.buckets, c.batch_size, rng.choice([None, 1, 5, 40]))
-             for c in enumerate_candidates((1, 4, 8, 16, 33), 3)]
+    cands = [
+        Candidate(c.buckets, c.batch_size, rng.choice([None, 1, 5, 40]))
+        for c in enumerate_candidates((1, 4, 8, 16, 33), 3)
+    ]
     arrays = CandidateArrays(cands, measured_profile())
     for _ in range(12):
-        plan = random_plan(rng, rng.randint(1, 40), max_gen=rng.choice([5, 40]),
-                           max_wait_s=rng.choice([0.05, 2.0]))
+        plan = random_plan(
+            rng, rng.randint(1, 40), max_gen=rng.choice([5, 40]), max_wait_s=rng.choice([0.05, 2.0])
+        )
         scores = score_plan(plan, arrays)
         for index in rng.sample(range(len(cands)), 25):
             assert scores.outcome(index) == direct(plan, cands[index]), cands[index].id
@@ -381,15 +469,37 @@ def test_batch_core_matches_single_calls_on_random_plans() -> None:
 def test_cli_search_options_reach_the_subcommands(tmp_path: Path) -> None:
     config = str(tiny_config(tmp_path))
     plans = tmp_path / "plans"
-    result = runner.invoke(app, ["search", "--n", "3", "plans", "--config", config,
-                                 "--out", str(plans)])
+    result = runner.invoke(
+        app, ["search", "--n", "3", "plans", "--config", config, "--out", str(plans)]
+    )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (plans / "evaluation").iterdir()) == [
-        "n3_s0_b0.parquet", "n3_s0_b1.parquet"]
+        "n3_s0_b0.parquet",
+        "n3_s0_b1.parquet",
+    ]
     out = tmp_path / "shard.parquet"
-    result = runner.invoke(app, ["search", "--n", "3", "--batch-sizes", "5",
-                                 "--max-buckets", "2", "shard", "--config", config, "--plans",
-                                 str(plans), "--shard", "0", "--shards", "1", "--out",
-                                 str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "search",
+            "--n",
+            "3",
+            "--batch-sizes",
+            "5",
+            "--max-buckets",
+            "2",
+            "shard",
+            "--config",
+            config,
+            "--plans",
+            str(plans),
+            "--shard",
+            "0",
+            "--shards",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert sorted(pd.read_parquet(out)["candidate"].unique()) == ["5:1,5", BASELINE.id]

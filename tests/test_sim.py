@@ -15,9 +15,25 @@ from conftest import random_plan
 from typer.testing import CliRunner
 
 from rearrival.errors import RearrivalError
-from rearrival.plans import Plan, PlanMeta, Session, write_plan
-from rearrival.profile import measured_profile, select_bucket
-from rearrival.sim import SUMMARY_KEYS, SimConfig, SimConfigError, simulate
+from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
+from rearrival.model.profile import measured_profile, select_bucket
+from rearrival.model.sim import SimConfig, SimConfigError, simulate
+
+# The keys of SimResult.summary(), in order (the record schema of the predictions).
+SUMMARY_KEYS = (
+    "decode_steps",
+    "prefill_steps",
+    "padding_ratio",
+    "reuse_hits",
+    "re_arrivals",
+    "computed_prefill_tokens",
+    "decode_s",
+    "prefill_s",
+    "device_s",
+    "interference_s",
+    "makespan_s",
+    "histogram",
+)
 
 # The paper's constants written out (SPEC section 4), so these cases do not lean on
 # the profile code they exercise.
@@ -35,8 +51,10 @@ def prefill(q: int) -> float:
 
 def plan_of(*rows: tuple[int, int, int, float]) -> Plan:
     """Sessions from (prompt L0, first generation G0, follow-up generation G1, wait s)."""
-    return Plan(tuple(Session(i, l0, g0, g1, 8, w, "test")
-                      for i, (l0, g0, g1, w) in enumerate(rows)), PlanMeta())
+    return Plan(
+        tuple(Session(i, l0, g0, g1, 8, w, "test") for i, (l0, g0, g1, w) in enumerate(rows)),
+        PlanMeta(),
+    )
 
 
 def config(buckets=(1, 2), **kwargs) -> SimConfig:
@@ -44,6 +62,7 @@ def config(buckets=(1, 2), **kwargs) -> SimConfig:
 
 
 # ---- hand-computed cases ---------------------------------------------------------------
+
 
 def test_one_session_reuses_its_prompt_after_the_wait():
     result = simulate(plan_of((1000, 3, 2, 0.5)), SimConfig())
@@ -64,8 +83,7 @@ def test_one_session_reuses_its_prompt_after_the_wait():
     assert first.complete_s == pytest.approx(prefill(1000) + 2 * step(1, 1), rel=1e-12)
     assert follow.arrival_s == pytest.approx(first.complete_s + 0.5, rel=1e-12)
     assert follow.admit_s == follow.arrival_s  # idle: time jumps to the arrival
-    assert s["makespan_s"] == pytest.approx(follow.arrival_s + prefill(115) + step(1, 1),
-                                            rel=1e-12)
+    assert s["makespan_s"] == pytest.approx(follow.arrival_s + prefill(115) + step(1, 1), rel=1e-12)
     assert (first.slot, follow.slot, follow.evicted_slot) == (0, 1, None)
 
 
@@ -109,8 +127,7 @@ def test_deferred_release_blocks_the_next_admission_for_one_decode_step(release,
     # S = batch = 2. Session 1 finishes after one step and re-arrives at once. With
     # deferred release its slot is not evictable yet: releases are applied and one decode
     # step runs before the admission; with immediate release it is admitted at once.
-    result = simulate(plan_of((1000, 5, 3, 1.0), (900, 2, 2, 0.0)),
-                      config((1, 2), release=release))
+    result = simulate(plan_of((1000, 5, 3, 1.0), (900, 2, 2, 0.0)), config((1, 2), release=release))
     _, _, r10, r11 = result.requests
     t_done = prefill(1000) + prefill(900) + step(2, 2)
     assert r10.complete_s == pytest.approx(t_done, rel=1e-12)
@@ -146,7 +163,7 @@ def test_pre_evict_frees_the_padding_block_before_the_decode_step():
     assert follow_off.evicted_slot == 0 and follow_pre.evicted_slot is None
     assert follow_pre.slot == 0 and follow_pre.cached_tokens == 0
     first = pre.evictions[0]
-    assert (first.cause, first.session, first.turn) == ("pre-evict", 0, 0)
+    assert (first.cause, first.session, first.turn) == ("dummy-block", 0, 0)
     assert first.time_s == pytest.approx(pre.requests[0].complete_s, rel=1e-12)
     # same decode distribution: the dummy block changes KV, not the schedule here
     assert pre.summary()["histogram"] == off.summary()["histogram"]
@@ -183,6 +200,7 @@ def test_arrival_within_tolerance_counts_at_the_boundary():
 
 # ---- fixed-arrival variant (a) ---------------------------------------------------------
 
+
 def test_fixed_arrivals_pin_re_arrival_times():
     plan = plan_of((1000, 3, 2, 0.5), (900, 20, 2, 0.5))
     free = simulate(plan, SimConfig())
@@ -206,18 +224,22 @@ def test_fixed_arrivals_must_cover_every_session():
 
 # ---- configuration validation ----------------------------------------------------------
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    (dict(buckets=(1, 2, 4), batch_size=8), "buckets"),
-    (dict(buckets=(1, 2, 4, 8, 16), batch_size=8), "buckets"),
-    (dict(buckets=(2, 1, 8), batch_size=8), "buckets"),
-    (dict(buckets=(1, 1, 8), batch_size=8), "buckets"),
-    (dict(buckets=(0, 8), batch_size=8), "buckets"),
-    (dict(buckets=(), batch_size=8), "buckets"),
-    (dict(batch_size=0, buckets=(0,)), "buckets"),
-    (dict(slots=0), "slots"),
-    (dict(release="later"), "release"),
-    (dict(dummy_block="on"), "dummy_block"),
-])
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        (dict(buckets=(1, 2, 4), batch_size=8), "buckets"),
+        (dict(buckets=(1, 2, 4, 8, 16), batch_size=8), "buckets"),
+        (dict(buckets=(2, 1, 8), batch_size=8), "buckets"),
+        (dict(buckets=(1, 1, 8), batch_size=8), "buckets"),
+        (dict(buckets=(0, 8), batch_size=8), "buckets"),
+        (dict(buckets=(), batch_size=8), "buckets"),
+        (dict(batch_size=0, buckets=(0,)), "buckets"),
+        (dict(slots=0), "slots"),
+        (dict(release="later"), "release"),
+        (dict(dummy_block="on"), "dummy_block"),
+    ],
+)
 def test_bad_configuration_names_field_and_fix(kwargs, field):
     with pytest.raises(SimConfigError, match=field) as info:
         SimConfig(**kwargs)
@@ -235,19 +257,32 @@ def test_config_defaults_and_normalisation():
 
 # ---- invariants over random plans ------------------------------------------------------
 
-BUCKET_SETS = [(1, 2, 4, 8), (1, 4, 8), (1, 2, 8), (1, 3, 6, 12), (1, 16), (2, 4), (1,),
-               (1, 4, 6, 8, 10, 16)]
+BUCKET_SETS = [
+    (1, 2, 4, 8),
+    (1, 4, 8),
+    (1, 2, 8),
+    (1, 3, 6, 12),
+    (1, 16),
+    (2, 4),
+    (1,),
+    (1, 4, 6, 8, 10, 16),
+]
 
 
 def _random_case(rng: random.Random):
     n = rng.randint(1, 24)
-    plan = random_plan(rng, n, max_gen=rng.choice([8, 40, 120]),
-                       max_wait_s=rng.choice([0.05, 0.5, 3.0]))
+    plan = random_plan(
+        rng, n, max_gen=rng.choice([8, 40, 120]), max_wait_s=rng.choice([0.05, 0.5, 3.0])
+    )
     buckets = rng.choice(BUCKET_SETS)
     slots = rng.choice([None, 1, max(1, buckets[-1] - 3), buckets[-1] + 5, 2 * n])
-    cfg = SimConfig(buckets=buckets, batch_size=buckets[-1], slots=slots,
-                    release=rng.choice(["deferred", "immediate"]),
-                    dummy_block=rng.choice(["off", "pre-evict"]))
+    cfg = SimConfig(
+        buckets=buckets,
+        batch_size=buckets[-1],
+        slots=slots,
+        release=rng.choice(["deferred", "immediate"]),
+        dummy_block=rng.choice(["off", "pre-evict"]),
+    )
     return plan, cfg
 
 
@@ -272,8 +307,9 @@ def test_invariants_on_random_plans():
             assert follow.arrival_s == first.complete_s + sess.tool_wait_s
             assert first.cached_tokens == 0
         decoded = sum(int(k.split("->")[0]) * v for k, v in s["histogram"].items())
-        assert decoded == sum(s_.gen_tokens - 1 + s_.followup_gen_tokens - 1
-                              for s_ in plan.sessions)
+        assert decoded == sum(
+            s_.gen_tokens - 1 + s_.followup_gen_tokens - 1 for s_ in plan.sessions
+        )
         assert s["decode_steps"] == sum(s["histogram"].values())
         for key in s["histogram"]:
             n, b = map(int, key.split("->"))
@@ -285,11 +321,12 @@ def test_invariants_on_random_plans():
         assert s["interference_s"] >= 0.0
         assert s["device_s"] == s["decode_s"] + s["prefill_s"]
         assert s["decode_s"] == pytest.approx(
-            sum(st.steps * profile.decode_step_s(st.n, st.b) for st in result.stretches),
-            rel=1e-12)
+            sum(st.steps * profile.decode_step_s(st.n, st.b) for st in result.stretches), rel=1e-12
+        )
         assert s["prefill_s"] == pytest.approx(sum(r.prefill_s for r in records), rel=1e-12)
         assert s["interference_s"] == pytest.approx(
-            sum(r.running_at_admission * r.prefill_s for r in records), rel=1e-12, abs=0)
+            sum(r.running_at_admission * r.prefill_s for r in records), rel=1e-12, abs=0
+        )
         assert s["makespan_s"] == max(r.complete_s for r in records)
         stretches = result.stretches
         assert all(a.end_s <= b.start_s + 1e-12 for a, b in itertools.pairwise(stretches))
@@ -305,8 +342,13 @@ def test_twice_as_many_slots_as_sessions_keeps_every_prefix(release, dummy_block
         n = rng.randint(1, 12)
         plan = random_plan(rng, n)
         buckets = rng.choice([(1, 2, 4, 8), (1, 4, 8), (1, 3, 6, 12)])
-        cfg = SimConfig(buckets=buckets, batch_size=buckets[-1], slots=2 * n + rng.randint(0, 3),
-                        release=release, dummy_block=dummy_block)
+        cfg = SimConfig(
+            buckets=buckets,
+            batch_size=buckets[-1],
+            slots=2 * n + rng.randint(0, 3),
+            release=release,
+            dummy_block=dummy_block,
+        )
         result = simulate(plan, cfg)
         reusable = sum(1 for s in plan.sessions if s.prompt_tokens >= 128)
         assert result.summary()["reuse_hits"] == reusable
@@ -331,23 +373,39 @@ def test_deterministic():
 
 def test_records_and_stretches_have_contract_fields(small_plan):
     result = simulate(small_plan, SimConfig())
-    fields = ("session", "turn", "arrival_s", "admit_s", "first_token_s", "complete_s",
-              "prompt_tokens", "cached_tokens", "computed_tokens", "prefill_s", "slot",
-              "evicted_slot", "running_at_admission")
+    fields = (
+        "session",
+        "turn",
+        "arrival_s",
+        "admit_s",
+        "first_token_s",
+        "complete_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "computed_tokens",
+        "prefill_s",
+        "slot",
+        "evicted_slot",
+        "running_at_admission",
+    )
     for name in fields:
         assert hasattr(result.requests[0], name)
     assert [(r.session, r.turn) for r in result.requests] == [
-        (i, t) for i in range(small_plan.n) for t in (0, 1)]
+        (i, t) for i in range(small_plan.n) for t in (0, 1)
+    ]
     assert sum(st.steps for st in result.stretches) == result.summary()["decode_steps"]
     assert result.total_computed_tokens == sum(r.computed_tokens for r in result.requests)
 
 
 # ---- CLI -------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def plan_files(tmp_path: Path, small_plan: Plan) -> list[Path]:
-    return [write_plan(small_plan, tmp_path / "a.parquet"),
-            write_plan(random_plan(random.Random(9), 6), tmp_path / "b.json")]
+    return [
+        write_plan(small_plan, tmp_path / "a.parquet"),
+        write_plan(random_plan(random.Random(9), 6), tmp_path / "b.json"),
+    ]
 
 
 def _cli(args: list[str]):
@@ -357,8 +415,9 @@ def _cli(args: list[str]):
 
 
 def test_cli_prints_one_sorted_summary_per_plan(plan_files, small_plan):
-    result = _cli(["simulate", *map(str, plan_files), "--buckets", "1,2,4,8",
-                   "--batch-size", "8", "--json"])
+    result = _cli(
+        ["simulate", *map(str, plan_files), "--buckets", "1,2,4,8", "--batch-size", "8", "--json"]
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 2
@@ -368,20 +427,36 @@ def test_cli_prints_one_sorted_summary_per_plan(plan_files, small_plan):
 
 
 def test_cli_variants_and_slots_reach_the_config(plan_files, small_plan):
-    result = _cli(["simulate", str(plan_files[0]), "--slots", "3", "--release", "immediate",
-                   "--dummy-block", "pre-evict", "--variant", "control", "--json"])
+    result = _cli(
+        [
+            "simulate",
+            str(plan_files[0]),
+            "--slots",
+            "3",
+            "--release",
+            "immediate",
+            "--dummy-block",
+            "pre-evict",
+            "--variant",
+            "control",
+            "--json",
+        ]
+    )
     assert result.exit_code == 0, result.output
     cfg = SimConfig(slots=3, release="immediate", dummy_block="pre-evict")
     expected = simulate(small_plan.variant("control"), cfg).summary()
     assert json.loads(result.output) == json.loads(json.dumps(expected))
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--buckets", "1,2,4"], "--buckets"),
-    (["--buckets", "1,two"], "--buckets"),
-    (["--release", "sometimes"], "--release"),
-    (["--dummy-block", "always"], "--dummy-block"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--buckets", "1,2,4"], "--buckets"),
+        (["--buckets", "1,two"], "--buckets"),
+        (["--release", "sometimes"], "--release"),
+        (["--dummy-block", "always"], "--dummy-block"),
+    ],
+)
 def test_cli_bad_options_raise_one_line_errors(plan_files, args, needle):
     result = _cli(["simulate", str(plan_files[0]), *args, "--json"])
     assert isinstance(result.exception, RearrivalError)
@@ -392,8 +467,12 @@ def test_cli_missing_or_truncated_plan_exits_non_zero(tmp_path, plan_files):
     truncated = tmp_path / "cut.parquet"
     truncated.write_bytes(plan_files[0].read_bytes()[:200])
     for path in (tmp_path / "missing.parquet", truncated):
-        proc = subprocess.run([str(Path(sys.executable).parent / "rearrival"), "simulate",
-                               str(path), "--json"], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "rearrival"), "simulate", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode != 0
         assert proc.stdout == ""
         assert str(path) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

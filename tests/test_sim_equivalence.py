@@ -3,7 +3,7 @@
 Integer outputs (steps, histogram, reuse, tokens, slots, evictions, stretch shapes) must
 match exactly; times to 1e-9 relative, because the core multiplies a step time by a
 stretch length where the reference adds it step by step. The compiled core
-(``rearrival.simcore``, what ``simulate`` runs) and the Python event core it compiles must
+(``rearrival.model.simcore``, what ``simulate`` runs) and the Python event core it compiles must
 agree bit for bit, since the search's outputs may not depend on which one ran.
 """
 
@@ -16,16 +16,25 @@ import random
 import pytest
 from conftest import random_plan
 
-from rearrival.plans import Plan, PlanMeta, Session
-from rearrival.profile import measured_profile
-from rearrival.sim import SimConfig, SimResult, _simulate_python, simulate
-from rearrival.sim_reference import simulate_reference
+from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.profile import measured_profile
+from rearrival.model.sim import SimConfig, SimResult, simulate, simulate_python
+from rearrival.model.sim_reference import simulate_reference
 
 # bucket sets chosen so that many n fall between buckets, plus single-bucket grids
-BUCKET_SETS = [(1, 2, 4, 8), (1, 4, 8), (1, 2, 8), (1, 3, 6, 12), (1, 16), (2, 4), (1,),
-               (1, 4, 6, 8, 10, 16), (3,), (1, 5, 32)]
-VARIANTS = list(itertools.product(("deferred", "immediate"), ("off", "pre-evict"),
-                                  (False, True)))
+BUCKET_SETS = [
+    (1, 2, 4, 8),
+    (1, 4, 8),
+    (1, 2, 8),
+    (1, 3, 6, 12),
+    (1, 16),
+    (2, 4),
+    (1,),
+    (1, 4, 6, 8, 10, 16),
+    (3,),
+    (1, 5, 32),
+]
+VARIANTS = list(itertools.product(("deferred", "immediate"), ("off", "pre-evict"), (False, True)))
 PLANS_PER_VARIANT = 40  # x 8 variants = 320 random plans in the default suite
 SLOW_PLANS_PER_VARIANT = 500  # x 8 = 4,000 with -m slow
 
@@ -50,31 +59,44 @@ def assert_same(core: SimResult, ref: SimResult, label: str) -> None:
                 assert_times_close(x, y, f"{label} request {a.session}/{a.turn} {name}")
             else:
                 assert x == y, f"{label} request {a.session}/{a.turn} {name}: {x} != {y}"
-    assert [(s.n, s.b, s.steps) for s in core.stretches] == \
-        [(s.n, s.b, s.steps) for s in ref.stretches], label
+    assert [(s.n, s.b, s.steps) for s in core.stretches] == [
+        (s.n, s.b, s.steps) for s in ref.stretches
+    ], label
     for a, b in zip(core.stretches, ref.stretches, strict=True):
         assert_times_close(a.start_s, b.start_s, f"{label} stretch start")
         assert_times_close(a.end_s, b.end_s, f"{label} stretch end")
-    assert [(e.slot, e.session, e.turn, e.cause) for e in core.evictions] == \
-        [(e.slot, e.session, e.turn, e.cause) for e in ref.evictions], label
+    assert [(e.slot, e.session, e.turn, e.cause) for e in core.evictions] == [
+        (e.slot, e.session, e.turn, e.cause) for e in ref.evictions
+    ], label
     for a, b in zip(core.evictions, ref.evictions, strict=True):
         assert_times_close(a.time_s, b.time_s, f"{label} eviction time")
 
 
 def random_case(rng: random.Random, release: str, dummy_block: str, fixed: bool):
     n = rng.randint(1, 32)
-    plan = random_plan(rng, n, max_gen=rng.choice([4, 12, 30]),
-                       max_wait_s=rng.choice([0.02, 0.2, 1.0]),
-                       zero_wait_share=rng.choice([0.0, 0.2, 1.0]))
+    plan = random_plan(
+        rng,
+        n,
+        max_gen=rng.choice([4, 12, 30]),
+        max_wait_s=rng.choice([0.02, 0.2, 1.0]),
+        zero_wait_share=rng.choice([0.0, 0.2, 1.0]),
+    )
     buckets = rng.choice(BUCKET_SETS)
     batch = buckets[-1]
-    slots = rng.choice([None, 1, max(1, batch // 2), max(1, batch - 1), batch + 1,
-                        2 * batch, n, 2 * n])
+    slots = rng.choice(
+        [None, 1, max(1, batch // 2), max(1, batch - 1), batch + 1, 2 * batch, n, 2 * n]
+    )
     fixed_arrivals = None
     if fixed:  # some before the first completion (clamped), some well after
         fixed_arrivals = [round(rng.uniform(0.0, 1.5), rng.choice([2, 9])) for _ in range(n)]
-    config = SimConfig(buckets=buckets, batch_size=batch, slots=slots, release=release,
-                       dummy_block=dummy_block, fixed_arrivals=fixed_arrivals)
+    config = SimConfig(
+        buckets=buckets,
+        batch_size=batch,
+        slots=slots,
+        release=release,
+        dummy_block=dummy_block,
+        fixed_arrivals=fixed_arrivals,
+    )
     return plan, config
 
 
@@ -87,8 +109,9 @@ def assert_identical(core: SimResult, python: SimResult, label: str) -> None:
     assert core.evictions == python.evictions, label
 
 
-def check_random_plans(release: str, dummy_block: str, fixed: bool, count: int,
-                       seed_base: int) -> None:
+def check_random_plans(
+    release: str, dummy_block: str, fixed: bool, count: int, seed_base: int
+) -> None:
     rng = random.Random(seed_base + VARIANTS.index((release, dummy_block, fixed)))
     profile = measured_profile()
     for index in range(count):
@@ -96,7 +119,7 @@ def check_random_plans(release: str, dummy_block: str, fixed: bool, count: int,
         label = f"case {index} N={plan.n} {config}"
         core = simulate(plan, config, core="compiled")
         assert_same(core, simulate_reference(plan, config), label)
-        assert_identical(core, _simulate_python(plan, config, profile), label)
+        assert_identical(core, simulate_python(plan, config, profile), label)
 
 
 @pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
@@ -115,11 +138,14 @@ def test_core_matches_reference_on_paper_sized_plans(n):
     # paper-sized generations (32-256) and prompts, on the baseline and the selected grid
     rng = random.Random(n)
     plan = random_plan(rng, n, max_gen=256, max_wait_s=5.0)
-    for config in (SimConfig(), SimConfig(buckets=(1, 4, 6, 8, 10, 16), batch_size=16),
-                   SimConfig(release="immediate", dummy_block="pre-evict")):
+    for config in (
+        SimConfig(),
+        SimConfig(buckets=(1, 4, 6, 8, 10, 16), batch_size=16),
+        SimConfig(release="immediate", dummy_block="pre-evict"),
+    ):
         core = simulate(plan, config, core="compiled")
         assert_same(core, simulate_reference(plan, config), str(config))
-        assert_identical(core, _simulate_python(plan, config, measured_profile()), str(config))
+        assert_identical(core, simulate_python(plan, config, measured_profile()), str(config))
 
 
 def test_plan_too_large_for_int64_keys_runs_the_python_core_with_a_warning():
@@ -127,7 +153,7 @@ def test_plan_too_large_for_int64_keys_runs_the_python_core_with_a_warning():
     with pytest.warns(RuntimeWarning, match="int64"):
         result = simulate(huge, SimConfig(), core="compiled")
     assert result.decode_steps == 2**61 - 1 + 2  # G0 - 1 then G1 - 1 decode steps
-    assert result.summary() == _simulate_python(huge, SimConfig(), measured_profile()).summary()
+    assert result.summary() == simulate_python(huge, SimConfig(), measured_profile()).summary()
 
 
 def test_auto_core_gives_the_compiled_bits():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rearrival.kvslots import NO_OWNER, SlotPool
-from rearrival.profile import measured_profile
+from rearrival.model.kvslots import NO_OWNER, SlotPool
+from rearrival.model.profile import measured_profile
 
 REUSE = measured_profile().reusable_tokens
 

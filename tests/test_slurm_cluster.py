@@ -30,7 +30,7 @@ from test_pipeline import (  # the local run of the same study, for byte compari
     small_config,
 )
 
-from rearrival.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITION
+from rearrival.workflow.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITION
 
 CLUSTER = REPO / "scripts" / "slurm" / "cluster.sh"
 PARTITION = "rearrival"  # the test cluster's one partition (cluster.sh)
@@ -54,8 +54,9 @@ def _unavailable(reason: str) -> None:
 def cluster():
     """The test cluster, up for this module only; site settings point the profile at it."""
     if shutil.which("slurmctld") is None or shutil.which("sbatch") is None:
-        _unavailable("Slurm is not installed (no slurmctld/sbatch on PATH): "
-                     "apt-get install slurm-wlm munge")
+        _unavailable(
+            "Slurm is not installed (no slurmctld/sbatch on PATH): apt-get install slurm-wlm munge"
+        )
     if os.geteuid() != 0:
         _unavailable("the throwaway Slurm cluster runs its daemons as root")
     up = subprocess.run([str(CLUSTER), "up"], capture_output=True, text=True, timeout=120)
@@ -80,13 +81,20 @@ def test_cluster_up_is_idempotent(cluster):
     assert status.returncode == 0
 
 
-def _slurm(work: Path, home: Path, *args: str, env: dict | None = None
-           ) -> subprocess.CompletedProcess:
+def _slurm(
+    work: Path, home: Path, *args: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """`snakemake --profile profiles/slurm ...` as a user would type it."""
     if env is None:
         return _snakemake(work, home, "--profile", "profiles/slurm", *args)
-    return subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm", *args],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [str(BIN / "snakemake"), "--profile", "profiles/slurm", *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def _submissions(output: str) -> dict[str, list[tuple[int, Path]]]:
@@ -101,11 +109,11 @@ def _submissions(output: str) -> dict[str, list[tuple[int, Path]]]:
 
 def _interval(job_id: int) -> tuple[datetime, datetime]:
     """Start and end of a finished job, as the controller remembers it (MinJobAge)."""
-    shown = subprocess.run(["scontrol", "show", "job", str(job_id)], capture_output=True,
-                           text=True, check=True).stdout
+    shown = subprocess.run(
+        ["scontrol", "show", "job", str(job_id)], capture_output=True, text=True, check=True
+    ).stdout
     fields = dict(re.findall(r"(StartTime|EndTime)=(\S+)", shown))
-    return (datetime.fromisoformat(fields["StartTime"]),
-            datetime.fromisoformat(fields["EndTime"]))
+    return (datetime.fromisoformat(fields["StartTime"]), datetime.fromisoformat(fields["EndTime"]))
 
 
 def _overlap(a: int, b: int) -> bool:
@@ -130,11 +138,16 @@ def test_every_job_went_through_sbatch(slurm_study):
     planned = _job_counts(output)
     submitted = _submissions(output)
     assert {rule: len(jobs) for rule, jobs in submitted.items()} == {
-        rule: count for rule, count in planned.items() if rule not in LOCAL_RULES}
+        rule: count for rule, count in planned.items() if rule not in LOCAL_RULES
+    }
     ids = [job_id for jobs in submitted.values() for job_id, _ in jobs]
     assert len(set(ids)) == len(ids)
-    states = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%T"],
-                            capture_output=True, text=True, check=True).stdout
+    states = subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--format=%i|%T"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     state_of = dict(line.split("|") for line in states.split())
     assert all(state_of[str(job_id)] == "COMPLETED" for job_id in ids)
     for rule, jobs in submitted.items():  # each job's own Slurm log, kept by the profile
@@ -158,9 +171,11 @@ def test_results_are_byte_identical_to_a_local_run(slurm_study, finished_study):
     work, _, _ = slurm_study
     local, _ = finished_study
     # manifests, prereg records and ledgers name this repository's commits and times
-    produced = sorted(p.relative_to(work) for p in (work / "results").rglob("*")
-                      if p.is_file() and p.name != "manifest.json"
-                      and not {"prereg", "ledger"} & set(p.parts))
+    produced = sorted(
+        p.relative_to(work)
+        for p in (work / "results").rglob("*")
+        if p.is_file() and p.name != "manifest.json" and not {"prereg", "ledger"} & set(p.parts)
+    )
     stages = {p.parts[1] for p in produced}
     assert {"plans", "predictions", "search", "runs", "channels", "decisions"} <= stages
     assert Path("results/search/shards/shard_1.parquet") in produced
@@ -170,14 +185,22 @@ def test_results_are_byte_identical_to_a_local_run(slurm_study, finished_study):
 
 def test_audit_passes_and_prereg_commits_are_serial(slurm_study):
     work, home, output = slurm_study
-    audit = subprocess.run([str(BIN / "rearrival"), "audit", "--repo", ".", "--results",
-                            "results"], cwd=work, env=_env(home), capture_output=True,
-                           text=True)
+    audit = subprocess.run(
+        [str(BIN / "rearrival"), "audit", "--repo", ".", "--results", "results"],
+        cwd=work,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "0 violation" in audit.stdout
     assert "preregister" not in _submissions(output)
-    history = subprocess.run(["git", "-C", str(work), "log", "--format=%P|%s"],
-                             capture_output=True, text=True, check=True).stdout.splitlines()
+    history = subprocess.run(
+        ["git", "-C", str(work), "log", "--format=%P|%s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     prereg = [line for line in history if "prereg(" in line]
     assert len(prereg) == len(small_config()["studies"]) + 1
     assert all(len(line.split("|")[0].split()) == 1 for line in history[:-1])  # linear
@@ -204,8 +227,9 @@ def test_real_device_runs_never_overlap(slurm_study, tmp_path):
         shutil.rmtree(copy / target)
     held = _slurm(copy, home, *targets, "--set-resources", "run_replicate:gres='rbln:1'")
     assert held.returncode == 0, held.stdout[-3000:] + held.stderr[-3000:]
-    first, second = (job_id for job_id, _ in _submissions(held.stdout + held.stderr)[
-        "run_replicate"])
+    first, second = (
+        job_id for job_id, _ in _submissions(held.stdout + held.stderr)["run_replicate"]
+    )
     assert not _overlap(first, second)
 
 
@@ -217,8 +241,14 @@ def test_rbln_backend_requests_the_site_device_gres(tmp_path):
     config = small_config() | {"backend": "rbln"}
     work = _workflow_repo(tmp_path, config)
     env = _env(home) | {ENV_DEVICE_GRES: "rbln:4"}
-    dry = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "all"], cwd=work,
-                         env=env, capture_output=True, text=True, timeout=300)
+    dry = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--cores", "2", "all"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
     blocks = re.findall(r"rule (\w+):\n(?:.*\n)*?\s+resources: (.*)", dry.stdout)
     gres = {rule: "gres=rbln:4" in resources for rule, resources in blocks}
@@ -235,8 +265,10 @@ def test_unknown_partition_is_one_line_before_any_submission(cluster, tmp_path):
     result = _slurm(work, home, "all", env=env)
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert (f"Slurm partition 'nonexistent' ({ENV_PARTITION}) does not exist; this "
-            f"cluster has: {PARTITION}") in output.splitlines()
+    assert (
+        f"Slurm partition 'nonexistent' ({ENV_PARTITION}) does not exist; this "
+        f"cluster has: {PARTITION}"
+    ) in output.splitlines()
     assert not SUBMITTED.search(output)
 
 
@@ -246,13 +278,17 @@ def test_controller_down_is_one_line(cluster, tmp_path):
     home.mkdir()
     work = _workflow_repo(tmp_path, small_config())
     conf = tmp_path / "slurm.conf"
-    conf.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=6899",
-                           Path("/etc/slurm/slurm.conf").read_text()))
+    conf.write_text(
+        re.sub(
+            r"SlurmctldPort=\d+", "SlurmctldPort=6899", Path("/etc/slurm/slurm.conf").read_text()
+        )
+    )
     result = _slurm(work, home, "all", env=_env(home) | {"SLURM_CONF": str(conf)})
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert any(line.startswith("the Slurm controller is not reachable (")
-               for line in output.splitlines()), output[-2000:]
+    assert any(
+        line.startswith("the Slurm controller is not reachable (") for line in output.splitlines()
+    ), output[-2000:]
     assert not SUBMITTED.search(output)
 
 
@@ -268,16 +304,19 @@ def test_no_slurm_is_one_line(cluster, tmp_path):
     result = _slurm(work, home, "all", env=_env(home) | {"PATH": f"{BIN}:{tools}"})
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert any(line.startswith("Slurm is not installed here (sbatch, squeue")
-               for line in output.splitlines()), output[-2000:]
+    assert any(
+        line.startswith("Slurm is not installed here (sbatch, squeue")
+        for line in output.splitlines()
+    ), output[-2000:]
 
 
 def _running(rule: str, deadline_s: float) -> int:
     """The Slurm id of the first job of a rule seen running (comment names the rule)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        queue = subprocess.run(["squeue", "--noheader", "--format=%i|%T|%k"],
-                               capture_output=True, text=True).stdout
+        queue = subprocess.run(
+            ["squeue", "--noheader", "--format=%i|%T|%k"], capture_output=True, text=True
+        ).stdout
         for line in queue.splitlines():
             job_id, state, comment = line.split("|", 2)
             if state == "RUNNING" and comment.startswith(f"rule_{rule}"):
@@ -291,13 +330,21 @@ def test_cancelled_job_is_named_unused_and_only_missing_jobs_rerun(slurm_study, 
     copy = tmp_path / "study"
     shutil.copytree(work, copy, symlinks=True)
     target = copy / "results" / "runs" / "mechanisms" / "n8_r1"
-    for downstream in ("results/channels/mechanisms.parquet",
-                       "results/decisions/mechanisms.csv", "reports/report.html"):
+    for downstream in (
+        "results/channels/mechanisms.parquet",
+        "results/decisions/mechanisms.csv",
+        "reports/report.html",
+    ):
         (copy / downstream).unlink()
     shutil.rmtree(target)
-    job = subprocess.Popen([str(BIN / "snakemake"), "--profile", "profiles/slurm", "all"],
-                           cwd=copy, env=_env(home), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    job = subprocess.Popen(
+        [str(BIN / "snakemake"), "--profile", "profiles/slurm", "all"],
+        cwd=copy,
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     slurm_id = _running("run_replicate", 120)
     subprocess.run(["scancel", str(slurm_id)], check=True)
     output, _ = job.communicate(timeout=300)
@@ -306,11 +353,21 @@ def test_cancelled_job_is_named_unused_and_only_missing_jobs_rerun(slurm_study, 
     assert not target.exists(), "a cancelled run must not leave its replicate directory"
     dry = _snakemake(copy, home, "-n", "all")
     assert _job_counts(dry.stdout + dry.stderr) == {
-        "run_replicate": 1, "seal": 1, "channels": 1, "decide": 1, "report": 1, "all": 1}
+        "run_replicate": 1,
+        "seal": 1,
+        "channels": 1,
+        "decide": 1,
+        "report": 1,
+        "all": 1,
+    }
     redo = _slurm(copy, home, "all")
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
     assert {rule for rule in _submissions(redo.stdout + redo.stderr)} == {
-        "run_replicate", "channels", "decide", "report"}  # seal is local (a git commit)
+        "run_replicate",
+        "channels",
+        "decide",
+        "report",
+    }  # seal is local (a git commit)
     relative = Path("results/decisions/mechanisms.csv")
     assert (copy / relative).read_bytes() == (work / relative).read_bytes()
 

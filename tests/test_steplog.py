@@ -9,24 +9,26 @@ from pathlib import Path
 import pytest
 
 from rearrival.errors import RearrivalError
-from rearrival.steplog import StepLogError, format_bucket_line, parse_step_log
+from rearrival.measure.steplog import StepLogError, format_bucket_line, parse_step_log
 
 # What `VLLM_LOGGING_LEVEL=DEBUG vllm serve ...` prints with the observation patch:
 # engine-core process prefix, level, date, source location, other DEBUG/INFO lines.
 PATCH_AT = "[model_base.py:123]"
-VLLM_EXCERPT = "".join([
-    "INFO 11-29 10:00:00 [api_server.py:1885] vLLM API server version 0.22.0\n",
-    "(EngineCore_0 pid=4711) INFO 11-29 10:00:01 [core.py:77] Initializing a V1 LLM engine\n",
-    'INFO:     127.0.0.1:50312 - "POST /v1/completions HTTP/1.1" 200 OK\n',
-    f"DEBUG 11-29 10:00:02 {PATCH_AT} [BUCKET] request_nums=3 padded_batch_size=4\n",
-    f"(EngineCore_0 pid=4711) DEBUG 11-29 10:00:02 {PATCH_AT} "
-    "[BUCKET] request_nums=1 padded_batch_size=1\n",
-    "DEBUG 11-29 10:00:02 [scheduler.py:310] num_running=3 num_waiting=0 bucket sizes ok\n",
-    f"\x1b[36mDEBUG\x1b[0m 11-29 10:00:03 {PATCH_AT} "
-    "[BUCKET] request_nums=8 padded_batch_size=8\r\n",
-    "INFO 11-29 10:00:03 [loggers.py:116] Engine 000: Avg prompt throughput: 1203.4 tokens/s\n",
-    f"DEBUG 11-29 10:00:04 {PATCH_AT} [BUCKET] request_nums=5 padded_batch_size=8   \n",
-])
+VLLM_EXCERPT = "".join(
+    [
+        "INFO 11-29 10:00:00 [api_server.py:1885] vLLM API server version 0.22.0\n",
+        "(EngineCore_0 pid=4711) INFO 11-29 10:00:01 [core.py:77] Initializing a V1 LLM engine\n",
+        'INFO:     127.0.0.1:50312 - "POST /v1/completions HTTP/1.1" 200 OK\n',
+        f"DEBUG 11-29 10:00:02 {PATCH_AT} [BUCKET] request_nums=3 padded_batch_size=4\n",
+        f"(EngineCore_0 pid=4711) DEBUG 11-29 10:00:02 {PATCH_AT} "
+        "[BUCKET] request_nums=1 padded_batch_size=1\n",
+        "DEBUG 11-29 10:00:02 [scheduler.py:310] num_running=3 num_waiting=0 bucket sizes ok\n",
+        f"\x1b[36mDEBUG\x1b[0m 11-29 10:00:03 {PATCH_AT} "
+        "[BUCKET] request_nums=8 padded_batch_size=8\r\n",
+        "INFO 11-29 10:00:03 [loggers.py:116] Engine 000: Avg prompt throughput: 1203.4 tokens/s\n",
+        f"DEBUG 11-29 10:00:04 {PATCH_AT} [BUCKET] request_nums=5 padded_batch_size=8   \n",
+    ]
+)
 
 
 def test_round_trip_of_formatted_lines() -> None:
@@ -61,15 +63,18 @@ def test_log_without_bucket_lines_gives_no_steps() -> None:
     assert parse_step_log("INFO started\nDEBUG nothing here\n") == []
 
 
-@pytest.mark.parametrize("garbage", [
-    "DEBUG 11-29 10:00:05 [model_base.py:123] [BUCKET] request_nums=3 padded_batch_size=",
-    "DEBUG 11-29 10:00:05 [model_base.py:123] [BUCKET] request_nums=x padded_batch_size=4",
-    "DEBUG 11-29 10:00:05 [model_base.py:123] request_nums=3 padded_batch_size=4",
-    "[BUCKET] request_nums=3 padded_batch_size=4[BUCKET] request_nums=1 padded_batch_size=1",
-    "[BUCKET] request_nums=3 padded_batch_size=4 (truncated",
-    "[BUCKET] request_nums=5 padded_batch_size=4",
-    "[BUCKET] request_nums=0 padded_batch_size=1",
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "DEBUG 11-29 10:00:05 [model_base.py:123] [BUCKET] request_nums=3 padded_batch_size=",
+        "DEBUG 11-29 10:00:05 [model_base.py:123] [BUCKET] request_nums=x padded_batch_size=4",
+        "DEBUG 11-29 10:00:05 [model_base.py:123] request_nums=3 padded_batch_size=4",
+        "[BUCKET] request_nums=3 padded_batch_size=4[BUCKET] request_nums=1 padded_batch_size=1",
+        "[BUCKET] request_nums=3 padded_batch_size=4 (truncated",
+        "[BUCKET] request_nums=5 padded_batch_size=4",
+        "[BUCKET] request_nums=0 padded_batch_size=1",
+    ],
+)
 def test_malformed_bucket_line_names_file_and_line(tmp_path: Path, garbage: str) -> None:
     log = tmp_path / "server.log"
     log.write_text(VLLM_EXCERPT + garbage + "\n")
@@ -93,11 +98,13 @@ def test_unreadable_path_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_timestamps_are_read_when_present_and_optional() -> None:
     """Calibration (SPEC 4) reads the patch's monotonic clock; older logs carry none."""
-    from rearrival.steplog import parse_step_times
+    from rearrival.measure.steplog import parse_step_times
 
-    text = (f"DEBUG {PATCH_AT} {format_bucket_line(3, 4, 1_000)}\n"
-            "[BUCKET] request_nums=3 padded_batch_size=4 t_mono_ns=2500\n"
-            "[BUCKET] request_nums=1 padded_batch_size=1\n")
+    text = (
+        f"DEBUG {PATCH_AT} {format_bucket_line(3, 4, 1_000)}\n"
+        "[BUCKET] request_nums=3 padded_batch_size=4 t_mono_ns=2500\n"
+        "[BUCKET] request_nums=1 padded_batch_size=1\n"
+    )
     assert parse_step_times(text) == [(3, 4, 1000), (3, 4, 2500), (1, 1, None)]
     assert parse_step_log(text) == [(3, 4), (3, 4), (1, 1)]
     with pytest.raises(StepLogError, match=r":1: malformed bucket line"):

@@ -10,11 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rearrival.backends import BackendSettings
-from rearrival.decide import DecisionCriteria
-from rearrival.decisions import criteria_from_config
-from rearrival.experiments import design_changes, registered_design, workflow_params
-from rearrival.studies import (
+from rearrival.config.study import (
     DecisionSettings,
     EmulatedHttpSettings,
     InjectionSettings,
@@ -24,17 +20,28 @@ from rearrival.studies import (
     schema_defaults,
     study_config_from_mapping,
 )
+from rearrival.judge.decide import DecisionCriteria
+from rearrival.judge.decisions import criteria_from_config
+from rearrival.measure.backends import BackendSettings
+from rearrival.workflow.params import workflow_params
+from rearrival.workflow.preregister import design_changes, registered_design
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
-SECTIONS = {"decision": DecisionSettings, "injection": InjectionSettings,
-            "emulated_http": EmulatedHttpSettings, "rbln": RblnSettings}
+SECTIONS = {
+    "decision": DecisionSettings,
+    "injection": InjectionSettings,
+    "emulated_http": EmulatedHttpSettings,
+    "rbln": RblnSettings,
+}
 
 
 def _minimal() -> dict:
     """Only the required keys: every section comes from the schema's defaults."""
-    return {key: copy.deepcopy(SMALL[key])
-            for key in ("backend", "study_seed", "replicates", "configurations", "studies")}
+    return {
+        key: copy.deepcopy(SMALL[key])
+        for key in ("backend", "study_seed", "replicates", "configurations", "studies")
+    }
 
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
@@ -51,8 +58,9 @@ def test_a_config_without_sections_gets_the_schema_defaults(tmp_path):
     defaults = schema_defaults()
     for section, kind in SECTIONS.items():
         typed = dataclasses.asdict(getattr(cfg, section))
-        assert typed == {key: tuple(v) if isinstance(v, list) else v
-                         for key, v in defaults[section].items()}, section
+        assert typed == {
+            key: tuple(v) if isinstance(v, list) else v for key, v in defaults[section].items()
+        }, section
         assert isinstance(getattr(cfg, section), kind)
     assert dict(cfg.search) == defaults["search"]
     assert cfg.tool_table == defaults["tool_table"]
@@ -90,8 +98,13 @@ def test_a_seed_edit_changes_every_plan_and_everything_after_it():
     raw["study_seed"] += 1
     changed = _changed(before, _params(raw))
     for study in SMALL["studies"]:
-        assert {f"plans:{study}", f"predict:{study}", f"prereg:{study}", f"run:{study}",
-                f"decide:{study}"} <= changed
+        assert {
+            f"plans:{study}",
+            f"predict:{study}",
+            f"prereg:{study}",
+            f"run:{study}",
+            f"decide:{study}",
+        } <= changed
     assert {"injection", "search", "report"} <= changed
 
 
@@ -100,7 +113,13 @@ def test_an_n_edit_changes_only_that_study_and_the_report():
     before = _params(raw)
     raw["studies"]["grid"]["n"] = [6, 8]
     assert _changed(before, _params(raw)) == {
-        "plans:grid", "predict:grid", "prereg:grid", "run:grid", "decide:grid", "report"}
+        "plans:grid",
+        "predict:grid",
+        "prereg:grid",
+        "run:grid",
+        "decide:grid",
+        "report",
+    }
 
 
 def test_a_criteria_edit_changes_registrations_and_decisions_not_plans_or_runs():
@@ -108,8 +127,9 @@ def test_a_criteria_edit_changes_registrations_and_decisions_not_plans_or_runs()
     before = _params(raw)
     raw["decision"]["tau_fixed"] = 0.05
     changed = _changed(before, _params(raw))
-    assert changed == {f"{stage}:{study}" for study in SMALL["studies"]
-                       for stage in ("prereg", "decide")} | {"report"}
+    assert changed == {
+        f"{stage}:{study}" for study in SMALL["studies"] for stage in ("prereg", "decide")
+    } | {"report"}
 
 
 def test_a_description_edit_changes_only_the_report():
@@ -123,9 +143,11 @@ def test_design_changes_name_each_changed_key():
     cfg = study_config_from_mapping(copy.deepcopy(SMALL), "<test>")
     study = cfg.study("validation")
     design = registered_design(cfg, study) | {
-        "description": "", "profile": "p",
+        "description": "",
+        "profile": "p",
         "configurations": registered_design(cfg, study)["configurations"]
-        | {"selected": {"buckets": [1, 8], "batch_size": 8, "slots": 8}}}
+        | {"selected": {"buckets": [1, 8], "batch_size": 8, "slots": 8}},
+    }
     criteria = criteria_from_config(cfg).to_dict()
     assert design_changes(cfg, study, design, criteria) == []
     edited = copy.deepcopy(SMALL)

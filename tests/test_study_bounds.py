@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import CONFIG_FILE
 
-from rearrival.studies import StudyConfigError, load_study_config
+from rearrival.config.study import StudyConfigError, load_study_config
 
 
 def _config(tmp_path, n: list[int]):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.tools import (
+from rearrival.model.tools import (
     CAP_S,
     HUMAN_WAITING_TOOLS,
     ToolStats,
@@ -96,7 +96,8 @@ def test_cap_applies_at_60_s_and_is_flagged() -> None:
 def test_default_table_is_the_labelled_published_aggregate() -> None:
     table = default_tool_table()
     assert [(r.tool, r.calls, r.p50_s, r.p90_s, r.p99_s) for r in table.rows] == [
-        ("aggregate", 743_819, 0.22, 10.05, 151.6)]
+        ("aggregate", 743_819, 0.22, 10.05, 151.6)
+    ]
     assert "AGGREGATE" in table.source and "not public" in table.source
 
 
@@ -114,9 +115,12 @@ def test_default_table_sampler_matches_its_own_inverse_cdf() -> None:
     assert _within(capped, 1 - _analytic_share(row, CAP_S), 200_000)
 
 
-@pytest.mark.xfail(strict=True, reason="one aggregate row gives 0.658 under 1 s and 4.07% "
-                   "capped; the published 0.67-0.71 and 2.5-4% come from the 43-tool "
-                   "mixture, whose per-tool table is not public")
+@pytest.mark.xfail(
+    strict=True,
+    reason="one aggregate row gives 0.658 under 1 s and 4.07% "
+    "capped; the published 0.67-0.71 and 2.5-4% come from the 43-tool "
+    "mixture, whose per-tool table is not public",
+)
 def test_default_table_meets_published_checks() -> None:
     under, capped = _default_shares(200_000, 20260101)
     assert 0.67 <= under <= 0.71
@@ -132,14 +136,15 @@ def test_default_table_shares_million_draws() -> None:
 
 
 def test_human_waiting_tools_are_excluded() -> None:
-    rows = ROWS + tuple(ToolStats(name, 10_000, 60.0, 600.0, 3600.0)
-                        for name in sorted(HUMAN_WAITING_TOOLS))
+    rows = ROWS + tuple(
+        ToolStats(name, 10_000, 60.0, 600.0, 3600.0) for name in sorted(HUMAN_WAITING_TOOLS)
+    )
     table = ToolTable(rows, "test")
     assert [r.tool for r in table.rows] == [r.tool for r in ROWS]
     assert table.excluded == tuple(sorted(HUMAN_WAITING_TOOLS))
     assert set(table.sample(random.Random(0), 2_000).tools) <= {r.tool for r in ROWS}
     with pytest.raises(ToolTableError, match="human-waiting"):
-        ToolTable(rows[len(ROWS):], "only-humans")
+        ToolTable(rows[len(ROWS) :], "only-humans")
 
 
 def _write(tmp_path: Path, body: object) -> Path:
@@ -149,27 +154,37 @@ def _write(tmp_path: Path, body: object) -> Path:
 
 
 def test_load_summary_json_converts_ms_to_seconds(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"tool_by_name": {
-        "Bash": {"n": 10, "p50": 100, "p90": 2000, "p99": 30000},
-        "AskUserQuestion": {"n": 5, "p50": 1, "p90": 2, "p99": 3}}})
+    path = _write(
+        tmp_path,
+        {
+            "tool_by_name": {
+                "Bash": {"n": 10, "p50": 100, "p90": 2000, "p99": 30000},
+                "AskUserQuestion": {"n": 5, "p50": 1, "p90": 2, "p99": 3},
+            }
+        },
+    )
     table = load_summary_json(path)
     assert table.rows == (ToolStats("Bash", 10, 0.1, 2.0, 30.0),)
     assert table.excluded == ("AskUserQuestion",)
     assert "summary.json" in table.source and "sha256" in table.source
 
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    ("{not json", "not valid JSON"),
-    ({"tools": {}}, "'tool_by_name'"),
-    ({"tool_by_name": {"Bash": {"n": 3, "p50": 1, "p90": 2}}}, "lacks field 'p99'"),
-    ({"tool_by_name": {"Bash": {"n": 3, "p50": 5, "p90": 2, "p99": 9}}}, "p50 <= p90 <= p99"),
-    ({"tool_by_name": {"Bash": {"n": 3, "p50": -1, "p90": 2, "p99": 9}}}, "negative"),
-    ({"tool_by_name": {"Bash": {"n": 0, "p50": 1, "p90": 2, "p99": 9}}}, "field 'n'"),
-    ({"tool_by_name": {"Bash": {"n": 3, "p50": "x", "p90": 2, "p99": 9}}}, "must be a number"),
-    ({"tool_by_name": {}}, "no tools"),
-])
-def test_bad_summary_json_is_one_line_naming_file_and_field(tmp_path: Path, body: object,
-                                                           fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("{not json", "not valid JSON"),
+        ({"tools": {}}, "'tool_by_name'"),
+        ({"tool_by_name": {"Bash": {"n": 3, "p50": 1, "p90": 2}}}, "lacks field 'p99'"),
+        ({"tool_by_name": {"Bash": {"n": 3, "p50": 5, "p90": 2, "p99": 9}}}, "p50 <= p90 <= p99"),
+        ({"tool_by_name": {"Bash": {"n": 3, "p50": -1, "p90": 2, "p99": 9}}}, "negative"),
+        ({"tool_by_name": {"Bash": {"n": 0, "p50": 1, "p90": 2, "p99": 9}}}, "field 'n'"),
+        ({"tool_by_name": {"Bash": {"n": 3, "p50": "x", "p90": 2, "p99": 9}}}, "must be a number"),
+        ({"tool_by_name": {}}, "no tools"),
+    ],
+)
+def test_bad_summary_json_is_one_line_naming_file_and_field(
+    tmp_path: Path, body: object, fragment: str
+) -> None:
     path = _write(tmp_path, body)
     with pytest.raises(ToolTableError) as info:
         load_summary_json(path)
@@ -220,9 +235,9 @@ def test_build_summary_counts_and_rules() -> None:
 
 
 def test_build_summary_floors_p50_and_skips_unmeasured(tmp_path: Path) -> None:
-    calls = ([{"tool_name": "tiny", "tool_wall_latency_ms": 3, "tool_internal_latency_ms": 0.2}]
-             * 5 + [{"tool_name": "never", "tool_wall_latency_ms": 0,
-                     "tool_internal_latency_ms": None}])
+    calls = [
+        {"tool_name": "tiny", "tool_wall_latency_ms": 3, "tool_internal_latency_ms": 0.2}
+    ] * 5 + [{"tool_name": "never", "tool_wall_latency_ms": 0, "tool_internal_latency_ms": None}]
     path = tmp_path / "trace.jsonl"
     path.write_text(json.dumps({"tools": calls}) + "\n")
     summary = build_summary_from_trace(path)
@@ -235,7 +250,8 @@ def test_build_summary_reads_gzip_and_rejects_truncated(tmp_path: Path) -> None:
     good = tmp_path / "trace.jsonl.gz"
     good.write_bytes(data)
     assert build_summary_from_trace(good) == build_summary_from_trace(TRACE) | {
-        "provenance": build_summary_from_trace(TRACE)["provenance"] | {"trace": good.name}}
+        "provenance": build_summary_from_trace(TRACE)["provenance"] | {"trace": good.name}
+    }
     bad = tmp_path / "cut.jsonl.gz"
     bad.write_bytes(data[: len(data) // 2])
     with pytest.raises(ToolTableError) as info:

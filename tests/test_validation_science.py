@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from rearrival.channels import channel_a, channel_b
-from rearrival.emulate import run_emulated
-from rearrival.plangen import derive_seed, generate_plan
-from rearrival.records import RunRecord
-from rearrival.sim import SimConfig, simulate
+from rearrival.judge.channels import channel_a, channel_b
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.records import RunRecord
+from rearrival.model.plangen import derive_seed, generate_plan
+from rearrival.model.sim import SimConfig, simulate
 
 BASELINE = ((1, 2, 4, 8), 8)
 MORE_SLOTS = ((1, 2, 4, 8, 16), 16)
@@ -25,8 +25,14 @@ def measured(plan, configuration, replicate):
     buckets, batch = configuration
     seed = derive_seed(STUDY_SEED, replicate, plan.n, 9, f"run:{batch}")
     run = run_emulated(plan, buckets=buckets, batch_size=batch, seed=seed)
-    record = RunRecord(requests=run.requests, steps=run.steps, metrics=run.metrics,
-                       manifest={}, server_log=None, path=None)
+    record = RunRecord(
+        requests=run.requests,
+        steps=run.steps,
+        metrics=run.metrics,
+        manifest={},
+        server_log=None,
+        path=None,
+    )
     return channel_a(record).total_s, channel_b(record), run.counts
 
 

@@ -17,8 +17,15 @@ import yaml
 from rearrival.errors import RearrivalError
 
 
-def field_value(tree: dict[str, Any], dotted: str, source: str, *, error: type[RearrivalError],
-                reference: str, require_value: bool = False) -> Any:
+def field_value(
+    tree: dict[str, Any],
+    dotted: str,
+    source: str,
+    *,
+    error: type[RearrivalError],
+    reference: str,
+    require_value: bool = False,
+) -> Any:
     """The ``value`` at a dotted path (or the node itself when it is not a value mapping
     and ``require_value`` is off, e.g. a table of per-bucket values)."""
     node: Any = tree
@@ -29,8 +36,10 @@ def field_value(tree: dict[str, Any], dotted: str, source: str, *, error: type[R
     if isinstance(node, dict) and "value" in node:
         return node["value"]
     if require_value:
-        raise error(f"{source}: field '{dotted}' needs 'value' with its unit and provenance; "
-                    f"see {reference}")
+        raise error(
+            f"{source}: field '{dotted}' needs 'value' with its unit and provenance; "
+            f"see {reference}"
+        )
     return node
 
 

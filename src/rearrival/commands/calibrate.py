@@ -12,78 +12,116 @@ DEFAULT_CONFIG = Path("config/config.yaml")
 
 
 def calibrate(
-    out: Annotated[Path, typer.Option("--out", help="Profile YAML to write; the runs and "
-                                      "sample tables go beside it (runs/, plans/, *.parquet).")],
-    config: Annotated[Path, typer.Option(
-        "--config", help="Study definition with model:/calibration: sections (default "
-        "settings when the file does not exist).")] = DEFAULT_CONFIG,
-    backend: Annotated[str | None, typer.Option(
-        "--backend", help="emulated, emulated-http or rbln (default: the config's).")] = None,
-    emulator_truth: Annotated[str | None, typer.Option(
-        "--emulator-truth", help="Truth of the emulated backends: default, assumed "
-        "(hypothetical) or a truth YAML path (default: the config's).")] = None,
-    time_scale: Annotated[float | None, typer.Option(
-        "--time-scale", help="emulated-http: wall seconds per emulated second.")] = None,
-    compiled: Annotated[Path | None, typer.Option(
-        "--compiled", help="rbln: compile record of the calibration artifacts "
-        "(`rearrival calibrate-compile`); also fits compile time and size.")] = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Profile YAML to write; the runs and "
+            "sample tables go beside it (runs/, plans/, *.parquet).",
+        ),
+    ],
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config",
+            help="Study definition with model:/calibration: sections (default "
+            "settings when the file does not exist).",
+        ),
+    ] = DEFAULT_CONFIG,
+    backend: Annotated[
+        str | None,
+        typer.Option("--backend", help="emulated, emulated-http or rbln (default: the config's)."),
+    ] = None,
+    emulator_truth: Annotated[
+        str | None,
+        typer.Option(
+            "--emulator-truth",
+            help="Truth of the emulated backends: default, assumed "
+            "(hypothetical) or a truth YAML path (default: the config's).",
+        ),
+    ] = None,
+    time_scale: Annotated[
+        float | None,
+        typer.Option("--time-scale", help="emulated-http: wall seconds per emulated second."),
+    ] = None,
+    compiled: Annotated[
+        Path | None,
+        typer.Option(
+            "--compiled",
+            help="rbln: compile record of the calibration artifacts "
+            "(`rearrival calibrate-compile`); also fits compile time and size.",
+        ),
+    ] = None,
 ) -> None:
     """Measure g(b), beta, the prefill model and the reuse rule on a backend and write a
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
     from dataclasses import replace
 
-    from rearrival.backends import BackendSettings
-    from rearrival.calibrate import calibrate as run_calibration
-    from rearrival.calibrate import (
+    from rearrival.config.calibration import CalibrationConfig
+    from rearrival.config.study import load_study_config, schema_defaults
+    from rearrival.measure.backends import BackendSettings
+    from rearrival.measure.calibrate import calibrate as run_calibration
+    from rearrival.measure.calibrate import (
         compile_records,
         profile_document,
         required_buckets,
         write_profile,
         write_samples,
     )
-    from rearrival.calibrate_config import CalibrationConfig, calibration_config_for
-    from rearrival.studies import load_study_config, schema_defaults
 
     cfg = load_study_config(config) if config.is_file() else None
-    settings = calibration_config_for(cfg) if cfg is not None else CalibrationConfig()
+    settings = cfg.measurement if cfg is not None else CalibrationConfig()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
     chosen = backend or (cfg.backend if cfg is not None else "emulated")
-    base = (BackendSettings.from_study_config(cfg, compiled) if cfg is not None
-            else BackendSettings(compile_record=compiled))
-    scale = time_scale or (cfg.emulated_http.time_scale if cfg is not None
-                           else schema_defaults()["emulated_http"]["time_scale"])
-    backend_settings = replace(base, backend=chosen,
-                               time_scale=scale if chosen == "emulated-http" else 1.0,
-                               emulator_truth=settings.truth_path())
+    base = (
+        BackendSettings.from_study_config(cfg, compiled)
+        if cfg is not None
+        else BackendSettings(compile_record=compiled)
+    )
+    scale = time_scale or (
+        cfg.emulated_http.time_scale
+        if cfg is not None
+        else schema_defaults()["emulated_http"]["time_scale"]
+    )
+    backend_settings = replace(
+        base,
+        backend=chosen,
+        time_scale=scale if chosen == "emulated-http" else 1.0,
+        emulator_truth=settings.truth_path(),
+    )
     records = compile_records(compiled) if compiled is not None and chosen == "rbln" else None
-    result = run_calibration(settings, backend_settings, out.parent,
-                             seed=cfg.study_seed if cfg is not None else 0,
-                             compile_records=records)
+    result = run_calibration(
+        settings,
+        backend_settings,
+        out.parent,
+        seed=cfg.study_seed if cfg is not None else 0,
+        compile_records=records,
+    )
     wanted = required_buckets(cfg) if cfg is not None else ()
     write_samples(result, out.parent)
     write_profile(profile_document(result, settings, wanted), out)
     decode = result.decode
-    typer.echo(f"{out}: {len(decode.buckets)} buckets measured on {chosen}, beta "
-               f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "
-               f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
-               f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
-               f"b={result.prefill.per_token_s:.4g} s/token, reuse {result.reuse.checked} "
-               f"re-arrivals, {len(result.reuse.violations)} violations")
+    typer.echo(
+        f"{out}: {len(decode.buckets)} buckets measured on {chosen}, beta "
+        f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "
+        f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
+        f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
+        f"b={result.prefill.per_token_s:.4g} s/token, reuse {result.reuse.checked} "
+        f"re-arrivals, {len(result.reuse.violations)} violations"
+    )
 
 
 def calibrate_compile(
     out: Annotated[Path, typer.Option("--out", help="Compile record JSON to write.")],
-    config: Annotated[Path, typer.Option("--config", help="Study definition.")] =
-    DEFAULT_CONFIG,
+    config: Annotated[Path, typer.Option("--config", help="Study definition.")] = DEFAULT_CONFIG,
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
-    from rearrival.calibrate import compile_calibration
-    from rearrival.calibrate_config import calibration_config_for
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.measure.calibrate import compile_calibration
 
     cfg = load_study_config(config)
-    compile_calibration(calibration_config_for(cfg), dict(cfg.rbln), out)
+    compile_calibration(cfg.measurement, cfg.rbln, out)
     typer.echo(f"{out}: calibration artifacts compiled")
 
 

@@ -14,14 +14,24 @@ def register(app: typer.Typer) -> None:
 
 
 def decide(
-    table: Annotated[Path, typer.Option(
-        "--table", help="Comparison CSV: comparison,n,ratio_pred,ratio_obs_a,ratio_obs_b,"
-        "rule,r_base_s,b_base_s.")],
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Write the judged CSV here (atomically) instead of stdout.")] = None,
-    criteria: Annotated[Path | None, typer.Option(
-        "--criteria", help="Preregistered criteria JSON; default: the paper's thresholds.")]
-    = None,
+    table: Annotated[
+        Path,
+        typer.Option(
+            "--table",
+            help="Comparison CSV: comparison,n,ratio_pred,ratio_obs_a,ratio_obs_b,"
+            "rule,r_base_s,b_base_s.",
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the judged CSV here (atomically) instead of stdout."),
+    ] = None,
+    criteria: Annotated[
+        Path | None,
+        typer.Option(
+            "--criteria", help="Preregistered criteria JSON; default: the paper's thresholds."
+        ),
+    ] = None,
 ) -> None:
     """Re-judge a comparison table with the paper's decision rules (Sections II-D, IV).
 
@@ -31,7 +41,7 @@ def decide(
     is at most 0.03 and prediction and observation share a side of 1 or both lie in
     the band 0.98 to 1.02; other N are exploratory.
     """
-    from rearrival.decide import DEFAULT_CRITERIA, decide_table, load_criteria
+    from rearrival.judge.decide import DEFAULT_CRITERIA, decide_table, load_criteria
 
     rules = DEFAULT_CRITERIA if criteria is None else load_criteria(criteria)
     text = decide_table(table, out, criteria=rules)

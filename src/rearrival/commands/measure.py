@@ -15,16 +15,21 @@ def register(app: typer.Typer) -> None:
     app.command("emulate-server")(emulate_server)
 
 
-# --- channels (rearrival.channels; SPEC sections 7-8) ---------------------------------------
+# --- channels (rearrival.judge.channels; SPEC sections 7-8) ---------------------------------------
 
 
 def channels(
-    run_dirs: Annotated[list[Path], typer.Argument(
-        metavar="RUN_DIR", help="Run directories written by `rearrival run`.")],
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="One JSON object per run, one per line.")] = False,
-    profile: Annotated[Path | None, typer.Option(
-        "--profile", help="Profile YAML; default: the measured RBLN-CA25 profile.")] = None,
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(metavar="RUN_DIR", help="Run directories written by `rearrival run`."),
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per run, one per line.")
+    ] = False,
+    profile: Annotated[
+        Path | None,
+        typer.Option("--profile", help="Profile YAML; default: the measured RBLN-CA25 profile."),
+    ] = None,
 ) -> None:
     """Channel A (step-log device time), channel B (client in-flight union) and r = B - A.
 
@@ -34,9 +39,9 @@ def channels(
     """
     import json
 
-    from rearrival.channels import channels as run_channels
-    from rearrival.profile import load_profile
-    from rearrival.records import read_run
+    from rearrival.judge.channels import channels as run_channels
+    from rearrival.measure.records import read_run
+    from rearrival.model.profile import load_profile
 
     costs = load_profile(profile)
     for run_dir in run_dirs:
@@ -44,12 +49,14 @@ def channels(
         if as_json:
             typer.echo(json.dumps(values))
         else:
-            typer.echo(f"{run_dir}: A={values['a_s']:.6f} s (decode {values['a_decode_s']:.6f}"
-                       f" + prefill {values['a_prefill_s']:.6f}) B={values['b_s']:.6f} s "
-                       f"r={values['r_s']:.6f} s")
+            typer.echo(
+                f"{run_dir}: A={values['a_s']:.6f} s (decode {values['a_decode_s']:.6f}"
+                f" + prefill {values['a_prefill_s']:.6f}) B={values['b_s']:.6f} s "
+                f"r={values['r_s']:.6f} s"
+            )
 
 
-# --- run and emulate-server (rearrival.client, rearrival.emulate_server; SPEC 6-7) ----------
+# --- run and emulate-server (measure.client, measure.emulate_server; SPEC 6-7) ------
 
 
 def _buckets(text: str) -> tuple[int, ...]:
@@ -58,36 +65,56 @@ def _buckets(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise RearrivalError(f"--buckets '{text}': use comma-separated integers in ascending "
-                             "order, e.g. 1,2,4,8") from None
+        raise RearrivalError(
+            f"--buckets '{text}': use comma-separated integers in ascending order, e.g. 1,2,4,8"
+        ) from None
 
 
 def run(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file (.parquet|.json).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
-    backend: Annotated[str, typer.Option(
-        "--backend", help="emulated (in process), emulated-http or rbln.")] = "emulated",
+    backend: Annotated[
+        str, typer.Option("--backend", help="emulated (in process), emulated-http or rbln.")
+    ] = "emulated",
     buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
     batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
-    slots: Annotated[int | None, typer.Option(
-        "--slots", help="KV slots; default batch_size.")] = None,
+    slots: Annotated[
+        int | None, typer.Option("--slots", help="KV slots; default batch_size.")
+    ] = None,
     variant: Annotated[str, typer.Option("--variant", help="wait, control or equal.")] = "wait",
-    url: Annotated[str | None, typer.Option(
-        "--url", help="emulated-http: a running emulate-server; default: start a fresh one.")
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", help="emulated-http: a running emulate-server; default: start a fresh one."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Run seed (server and sampler).")] = 0,
-    time_scale: Annotated[float | None, typer.Option(
-        "--time-scale", help="Wall s per plan s (emulated-http; default: the schema's "
-        "emulated_http.time_scale).")] = None,
+    time_scale: Annotated[
+        float | None,
+        typer.Option(
+            "--time-scale",
+            help="Wall s per plan s (emulated-http; default: the schema's "
+            "emulated_http.time_scale).",
+        ),
+    ] = None,
     study: Annotated[str, typer.Option("--study", help="Study name in the manifest.")] = "adhoc",
-    replicate: Annotated[int | None, typer.Option(
-        "--replicate", help="Replicate index; default: the plan's.")] = None,
-    condition: Annotated[str | None, typer.Option(
-        "--condition", help="Condition label; default: backend/buckets/batch/variant.")] = None,
-    artifact: Annotated[Path | None, typer.Option(
-        "--artifact", help="rbln: compiled model directory (rearrival rbln compile).")] = None,
-    site_packages: Annotated[Path | None, typer.Option(
-        "--site-packages", help="rbln: where the patched vllm_rbln is installed.")] = None,
+    replicate: Annotated[
+        int | None, typer.Option("--replicate", help="Replicate index; default: the plan's.")
+    ] = None,
+    condition: Annotated[
+        str | None,
+        typer.Option(
+            "--condition", help="Condition label; default: backend/buckets/batch/variant."
+        ),
+    ] = None,
+    artifact: Annotated[
+        Path | None,
+        typer.Option("--artifact", help="rbln: compiled model directory (rearrival rbln compile)."),
+    ] = None,
+    site_packages: Annotated[
+        Path | None,
+        typer.Option("--site-packages", help="rbln: where the patched vllm_rbln is installed."),
+    ] = None,
 ) -> None:
     """Run one condition of one plan on one backend and write its run directory (SPEC 7).
 
@@ -98,50 +125,67 @@ def run(
     """
     import asyncio
 
-    from rearrival.backends import BackendSettings, run_backend, run_status
+    from rearrival.config.study import make_configuration
     from rearrival.errors import RearrivalError
-    from rearrival.experiments import RunRequest
-    from rearrival.plans import load_plan
-    from rearrival.records import BACKENDS
-    from rearrival.studies import make_configuration
+    from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.model.plans import load_plan
+    from rearrival.vocabulary import BACKENDS
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
     sizes = _buckets(buckets)
     configuration = make_configuration(
-        "adhoc", {"buckets": list(sizes), "batch_size": batch_size,
-                  **({"slots": slots} if slots is not None else {})}, "options --buckets")
+        "adhoc",
+        {
+            "buckets": list(sizes),
+            "batch_size": batch_size,
+            **({"slots": slots} if slots is not None else {}),
+        },
+        "options --buckets",
+    )
     plan = load_plan(plan_path)
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
     if backend == "emulated-http" and url is not None:
-        from rearrival.client import ClientError, server_configuration
+        from rearrival.measure.client import ClientError, server_configuration
 
         try:
             served = asyncio.run(server_configuration(url))
         except ClientError:
             served = None  # unreachable: the replay records the failure as the run's reason
     settings = BackendSettings(
-        backend=backend, time_scale=_time_scale(backend, time_scale, served, url),
-        url=url, artifact=artifact,
-        site_packages=site_packages)
-    label = condition or (f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:"
-                          f"s{configuration.slots}:{variant}")
+        backend=backend,
+        time_scale=_time_scale(backend, time_scale, served, url),
+        url=url,
+        artifact=artifact,
+        site_packages=site_packages,
+    )
+    label = condition or (
+        f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:s{configuration.slots}:{variant}"
+    )
     request = RunRequest(
-        study=study, plan=plan, plan_path=plan_path, configuration=configuration,
-        variant=variant, label=label,
+        study=study,
+        plan=plan,
+        plan_path=plan_path,
+        configuration=configuration,
+        variant=variant,
+        label=label,
         replicate=replicate if replicate is not None else (plan.meta.replicate or 0),
-        seed=seed, condition_order=[label], prereg={})
+        seed=seed,
+        condition_order=[label],
+        prereg={},
+    )
     written = run_backend(settings, request, out)
     status, reason = run_status(written)
     if status != "complete":
-        raise RearrivalError(f"run {status}: {reason}; the record at {written} is marked "
-                             f"'{status}' and is never used by a decision")
+        raise RearrivalError(
+            f"run {status}: {reason}; the record at {written} is marked "
+            f"'{status}' and is never used by a decision"
+        )
     typer.echo(f"{out} complete")
 
 
-def _time_scale(backend: str, asked: float | None, served: dict | None,
-                url: str | None) -> float:
+def _time_scale(backend: str, asked: float | None, served: dict | None, url: str | None) -> float:
     """Wall seconds per plan second: 1 for the in-process twin and real hardware, the
     server's own scale for a running emulate-server, else the schema's default."""
     from rearrival.errors import RearrivalError
@@ -150,33 +194,48 @@ def _time_scale(backend: str, asked: float | None, served: dict | None,
         return 1.0
     if served is not None:
         if asked is not None and asked != served["time_scale"]:
-            raise RearrivalError(f"--time-scale {asked}: the server at {url} runs at "
-                                 f"{served['time_scale']}; omit --time-scale or restart it")
+            raise RearrivalError(
+                f"--time-scale {asked}: the server at {url} runs at "
+                f"{served['time_scale']}; omit --time-scale or restart it"
+            )
         return float(served["time_scale"])
     if asked is not None:
         return asked
-    from rearrival.studies import schema_defaults
+    from rearrival.config.study import schema_defaults
 
-    return float(schema_defaults()["emulated_http"]["time_scale"]) \
-        if backend == "emulated-http" else 1.0
+    return (
+        float(schema_defaults()["emulated_http"]["time_scale"])
+        if backend == "emulated-http"
+        else 1.0
+    )
 
 
 def emulate_server(
     port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")],
     host: Annotated[str, typer.Option("--host", help="Address (keep it loopback).")] = (
-        "127.0.0.1"),
+        "127.0.0.1"
+    ),
     buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
     batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
-    slots: Annotated[int | None, typer.Option(
-        "--slots", help="KV slots; default batch_size.")] = None,
-    time_scale: Annotated[float, typer.Option(
-        "--time-scale", help="Wall seconds per emulated second (0.05 = 20x faster).")] = 1.0,
+    slots: Annotated[
+        int | None, typer.Option("--slots", help="KV slots; default batch_size.")
+    ] = None,
+    time_scale: Annotated[
+        float,
+        typer.Option("--time-scale", help="Wall seconds per emulated second (0.05 = 20x faster)."),
+    ] = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="Engine noise and generated ids.")] = 0,
-    log: Annotated[Path | None, typer.Option(
-        "--log", help="Append the step log here; default: stdout.")] = None,
-    truth: Annotated[Path | None, typer.Option(
-        "--truth", help="Emulator truth YAML (default: the shipped twin of the measured "
-        "stack; e.g. the hypothetical emulator_truth_assumed.yaml).")] = None,
+    log: Annotated[
+        Path | None, typer.Option("--log", help="Append the step log here; default: stdout.")
+    ] = None,
+    truth: Annotated[
+        Path | None,
+        typer.Option(
+            "--truth",
+            help="Emulator truth YAML (default: the shipped twin of the measured "
+            "stack; e.g. the hypothetical emulator_truth_assumed.yaml).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the emulated engine over HTTP like vLLM until SIGTERM (SPEC 6 emulated-http).
 
@@ -185,9 +244,14 @@ def emulate_server(
     """
     import asyncio
 
-    from rearrival.emulate import EngineConfig
-    from rearrival.emulate_server import ServerOptions, serve
+    from rearrival.measure.emulate.engine import EngineConfig
+    from rearrival.measure.emulate_server import ServerOptions, serve
 
-    options = ServerOptions(EngineConfig(_buckets(buckets), batch_size, slots), seed=seed,
-                            time_scale=time_scale, log_path=log, truth_path=truth)
+    options = ServerOptions(
+        EngineConfig(_buckets(buckets), batch_size, slots),
+        seed=seed,
+        time_scale=time_scale,
+        log_path=log,
+        truth_path=truth,
+    )
     asyncio.run(serve(options, host, port))

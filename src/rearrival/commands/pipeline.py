@@ -1,7 +1,7 @@
 """CLI verbs of the pipeline area (registered by rearrival.cli): prereg and audit.
 
 Both are thin: ``prereg`` lets a Snakemake rule commit files an earlier rule prepared,
-``audit`` prints the table of rearrival.audit and turns violations into exit code 1
+``audit`` prints the table of rearrival.prereg.audit and turns violations into exit code 1
 (SPEC section 9).
 """
 
@@ -17,39 +17,57 @@ RepoOption = Annotated[Path, typer.Option("--repo", help="Git repository (top le
 
 def prereg(
     study: Annotated[str, typer.Argument(help="Study name (a key under studies in the config).")],
-    files: Annotated[list[Path], typer.Option(
-        "--files", help="Prepared prereg file, or a directory of them; repeat for several.")],
+    files: Annotated[
+        list[Path],
+        typer.Option(
+            "--files", help="Prepared prereg file, or a directory of them; repeat for several."
+        ),
+    ],
     repo: RepoOption = Path("."),
-    amends: Annotated[str | None, typer.Option(
-        "--amends", help="Sha of the registration this amendment extends; the new files "
-        "apply only to runs started after the new commit.")] = None,
-    message: Annotated[str | None, typer.Option("--message", "-m",
-                                                help="Commit message.")] = None,
-    results: Annotated[Path | None, typer.Option(
-        "--results", help="Results directory receiving prereg/<study>.json "
-        "(default: <repo>/results).")] = None,
+    amends: Annotated[
+        str | None,
+        typer.Option(
+            "--amends",
+            help="Sha of the registration this amendment extends; the new files "
+            "apply only to runs started after the new commit.",
+        ),
+    ] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Commit message.")] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            "--results",
+            help="Results directory receiving prereg/<study>.json (default: <repo>/results).",
+        ),
+    ] = None,
 ) -> None:
     """Commit a study's predictions and criteria before measurement; print the commit sha.
 
     Registering identical files again makes no commit. Registered files never change: add
     an amendment file with --amends instead (paper Section II-D).
     """
-    from rearrival.prereg import RECORDS_SUBDIR, read_prepared_files, register
+    from rearrival.prereg.registration import RECORDS_SUBDIR, read_prepared_files, register
 
     kind = "Amend" if amends else "Preregister"
     record = register(
-        repo, study, read_prepared_files(files),
+        repo,
+        study,
+        read_prepared_files(files),
         message=message or f"{kind} {study}: predictions and criteria before measurement",
         amendment_of=amends,
-        records_dir=(results or repo / "results") / RECORDS_SUBDIR)
+        records_dir=(results or repo / "results") / RECORDS_SUBDIR,
+    )
     typer.echo(record.commit)
 
 
 def audit(
     repo: RepoOption = Path("."),
-    results: Annotated[Path | None, typer.Option(
-        "--results", help="Directory searched for run manifests "
-        "(default: <repo>/results).")] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            "--results", help="Directory searched for run manifests (default: <repo>/results)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check every run against git history: prereg committed before the run, unchanged
@@ -59,7 +77,7 @@ def audit(
     """
     import json
 
-    from rearrival.audit import audit as run_audit
+    from rearrival.prereg.audit import audit as run_audit
 
     report = run_audit(repo, results or repo / "results")
     typer.echo(json.dumps(report.to_json(), indent=2) if as_json else report.table())

@@ -17,7 +17,7 @@ class PlanOutputError(RearrivalError, ValueError):
 
 
 def _tool_table(path: Path | None):
-    from rearrival.tools import default_tool_table, load_summary_json
+    from rearrival.model.tools import default_tool_table, load_summary_json
 
     return default_tool_table() if path is None else load_summary_json(path)
 
@@ -28,19 +28,33 @@ def plan(
     replicate: Annotated[int, typer.Option("--replicate", help="Replicate index (0..).")],
     out: Annotated[Path, typer.Option("--out", help="Plan file to write (.parquet|.json).")],
     block: Annotated[int, typer.Option("--block", help="Input block (0..).")] = 0,
-    variant: Annotated[str, typer.Option(
-        "--variant", help="wait (as drawn), control (no wait) or equal (mean wait).")] = "wait",
-    tool_table: Annotated[Path | None, typer.Option(
-        "--tool-table", help="TraceLab summary.json; default: published aggregate.")] = None,
+    variant: Annotated[
+        str,
+        typer.Option("--variant", help="wait (as drawn), control (no wait) or equal (mean wait)."),
+    ] = "wait",
+    tool_table: Annotated[
+        Path | None,
+        typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
+    ] = None,
 ) -> None:
     """Write one replicate's input plan (SPEC 3) and print path, sha256 and cap fraction."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
-    from rearrival.plangen import generate_plan
-    from rearrival.plans import write_plan
+    from rearrival.model.plangen import PlanGenError, generate_plan
+    from rearrival.model.plans import write_plan
 
-    drawn = generate_plan(n, study_seed=study_seed, replicate=replicate, block=block,
-                          tool_table=_tool_table(tool_table))
+    try:
+        drawn = generate_plan(
+            n,
+            study_seed=study_seed,
+            replicate=replicate,
+            block=block,
+            tool_table=_tool_table(tool_table),
+        )
+    except PlanGenError as exc:  # the library names the argument; name its option
+        if exc.argument is None:
+            raise
+        raise PlanGenError(f"option --{exc.argument.replace('_', '-')}: {exc}") from None
     result = drawn.variant(variant)
     write_plan(result, out)
     typer.echo(f"{out} sha256={result.sha256()} cap_fraction={drawn.meta.cap_fraction:.4f}")
@@ -52,18 +66,21 @@ def tools_build(
 ) -> None:
     """Summarise a TraceLab round trace into summary.json (per-tool n, p50/p90/p99 in ms)."""
     from rearrival.atomic import atomic_write_json
-    from rearrival.tools import build_summary_from_trace, table_from_summary
+    from rearrival.model.tools import build_summary_from_trace, table_from_summary
 
     summary = build_summary_from_trace(trace)
     table_from_summary(summary, str(trace), str(out))  # refuse to write an unusable table
     atomic_write_json(out, summary)
-    typer.echo(f"{out}: {len(summary['tool_by_name'])} tools, "
-               f"{summary['provenance']['calls']} calls")
+    typer.echo(
+        f"{out}: {len(summary['tool_by_name'])} tools, {summary['provenance']['calls']} calls"
+    )
 
 
 def tools_show(
-    tool_table: Annotated[Path | None, typer.Option(
-        "--tool-table", help="TraceLab summary.json; default: published aggregate.")] = None,
+    tool_table: Annotated[
+        Path | None,
+        typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling check.")] = 0,
     draws: Annotated[int, typer.Option("--draws", min=1, help="Draws for the check.")] = 100_000,
 ) -> None:
@@ -76,18 +93,23 @@ def tools_show(
         typer.echo(f"excluded (human-waiting): {', '.join(table.excluded)}")
     typer.echo(f"{'tool':<24} {'calls':>10} {'p50_s':>10} {'p90_s':>10} {'p99_s':>10}")
     for row in table.rows:
-        typer.echo(f"{row.tool:<24} {row.calls:>10} {row.p50_s:>10.4g} {row.p90_s:>10.4g} "
-                   f"{row.p99_s:>10.4g}")
+        typer.echo(
+            f"{row.tool:<24} {row.calls:>10} {row.p50_s:>10.4g} {row.p90_s:>10.4g} "
+            f"{row.p99_s:>10.4g}"
+        )
     sample = table.sample(random.Random(seed), draws)
-    typer.echo(f"sampled {draws} (seed {seed}): share < 1 s {sample.share_below(1.0):.4f}, "
-               f"capped at 60 s {sample.cap_fraction:.4f}")
+    typer.echo(
+        f"sampled {draws} (seed {seed}): share < 1 s {sample.share_below(1.0):.4f}, "
+        f"capped at 60 s {sample.cap_fraction:.4f}"
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("plan")(plan)
-    tools_app = typer.Typer(help="Tool-latency tables (SPEC 3): build from a trace, show.",
-                            no_args_is_help=True)
+    tools_app = typer.Typer(
+        help="Tool-latency tables (SPEC 3): build from a trace, show.", no_args_is_help=True
+    )
     tools_app.command("build")(tools_build)
     tools_app.command("show")(tools_show)
     app.add_typer(tools_app, name="tools")

@@ -1,5 +1,5 @@
 """CLI verbs of the rbln area (registered by rearrival.cli): rbln patch apply|revert|check,
-rbln compile. See rearrival.patch and rearrival.rbln (SPEC section 6 "rbln")."""
+rbln compile. See rearrival.measure.patch and rearrival.measure.rbln (SPEC section 6 "rbln")."""
 
 from __future__ import annotations
 
@@ -8,16 +8,22 @@ from typing import Annotated
 
 import typer
 
-SitePackages = Annotated[Path | None, typer.Option(
-    "--site-packages", help="Directory holding vllm_rbln/; default: where Python imports it.")]
+SitePackages = Annotated[
+    Path | None,
+    typer.Option(
+        "--site-packages", help="Directory holding vllm_rbln/; default: where Python imports it."
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    rbln_app = typer.Typer(help="Real RBLN hardware: observation patch and compile job.",
-                           no_args_is_help=True)
-    patch_app = typer.Typer(help="The observation-only [BUCKET] log patch of vllm-rbln 0.11.1.",
-                            no_args_is_help=True)
+    rbln_app = typer.Typer(
+        help="Real RBLN hardware: observation patch and compile job.", no_args_is_help=True
+    )
+    patch_app = typer.Typer(
+        help="The observation-only [BUCKET] log patch of vllm-rbln 0.11.1.", no_args_is_help=True
+    )
     patch_app.command("apply")(patch_apply)
     patch_app.command("revert")(patch_revert)
     patch_app.command("check")(patch_check)
@@ -32,21 +38,21 @@ def patch_apply(site_packages: SitePackages = None) -> None:
     Refuses unless vllm-rbln is 0.11.1 and the file has the published SHA256; prints the
     new state and the sha256 every rbln run records as patch_sha256.
     """
-    from rearrival.patch import apply_patch
+    from rearrival.measure.patch import apply_patch
 
     typer.echo(apply_patch(site_packages).line())
 
 
 def patch_revert(site_packages: SitePackages = None) -> None:
     """Remove the log line, restoring the original file byte for byte (hash checked)."""
-    from rearrival.patch import revert_patch
+    from rearrival.measure.patch import revert_patch
 
     typer.echo(revert_patch(site_packages).line())
 
 
 def patch_check(site_packages: SitePackages = None) -> None:
     """Print the target file's state (original|patched|modified|missing) and sha256."""
-    from rearrival.patch import patch_status
+    from rearrival.measure.patch import patch_status
 
     typer.echo(patch_status(site_packages).line())
 
@@ -54,10 +60,12 @@ def patch_check(site_packages: SitePackages = None) -> None:
 def compile_model(
     model: Annotated[str, typer.Option("--model", help="Hugging Face id or local path.")],
     batch_size: Annotated[int, typer.Option("--batch-size", help="rbln_batch_size.")],
-    buckets: Annotated[str, typer.Option(
-        "--buckets", help="Decoder bucket sizes, ascending, e.g. 1,2,4,8.")],
-    artifacts: Annotated[Path, typer.Option(
-        "--artifacts", help="Directory of content-addressed compiled artifacts.")],
+    buckets: Annotated[
+        str, typer.Option("--buckets", help="Decoder bucket sizes, ascending, e.g. 1,2,4,8.")
+    ],
+    artifacts: Annotated[
+        Path, typer.Option("--artifacts", help="Directory of content-addressed compiled artifacts.")
+    ],
     max_seq_len: Annotated[int, typer.Option("--max-seq-len")] = 8192,
     num_devices: Annotated[int, typer.Option("--num-devices")] = 4,
 ) -> None:
@@ -66,16 +74,21 @@ def compile_model(
     Prints the artifact directory, compile seconds and bytes; fails fast with what to
     install when optimum-rbln or an RBLN device is missing.
     """
-    from rearrival.rbln import CompileConfig, RblnError, compile_artifact
+    from rearrival.measure.rbln import CompileConfig, RblnError, compile_artifact
 
     try:
         sizes = tuple(int(part) for part in buckets.split(","))
     except ValueError:
-        raise RblnError(f"--buckets '{buckets}': use comma-separated integers, e.g. "
-                        "1,2,4,8") from None
-    config = CompileConfig(model=model, batch_size=batch_size, buckets=sizes,
-                           max_seq_len=max_seq_len, num_devices=num_devices)
+        raise RblnError(
+            f"--buckets '{buckets}': use comma-separated integers, e.g. 1,2,4,8"
+        ) from None
+    config = CompileConfig(
+        model=model,
+        batch_size=batch_size,
+        buckets=sizes,
+        max_seq_len=max_seq_len,
+        num_devices=num_devices,
+    )
     result = compile_artifact(config, artifacts)
     cost = "reused" if result.skipped else f"compiled in {result.compile_s:.1f} s"
-    typer.echo(f"{result.artifact} {cost}, {result.artifact_bytes} bytes "
-               f"(record {result.record})")
+    typer.echo(f"{result.artifact} {cost}, {result.artifact_bytes} bytes (record {result.record})")

@@ -14,15 +14,22 @@ def register(app: typer.Typer) -> None:
 
 
 def tables(
-    config: Annotated[Path, typer.Option(
-        "--config", help="Study definition (config.yaml).")] = Path("config/config.yaml"),
-    results: Annotated[Path, typer.Option(
-        "--results", help="Results tree written by the pipeline.")] = Path("results"),
-    out: Annotated[Path, typer.Option(
-        "--out", help="Report directory: report.html, tables/, figures/.")] = Path("reports"),
-    scorecard: Annotated[bool, typer.Option(
-        "--scorecard", help="Also print one line per finding of the paper: verdict, paper "
-        "vs this run, why.")] = False,
+    config: Annotated[
+        Path, typer.Option("--config", help="Study definition (config.yaml).")
+    ] = Path("config/config.yaml"),
+    results: Annotated[
+        Path, typer.Option("--results", help="Results tree written by the pipeline.")
+    ] = Path("results"),
+    out: Annotated[
+        Path, typer.Option("--out", help="Report directory: report.html, tables/, figures/.")
+    ] = Path("reports"),
+    scorecard: Annotated[
+        bool,
+        typer.Option(
+            "--scorecard",
+            help="Also print one line per finding of the paper: verdict, paper vs this run, why.",
+        ),
+    ] = False,
 ) -> None:
     """Re-render every table, figure and report.html from existing results (SPEC 13).
 
@@ -33,12 +40,13 @@ def tables(
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
     and .md; --scorecard prints it here, one line per finding.
     """
-    from rearrival.report import build_report
-    from rearrival.scorecard import read_scorecard_csv, summary_lines
+    from rearrival.report.render import build_report
+    from rearrival.report.scorecard import read_scorecard_csv, summary_lines
 
     index = build_report(config, results, out)
-    typer.echo(f"{out / index['report']}: {len(index['tables'])} tables, "
-               f"{len(index['figures'])} figures")
+    typer.echo(
+        f"{out / index['report']}: {len(index['tables'])} tables, {len(index['figures'])} figures"
+    )
     if scorecard:
         card = read_scorecard_csv(out / "tables" / "scorecard.csv")
         for line in summary_lines(card):

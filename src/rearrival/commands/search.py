@@ -11,9 +11,14 @@ import typer
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
-ProfileOption = Annotated[Path | None, typer.Option(
-    "--profile", help="Profile YAML to predict with (default: the config's profile:, "
-    "published | calibrated | PATH).")]
+ProfileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        help="Profile YAML to predict with (default: the config's profile:, "
+        "published | calibrated | PATH).",
+    ),
+]
 
 
 def _profile(cfg, path: Path | None):
@@ -21,24 +26,23 @@ def _profile(cfg, path: Path | None):
     checked against the config's model either way."""
     from dataclasses import replace
 
-    from rearrival.calibrate_config import calibration_config_for
-
-    chosen = calibration_config_for(cfg)
+    chosen = cfg.measurement
     if path is not None:
         chosen = replace(chosen, profile=str(path))
     return chosen.prediction_profile()
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    from rearrival.search import SearchError
+    from rearrival.search.scoring import SearchError
 
     if text is None:
         return None
     try:
         values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError as exc:
-        raise SearchError(f"option {option} {text!r}: give comma-separated integers, "
-                          "e.g. 16,32,48") from exc
+        raise SearchError(
+            f"option {option} {text!r}: give comma-separated integers, e.g. 16,32,48"
+        ) from exc
     if not values:
         raise SearchError(f"option {option} is empty: give comma-separated integers")
     return values
@@ -46,8 +50,8 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
-    from rearrival.search import SearchSettings, override_settings
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.search.scoring import SearchSettings, override_settings
 
     cfg = load_study_config(config)
     settings = SearchSettings.from_config(cfg)
@@ -58,56 +62,95 @@ def _load(config: Path, ctx: typer.Context | None = None):
 
 def search(
     ctx: typer.Context,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Output directory (plans/, scores.parquet, selected.json, "
-        "summary.json); needed when no subcommand is given.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Output directory (plans/, scores.parquet, selected.json, "
+            "summary.json); needed when no subcommand is given.",
+        ),
+    ] = None,
     config: ConfigOption = DEFAULT_CONFIG,
-    workers: Annotated[int, typer.Option("--workers", min=1,
-                                         help="Worker processes.")] = 2,
-    n: Annotated[str | None, typer.Option(
-        "--n", help="Concurrency levels of the inputs, e.g. 16,32,48 (default: search.n); "
-        "restricted N sets not inside it are dropped.")] = None,
-    batch_sizes: Annotated[str | None, typer.Option(
-        "--batch-sizes", help="Candidate batch sizes, e.g. 16,24,32,40,48 (default: "
-        "search.batch_sizes).")] = None,
-    max_buckets: Annotated[int | None, typer.Option(
-        "--max-buckets", min=2, help="Most buckets per candidate, counting 1 and "
-        "batch_size (default: search.max_buckets).")] = None,
-    memory_filter: Annotated[bool | None, typer.Option(
-        "--memory-filter/--no-memory-filter", help="Exclude candidates whose KV and "
-        "weights do not fit the devices (default: search.memory_filter).")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 2,
+    n: Annotated[
+        str | None,
+        typer.Option(
+            "--n",
+            help="Concurrency levels of the inputs, e.g. 16,32,48 (default: search.n); "
+            "restricted N sets not inside it are dropped.",
+        ),
+    ] = None,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-sizes",
+            help="Candidate batch sizes, e.g. 16,24,32,40,48 (default: search.batch_sizes).",
+        ),
+    ] = None,
+    max_buckets: Annotated[
+        int | None,
+        typer.Option(
+            "--max-buckets",
+            min=2,
+            help="Most buckets per candidate, counting 1 and "
+            "batch_size (default: search.max_buckets).",
+        ),
+    ] = None,
+    memory_filter: Annotated[
+        bool | None,
+        typer.Option(
+            "--memory-filter/--no-memory-filter",
+            help="Exclude candidates whose KV and "
+            "weights do not fit the devices (default: search.memory_filter).",
+        ),
+    ] = None,
     profile: ProfileOption = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
     before a subcommand apply to it too (`rearrival search --n 16,32 shard ...`)."""
-    overrides = {key: value for key, value in (
-        ("n", _int_list("--n", n)), ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
-        ("max_buckets", max_buckets), ("memory_filter", memory_filter)) if value is not None}
+    overrides = {
+        key: value
+        for key, value in (
+            ("n", _int_list("--n", n)),
+            ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
+            ("max_buckets", max_buckets),
+            ("memory_filter", memory_filter),
+        )
+        if value is not None
+    }
     ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides}
     if ctx.invoked_subcommand is not None:
         return
-    from rearrival.search import SearchError, run_search
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.search.scoring import SearchError, run_search
 
     if out is None:
-        raise SearchError("option --out is missing: give the directory for the search "
-                          "results, e.g. `rearrival search --out results/search`")
+        raise SearchError(
+            "option --out is missing: give the directory for the search "
+            "results, e.g. `rearrival search --out results/search`"
+        )
     cfg = load_study_config(config)
     summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides)
     selected = summary["selected"]
-    typer.echo(f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
-               f"evaluation score {selected['evaluation_score']:.4f}")
+    typer.echo(
+        f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
+        f"evaluation score {selected['evaluation_score']:.4f}"
+    )
 
 
 def plans(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="Directory to write (search/, "
-                                      "evaluation/); replaced as a whole.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Directory to write (search/, evaluation/); replaced as a whole."
+        ),
+    ],
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
     """Write the search and evaluation input plans (N x seeds x blocks each, disjoint seeds)."""
-    from rearrival.search import make_plans, write_plans
+    from rearrival.search.scoring import make_plans, write_plans
 
     cfg, settings = _load(config, ctx)
     made = make_plans(cfg, settings)
@@ -121,38 +164,52 @@ def shard(
     index: Annotated[int, typer.Option("--shard", min=0, help="This shard (0..S-1).")],
     out: Annotated[Path, typer.Option("--out", help="Shard Parquet file to write.")],
     config: ConfigOption = DEFAULT_CONFIG,
-    shards: Annotated[int | None, typer.Option(
-        "--shards", min=1, help="Shard count (default: search.shards of the config).")] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1,
-                                         help="Worker processes.")] = 1,
+    shards: Annotated[
+        int | None,
+        typer.Option("--shards", min=1, help="Shard count (default: search.shards of the config)."),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
     profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
-    from rearrival.experiments import write_frame
-    from rearrival.search import baseline_of, read_plans, run_shard, search_candidates
+    from rearrival.parquet import write_frame
+    from rearrival.search.scoring import baseline_of, read_plans, run_shard, search_candidates
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
     costs = _profile(cfg, profile)
-    frame = run_shard(search_candidates(settings, costs), read_plans(plans_dir, settings),
-                      index, count, baseline_of(cfg), workers, costs)
+    frame = run_shard(
+        search_candidates(settings, costs),
+        read_plans(plans_dir, settings),
+        index,
+        count,
+        baseline_of(cfg),
+        workers,
+        costs,
+    )
     write_frame(frame, out)
-    typer.echo(f"{out}: shard {index}/{count}, {frame['candidate'].nunique()} candidates, "
-               f"{len(frame)} rows")
+    typer.echo(
+        f"{out}: shard {index}/{count}, {frame['candidate'].nunique()} candidates, "
+        f"{len(frame)} rows"
+    )
 
 
 def merge(
     ctx: typer.Context,
     shard_files: Annotated[list[Path], typer.Argument(help="Every shard file.")],
-    out_dir: Annotated[Path, typer.Option("--out-dir", help="Directory for scores.parquet, "
-                                          "selected.json and summary.json.")],
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out-dir", help="Directory for scores.parquet, selected.json and summary.json."
+        ),
+    ],
     config: ConfigOption = DEFAULT_CONFIG,
     profile: ProfileOption = None,
 ) -> None:
     """Merge shard files into one ranking; the bytes do not depend on the shard count."""
     import pandas as pd
 
-    from rearrival.search import (
+    from rearrival.search.scoring import (
         SearchError,
         baseline_of,
         combine_shards,
@@ -166,42 +223,69 @@ def merge(
         try:
             frames.append((str(path), pd.read_parquet(path)))
         except (OSError, ValueError) as exc:
-            raise SearchError(f"{path}: not a readable shard file ({exc}); re-run "
-                              "`rearrival search shard`") from exc
+            raise SearchError(
+                f"{path}: not a readable shard file ({exc}); re-run `rearrival search shard`"
+            ) from exc
     costs = _profile(cfg, profile)
-    summary = write_outputs(combine_shards(frames), search_candidates(settings, costs),
-                            baseline_of(cfg), settings, out_dir, costs)
+    summary = write_outputs(
+        combine_shards(frames),
+        search_candidates(settings, costs),
+        baseline_of(cfg),
+        settings,
+        out_dir,
+        costs,
+    )
     typer.echo(f"{out_dir}: selected {summary['selected']['id']}")
 
 
 def advise(
     config: ConfigOption = DEFAULT_CONFIG,
-    n: Annotated[int, typer.Option("--n", min=1, help="Concurrency of the generated "
-                                   "inputs (ignored with --plans).")] = 8,
-    plans_dir: Annotated[Path | None, typer.Option(
-        "--plans", help="Directory of plan files (.parquet/.json) to diagnose instead of "
-        "the config's evaluation inputs at --n.")] = None,
-    search_dir: Annotated[Path | None, typer.Option(
-        "--search", help="Finished search: its directory or its selected.json; default: "
-        "run the search now.")]
-    = None,
-    workers: Annotated[int, typer.Option("--workers", min=1,
-                                         help="Worker processes for the search.")] = 2,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of "
-                                          "Markdown.")] = False,
+    n: Annotated[
+        int,
+        typer.Option(
+            "--n", min=1, help="Concurrency of the generated inputs (ignored with --plans)."
+        ),
+    ] = 8,
+    plans_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--plans",
+            help="Directory of plan files (.parquet/.json) to diagnose instead of "
+            "the config's evaluation inputs at --n.",
+        ),
+    ] = None,
+    search_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--search",
+            help="Finished search: its directory or its selected.json; default: "
+            "run the search now.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Worker processes for the search.")
+    ] = 2,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of Markdown.")
+    ] = False,
     profile: ProfileOption = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory and compile cost, and whether more slots would still help."""
-    from rearrival.advise import advise as make_advice
-    from rearrival.advise import to_markdown
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
+    from rearrival.search.advise import advise as make_advice
+    from rearrival.search.advise import to_markdown
 
     cfg = load_study_config(config)
-    advice = make_advice(cfg, n=n, plans_dir=plans_dir, search_dir=search_dir,
-                         workers=workers, profile=_profile(cfg, profile))
-    typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json
-               else to_markdown(advice))
+    advice = make_advice(
+        cfg,
+        n=n,
+        plans_dir=plans_dir,
+        search_dir=search_dir,
+        workers=workers,
+        profile=_profile(cfg, profile),
+    )
+    typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
 def register(app: typer.Typer) -> None:

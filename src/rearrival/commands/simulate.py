@@ -9,13 +9,14 @@ import typer
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8); anything else is a one-line error naming --buckets."""
-    from rearrival.sim import SimConfigError
+    from rearrival.model.sim import SimConfigError
 
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError as exc:
-        raise SimConfigError(f"--buckets {text!r}: give comma-separated integers such as "
-                             "1,2,4,8") from exc
+        raise SimConfigError(
+            f"--buckets {text!r}: give comma-separated integers such as 1,2,4,8"
+        ) from exc
 
 
 def register(app: typer.Typer) -> None:
@@ -25,20 +26,31 @@ def register(app: typer.Typer) -> None:
     def simulate_cmd(
         plans: list[Path] = typer.Argument(..., help="Plan files (Parquet or JSON)."),  # noqa: B008
         buckets: str = typer.Option("1,2,4,8", "--buckets", help="Compiled decode buckets."),
-        batch_size: int = typer.Option(8, "--batch-size", help="Largest bucket and "
-                                       "execution limit."),
-        slots: int | None = typer.Option(None, "--slots", help="KV slots (default: "
-                                         "batch size)."),
-        release: str = typer.Option("deferred", "--release", help="Slot release timing: "
-                                    "deferred (paper's base) or immediate (measured stack)."),
-        dummy_block: str = typer.Option("off", "--dummy-block", help="off (paper's base) or "
-                                        "pre-evict (measured stack's padding block, S9)."),
-        variant: str = typer.Option("wait", "--variant", help="Workload variant of the plan: "
-                                    "wait, control (no tool wait) or equal (mean wait)."),
-        profile_path: Path | None = typer.Option(None, "--profile", help="Profile YAML "  # noqa: B008
-                                                 "(default: measured RBLN-CA25)."),
-        as_json: bool = typer.Option(False, "--json", help="One summary JSON object per "
-                                     "plan per line, sorted keys."),
+        batch_size: int = typer.Option(
+            8, "--batch-size", help="Largest bucket and execution limit."
+        ),
+        slots: int | None = typer.Option(None, "--slots", help="KV slots (default: batch size)."),
+        release: str = typer.Option(
+            "deferred",
+            "--release",
+            help="Slot release timing: deferred (paper's base) or immediate (measured stack).",
+        ),
+        dummy_block: str = typer.Option(
+            "off",
+            "--dummy-block",
+            help="off (paper's base) or pre-evict (measured stack's padding block, S9).",
+        ),
+        variant: str = typer.Option(
+            "wait",
+            "--variant",
+            help="Workload variant of the plan: wait, control (no tool wait) or equal (mean wait).",
+        ),
+        profile_path: Path | None = typer.Option(  # noqa: B008
+            None, "--profile", help="Profile YAML (default: measured RBLN-CA25)."
+        ),
+        as_json: bool = typer.Option(
+            False, "--json", help="One summary JSON object per plan per line, sorted keys."
+        ),
     ) -> None:
         """Predict decode steps, reuse and device time of plans on one configuration.
 
@@ -46,12 +58,21 @@ def register(app: typer.Typer) -> None:
         """
         import json
 
-        from rearrival.plans import load_plan
-        from rearrival.profile import load_profile
-        from rearrival.sim import SimConfig, simulate
+        from rearrival.model.plans import load_plan
+        from rearrival.model.profile import load_profile
+        from rearrival.model.sim import SimConfig, SimConfigError, simulate
 
-        config = SimConfig(buckets=parse_buckets(buckets), batch_size=batch_size, slots=slots,
-                           release=release, dummy_block=dummy_block)
+        try:
+            config = SimConfig(
+                buckets=parse_buckets(buckets),
+                batch_size=batch_size,
+                slots=slots,
+                release=release,
+                dummy_block=dummy_block,
+            )
+        except SimConfigError as exc:  # the library names fields; name their options
+            flags = ", ".join("--" + name.replace("_", "-") for name in exc.fields)
+            raise SimConfigError(f"{flags}: {exc}" if flags else str(exc)) from None
         profile = load_profile(profile_path)
         loaded = [load_plan(path).variant(variant) for path in plans]
         for path, plan in zip(plans, loaded, strict=True):
@@ -65,4 +86,5 @@ def register(app: typer.Typer) -> None:
                     f"W={summary['interference_s']:.4f} session-s "
                     f"steps={summary['decode_steps']} padding={summary['padding_ratio']:.4f} "
                     f"reuse={summary['reuse_hits']}/{summary['re_arrivals']} "
-                    f"makespan={summary['makespan_s']:.3f}s")
+                    f"makespan={summary['makespan_s']:.3f}s"
+                )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -12,9 +14,14 @@ StudyName = Annotated[str, typer.Option("--study", help="Study name under studie
 Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
 Predictions = Annotated[Path, typer.Option("--predictions", help="Predictions Parquet.")]
 Out = Annotated[Path, typer.Option("--out", help="Output file or directory.")]
-Selected = Annotated[Path | None, typer.Option(
-    "--selected", help="Search result (results/search/selected.json); needed by studies "
-    "comparing 'selected'.")]
+Selected = Annotated[
+    Path | None,
+    typer.Option(
+        "--selected",
+        help="Search result (results/search/selected.json); needed by studies "
+        "comparing 'selected'.",
+    ),
+]
 Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
 
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -22,122 +29,200 @@ DEFAULT_REPO = Path(".")
 
 
 def _config(path: Path):
-    from rearrival.studies import load_study_config
+    from rearrival.config.study import load_study_config
 
     return load_study_config(path)
 
 
+@contextlib.contextmanager
+def _naming_selected() -> Iterator[None]:
+    """Add the flag to the library's "needs the search's pick" error."""
+    from rearrival.config.study import SelectionMissingError
+
+    try:
+        yield
+    except SelectionMissingError as exc:
+        raise SelectionMissingError(f"{exc}; pass --selected") from None
+
+
 def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Write every input plan of a study (one per N and replicate)."""
-    from rearrival.experiments import make_plans
+    from rearrival.workflow.plans import make_plans
 
     for path in make_plans(_config(config), study, out):
         typer.echo(str(path))
 
 
-def predict(study: StudyName, plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-            selected: Selected = None) -> None:
+def predict(
+    study: StudyName,
+    plans: Plans,
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    selected: Selected = None,
+) -> None:
     """Simulate every plan under every condition of a study (paper Section IV)."""
-    from rearrival.experiments import predict as run_predict
+    from rearrival.workflow.predict import predict as run_predict
 
-    frame = run_predict(_config(config), study, plans, out, selected)
+    with _naming_selected():
+        frame = run_predict(_config(config), study, plans, out, selected)
     typer.echo(f"{out}: {len(frame)} predictions")
 
 
-def prereg(study: StudyName, plans: Plans, predictions: Predictions, out: Out,
-           config: Config = DEFAULT_CONFIG, selected: Selected = None,
-           repo: Repo = DEFAULT_REPO) -> None:
+def prereg(
+    study: StudyName,
+    plans: Plans,
+    predictions: Predictions,
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    selected: Selected = None,
+    repo: Repo = DEFAULT_REPO,
+) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
-    from rearrival.experiments import preregister
+    from rearrival.workflow.preregister import preregister
 
-    record = preregister(_config(config), study, plans_dir=plans,
-                         predictions_path=predictions, repo_dir=repo,
-                         records_dir=out.parent, selected_path=selected)
+    with _naming_selected():
+        record = preregister(
+            _config(config),
+            study,
+            plans_dir=plans,
+            predictions_path=predictions,
+            repo_dir=repo,
+            records_dir=out.parent,
+            selected_path=selected,
+        )
     typer.echo(f"{study}: registered at {record['commit']} ({record['committed_at']})")
 
 
-def run(study: StudyName,
-        n: Annotated[int, typer.Option("--n", min=1, help="Concurrent sessions N.")],
-        replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
-        plans: Plans, out: Out, config: Config = DEFAULT_CONFIG,
-        selected: Selected = None, repo: Repo = DEFAULT_REPO,
-        compiled: Annotated[Path | None, typer.Option(
-            "--compiled", help="Compile record of the study (backend rbln).")] = None) -> None:
+def run(
+    study: StudyName,
+    n: Annotated[int, typer.Option("--n", min=1, help="Concurrent sessions N.")],
+    replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
+    plans: Plans,
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    selected: Selected = None,
+    repo: Repo = DEFAULT_REPO,
+    compiled: Annotated[
+        Path | None, typer.Option("--compiled", help="Compile record of the study (backend rbln).")
+    ] = None,
+) -> None:
     """Run every condition of one replicate in its seeded shuffled order."""
-    from rearrival.experiments import run_replicate
+    from rearrival.workflow.run import run_replicate
 
-    for path in run_replicate(_config(config), study, n, replicate, plans_dir=plans,
-                              out_dir=out, repo_dir=repo, selected_path=selected,
-                              compile_record=compiled):
+    with _naming_selected():
+        paths = run_replicate(
+            _config(config),
+            study,
+            n,
+            replicate,
+            plans_dir=plans,
+            out_dir=out,
+            repo_dir=repo,
+            selected_path=selected,
+            compile_record=compiled,
+        )
+    for path in paths:
         typer.echo(str(path))
 
 
 def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
     """Prefill injection: background inter-token gaps per injected prefill size."""
-    from rearrival.experiments import injection as run_injection
+    from rearrival.workflow.run import injection as run_injection
 
     frame = run_injection(_config(config), out)
     typer.echo(f"{out}: {len(frame)} gaps")
 
 
-def channels(study: StudyName,
-             replicates: Annotated[list[Path], typer.Argument(
-                 help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
-             out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
+def channels(
+    study: StudyName,
+    replicates: Annotated[
+        list[Path],
+        typer.Argument(help="The study's replicate run directories (results/runs/<study>/n*_r*)."),
+    ],
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    repo: Repo = DEFAULT_REPO,
+) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
-    from rearrival.calibrate_config import calibration_config_for
-    from rearrival.experiments import collect_channels
-    from rearrival.ledger import require_sealed
+    from rearrival.judge.collect import collect_channels
+    from rearrival.prereg.ledger import require_sealed
 
     cfg = _config(config)
     cfg.study(study)
     require_sealed(repo, study, replicates)
     # channel A prices steps with the same profile the predictions used (config profile:)
-    frame = collect_channels(replicates, out, calibration_config_for(cfg).prediction_profile())
+    frame = collect_channels(replicates, out, cfg.measurement.prediction_profile())
     typer.echo(f"{out}: {len(frame)} runs")
 
 
-def decide(study: StudyName,
-           channels: Annotated[Path, typer.Option("--channels", help="Channel table.")],
-           predictions: Predictions,
-           prereg: Annotated[Path, typer.Option("--prereg", help="Prereg record JSON.")],
-           out: Out, config: Config = DEFAULT_CONFIG, repo: Repo = DEFAULT_REPO) -> None:
+def decide(
+    study: StudyName,
+    channels: Annotated[Path, typer.Option("--channels", help="Channel table.")],
+    predictions: Predictions,
+    prereg: Annotated[Path, typer.Option("--prereg", help="Prereg record JSON.")],
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    repo: Repo = DEFAULT_REPO,
+) -> None:
     """Apply the registered decision rules to the study's replicate-summed ratios."""
-    from rearrival.experiments import decide as run_decide
+    from rearrival.workflow.decide import decide as run_decide
 
-    run_decide(_config(config), study, channels_path=channels, predictions_path=predictions,
-               prereg_path=prereg, repo_dir=repo, out=out)
+    run_decide(
+        _config(config),
+        study,
+        channels_path=channels,
+        predictions_path=predictions,
+        prereg_path=prereg,
+        repo_dir=repo,
+        out=out,
+    )
     typer.echo(str(out))
 
 
-def seal(study: StudyName,
-         replicates: Annotated[list[Path], typer.Argument(
-             help="The study's replicate run directories (results/runs/<study>/n*_r*).")],
-         out: Out, repo: Repo = DEFAULT_REPO) -> None:
+def seal(
+    study: StudyName,
+    replicates: Annotated[
+        list[Path],
+        typer.Argument(help="The study's replicate run directories (results/runs/<study>/n*_r*)."),
+    ],
+    out: Out,
+    repo: Repo = DEFAULT_REPO,
+) -> None:
     """Commit the sha256 of every run record file of a study (ledger/<study>.json)."""
-    from rearrival.ledger import seal as seal_records
+    from rearrival.prereg.ledger import seal as seal_records
 
     record = seal_records(repo, study, replicates, out)
     typer.echo(f"{study}: {record['files']} files sealed at {record['commit']}")
 
 
-def compile_configurations(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG,
-            selected: Selected = None) -> None:
+def compile_configurations(
+    study: StudyName, out: Out, config: Config = DEFAULT_CONFIG, selected: Selected = None
+) -> None:
     """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
-    from rearrival.experiments import compile_study
+    from rearrival.workflow.compile import compile_study
 
-    record = compile_study(_config(config), study, out, selected)
+    with _naming_selected():
+        record = compile_study(_config(config), study, out, selected)
     for name, entry in record["configurations"].items():
         typer.echo(f"{name}: {entry['artifact']}{' (reused)' if entry['reused'] else ''}")
 
 
 def register(app: typer.Typer) -> None:
     """Add the `study` group with one verb per pipeline stage."""
-    study_app = typer.Typer(help="Pipeline stages of one study (called by the Snakefile).",
-                            no_args_is_help=True)
-    verbs = {"plans": plans, "predict": predict, "prereg": prereg,
-             "compile": compile_configurations, "run": run, "injection": injection,
-             "seal": seal, "channels": channels, "decide": decide}
+    study_app = typer.Typer(
+        help="Pipeline stages of one study (called by the Snakefile).", no_args_is_help=True
+    )
+    verbs = {
+        "plans": plans,
+        "predict": predict,
+        "prereg": prereg,
+        "compile": compile_configurations,
+        "run": run,
+        "injection": injection,
+        "seal": seal,
+        "channels": channels,
+        "decide": decide,
+    }
     for name, verb in verbs.items():
         study_app.command(name)(verb)
     app.add_typer(study_app, name="study")

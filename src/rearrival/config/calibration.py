@@ -1,0 +1,245 @@
+"""Typed settings of calibration: ``profile:``, ``model:``, ``emulator_truth:`` and
+``calibration:`` of the study definition (SPEC section 4, "Calibration").
+
+These frozen dataclasses are the one source of defaults; ``config/schema.yaml``
+documents the same keys and values (a test checks that they agree). Cross-field rules the
+schema cannot state (bucket sets, a readable config.json) are checked here and name the
+config key and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rearrival.errors import RearrivalError
+from rearrival.model.fits import DTYPE_BYTES
+from rearrival.model.profile import Profile, bucket_set_problem, load_profile_for_model
+
+PUBLISHED = "published"
+CALIBRATED = "calibrated"
+# Where the workflow's calibration stage writes its profile (rules/calibrate.smk).
+CALIBRATED_PROFILE = Path("results/calibration/profile.yaml")
+ASSUMED_TRUTH = "emulator_truth_assumed.yaml"
+
+
+class CalibrationConfigError(RearrivalError, ValueError):
+    """A calibration, model or profile setting that cannot be used; names key and fix."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The served model's architecture: KV bytes per token and slot size (Table XV).
+
+    Defaults are Qwen3-4B bf16 (the paper's model, its ``config.json``); with
+    ``config_json`` set the architecture is read from the model's own file instead.
+    """
+
+    name: str = "Qwen/Qwen3-4B"
+    layers: int = 36
+    kv_heads: int = 8
+    head_dim: int = 128
+    dtype: str = "bfloat16"
+    max_seq_len: int = 8192
+    num_devices: int = 4
+    config_json: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise CalibrationConfigError(
+                f"model.dtype '{self.dtype}': use one of {', '.join(DTYPE_BYTES)}"
+            )
+        for name in ("layers", "kv_heads", "head_dim", "max_seq_len", "num_devices"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise CalibrationConfigError(
+                    f"model.{name} must be a positive integer, got {value!r}"
+                )
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def architecture(self) -> dict[str, int]:
+        """The profile's KV fields this model fixes (rearrival.model.profile.MODEL_FIELDS)."""
+        return {
+            "kv.layers": self.layers,
+            "kv.kv_heads": self.kv_heads,
+            "kv.head_dim": self.head_dim,
+            "kv.bytes_per_element": self.dtype_bytes,
+            "kv.slot_tokens": self.max_seq_len,
+            "kv.num_devices": self.num_devices,
+        }
+
+
+def model_from_config_json(path: Path, base: ModelSpec) -> ModelSpec:
+    """Architecture from a Hugging Face ``config.json`` (num_hidden_layers,
+    num_key_value_heads, head_dim or hidden_size/num_attention_heads, torch_dtype)."""
+    try:
+        raw = json.loads(path.read_text())
+        heads = int(raw["num_attention_heads"])
+        head_dim = int(raw.get("head_dim") or int(raw["hidden_size"]) // heads)
+        values = dict(
+            layers=int(raw["num_hidden_layers"]),
+            kv_heads=int(raw.get("num_key_value_heads", heads)),
+            head_dim=head_dim,
+            dtype=str(raw.get("torch_dtype", base.dtype)),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CalibrationConfigError(
+            f"model.config_json {path}: cannot read the architecture "
+            f"({exc!r}); give the model's config.json or set "
+            "model.layers/kv_heads/head_dim/dtype instead"
+        ) from exc
+    fixed = {f.name: getattr(base, f.name) for f in fields(base)}
+    return ModelSpec(**{**fixed, **values})
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One calibration artifact: a bucket set compiled for calibration runs."""
+
+    buckets: tuple[int, ...]
+    batch_size: int
+
+    @property
+    def name(self) -> str:
+        return "calib-" + "-".join(map(str, self.buckets))
+
+
+# Four artifacts measure every bucket 1..16 (all the search can select) and 24, 32 (the
+# saturation study); each leaves gaps so every bucket but 1 is seen at several n, which
+# is what separates beta from g(b). Each compiles within the 1,800 s budget
+# (42.3 + 61.33 x (buckets + 1) s: 410, 349, 533 and 226 s).
+DEFAULT_ARTIFACTS = (
+    Artifact((1, 2, 4, 8, 16), 16),
+    Artifact((3, 6, 10, 12), 12),
+    Artifact((5, 7, 9, 11, 13, 14, 15), 15),
+    Artifact((24, 32), 32),
+)
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How the calibration stage measures (SPEC section 4; paper II-B, III-C, IV)."""
+
+    artifacts: tuple[Artifact, ...] = DEFAULT_ARTIFACTS
+    decode_steps: int = 200
+    min_steps: int = 50
+    warmup_steps: int = 8
+    max_n_per_bucket: int = 0
+    decode_prompt_tokens: int = 128
+    max_residual: float = 0.02
+    prefill_tokens: tuple[int, ...] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8000)
+    prefill_repeats: int = 3
+    appended_tokens: tuple[int, ...] = (8, 120, 250, 380)
+    max_prefill_error: float = 0.05
+    bootstrap_resamples: int = 400
+    seed_block: int = 900
+
+    def __post_init__(self) -> None:
+        if not self.artifacts:
+            raise CalibrationConfigError(
+                "calibration.artifacts is empty; list at least one "
+                "bucket set, e.g. {buckets: [1, 2, 4, 8], "
+                "batch_size: 8}"
+            )
+        for index, artifact in enumerate(self.artifacts):
+            problem = bucket_set_problem(artifact.buckets, artifact.batch_size)
+            if problem is not None:
+                raise CalibrationConfigError(f"calibration.artifacts[{index}]: {problem}")
+        if self.min_steps < 2 or self.decode_steps < 1:
+            raise CalibrationConfigError(
+                "calibration.min_steps must be >= 2 and calibration.decode_steps >= 1"
+            )
+        if not (self.max_residual > 0 and self.max_prefill_error > 0):
+            raise CalibrationConfigError(
+                "calibration.max_residual and max_prefill_error must be > 0"
+            )
+
+    @property
+    def measured_buckets(self) -> tuple[int, ...]:
+        return tuple(sorted({b for a in self.artifacts for b in a.buckets}))
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """The calibration-related part of a study definition."""
+
+    profile: str = PUBLISHED
+    model: ModelSpec = field(default_factory=ModelSpec)
+    emulator_truth: str = "default"
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    source: str = "<config>"
+
+    def profile_path(self) -> Path | None:
+        """The profile file predictions use: None for the published constants."""
+        if self.profile == PUBLISHED:
+            return None
+        if self.profile == CALIBRATED:
+            return CALIBRATED_PROFILE
+        return Path(self.profile)
+
+    def prediction_profile(self) -> Profile:
+        """The profile predictions, the search and advise use, checked against the
+        model; a missing or foreign file is an error, never the published constants."""
+        return load_profile_for_model(
+            self.profile_path(), self.model.name, self.model.architecture()
+        )
+
+    def truth_path(self) -> Path | None:
+        """The emulator truth file: None for the shipped twin of the measured stack."""
+        if self.emulator_truth == "default":
+            return None
+        if self.emulator_truth == "assumed":
+            return Path(str(resources.files("rearrival.data").joinpath(ASSUMED_TRUTH)))
+        return Path(self.emulator_truth)
+
+
+def _typed(cls: type, raw: Any, key: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise CalibrationConfigError(f"{key} must be a mapping")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise CalibrationConfigError(
+            f"{key}.{unknown[0]} is not a setting; use {', '.join(sorted(known))}"
+        )
+    values = {}
+    for name, value in raw.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    return cls(**values)
+
+
+def calibration_config_from_mapping(raw: dict[str, Any], source: str) -> CalibrationConfig:
+    """Typed calibration settings from a (schema-valid) study definition mapping."""
+    try:
+        model = _typed(ModelSpec, raw.get("model"), "model")
+        if model.config_json:
+            model = model_from_config_json(Path(model.config_json), model)
+        section = dict(raw.get("calibration") or {})
+        if "artifacts" in section:
+            section["artifacts"] = [
+                Artifact(tuple(a["buckets"]), int(a["batch_size"])) for a in section["artifacts"]
+            ]
+        settings = _typed(CalibrationSettings, section, "calibration")
+        return CalibrationConfig(
+            profile=str(raw.get("profile", PUBLISHED)),
+            model=model,
+            emulator_truth=str(raw.get("emulator_truth", "default")),
+            calibration=settings,
+            source=source,
+        )
+    except CalibrationConfigError as exc:
+        raise CalibrationConfigError(f"{source}: {exc}") from exc
+    except (TypeError, KeyError) as exc:
+        raise CalibrationConfigError(
+            f"{source}: calibration settings: {exc}; see config/schema.yaml"
+        ) from exc

@@ -1,0 +1,352 @@
+"""The study definition (SPEC section 11): config/config.yaml as typed, checked objects.
+
+The schema (config/schema.yaml) checks types; this module checks what a schema cannot
+(bucket sets holding their batch_size, studies naming defined configurations) and expands
+each study into its plans and conditions, so the Snakefile and every stage agree on one
+list of files without repeating the rules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import jsonschema
+import yaml
+from snakemake.utils import validate
+
+from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
+from rearrival.errors import RearrivalError, StageError
+from rearrival.model.profile import bucket_set_problem
+from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
+
+SELECTED = "selected"  # the configuration chosen by the search stage
+
+
+class StudyConfigError(RearrivalError):
+    """The study definition is inconsistent; the message names the key and the fix."""
+
+
+class SelectionMissingError(StageError):
+    """A study compares the search's pick but no selected.json was given; its own type so
+    the CLI can name its flag for it."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A compile-time configuration: bucket set, batch size (max-num-seqs), KV slots."""
+
+    name: str
+    buckets: tuple[int, ...]
+    batch_size: int
+    slots: int
+
+    def label(self) -> str:
+        inner = ",".join(map(str, self.buckets))
+        return f"{{{inner}}}/{self.batch_size}/{self.slots}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"buckets": list(self.buckets), "batch_size": self.batch_size, "slots": self.slots}
+
+
+def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configuration:
+    """Check the one rule every stage relies on: batch_size is the largest bucket."""
+    buckets = tuple(sorted(int(b) for b in raw["buckets"]))
+    batch_size = int(raw["batch_size"])
+    problem = bucket_set_problem(buckets, batch_size)
+    if problem is not None:
+        raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
+    slots = int(raw["slots"]) if "slots" in raw else batch_size  # eager attention, SPEC 1
+    return Configuration(name, buckets, batch_size, slots)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One configuration under one workload variant; runs on every plan of a replicate."""
+
+    configuration: str
+    variant: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.configuration}-{self.variant}"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    kind: str
+    description: str
+    n: tuple[int, ...]
+    configurations: tuple[str, ...]
+    variants: tuple[str, ...]
+    seed_block: int
+    rule: str = "fixed"
+    amends: str | None = None
+    repeats: int = 1
+
+    @property
+    def baseline(self) -> str:
+        """The first configuration is the denominator of every ratio in the study."""
+        return self.configurations[0]
+
+    @property
+    def uses_selected(self) -> bool:
+        return SELECTED in self.configurations
+
+    def conditions(self) -> tuple[Condition, ...]:
+        return tuple(Condition(c, v) for c in self.configurations for v in self.variants)
+
+
+@dataclass(frozen=True)
+class DecisionSettings:
+    """The ``decision`` section: the criteria a study registers (paper II-D, IV, V-C)."""
+
+    confirmatory_n: tuple[int, ...]
+    exploratory_n: tuple[int, ...]
+    tau_fixed: float
+    error_tolerance: float
+    equivalence_band: tuple[float, float]
+    saturation_width: float
+    bootstrap_resamples: int
+
+
+@dataclass(frozen=True)
+class InjectionSettings:
+    """The ``injection`` section: the prefill-injection study (paper III-C)."""
+
+    background_sessions: int
+    background_gen_tokens: int
+    injected_prompt_tokens: tuple[int, ...]
+    inject_at_s: float
+    configuration: str
+
+
+@dataclass(frozen=True)
+class EmulatedHttpSettings:
+    """The ``emulated_http`` section: wall seconds per emulated second."""
+
+    time_scale: float
+
+
+@dataclass(frozen=True)
+class RblnSettings:
+    """The ``rbln`` section: what real hardware compiles and where artifacts go."""
+
+    model: str
+    max_seq_len: int
+    num_devices: int
+    artifacts: str
+    site_packages: str | None
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """The whole validated study definition.
+
+    Every section is typed; ``search`` stays the schema-filled mapping that
+    :class:`rearrival.search.scoring.SearchSettings` types and checks (the search owns its keys).
+    """
+
+    source: str
+    backend: str
+    study_seed: int
+    replicates: int
+    tool_table: str
+    configurations: dict[str, Configuration]
+    studies: dict[str, Study]
+    decision: DecisionSettings
+    injection: InjectionSettings
+    search: Mapping[str, Any]
+    emulated_http: EmulatedHttpSettings
+    rbln: RblnSettings
+    # profile:, emulator_truth:, model: and calibration: (typed in rearrival.config.calibration)
+    measurement: CalibrationConfig = field(default_factory=CalibrationConfig)
+
+    def study(self, name: str) -> Study:
+        if name not in self.studies:
+            raise StudyConfigError(
+                f"{self.source}: no study '{name}' under studies; "
+                f"defined: {', '.join(self.studies)}"
+            )
+        return self.studies[name]
+
+
+@cache
+def schema_defaults() -> dict[str, Any]:
+    """Every documented default, read from config/schema.yaml: the one place defaults
+    live. Top-level keys map to their default, sections to {key: default}, and
+    ``studies`` to the per-study defaults."""
+    schema = yaml.safe_load(config_schema_path().read_text())
+    props = schema["properties"]
+    out: dict[str, Any] = {key: spec["default"] for key, spec in props.items() if "default" in spec}
+    for key, spec in props.items():
+        if spec.get("type") == "object" and "properties" in spec:
+            out[key] = {name: inner.get("default") for name, inner in spec["properties"].items()}
+    study_props = props["studies"]["additionalProperties"]["properties"]
+    out["studies"] = {
+        name: inner["default"] for name, inner in study_props.items() if "default" in inner
+    }
+    return out
+
+
+def _filled(raw: dict[str, Any], section: str) -> dict[str, Any]:
+    """A section's values over the schema defaults (a key may be left out of the YAML)."""
+    return schema_defaults()[section] | (raw.get(section) or {})
+
+
+def _tuples(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: tuple(value) if isinstance(value, list) else value for key, value in values.items()
+    }
+
+
+def _study(
+    name: str, raw: dict[str, Any], configurations: dict[str, Configuration], where: str
+) -> Study:
+    for config_name in raw["configurations"]:
+        if config_name != SELECTED and config_name not in configurations:
+            raise StudyConfigError(
+                f"{where}: studies.{name}.configurations names '{config_name}', which is not "
+                f"under configurations; define it or use one of {', '.join(configurations)}"
+            )
+    values = schema_defaults()["studies"] | {"description": "", "amends": None} | raw
+    kind = values["kind"]
+    return Study(
+        name=name,
+        kind=kind,
+        description=str(values["description"]),
+        n=tuple(int(n) for n in values["n"]),
+        configurations=tuple(values["configurations"]),
+        variants=tuple(values["variants"]),
+        seed_block=int(values["seed_block"]),
+        rule=str(values["rule"]),
+        amends=values["amends"],
+        repeats=int(values["repeats"]) if kind == "repeats" else 1,
+    )
+
+
+def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
+    """Build the typed study definition from a schema-valid mapping."""
+    configurations = {
+        name: make_configuration(name, value, f"{source}: configurations")
+        for name, value in raw["configurations"].items()
+    }
+    studies = {
+        name: _study(name, value, configurations, source) for name, value in raw["studies"].items()
+    }
+    blocks: dict[int, str] = {}
+    for study in studies.values():
+        if study.seed_block in blocks:
+            raise StudyConfigError(
+                f"{source}: studies.{study.name}.seed_block {study.seed_block} is also used by "
+                f"{blocks[study.seed_block]}; give every study its own block so seeds differ"
+            )
+        blocks[study.seed_block] = study.name
+        if study.amends is not None and study.amends not in studies:
+            raise StudyConfigError(
+                f"{source}: studies.{study.name}.amends names unknown study '{study.amends}'"
+            )
+    top = schema_defaults() | raw
+    injection = InjectionSettings(**_tuples(_filled(raw, "injection")))
+    if injection.configuration not in configurations:
+        raise StudyConfigError(
+            f"{source}: injection.configuration names "
+            f"'{injection.configuration}', which is not under "
+            f"configurations; use one of {', '.join(configurations)}"
+        )
+    return StudyConfig(
+        source=source,
+        backend=str(top["backend"]),
+        study_seed=int(top["study_seed"]),
+        replicates=int(top["replicates"]),
+        tool_table=str(top["tool_table"]),
+        configurations=configurations,
+        studies=studies,
+        decision=DecisionSettings(**_tuples(_filled(raw, "decision"))),
+        injection=injection,
+        search=MappingProxyType(_filled(raw, "search")),
+        emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
+        rbln=RblnSettings(**_filled(raw, "rbln")),
+        measurement=calibration_config_from_mapping(raw, source),
+    )
+
+
+def config_schema_path() -> Path:
+    """The schema shipped beside the study definition (config/schema.yaml)."""
+    return Path(__file__).resolve().parents[3] / "config" / "schema.yaml"
+
+
+def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
+    """Schema check with the failing key path in the message, then fill defaults.
+
+    jsonschema's best match names the key (e.g. ``$.studies.grid.n[0]``); snakemake's own
+    validate then fills the documented defaults exactly as the Snakefile does.
+    """
+    schema = yaml.safe_load(schema_path.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
+    if error is not None:
+        raise StudyConfigError(
+            f"{source}: key {error.json_path}: {error.message}; "
+            f"see {schema_path} for allowed values"
+        )
+    validate(raw, str(schema_path))
+
+
+def load_study_config(path: str | Path, schema_path: Path | None = None) -> StudyConfig:
+    """Read, schema-validate and cross-check a config file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
+    validate_against_schema(raw, str(path), schema_path or config_schema_path())
+    return study_config_from_mapping(raw, str(path))
+
+
+# --- what a study's stages read besides the config ----------------------------------------
+
+
+def tool_table_for(cfg: StudyConfig) -> ToolTable:
+    """The configured tool-latency table; 'default' is the published TraceLab aggregate."""
+    if cfg.tool_table == "default":
+        return default_tool_table()
+    return load_summary_json(cfg.tool_table)
+
+
+def read_selected(path: Path) -> Configuration:
+    """The configuration the search picked (results/search/selected.json)."""
+    if not path.exists():
+        raise StageError(
+            f"{path}: no search result; run the search stage first "
+            "(snakemake results/search/selected.json)"
+        )
+    raw = json.loads(path.read_text())
+    buckets = tuple(int(b) for b in raw["buckets"])
+    batch = int(raw["batch_size"])
+    return Configuration(SELECTED, buckets, batch, int(raw.get("slots", batch)))
+
+
+def resolve_configurations(
+    cfg: StudyConfig, study: Study, selected_path: Path | None
+) -> dict[str, Configuration]:
+    """Every configuration a study compares, by name, the search's pick read from
+    ``selected_path`` (predict, preregister, run and compile all resolve them here)."""
+    resolved = {}
+    for name in study.configurations:
+        if name == SELECTED:
+            if selected_path is None:
+                raise SelectionMissingError(
+                    f"study {study.name} compares the search's pick; give "
+                    "the search's selected.json (results/search/selected.json)"
+                )
+            resolved[name] = read_selected(selected_path)
+        else:
+            resolved[name] = cfg.configurations[name]
+    return resolved

@@ -1,0 +1,1 @@
+"""Judgement: cost channels A and B and the paper's decision rules (paper II-D, IV, V)."""

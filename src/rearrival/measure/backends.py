@@ -1,0 +1,218 @@
+"""Measurement backends behind one call (SPEC section 6): every backend writes the same
+run records, so decisions never know which produced them — but every manifest says.
+
+``emulated`` runs the virtual-time twin in process; ``emulated-http`` and ``rbln`` replay
+the plan through the real async client against an HTTP server (the loopback emulator or
+vllm-rbln on the device).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rearrival.errors import RearrivalError
+from rearrival.measure.client import (
+    ClientError,
+    ReplayOptions,
+    check_configuration,
+    replay_url,
+    server_configuration,
+)
+from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.engine import EngineConfig
+from rearrival.measure.emulate.truth import load_truth
+from rearrival.measure.emulate_server import server_argv
+from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
+from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
+from rearrival.vocabulary import BACKENDS
+
+if TYPE_CHECKING:
+    from rearrival.config.study import Configuration, StudyConfig
+    from rearrival.model.plans import Plan
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Which backend measures, and its settings from the study definition."""
+
+    backend: str = "emulated"
+    time_scale: float = 1.0  # wall s per plan s; 1 = real time (in-process twin, hardware)
+    site_packages: Path | None = None  # rbln: the patched vllm_rbln (default: this env's)
+    compile_record: Path | None = None
+    url: str | None = None  # emulated-http: replay against this running server
+    artifact: Path | None = None  # rbln: this artifact instead of the compile record's
+    emulator_truth: Path | None = None  # emulated backends: truth file; None = shipped twin
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise RearrivalError(f"backend '{self.backend}': use one of {', '.join(BACKENDS)}")
+        if not self.time_scale > 0:
+            raise RearrivalError(f"time_scale {self.time_scale}: must be > 0")
+
+    @classmethod
+    def from_study_config(
+        cls, cfg: StudyConfig, compile_record: Path | None = None
+    ) -> BackendSettings:
+
+        site_packages = cfg.rbln.site_packages
+        return cls(
+            backend=cfg.backend,
+            time_scale=(cfg.emulated_http.time_scale if cfg.backend == "emulated-http" else 1.0),
+            site_packages=Path(site_packages) if site_packages else None,
+            compile_record=compile_record,
+            emulator_truth=cfg.measurement.truth_path(),
+        )
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything one backend run needs besides the backend settings."""
+
+    study: str
+    plan: Plan
+    plan_path: Path
+    configuration: Configuration
+    variant: str
+    label: str
+    replicate: int
+    seed: int
+    condition_order: list[str]
+    prereg: dict[str, Any]
+
+
+def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
+    """The contract manifest of one run, with the configuration's name for the tables."""
+    configuration = run.configuration
+    manifest = manifest_template(
+        study=run.study,
+        backend=settings.backend,
+        buckets=configuration.buckets,
+        batch_size=configuration.batch_size,
+        slots=configuration.slots,
+        variant=run.variant,
+        condition=run.label,
+        replicate=run.replicate,
+        n=run.plan.n,
+        plan_path=str(run.plan_path),
+        plan_sha256=run.plan.sha256(),
+        plan_seed=run.plan.meta.seed,
+        run_seed=run.seed,
+        condition_order=run.condition_order,
+        time_scale=settings.time_scale,
+        prereg=run.prereg,
+        # N is part of the id: one study runs the same condition at several N
+        run_id=new_run_id(run.study, f"n{run.plan.n}-{run.label}", run.replicate, settings.backend),
+    )
+    manifest["configuration"]["name"] = configuration.name
+    return manifest
+
+
+def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
+    manifest = run_manifest(settings, run)
+    configuration = run.configuration
+    result = run_emulated(
+        run.plan,
+        buckets=configuration.buckets,
+        batch_size=configuration.batch_size,
+        slots=configuration.slots,
+        variant=run.variant,
+        seed=run.seed,
+        truth=load_truth(settings.emulator_truth),
+    )
+    manifest["software"]["emulator_truth"] = result.truth_version
+    return write_run(
+        out,
+        requests=result.requests,
+        steps=result.steps,
+        metrics=result.metrics,
+        manifest=finish_manifest(manifest),
+        server_log=result.server_log,
+        tokens=result.tokens,
+    )
+
+
+def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """The emulated engine behind a real loopback server, replayed by the real client:
+    a fresh server per run, or the running one at ``settings.url``."""
+    options = ReplayOptions(seed=run.seed, time_scale=settings.time_scale)
+    manifest = run_manifest(settings, run)
+    if settings.url is not None:
+        try:
+            served = asyncio.run(server_configuration(settings.url))
+        except ClientError:
+            served = None  # unreachable: the replay records the failure as the run's reason
+        if served is not None:
+            check_configuration(served, manifest["configuration"], settings.url)
+        outcome = asyncio.run(
+            replay_url(
+                run.plan, settings.url, out, variant=run.variant, options=options, manifest=manifest
+            )
+        )
+        return outcome.path
+    configuration = run.configuration
+    port = free_port()
+    argv = server_argv(
+        EngineConfig(configuration.buckets, configuration.batch_size, configuration.slots),
+        port=port,
+        seed=run.seed,
+        time_scale=settings.time_scale,
+        truth=settings.emulator_truth,
+    )
+    outcome = run_with_server(
+        run.plan,
+        out,
+        argv=argv,
+        url=f"http://127.0.0.1:{port}",
+        variant=run.variant,
+        options=options,
+        manifest=manifest,
+        log_path=out.with_name(f"{out.name}.server.log"),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ready_timeout_s=60,
+        grace_s=5,
+    )
+    return outcome.path
+
+
+def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """Real hardware: the compiled artifact served by vllm-rbln, a fresh server per run."""
+    configuration = run.configuration
+    artifact = settings.artifact
+    if artifact is None and settings.compile_record is not None:
+        artifact = compiled_artifact(settings.compile_record, configuration.name)
+    outcome = run_rbln(
+        run.plan,
+        out,
+        artifact=artifact,
+        buckets=configuration.buckets,
+        batch_size=configuration.batch_size,
+        slots=configuration.slots,
+        variant=run.variant,
+        options=ReplayOptions(seed=run.seed),
+        manifest=run_manifest(settings, run),
+        site_packages=settings.site_packages,
+    )
+    return outcome.path
+
+
+def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """Dispatch one run to its backend and return the written run directory. A run cut
+    short is written with status failed/partial and its reason, never as complete."""
+    runners = {
+        "emulated": run_emulated_backend,
+        "emulated-http": run_http_backend,
+        "rbln": run_rbln_backend,
+    }
+    return runners[settings.backend](settings, run, out)
+
+
+def run_status(out: Path) -> tuple[str, str | None]:
+    """Status and reason of a written run, from its manifest."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    return manifest["status"], manifest.get("reason")

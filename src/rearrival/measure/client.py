@@ -1,0 +1,622 @@
+"""The async replay client (SPEC section 6 "rbln"/"emulated-http", paper Section II-C/D).
+
+One asyncio task per session sends the first request at t = 0, waits for the complete
+streamed response, sleeps the planned tool wait, and sends the re-arrival. Prompts are
+token ids, so prefix identity holds by construction: the follow-up is the exact token-id
+extension prompt + generated ids + 8 appended ids, and a session's ids are derived from
+(plan seed, session) so no two sessions share a prefix. Decoding is greedy (temperature
+0, fixed seed, ``ignore_eos``) so every request generates exactly its planned length.
+
+The client records what channel B needs (send and completion time of every request) and
+every token time, scrapes the Prometheus counters before and after the run, and reads
+reuse from ``vllm:prompt_tokens_cached_total`` -- never from ``prefix_cache_hits``,
+which reports hits after the slot was evicted (paper Section II-D). Anything that
+cuts a run short (unreachable server, HTTP error, truncated stream, wrong token count)
+ends the run with status ``failed``/``partial`` and the reason, never ``complete``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
+
+from rearrival.errors import RearrivalError
+from rearrival.measure.records import finish_manifest, write_run
+from rearrival.measure.steplog import StepLogError, parse_step_log
+from rearrival.model.plans import Plan, Session
+
+# Token ids drawn from Qwen3's ordinary vocabulary, away from the special tokens that
+# start at 151643; an emulator accepts any non-negative id.
+TOKEN_ID_LOW = 1_000
+TOKEN_ID_HIGH = 150_000
+GET_RETRIES = 3
+
+
+class ClientError(RearrivalError):
+    """A request or scrape that failed; the message says which URL and what happened."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How the client drives a server; validated so a typo cannot silently change a run.
+
+    ``time_scale`` is wall seconds per plan second: tool waits are slept scaled and every
+    recorded time is divided by it, so records stay in plan (virtual) seconds.
+    """
+
+    seed: int = 0
+    model: str | None = None
+    time_scale: float = 1.0
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
+            raise ClientError(
+                f"time_scale {self.time_scale}: must be a positive number "
+                "(wall seconds per plan second, e.g. 0.05)"
+            )
+        for name in ("connect_timeout_s", "read_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ClientError(f"client option '{name}' must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One finished request, times in plan seconds from the run origin."""
+
+    session: int
+    turn: int
+    send_s: float
+    first_token_s: float
+    complete_s: float
+    prompt_tokens: int
+    cached_tokens: int | None
+    generated_tokens: int
+    token_ids: tuple[int, ...]
+    token_times_s: tuple[float, ...]
+
+    @property
+    def computed_tokens(self) -> int | None:
+        return None if self.cached_tokens is None else self.prompt_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """Everything one replay observed; ``status`` is 'complete' only if nothing failed."""
+
+    requests: tuple[RequestRecord, ...]
+    metrics_before: dict[str, float]
+    metrics_after: dict[str, float]
+    status: str
+    reason: str | None
+    model: str | None
+    expected_requests: int
+
+
+# --- prompts ---------------------------------------------------------------------------
+
+
+def _rng(*parts: object) -> random.Random:
+    digest = hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def plan_key(plan: Plan) -> str:
+    """What prompt ids derive from: the plan seed when known, else the plan's content hash."""
+    return f"seed:{plan.meta.seed}" if plan.meta.seed is not None else f"sha:{plan.sha256()}"
+
+
+def first_prompt_ids(key: str, session: Session) -> list[int]:
+    """Deterministic ids of a session's first prompt.
+
+    The first id encodes the session number, so two sessions differ at position 0 and
+    never share a cached prefix, whatever the random ids after it are.
+    """
+    rng = _rng("prompt", key, session.session)
+    head = TOKEN_ID_LOW + session.session
+    if head >= TOKEN_ID_HIGH:
+        raise ClientError(
+            f"session {session.session}: too many sessions for distinct prompt "
+            f"heads (at most {TOKEN_ID_HIGH - TOKEN_ID_LOW})"
+        )
+    rest = [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(session.prompt_tokens - 1)]
+    return [head, *rest]
+
+
+def appended_ids(key: str, session: Session) -> list[int]:
+    """The tool result appended before the re-arrival (plan's appended_tokens, 8)."""
+    rng = _rng("append", key, session.session)
+    return [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(session.appended_tokens)]
+
+
+# --- metrics ---------------------------------------------------------------------------
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """Every ``vllm:*_total`` counter sample, summed over label sets (engines, models).
+
+    Untyped samples count too: a ``# TYPE`` line naming the family without ``_total``
+    leaves the parser unable to type the sample, yet it is the same counter.
+    """
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type not in ("counter", "unknown", "untyped"):
+            continue
+        for sample in family.samples:
+            if sample.name.startswith("vllm:") and sample.name.endswith("_total"):
+                totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+    return totals
+
+
+async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
+    """GET with retries: a read is idempotent, so retrying a refused connection is safe."""
+    last: Exception | None = None
+    for attempt in range(GET_RETRIES):
+        try:
+            async with session.get(url) as resp:
+                body = await resp.text()
+                if resp.status != 200:
+                    raise ClientError(
+                        f"GET {url} returned HTTP {resp.status}: "
+                        f"{body.strip()[:200]!r}; check the server log"
+                    )
+                return body
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            last = exc
+            await asyncio.sleep(0.1 * (attempt + 1))
+        except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
+            raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") from None
+    raise ClientError(
+        f"cannot reach {url} ({_describe(last)}); start the server or fix the server URL"
+    )
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    text = await _get_text(session, f"{url}/metrics")
+    try:
+        return parse_counters(text)
+    except ValueError as exc:
+        raise ClientError(
+            f"GET {url}/metrics: not Prometheus text ({exc}); point the server URL at a vLLM server"
+        ) from None
+
+
+async def served_model(session: aiohttp.ClientSession, url: str) -> str:
+    """The first model id from /v1/models (what `vllm serve` registered)."""
+    body = await _get_text(session, f"{url}/v1/models")
+    try:
+        return str(json.loads(body)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ClientError(
+            f"GET {url}/v1/models: no model listed; name the model explicitly or check the server"
+        ) from None
+
+
+# --- one request -----------------------------------------------------------------------
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass
+class _Stream:
+    """Mutable state of one streamed completion while it is being read."""
+
+    token_ids: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    done: bool = False
+
+
+def _absorb_chunk(stream: _Stream, payload: str, now: float, url: str) -> None:
+    if payload == "[DONE]":
+        stream.done = True
+        return
+    try:
+        chunk = json.loads(payload)
+    except json.JSONDecodeError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise ClientError(
+            f"POST {url}: stream chunk is not a JSON object ({payload[:80]!r}); "
+            "point the server URL at an OpenAI-compatible server"
+        )
+    if "error" in chunk:
+        raise ClientError(
+            f"POST {url}: server reported an error in the stream: {str(chunk['error'])[:200]}"
+        )
+    if chunk.get("usage"):
+        stream.usage = chunk["usage"]
+    for choice in chunk.get("choices") or []:
+        ids = choice.get("token_ids")
+        if ids is None and choice.get("text"):
+            raise ClientError(
+                f"POST {url}: the server streams text without token_ids; it must "
+                "support 'return_token_ids' (vLLM >= 0.10.2 or emulate-server)"
+            )
+        if not isinstance(ids, list | None) or any(type(t) is not int for t in ids or []):
+            raise ClientError(
+                f"POST {url}: 'token_ids' must be a list of integers, got {str(ids)[:80]}"
+            )
+        stream.token_ids.extend(ids or [])
+        stream.token_times.extend([now] * len(ids or []))
+
+
+class _Clock:
+    """Plan seconds since the run origin, from the event loop's monotonic clock."""
+
+    def __init__(self, time_scale: float) -> None:
+        self.scale = time_scale
+        self.origin = asyncio.get_running_loop().time()
+
+    def now(self) -> float:
+        return (asyncio.get_running_loop().time() - self.origin) / self.scale
+
+
+async def _complete(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], clock: _Clock
+) -> tuple[float, _Stream]:
+    """POST one streamed completion; returns (send time, stream state).
+
+    Never retried: once the request may have reached the scheduler, a second send would
+    be a second admission and change the run.
+    """
+    endpoint = f"{url}/v1/completions"
+    stream = _Stream()
+    send_s = clock.now()
+    try:
+        async with http.post(endpoint, json=body) as resp:
+            if resp.status != 200:
+                text = (await resp.text()).strip()
+                raise ClientError(f"POST {endpoint} returned HTTP {resp.status}: {text[:200]!r}")
+            async for raw in resp.content:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith("data:"):
+                    _absorb_chunk(stream, line[5:].strip(), clock.now(), endpoint)
+                if stream.done:
+                    break
+    except aiohttp.ClientConnectorError as exc:
+        raise ClientError(
+            f"cannot connect to {endpoint} ({_describe(exc)}); is the server running?"
+        ) from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise ClientError(
+            f"POST {endpoint} broke off ({_describe(exc)}); the server died or timed out"
+        ) from None
+    if not stream.done:
+        raise ClientError(
+            f"POST {endpoint}: stream ended without 'data: [DONE]' after "
+            f"{len(stream.token_ids)} tokens (truncated response)"
+        )
+    return send_s, stream
+
+
+def _cached_from_usage(usage: dict[str, Any] | None) -> int | None:
+    details = (usage or {}).get("prompt_tokens_details") or {}
+    value = details.get("cached_tokens")
+    return None if value is None else int(value)
+
+
+async def _request(
+    http: aiohttp.ClientSession,
+    url: str,
+    *,
+    model: str,
+    prompt: list[int],
+    max_tokens: int,
+    seed: int,
+    clock: _Clock,
+    session: int,
+    turn: int,
+) -> RequestRecord:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": seed,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    send_s, stream = await _complete(http, url, body, clock)
+    complete_s = clock.now()
+    where = f"session {session} turn {turn}"
+    if len(stream.token_ids) != max_tokens:
+        raise ClientError(
+            f"{where}: server generated {len(stream.token_ids)} tokens, the plan "
+            f"needs {max_tokens}; the server must honour ignore_eos and max_tokens"
+        )
+    usage = stream.usage or {}
+    return RequestRecord(
+        session=session,
+        turn=turn,
+        send_s=send_s,
+        first_token_s=stream.token_times[0],
+        complete_s=complete_s,
+        prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
+        cached_tokens=_cached_from_usage(stream.usage),
+        generated_tokens=len(stream.token_ids),
+        token_ids=tuple(stream.token_ids),
+        token_times_s=tuple(stream.token_times),
+    )
+
+
+async def _session_task(
+    http: aiohttp.ClientSession,
+    url: str,
+    s: Session,
+    key: str,
+    model: str,
+    options: ReplayOptions,
+    clock: _Clock,
+    done: list[RequestRecord],
+) -> None:
+    """First request, tool wait, re-arrival with the exact token-id extension."""
+    prompt = first_prompt_ids(key, s)
+    first = await _request(
+        http,
+        url,
+        model=model,
+        prompt=prompt,
+        max_tokens=s.gen_tokens,
+        seed=options.seed,
+        clock=clock,
+        session=s.session,
+        turn=0,
+    )
+    done.append(first)
+    if s.tool_wait_s > 0:
+        await asyncio.sleep(s.tool_wait_s * options.time_scale)
+    followup = prompt + list(first.token_ids) + appended_ids(key, s)
+    done.append(
+        await _request(
+            http,
+            url,
+            model=model,
+            prompt=followup,
+            max_tokens=s.followup_gen_tokens,
+            seed=options.seed,
+            clock=clock,
+            session=s.session,
+            turn=1,
+        )
+    )
+
+
+async def replay(
+    plan: Plan, url: str, *, variant: str = "wait", options: ReplayOptions | None = None
+) -> ClientRun:
+    """Replay ``plan`` (as ``variant``) against an OpenAI-compatible server at ``url``.
+
+    The first failure cancels the other sessions: once the server misbehaves, later
+    times would not describe the configuration under test. The result then carries
+    status 'failed' (nothing finished) or 'partial' and the first error as reason.
+    """
+    options = options or ReplayOptions()
+    url = url.rstrip("/")
+    runnable = plan.variant(variant)
+    key = plan_key(plan)
+    done: list[RequestRecord] = []
+    before: dict[str, float] = {}
+    after: dict[str, float] = {}
+    model = options.model
+    reason: str | None = None
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=options.connect_timeout_s, sock_read=options.read_timeout_s
+    )
+    connector = aiohttp.TCPConnector(limit=0)  # one connection per session, no pool queueing
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+        try:
+            model = model or await served_model(http, url)
+            before = await scrape_metrics(http, url)
+            clock = _Clock(options.time_scale)
+            async with asyncio.TaskGroup() as group:
+                for s in runnable.sessions:
+                    group.create_task(_session_task(http, url, s, key, model, options, clock, done))
+            after = await scrape_metrics(http, url)
+        except* ClientError as group_error:
+            reason = str(group_error.exceptions[0])
+    status = "complete" if reason is None else ("partial" if done else "failed")
+    ordered = tuple(sorted(done, key=lambda r: (r.session, r.turn)))
+    return ClientRun(
+        requests=ordered,
+        metrics_before=before,
+        metrics_after=after,
+        status=status,
+        reason=reason,
+        model=model,
+        expected_requests=2 * plan.n,
+    )
+
+
+def replay_sync(
+    plan: Plan, url: str, *, variant: str = "wait", options: ReplayOptions | None = None
+) -> ClientRun:
+    """Blocking wrapper for CLI verbs and pipeline rules."""
+    return asyncio.run(replay(plan, url, variant=variant, options=options))
+
+
+# --- run records -------------------------------------------------------------------------
+
+
+def requests_frame(run: ClientRun) -> pd.DataFrame:
+    """requests.parquet rows (SPEC 7); prefill_s is unknown over HTTP, so NaN."""
+    rows = run.requests
+    return pd.DataFrame(
+        {
+            "session": pd.array([r.session for r in rows], dtype="int64"),
+            "turn": pd.array([r.turn for r in rows], dtype="int64"),
+            "send_s": pd.array([r.send_s for r in rows], dtype="float64"),
+            "first_token_s": pd.array([r.first_token_s for r in rows], dtype="float64"),
+            "complete_s": pd.array([r.complete_s for r in rows], dtype="float64"),
+            "prompt_tokens": pd.array([r.prompt_tokens for r in rows], dtype="int64"),
+            "cached_tokens": pd.array([r.cached_tokens for r in rows], dtype="Int64"),
+            "computed_tokens": pd.array([r.computed_tokens for r in rows], dtype="Int64"),
+            "generated_tokens": pd.array([r.generated_tokens for r in rows], dtype="int64"),
+            "prefill_s": pd.array([math.nan] * len(rows), dtype="float64"),
+        }
+    )
+
+
+def tokens_frame(run: ClientRun) -> pd.DataFrame:
+    """Every token's arrival at the client (session, turn, index, t_s), for timelines."""
+    rows = [(r.session, r.turn, i, t) for r in run.requests for i, t in enumerate(r.token_times_s)]
+    return pd.DataFrame(rows, columns=["session", "turn", "index", "t_s"]).astype(
+        {"session": "int64", "turn": "int64", "index": "int64", "t_s": "float64"}
+    )
+
+
+def steps_from_log(log_text: str) -> pd.DataFrame:
+    """steps.parquet from the ``[BUCKET]`` lines: decode steps only, times unknown (NaN).
+
+    A real server log has no per-step times at useful resolution (paper III-C: 1 s) and
+    no prefill line, so prefill is priced from the requests' computed tokens instead.
+    """
+    pairs = parse_step_log(log_text)
+    return pd.DataFrame(
+        {
+            "step": pd.array(range(len(pairs)), dtype="int64"),
+            "kind": ["decode"] * len(pairs),
+            "n": pd.array([n for n, _ in pairs], dtype="int64"),
+            "b": pd.array([b for _, b in pairs], dtype="Int64"),
+            "start_s": pd.array([math.nan] * len(pairs), dtype="float64"),
+            "end_s": pd.array([math.nan] * len(pairs), dtype="float64"),
+        }
+    )
+
+
+def _outcome(run: ClientRun, steps: pd.DataFrame) -> tuple[str, str | None]:
+    """The run's status: the client's, unless the step log does not cover the requests.
+
+    Every generated token after the first comes from one decode step, so the decode
+    steps must advance exactly sum(generated - 1) request-tokens; anything else means
+    DEBUG logging was off, the patch is missing, or the log slice is wrong.
+    """
+    if run.status != "complete":
+        return run.status, run.reason
+    if len(run.requests) != run.expected_requests:
+        return "partial", (f"{len(run.requests)} of {run.expected_requests} requests finished")
+    advances = sum(r.generated_tokens - 1 for r in run.requests)
+    logged = int(steps["n"].sum())
+    if logged != advances:
+        return "failed", (
+            f"server log holds {len(steps)} [BUCKET] steps advancing {logged} "
+            f"tokens, but the requests needed {advances}; run the server with "
+            "VLLM_LOGGING_LEVEL=DEBUG and the observation patch applied "
+            "(`rearrival rbln patch apply`)"
+        )
+    return "complete", None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where a run directory was written and whether it is usable."""
+
+    path: Path
+    status: str
+    reason: str | None
+
+
+def write_client_run(
+    out: Path, run: ClientRun, *, manifest: dict[str, Any], server_log: str | None
+) -> RunOutcome:
+    """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
+    try:
+        steps = steps_from_log(server_log or "")
+        status, reason = _outcome(run, steps)
+    except StepLogError as exc:
+        steps = steps_from_log("")
+        status, reason = (
+            ("failed", str(exc)) if run.status == "complete" else (run.status, run.reason)
+        )
+    metrics = {"before": dict(run.metrics_before), "after": dict(run.metrics_after)}
+    write_run(
+        out,
+        requests=requests_frame(run),
+        steps=steps,
+        metrics=metrics,
+        manifest=finish_manifest(manifest, status=status, reason=reason),
+        server_log=server_log,
+        tokens=tokens_frame(run),
+    )
+    return RunOutcome(out, status, reason)
+
+
+async def _get_json(url: str) -> Any:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        text = await _get_text(http, url)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise ClientError(
+            f"GET {url}: not JSON; point the server URL at `rearrival emulate-server`"
+        ) from None
+
+
+async def fetch_server_log(url: str, *, since_bytes: int = 0) -> str:
+    """The emulate-server's step log (``/rearrival/log``) from byte offset ``since_bytes``."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        text = await _get_text(http, f"{url.rstrip('/')}/rearrival/log")
+    return text.encode()[since_bytes:].decode(errors="replace")
+
+
+async def server_configuration(url: str) -> dict[str, Any]:
+    """What an emulate-server serves (buckets, batch_size, slots, seed, time_scale)."""
+    return dict(await _get_json(f"{url.rstrip('/')}/rearrival/config"))
+
+
+def check_configuration(served: dict[str, Any], configuration: dict[str, Any], url: str) -> None:
+    """Refuse to label a run with a configuration the server does not serve."""
+    for key in ("buckets", "batch_size", "slots"):
+        if served.get(key) != configuration[key]:
+            raise ClientError(
+                f"server {url}: serves {key}={served.get(key)}, the run "
+                f"asks for {configuration[key]}; restart emulate-server with the "
+                "run's configuration or let the run start a fresh one"
+            )
+
+
+async def replay_url(
+    plan: Plan,
+    url: str,
+    out: Path,
+    *,
+    variant: str,
+    options: ReplayOptions,
+    manifest: dict[str, Any],
+) -> RunOutcome:
+    """Replay against an already running emulate-server and write the run directory.
+
+    The step log is the slice of the server's log written during this replay, so steps
+    of earlier runs on the same server never leak into this one.
+    """
+    try:
+        offset: int | None = len((await fetch_server_log(url)).encode())
+    except ClientError:
+        offset = None  # the replay reports the unreachable server as the run's reason
+    run = await replay(plan, url, variant=variant, options=options)
+    log = None
+    if offset is not None:
+        with contextlib.suppress(ClientError):
+            log = await fetch_server_log(url, since_bytes=offset)
+    return write_client_run(out, run, manifest=manifest, server_log=log)

@@ -1,0 +1,66 @@
+"""Device memory of a configuration (paper Section V-D, Table XV): does it fit?
+
+A candidate's KV slots plus the model's weights must fit the instance's devices. The KV
+side comes from the profile (bytes per slot from the model's architecture, devices); the
+memory per device and the weights come from the profile data file's ``memory`` block.
+``device_memory`` builds the budget from any profile and data tree, so a calibrated
+profile can feed it the same way as the shipped one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rearrival.model.profile import DEFAULT_PROFILE, GIB, Profile, ProfileError, measured_profile
+from rearrival.provenance import field_value, shipped_mapping
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory budget of one instance: weights and KV slots spread over its devices."""
+
+    per_device_gib: float
+    weights_gib: float
+    num_devices: int
+    slot_gib: float  # KV of one slot over the whole instance
+
+    def gib_per_device(self, slots: int) -> float:
+        """Weights and the KV of ``slots`` slots on each device (even split)."""
+        return (self.weights_gib + slots * self.slot_gib) / self.num_devices
+
+    def fits(self, slots: int) -> bool:
+        return self.gib_per_device(slots) <= self.per_device_gib
+
+    def max_slots(self) -> int:
+        """Most slots that fit (0 when even the weights do not)."""
+        room = self.per_device_gib * self.num_devices - self.weights_gib
+        return max(0, int(room // self.slot_gib))
+
+
+def device_memory(
+    profile: Profile | None = None,
+    tree: dict[str, Any] | None = None,
+    source: str = DEFAULT_PROFILE,
+) -> DeviceMemory:
+    """The budget of ``profile`` (default: measured) with the ``memory`` block of ``tree``
+    (default: the shipped profile data file)."""
+    profile = profile or measured_profile()
+    tree = shipped_mapping(DEFAULT_PROFILE) if tree is None else tree
+
+    def value(dotted: str) -> float:
+        raw = field_value(tree, dotted, source, error=ProfileError, reference=DEFAULT_PROFILE)
+        try:
+            number = float(raw)
+        except (TypeError, ValueError) as exc:
+            raise ProfileError(f"{source}: field '{dotted}' must be a number of GiB") from exc
+        if number < 0:
+            raise ProfileError(f"{source}: field '{dotted}' must be >= 0 GiB")
+        return number
+
+    return DeviceMemory(
+        value("memory.per_device_gib"),
+        value("memory.weights_gib"),
+        profile.num_devices,
+        profile.slot_bytes / GIB,
+    )

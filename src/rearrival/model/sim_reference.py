@@ -1,0 +1,172 @@
+"""Plain step-by-step reference of the predictor simulator (SPEC section 5).
+
+Used ONLY by the tests and ``benchmarks/bench_sim.py`` to check the event core in
+``rearrival.model.sim``: it executes one prefill or one decode step per loop iteration, runs
+the KV slots through the readable cache model ``rearrival.model.kvslots.SlotPool`` (which the
+core writes out inline for speed), and is written to be obviously right, not fast.
+Both must agree exactly on every integer output and to 1e-9 relative on times (the core
+multiplies a step time by a stretch length where this adds it per step).
+
+It applies the same rules and the same documented choices as ``rearrival.model.sim`` (see that
+module's docstring): FIFO queue with session-index ties, arrivals seen at step
+boundaries with 1e-12 s tolerance, slot secured before the KV look-up, FIFO eviction by
+allocation order without refresh, deferred or immediate release, the optional
+pre-evicted dummy block, a hit leaving its source slot cached, and follow-ups arriving at
+completion + tool wait (or max(fixed time, completion) in the fixed-arrival variant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rearrival.model.kvslots import NO_OWNER, SlotPool
+from rearrival.model.profile import Profile, measured_profile, select_bucket
+from rearrival.model.sim import (
+    REQUEST_COLUMNS,
+    SimConfig,
+    SimResult,
+    plan_arrays,
+)
+from rearrival.vocabulary import (
+    ARRIVAL_TOLERANCE_S,
+    EVICTED_BY_ADMISSION,
+    EVICTED_BY_DUMMY_BLOCK,
+)
+
+
+@dataclass
+class _Request:
+    session: int
+    turn: int
+    prompt_tokens: int
+    gen_tokens: int
+    arrival_s: float | None = None  # None until the session's first request completes
+    admit_s: float = 0.0
+    first_token_s: float = 0.0
+    complete_s: float = 0.0
+    cached_tokens: int = 0
+    computed_tokens: int = 0
+    prefill_s: float = 0.0
+    slot: int = 0
+    evicted_tag: int = NO_OWNER
+    running_at_admission: int = 0
+    decodes_left: int = 0
+    state: str = "future"  # future | waiting | running | done
+
+
+def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = None) -> SimResult:
+    """Step-by-step simulation with the same inputs and result type as ``sim.simulate``."""
+    if profile is None:
+        profile = measured_profile()
+    prompt, gen, wait = plan_arrays(plan, config)
+    count = len(wait)
+    requests = [_Request(rid // 2, rid % 2, prompt[rid], gen[rid]) for rid in range(2 * count)]
+    for session in range(count):
+        requests[2 * session].arrival_s = 0.0
+    pool = SlotPool(config.slots, config.release)
+    waiting: list[_Request] = []
+    running: list[_Request] = []
+    histogram: dict[tuple[int, int], int] = {}
+    stretches: list[list[Any]] = []
+    evictions: list[tuple[float, int, int, str]] = []
+    t = 0.0
+    decode_s = prefill_s = interference_s = 0.0
+    last_was_decode = False
+
+    def complete(request: _Request) -> None:
+        request.state = "done"
+        request.complete_s = t
+        pool.finish(request.slot)
+        if request.turn == 0:
+            follow_up = requests[2 * request.session + 1]
+            if config.fixed_arrivals is None:
+                follow_up.arrival_s = t + wait[request.session]
+            else:
+                follow_up.arrival_s = max(config.fixed_arrivals[request.session], t)
+
+    while not all(r.state == "done" for r in requests):
+        arrived = [
+            r
+            for r in requests
+            if r.state == "future"
+            and r.arrival_s is not None
+            and r.arrival_s <= t + ARRIVAL_TOLERANCE_S
+        ]
+        for request in sorted(arrived, key=lambda r: (r.arrival_s, r.session)):
+            request.state = "waiting"
+            waiting.append(request)
+
+        if waiting and len(running) < config.batch_size:
+            if pool.can_secure():
+                request = waiting.pop(0)
+                tag = 2 * request.session + request.turn
+                slot, victim, cached, _ = pool.admit(
+                    request.session, tag, request.prompt_tokens, profile.reusable_tokens
+                )
+                if victim != NO_OWNER:
+                    request.evicted_tag = victim
+                    evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
+                request.slot = slot
+                request.admit_s = t
+                request.cached_tokens = cached
+                request.computed_tokens = request.prompt_tokens - cached
+                request.prefill_s = profile.prefill_s(request.computed_tokens)
+                request.running_at_admission = len(running)
+                interference_s += len(running) * request.prefill_s
+                prefill_s += request.prefill_s
+                t += request.prefill_s
+                request.first_token_s = t
+                last_was_decode = False
+                request.decodes_left = request.gen_tokens - 1
+                if request.decodes_left == 0:
+                    complete(request)
+                else:
+                    request.state = "running"
+                    running.append(request)
+                continue
+            pool.release_deferred()
+            if not running:
+                continue
+        elif not running:
+            t = min(r.arrival_s for r in requests if r.state == "future")
+            continue
+
+        n = len(running)
+        if config.dummy_block == "pre-evict" and n < config.batch_size:
+            freed = pool.pre_evict()
+            if freed is not None:
+                evictions.append((t, *freed, EVICTED_BY_DUMMY_BLOCK))
+        b = select_bucket(n, config.buckets)
+        step = profile.decode_step_s(n, b)
+        start = t
+        t += step
+        decode_s += step
+        histogram[(n, b)] = histogram.get((n, b), 0) + 1
+        if last_was_decode and stretches[-1][0] == n:
+            stretches[-1][1] += 1
+            stretches[-1][3] = t
+        else:
+            stretches.append([n, 1, start, t])
+        last_was_decode = True
+        for request in list(running):
+            request.decodes_left -= 1
+            if request.decodes_left == 0:
+                running.remove(request)
+                complete(request)
+
+    columns = tuple([getattr(r, name) for r in requests] for name in REQUEST_COLUMNS)
+    for request in requests:  # the record derives first_token_s from admit_s + prefill_s
+        assert request.first_token_s == request.admit_s + request.prefill_s
+    return SimResult(
+        config,
+        count,
+        dict(sorted(histogram.items())),
+        decode_s,
+        prefill_s,
+        interference_s,
+        t,
+        columns,
+        stretches,
+        evictions,
+    )

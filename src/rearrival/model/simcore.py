@@ -1,0 +1,580 @@
+"""Compiled event loop of the predictor (paper Section IV), for ``rearrival.model.sim``.
+
+This is the loop of ``rearrival.model.sim.simulate_python`` written on flat numpy arrays and
+compiled with numba (``cache=True``: the machine code is kept on disk next to this file,
+so only the first process after an install pays the compile). The rules, the documented
+choices and the order of every floating-point operation are the same as the Python core,
+so both give the same bits; ``rearrival.model.sim_reference`` is the plain oracle both are
+tested against (``tests/test_sim_equivalence.py``).
+
+State (see ``rearrival.model.kvslots`` for the cache model it writes out):
+
+* int heaps on arrays: ``free`` slots (lowest index first), ``evictable`` eviction keys
+  ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
+  the follow-up ``arrivals`` heap holds request ids ordered by (arrival time, rid).
+* ``owner[slot]`` is the request id whose KV the slot holds (-1: none). Each request's
+  owner entry is unique, so "the first request's KV still sits in its slot" is
+  ``owner[slot_of[rid - 1]] == rid - 1`` (the Python core compares the entry's identity).
+* the waiting queue is an array with head and tail indices: every request joins it once.
+
+No validation happens here: ``rearrival.model.sim`` validates plan and configuration once and
+converts them to arrays (cached per plan and per configuration), and checks that the
+integer keys cannot overflow (``fits_int64``), else it runs the Python core.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+
+NO_OWNER = -1
+# result codes of the kernel
+OK = 0
+STRETCHES_FULL = 1  # the caller retries with more room for stretch/eviction rows
+INT64_SAFE = 1 << 62
+
+
+def fits_int64(total_gen_tokens: int, requests: int, slots: int) -> bool:
+    """True when the kernel's packed integer keys cannot overflow int64 on this input.
+
+    The running heap packs ``clock << shift | rid`` with clock <= total generated tokens,
+    and eviction keys reach (admissions + 1) x slots.
+    """
+    shift = requests.bit_length()
+    return ((total_gen_tokens + 1) << shift) < INT64_SAFE and (requests + 2) * slots < INT64_SAFE
+
+
+@njit(cache=True, inline="always")
+def _push(heap, size, value):
+    """Push ``value`` onto the int min-heap ``heap[:size]``; returns the new size."""
+    pos = size
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if heap[parent] <= value:
+            break
+        heap[pos] = heap[parent]
+        pos = parent
+    heap[pos] = value
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _pop(heap, size):
+    """Pop the smallest of ``heap[:size]`` (size > 0); returns (value, new size)."""
+    top = heap[0]
+    size -= 1
+    last = heap[size]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        if last <= heap[child]:
+            break
+        heap[pos] = heap[child]
+        pos = child
+    if size > 0:
+        heap[pos] = last
+    return top, size
+
+
+@njit(cache=True, inline="always")
+def _before(when, a, b):
+    """Arrival heap order: (arrival time, request id)."""
+    return when[a] < when[b] or (when[a] == when[b] and a < b)
+
+
+@njit(cache=True, inline="always")
+def _push_arrival(heap, size, rid, when):
+    pos = size
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if not _before(when, rid, heap[parent]):
+            break
+        heap[pos] = heap[parent]
+        pos = parent
+    heap[pos] = rid
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _pop_arrival(heap, size, when):
+    top = heap[0]
+    size -= 1
+    last = heap[size]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(when, heap[child + 1], heap[child]):
+            child += 1
+        if not _before(when, heap[child], last):
+            break
+        heap[pos] = heap[child]
+        pos = child
+    if size > 0:
+        heap[pos] = last
+    return top, size
+
+
+@njit(cache=True)
+def run(
+    gen,
+    wait,
+    fixed,
+    miss_cost,
+    hit_reuse,
+    hit_cost,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    req_f,
+    req_i,
+    work,
+    hist,
+    st_i,
+    st_f,
+    ev_f,
+    ev_i,
+    record,
+):
+    """One simulation. Inputs (read only):
+
+    gen[rid], wait[session], fixed[session] (empty: re-arrival = completion + wait),
+    miss_cost/hit_reuse/hit_cost[rid] (``rearrival.model.sim.request_tables``), step_s[n] for
+    n = 0..batch. Outputs are written into the caller's arrays:
+
+    req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
+    evicted tag, running at admission; hist[n] decode steps; with ``record``, stretch
+    rows (st_i: n, steps; st_f: start, end) and eviction rows (ev_f: time; ev_i: slot,
+    victim rid, cause: 0 admission / 1 dummy block, the index into
+    ``rearrival.vocabulary.EVICTION_CAUSES``). ``work`` is scratch (7 rows).
+
+    Returns (code, prefill_total, interference, makespan, stretches, evictions).
+    """
+    requests = gen.shape[0]
+    count = requests // 2
+    has_fixed = fixed.shape[0] > 0
+    eps = ARRIVAL_TOLERANCE_S
+    inf = np.inf
+    arrival = req_f[0]
+    admit_s = req_f[1]
+    complete_s = req_f[2]
+    prefill_s = req_f[3]
+    cached = req_i[0]
+    slot_of = req_i[1]
+    evicted_tag = req_i[2]
+    running_at = req_i[3]
+    free = work[0]
+    evictable = work[1]
+    pending = work[2]
+    key = work[3]
+    owner = work[4]
+    running = work[5]
+    arrivals_heap = work[6]
+    waiting = work[7]
+    for rid in range(requests):
+        arrival[rid] = 0.0
+        cached[rid] = 0
+        evicted_tag[rid] = NO_OWNER
+        complete_s[rid] = 0.0
+    for n in range(hist.shape[0]):
+        hist[n] = 0
+    for slot in range(slots):
+        free[slot] = slot  # ascending is a valid heap
+        owner[slot] = NO_OWNER
+        key[slot] = 0
+    n_free = slots
+    n_evictable = 0
+    n_pending = 0
+    next_key = 0
+    n_running = 0
+    n_arrivals = 0
+    head = 0
+    tail = 0
+    for session in range(count):  # every session starts at t = 0, index order
+        waiting[tail] = 2 * session
+        tail += 1
+    shift = 0
+    while (1 << shift) <= requests:
+        shift += 1
+    rid_mask = (1 << shift) - 1
+    st_cap = st_i.shape[1]
+    ev_cap = ev_f.shape[0]
+    n_st = 0
+    n_ev = 0
+    t = 0.0
+    clock = 0
+    prefill_total = 0.0
+    interference = 0.0
+    stretch_n = 0
+    due = inf
+
+    while True:
+        while due <= t + eps:
+            rid, n_arrivals = _pop_arrival(arrivals_heap, n_arrivals, arrival)
+            waiting[tail] = rid
+            tail += 1
+            due = arrival[arrivals_heap[0]] if n_arrivals else inf
+        nrun = n_running
+        if head < tail and nrun < batch:
+            if n_free or n_evictable:
+                rid = waiting[head]
+                head += 1
+                if n_free:
+                    slot, n_free = _pop(free, n_free)
+                else:
+                    value, n_evictable = _pop(evictable, n_evictable)
+                    slot = value % slots
+                    victim = owner[slot]
+                    owner[slot] = NO_OWNER
+                    evicted_tag[rid] = victim
+                    if record:
+                        if n_ev == ev_cap:
+                            return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
+                        ev_f[n_ev] = t
+                        ev_i[0, n_ev] = slot
+                        ev_i[1, n_ev] = victim
+                        ev_i[2, n_ev] = 0
+                        n_ev += 1
+                for i in range(n_pending):
+                    n_evictable = _push(evictable, n_evictable, key[pending[i]])
+                n_pending = 0
+                if rid & 1 and owner[slot_of[rid - 1]] == rid - 1:
+                    cached[rid] = hit_reuse[rid]
+                    cost = hit_cost[rid]
+                else:
+                    cost = miss_cost[rid]
+                owner[slot] = rid
+                key[slot] = next_key + slot
+                next_key += slots
+                admit_s[rid] = t
+                prefill_s[rid] = cost
+                slot_of[rid] = slot
+                running_at[rid] = nrun
+                interference += nrun * cost
+                prefill_total += cost
+                t += cost
+                stretch_n = 0
+                steps = gen[rid] - 1
+                if steps:
+                    n_running = _push(running, n_running, (clock + steps) << shift | rid)
+                else:
+                    complete_s[rid] = t
+                    if deferred:
+                        pending[n_pending] = slot
+                        n_pending += 1
+                    else:
+                        n_evictable = _push(evictable, n_evictable, key[slot])
+                    if not rid & 1:
+                        session = rid >> 1
+                        when = t + wait[session] if not has_fixed else max(fixed[session], t)
+                        arrival[rid + 1] = when
+                        n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
+                        if when < due:
+                            due = when
+                continue
+            for i in range(n_pending):
+                n_evictable = _push(evictable, n_evictable, key[pending[i]])
+            n_pending = 0
+            if not nrun:
+                continue
+        elif not nrun:
+            if due == inf:
+                break
+            t = due
+            continue
+
+        if nrun < pad_below and not n_free and n_evictable:  # dummy block (S9)
+            value, n_evictable = _pop(evictable, n_evictable)
+            slot = value % slots
+            victim = owner[slot]
+            owner[slot] = NO_OWNER
+            n_free = _push(free, n_free, slot)
+            if record:
+                if n_ev == ev_cap:
+                    return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
+                ev_f[n_ev] = t
+                ev_i[0, n_ev] = slot
+                ev_i[1, n_ev] = victim
+                ev_i[2, n_ev] = 1
+                n_ev += 1
+        dt = step_s[nrun]
+        k = (running[0] >> shift) - clock
+        end = t + k * dt
+        if head < tail:
+            if nrun < batch and (n_free or n_evictable):
+                k = 1
+                end = t + dt
+        elif due <= end + eps and nrun < batch:
+            k = int((due - t) / dt) + 1
+            while k > 1 and due <= t + (k - 1) * dt + eps:
+                k -= 1
+            while due > t + k * dt + eps:
+                k += 1
+            end = t + k * dt
+        clock += k
+        hist[nrun] += k
+        if record:
+            if nrun == stretch_n:
+                st_i[1, n_st - 1] += k
+                st_f[1, n_st - 1] = end
+            else:
+                if n_st == st_cap:
+                    return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
+                st_i[0, n_st] = nrun
+                st_i[1, n_st] = k
+                st_f[0, n_st] = t
+                st_f[1, n_st] = end
+                n_st += 1
+                stretch_n = nrun
+        t = end
+        done = (clock + 1) << shift
+        while n_running and running[0] < done:
+            value, n_running = _pop(running, n_running)
+            rid = value & rid_mask
+            complete_s[rid] = t
+            if deferred:
+                pending[n_pending] = slot_of[rid]
+                n_pending += 1
+            else:
+                n_evictable = _push(evictable, n_evictable, key[slot_of[rid]])
+            if not rid & 1:
+                session = rid >> 1
+                when = t + wait[session] if not has_fixed else max(fixed[session], t)
+                arrival[rid + 1] = when
+                n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
+                if when < due:
+                    due = when
+    return OK, prefill_total, interference, t, n_st, n_ev
+
+
+@njit(cache=True)
+def decode_total(hist, step_s):
+    """D's decode part: sum over n (ascending, as the Python core) of steps x t(n)."""
+    total = 0.0
+    for n in range(1, hist.shape[0]):
+        if hist[n]:
+            total += hist[n] * step_s[n]
+    return total
+
+
+@njit(cache=True)
+def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
+    """Many configurations of one plan in one call (the search's inner loop).
+
+    Base simulator only (deferred release, no dummy block, re-arrival = completion +
+    wait). ``ints``/``floats`` as in ``run_summary``. Configuration c has batch size
+    ``batches[c]``, ``slot_counts[c]`` slots and step times
+    ``step_table[c, :batches[c] + 1]``. Writes per configuration
+    out_f[c] = (device_s, decode_s, prefill_s, interference_s, makespan_s) and
+    out_i[c] = (reuse_hits, computed_prefill_tokens of re-arrivals, decode steps).
+    Scratch arrays are allocated once for the largest configuration.
+    """
+    requests = ints.shape[1]
+    max_batch = 0
+    max_slots = 0
+    for c in range(batches.shape[0]):
+        max_batch = max(max_batch, batches[c])
+        max_slots = max(max_slots, slot_counts[c])
+    req_f, req_i, work, hist = _scratch(requests, max_slots, max_batch)
+    st_i = np.empty((2, 1), dtype=np.int64)
+    st_f = np.empty((2, 1))
+    ev_f = np.empty(1)
+    ev_i = np.empty((3, 1), dtype=np.int64)
+    no_fixed = np.empty(0)
+    for c in range(batches.shape[0]):
+        batch = batches[c]
+        step_s = step_table[c, : batch + 1]
+        h = hist[: batch + 1]
+        _, prefill_total, interference, makespan, _, _ = run(
+            ints[1],
+            floats[0],
+            no_fixed,
+            floats[1],
+            ints[2],
+            floats[2],
+            step_s,
+            batch,
+            slot_counts[c],
+            True,
+            0,
+            req_f,
+            req_i,
+            work,
+            h,
+            st_i,
+            st_f,
+            ev_f,
+            ev_i,
+            False,
+        )
+        decode = decode_total(h, step_s)
+        hits, computed = _reuse_counts(ints[0], req_i)
+        steps = 0
+        for n in range(batch + 1):
+            steps += h[n]
+        out_f[c, 0] = decode + prefill_total
+        out_f[c, 1] = decode
+        out_f[c, 2] = prefill_total
+        out_f[c, 3] = interference
+        out_f[c, 4] = makespan
+        out_i[c, 0] = hits
+        out_i[c, 1] = computed
+        out_i[c, 2] = steps
+
+
+@njit(cache=True)
+def _scratch(requests, slots, batch):
+    req_f = np.empty((4, requests))
+    req_i = np.empty((4, requests), dtype=np.int64)
+    work = np.empty((8, max(requests, slots, 1)), dtype=np.int64)
+    hist = np.empty(batch + 1, dtype=np.int64)
+    return req_f, req_i, work, hist
+
+
+@njit(cache=True)
+def _reuse_counts(prompt, req_i):
+    """(reuse hits, computed prefill tokens) over re-arrivals (odd request ids)."""
+    hits = 0
+    reused = 0
+    prompt_sum = 0
+    for rid in range(1, prompt.shape[0], 2):
+        prompt_sum += prompt[rid]
+        if req_i[0, rid] > 0:
+            hits += 1
+            reused += req_i[0, rid]
+    return hits, prompt_sum - reused
+
+
+@njit(cache=True)
+def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+    """One simulation, scalars and histogram only (what ``summary()`` reads).
+
+    ``ints`` rows: prompt, gen, hit_reuse per rid; ``floats`` rows: wait (per session,
+    padded), miss_cost, hit_cost per rid; ``bucket_of[n]`` is b(n). Returns (hist,
+    prefill_total, interference, makespan, decode_total, reuse_hits, computed prefill
+    tokens of re-arrivals, decode steps, sum of b x steps, sum of n x steps).
+    """
+    requests = ints.shape[1]
+    req_f, req_i, work, hist = _scratch(requests, slots, batch)
+    st_i = np.empty((2, 1), dtype=np.int64)
+    st_f = np.empty((2, 1))
+    ev_f = np.empty(1)
+    ev_i = np.empty((3, 1), dtype=np.int64)
+    _, prefill_total, interference, makespan, _, _ = run(
+        ints[1],
+        floats[0],
+        fixed,
+        floats[1],
+        ints[2],
+        floats[2],
+        step_s,
+        batch,
+        slots,
+        deferred,
+        pad_below,
+        req_f,
+        req_i,
+        work,
+        hist,
+        st_i,
+        st_f,
+        ev_f,
+        ev_i,
+        False,
+    )
+    hits, computed = _reuse_counts(ints[0], req_i)
+    steps = 0
+    padded = 0
+    used = 0
+    for n in range(1, batch + 1):
+        steps += hist[n]
+        padded += bucket_of[n] * hist[n]
+        used += n * hist[n]
+    return (
+        hist,
+        prefill_total,
+        interference,
+        makespan,
+        decode_total(hist, step_s),
+        hits,
+        computed,
+        steps,
+        padded,
+        used,
+    )
+
+
+@njit(cache=True)
+def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+    """The same simulation with every record kept, in arrays allocated here.
+
+    Stretch and eviction rows start with room for 4 per request and double until they
+    fit (a full table restarts the run, so a result is never cut short).
+    Returns (req_f, req_i, st_i, st_f, ev_f, ev_i), the row tables trimmed to their use.
+    """
+    requests = ints.shape[1]
+    req_f, req_i, work, hist = _scratch(requests, slots, batch)
+    cap = 4 * requests + 16
+    while True:
+        st_i = np.empty((2, cap), dtype=np.int64)
+        st_f = np.empty((2, cap))
+        ev_f = np.empty(cap)
+        ev_i = np.empty((3, cap), dtype=np.int64)
+        code, _, _, _, n_st, n_ev = run(
+            ints[1],
+            floats[0],
+            fixed,
+            floats[1],
+            ints[2],
+            floats[2],
+            step_s,
+            batch,
+            slots,
+            deferred,
+            pad_below,
+            req_f,
+            req_i,
+            work,
+            hist,
+            st_i,
+            st_f,
+            ev_f,
+            ev_i,
+            True,
+        )
+        if code == OK:
+            break
+        cap *= 2
+    return req_f, req_i, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev]
+
+
+def warm_up() -> None:
+    """Compile every kernel once for the argument types ``rearrival.model.sim`` and the search
+    pass, filling the on-disk cache (``make`` runs this after installing)."""
+    ints = np.array([[130, 140], [2, 3], [0, 128]], dtype=np.int64)
+    floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.03, 0.02]])
+    steps = np.array([0.0, 0.011])
+    buckets = np.array([0, 1], dtype=np.int64)
+    for fixed in (np.empty(0), np.array([0.1])):
+        for deferred in (True, False):
+            args = (ints, floats, fixed, steps, 1, 1, deferred, 0, buckets)
+            run_summary(*args)
+            run_records(*args)
+    run_batch(
+        ints,
+        floats,
+        steps.reshape(1, -1),
+        np.array([1], dtype=np.int64),
+        np.array([1], dtype=np.int64),
+        np.empty((1, 5)),
+        np.empty((1, 3), dtype=np.int64),
+    )

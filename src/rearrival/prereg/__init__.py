@@ -1,0 +1,1 @@
+"""Preregistration commits and the audit of their order (SPEC 9)."""

@@ -1,0 +1,1 @@
+"""Tables, figures, analysis and the HTML report (SPEC 13)."""

@@ -1,0 +1,219 @@
+"""Read-only access to a results tree for the report (SPEC section 13).
+
+The report reads only the files the pipeline wrote (channel tables, decision CSVs,
+predictions, plans, run records, the search outputs, the injection gaps, the calibrated
+profile); it never reruns anything. A results file that does not exist yet is noted as
+"not produced" rather than raised: the report is useful while a long pipeline is still
+running. The helpers here are the reads that tables and figures share: a study's
+decision rows, a run directory, a configuration as its runs recorded it, and the one
+backend a table's runs came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from rearrival.config.study import SELECTED, Configuration, Study, StudyConfig
+from rearrival.errors import RearrivalError
+from rearrival.model.plans import Plan, load_plan
+
+
+class ReportError(RearrivalError):
+    """Results the report cannot be built from; the message names the file and the fix."""
+
+
+READERS = {
+    ".parquet": pd.read_parquet,
+    ".json": lambda path: json.loads(path.read_text()),
+    # empty CSV cells are missing values; "NA" and the like stay text
+    ".csv": lambda path: pd.read_csv(path, keep_default_na=False, na_values=[""]),
+    ".yaml": lambda path: yaml.safe_load(path.read_text()),
+}
+
+
+class Results:
+    """Read-only access to a results tree, caching each file and noting absent ones.
+
+    ``missing`` collects one line per absent input so the report can list what was not
+    produced; accessors return ``None`` for absent files instead of raising.
+    """
+
+    def __init__(self, cfg: StudyConfig, root: Path) -> None:
+        self.cfg = cfg
+        self.root = Path(root)
+        self._cache: dict[str, Any] = {}
+        self.missing: list[str] = []
+
+    def _note_missing(self, path: Path, how: str) -> None:
+        line = f"{path} not produced ({how})"
+        if line not in self.missing:
+            self.missing.append(line)
+
+    def load(self, relative: str) -> Any:
+        """The results file at ``relative`` (parsed by its suffix), or None if absent."""
+        if relative not in self._cache:
+            path = self.root / relative
+            if path.exists():
+                self._cache[relative] = READERS[path.suffix](path)
+            else:
+                self._note_missing(path, f"snakemake results/{relative}")
+                self._cache[relative] = None
+        return self._cache[relative]
+
+    def channels(self, study: str) -> pd.DataFrame | None:
+        return self.load(f"channels/{study}.parquet")
+
+    def predictions(self, study: str) -> pd.DataFrame | None:
+        return self.load(f"predictions/{study}.parquet")
+
+    def decisions(self, study: str) -> pd.DataFrame | None:
+        return self.load(f"decisions/{study}.csv")
+
+    def prereg(self, study: str) -> dict[str, Any] | None:
+        return self.load(f"prereg/{study}.json")
+
+    def search_summary(self) -> dict[str, Any] | None:
+        return self.load("search/summary.json")
+
+    def search_scores(self) -> pd.DataFrame | None:
+        return self.load("search/scores.parquet")
+
+    def selected(self) -> dict[str, Any] | None:
+        return self.load("search/selected.json")
+
+    def gaps(self) -> pd.DataFrame | None:
+        return self.load("injection/gaps.parquet")
+
+    def compile_records(self) -> list[tuple[Path, Any]]:
+        """Every results/compile/*.json (hardware only), parsed."""
+        folder = self.root / "compile"
+        return [(p, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+
+    def plan(self, study: str, n: int, replicate: int) -> Plan | None:
+        path = self.root / "plans" / study / f"n{n}_r{replicate}.parquet"
+        key = f"plan:{path}"
+        if key not in self._cache:
+            self._cache[key] = load_plan(path) if path.exists() else None
+            if self._cache[key] is None:
+                self._note_missing(path, f"snakemake results/plans/{study}")
+        return self._cache[key]
+
+    def run_path(self, run_dir: str) -> Path:
+        """A run directory named in a channel table, found relative to the results tree
+        when the table was written from another working directory."""
+        path = Path(run_dir)
+        if path.exists():
+            return path
+        parts = path.parts
+        if "runs" in parts:
+            rebuilt = self.root.joinpath(*parts[parts.index("runs") :])
+            if rebuilt.exists():
+                return rebuilt
+        return self.root.parent / path
+
+    def studies(self, *kinds: str) -> list[Study]:
+        return [s for s in self.cfg.studies.values() if not kinds or s.kind in kinds]
+
+    def all_channels(self) -> pd.DataFrame:
+        """Every study's channel rows that exist, one frame (empty when none)."""
+        frames = [f for s in self.cfg.studies for f in [self.channels(s)] if f is not None]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def backends(self) -> list[str]:
+        """Backends that produced the runs (from the manifests, via the channel tables)."""
+        frame = self.all_channels()
+        return sorted(set(frame["backend"])) if "backend" in frame else []
+
+    def configuration(self, name: str) -> Configuration | None:
+        """A configuration by name; ``selected`` comes from the search output."""
+        if name in self.cfg.configurations:
+            return self.cfg.configurations[name]
+        if name == SELECTED:
+            raw = self.selected()
+            if raw is None:
+                return None
+            batch = int(raw["batch_size"])
+            return Configuration(
+                SELECTED, tuple(int(b) for b in raw["buckets"]), batch, int(raw.get("slots", batch))
+            )
+        return None
+
+
+def backend_phrase(backends: Sequence[str]) -> str:
+    return ", ".join(backends) if backends else "no runs yet"
+
+
+def study_note(res: Results, study: Study, what: str) -> list[str]:
+    """A "not produced" note when a study's channel table is absent."""
+    if res.channels(study.name) is None:
+        return [
+            f"{what} for study '{study.name}' not produced: results/channels/"
+            f"{study.name}.parquet is absent (run snakemake results/decisions/"
+            f"{study.name}.csv)."
+        ]
+    return []
+
+
+def run_configuration(channels: pd.DataFrame | None, name: str) -> Configuration | None:
+    """A configuration as the runs recorded it (manifests name and describe it)."""
+    if channels is None or "run_dir" not in channels:
+        return None
+    chosen = channels[(channels["configuration"] == name) & (channels["status"] == "complete")]
+    for run_dir in chosen["run_dir"]:
+        manifest_path = Path(run_dir) / "manifest.json"
+        if manifest_path.exists():
+            raw = json.loads(manifest_path.read_text())["configuration"]
+            batch = int(raw["batch_size"])
+            return Configuration(
+                name, tuple(int(b) for b in raw["buckets"]), batch, int(raw.get("slots", batch))
+            )
+    return None
+
+
+def study_backend(res: Results, studies: Iterable[Study]) -> str:
+    """The one backend whose runs a table shows. Rows do not carry a backend, so a
+    table mixing backends would put numbers of different substrates side by side
+    unlabelled: refused, naming the studies and their backends."""
+    found: dict[str, set[str]] = {}
+    for study in studies:
+        frame = res.channels(study.name)
+        if frame is not None and "backend" in frame:
+            for backend in set(frame["backend"]):
+                found.setdefault(backend, set()).add(study.name)
+    if len(found) > 1:
+        mixed = "; ".join(
+            f"{backend}: {', '.join(sorted(names))}" for backend, names in sorted(found.items())
+        )
+        raise ReportError(
+            f"results/channels: one table would mix runs of several backends "
+            f"({mixed}) in rows that do not say which; re-measure these studies "
+            "on one backend (a backend change is a new study)"
+        )
+    return backend_phrase(sorted(found))
+
+
+def _value(row: dict[str, Any], key: str) -> Any:
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def decision_records(res: Results, study: Study, notes: list[str]) -> list[dict[str, Any]]:
+    """A study's decision rows as dicts, missing cells as ``None``; an absent decision
+    table adds a "not produced" note and gives no rows."""
+    frame = res.decisions(study.name)
+    if frame is None:
+        notes.append(
+            f"Study '{study.name}' not produced: results/decisions/{study.name}.csv "
+            f"is absent (run snakemake results/decisions/{study.name}.csv)."
+        )
+        return []
+    return [{k: _value(r, k) for k in r} for r in frame.to_dict("records")]

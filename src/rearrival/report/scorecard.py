@@ -1,0 +1,237 @@
+"""The scorecard: does this run support each finding of the paper?
+
+One row per finding (``rearrival.report.findings``): its claim in one line, the section, the
+paper's numbers (from ``data/paper_numbers.yaml``), this run's numbers (computed from the
+regenerated tables and results, never typed), and a verdict, ``holds``, ``does not
+hold`` or ``not comparable``, with the reason and the stated test. The report opens
+with it; it is also written as CSV and Markdown beside the tables, and ``rearrival
+tables --scorecard`` prints one line per finding.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rearrival.report.conditions import parse_histogram
+from rearrival.report.findings import (
+    FAILS,
+    HOLDS,
+    NOT_COMPARABLE,
+    Evidence,
+    Finding,
+    findings,
+)
+from rearrival.report.paper_numbers import PaperNumber, load_paper_numbers
+from rearrival.report.table_model import csv_text
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    id: str
+    claim: str
+    section: str
+    paper: str
+    ours: str
+    verdict: str
+    why: str
+    test: str
+    hardware: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "claim": self.claim,
+            "section": self.section,
+            "paper": self.paper,
+            "ours": self.ours,
+            "verdict": self.verdict,
+            "why": self.why,
+            "test": self.test,
+            "hardware": "yes" if self.hardware else "no",
+        }
+
+
+def paper_text(finding: Finding, numbers: dict[str, PaperNumber]) -> str:
+    if not finding.paper:
+        return "no number in the text (qualitative)"
+    return "; ".join(numbers[i].display() for i in finding.paper)
+
+
+def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[ScoreRow]:
+    """One row per finding, judged on this run's evidence."""
+    numbers = numbers or load_paper_numbers()
+    out = []
+    for finding in findings(numbers):
+        outcome = finding.judge(ev)
+        why = outcome.why
+        if finding.selected and outcome.verdict != NOT_COMPARABLE:
+            why += selected_note(ev, numbers)
+        out.append(
+            ScoreRow(
+                finding.id,
+                finding.claim,
+                finding.section,
+                paper_text(finding, numbers),
+                outcome.ours,
+                outcome.verdict,
+                why,
+                finding.test,
+                finding.hardware,
+            )
+        )
+    return out
+
+
+def selected_note(ev: Evidence, numbers: dict[str, PaperNumber]) -> str:
+    """Why a finding about 'selected' may compare different configurations."""
+    pick = (ev.search or {}).get("selected", {}).get("id")
+    paper = numbers["search_pick"].value
+    if pick is None:
+        return f" (this run's selected configuration is unknown; the paper's is {paper})"
+    return (
+        ""
+        if pick == paper
+        else (f" (this run's selected configuration {pick} is not the paper's {paper})")
+    )
+
+
+# --- evidence from a results tree ------------------------------------------------------------
+
+
+def reproduction(res: Any, kinds: Sequence[str] = ("comparison",)) -> dict[str, Any]:
+    """Base-simulator padding ratio and decode steps against every complete run of the
+    mechanism studies (the analogue of the paper's check on its existing data), and the
+    injection gaps."""
+    padding, steps = [], []
+    for study in res.studies(*kinds):
+        channels, predictions = res.channels(study.name), res.predictions(study.name)
+        if channels is None or predictions is None:
+            continue
+        base = predictions[predictions["simulator"] == "base"]
+        keyed = {
+            (int(r.n), int(r.replicate), r.configuration, r.variant): r for r in base.itertuples()
+        }
+        for run in channels[channels["status"] == "complete"].itertuples():
+            pred = keyed.get((int(run.n), int(run.replicate), run.configuration, run.variant))
+            if pred is None:
+                continue
+            hist = parse_histogram(run.histogram)
+            padded = sum(b * c for (_, b), c in hist.items())
+            used = sum(n * c for (n, _), c in hist.items())
+            if padded and run.decode_steps:
+                padding.append(abs((padded - used) / padded - pred.padding_ratio))
+                steps.append(abs(pred.decode_steps - run.decode_steps) / run.decode_steps)
+    out: dict[str, Any] = {"runs": len(padding)}
+    if padding:
+        out |= {
+            "padding_mae": math.fsum(padding) / len(padding),
+            "steps_mare": math.fsum(steps) / len(steps),
+        }
+    out["injection"] = injection_gaps(res.gaps())
+    return out
+
+
+def injection_gaps(gaps: Any) -> dict[int, dict[str, float]]:
+    """Per injected size: the mean background gap spanning the prefill and the median of
+    the surrounding gaps (paper III-C)."""
+    if gaps is None or gaps.empty:
+        return {}
+    out = {}
+    for size, group in gaps.groupby("injected_prompt_tokens"):
+        at, other = group[group["relative"] == 0], group[group["relative"] != 0]
+        if not at.empty and not other.empty:
+            out[int(size)] = {
+                "at": float(at["gap_s"].mean()),
+                "typical": float(other["gap_s"].median()),
+            }
+    return out
+
+
+def evidence(res: Any, tables: Sequence[Any]) -> Evidence:
+    decision = res.cfg.decision
+    return Evidence(
+        tables={t.id: t for t in tables},
+        search=res.search_summary(),
+        backends=tuple(res.backends()),
+        reproduction=reproduction(res),
+        band=decision.equivalence_band,
+        confirmatory_n=decision.confirmatory_n,
+        exploratory_n=decision.exploratory_n,
+    )
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+COLUMNS = ("id", "section", "claim", "paper", "ours", "verdict", "why", "test", "hardware")
+HEADERS = {
+    "id": "finding",
+    "section": "section",
+    "claim": "claim",
+    "paper": "paper",
+    "ours": "this run",
+    "verdict": "verdict",
+    "why": "why",
+    "test": "test",
+    "hardware": "needs RBLN hardware",
+}
+
+
+@dataclass(frozen=True)
+class Scorecard:
+    rows: tuple[ScoreRow, ...]
+    backends: tuple[str, ...] = field(default_factory=tuple)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(r.verdict == v for r in self.rows) for v in (HOLDS, FAILS, NOT_COMPARABLE)}
+
+
+def scorecard_csv(card: Scorecard) -> str:
+    return csv_text(COLUMNS, ([row.as_dict()[c] for c in COLUMNS] for row in card.rows))
+
+
+def scorecard_markdown(card: Scorecard) -> str:
+    counts = card.counts()
+    used = ", ".join(card.backends) or "no runs yet"
+    lines = [
+        "## Scorecard: the paper's findings against this run",
+        "",
+        f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
+        f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
+        "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
+        "column.",
+        "",
+        "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
+    for row in card.rows:
+        data = row.as_dict()
+        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def read_scorecard_csv(path: Path) -> Scorecard:
+    """A scorecard written by ``scorecard_csv`` (what ``rearrival tables --scorecard``
+    prints from)."""
+    with path.open(newline="") as handle:
+        found = [
+            ScoreRow(
+                **{k: v for k, v in row.items() if k != "hardware"},
+                hardware=row["hardware"] == "yes",
+            )
+            for row in csv.DictReader(handle)
+        ]
+    return Scorecard(tuple(found))
+
+
+def summary_lines(card: Scorecard) -> list[str]:
+    """One terminal line per finding: verdict, id, paper vs this run."""
+    width = max(len(v) for v in (HOLDS, FAILS, NOT_COMPARABLE))
+    return [
+        f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'} ({r.why})"
+        for r in card.rows
+    ]

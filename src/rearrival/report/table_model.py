@@ -1,0 +1,198 @@
+"""The table type every report table is built as, and its renderers (SPEC section 13).
+
+A table has one or more parts (e.g. Table XIII: ratios against the baseline per N, then
+the adjacent-pair saturation classification); each part has its own columns. The CSV
+holds every part with a leading ``part`` column and full precision; Markdown, LaTeX and
+the HTML report render the parts as sub-tables with each column's display format.
+
+``csv_text`` is the one routine that writes the report's CSV files (the tables here and
+the scorecard), so every report CSV quotes, terminates lines and renders cells the
+same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: key into the row dicts, header, and display format.
+
+    ``fmt`` is one of ``str``, ``int``, ``f2``, ``f3``, ``f4`` (decimals), ``pct2``
+    (a fraction shown as a percentage with two decimals) or ``ids`` (run ids).
+    """
+
+    key: str
+    header: str
+    fmt: str = "str"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One sub-table: its own columns, and rows as dicts keyed by ``Column.key``."""
+
+    name: str
+    columns: tuple[Column, ...]
+    rows: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A paper table rebuilt from results: parts, caption, and notes (incl. gaps)."""
+
+    id: str
+    title: str
+    caption: str
+    parts: tuple[Part, ...]
+    notes: tuple[str, ...] = ()
+    backend: str = "unknown"
+
+
+def display(value: Any, fmt: str) -> str:
+    """A cell as shown in Markdown, LaTeX and HTML (the CSV keeps full precision)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if fmt == "int":
+        return f"{int(value):,}"
+    if fmt.startswith("f") and fmt[1:].isdigit():
+        return f"{float(value):.{int(fmt[1:])}f}"
+    if fmt == "pct2":
+        return f"{100 * float(value):.2f}%"
+    if fmt == "ids":
+        ids = str(value).split()
+        return f"{len(ids)} run(s)" if ids else ""
+    return str(value)
+
+
+def csv_cell(value: Any) -> str:
+    """A cell as the CSV keeps it: full precision (``repr`` of a float), empty when absent."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """CSV text of a header and rows, cells through ``csv_cell``, ``\\n`` line ends."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([csv_cell(value) for value in row] for row in rows)
+    return buffer.getvalue()
+
+
+def table_csv(table: Table) -> str:
+    """Every part in one CSV: ``part`` first, then the union of columns in order."""
+    keys: list[str] = []
+    for part in table.parts:
+        keys += [c.key for c in part.columns if c.key not in keys]
+    return csv_text(
+        ["part", *keys],
+        ([part.name, *(row.get(k) for k in keys)] for part in table.parts for row in part.rows),
+    )
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table_markdown(table: Table) -> str:
+    """Markdown: heading, caption, one pipe table per part, then the notes."""
+    lines = [f"## Table {table.id}: {table.title}", "", table.caption, ""]
+    for part in table.parts:
+        if len(table.parts) > 1:
+            lines += [f"### {part.name}", ""]
+        if not part.rows:
+            lines += ["(no rows)", ""]
+            continue
+        lines.append("| " + " | ".join(_md_cell(c.header) for c in part.columns) + " |")
+        lines.append("|" + "|".join("---" for _ in part.columns) + "|")
+        for row in part.rows:
+            cells = [_md_cell(display(row.get(c.key), c.fmt)) for c in part.columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [f"- {note}" for note in table.notes]
+    lines.append(f"- Run ids of every row: table_{table.id}.csv, column run_ids.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+_TEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def tex_escape(text: str) -> str:
+    """Text safe inside LaTeX (captions, headers and cells carry ``_``, ``%``, ``&``)."""
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in text)
+
+
+def table_latex(table: Table) -> str:
+    """A LaTeX ``table`` float, one ``tabular`` per part, for pasting into the paper."""
+    lines = [
+        f"% Table {table.id}: generated by rearrival tables from results; do not edit.",
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\caption{{{tex_escape(table.title)}. {tex_escape(table.caption)}}}",
+        rf"\label{{tab:{table.id.lower()}}}",
+        r"\scriptsize",
+    ]
+    for part in table.parts:
+        if len(table.parts) > 1:
+            lines.append(rf"\par\smallskip\textit{{{tex_escape(part.name)}}}\par")
+        if not part.rows:
+            lines.append(r"(no rows)\par")
+            continue
+        lines.append(r"\begin{tabular}{" + "l" * len(part.columns) + "}")
+        lines.append(r"\hline")
+        lines.append(" & ".join(tex_escape(c.header) for c in part.columns) + r" \\")
+        lines.append(r"\hline")
+        for row in part.rows:
+            cells = [tex_escape(display(row.get(c.key), c.fmt)) for c in part.columns]
+            lines.append(" & ".join(cells) + r" \\")
+        lines.append(r"\hline")
+        lines.append(r"\end{tabular}")
+    for note in table.notes:
+        lines.append(rf"\par\smallskip{{\footnotesize {tex_escape(note)}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def table_context(table: Table) -> dict[str, Any]:
+    """A table as the HTML template renders it: display cells, and run ids kept apart
+    so each row can link its runs."""
+    parts = []
+    for part in table.parts:
+        columns = [c for c in part.columns if c.fmt != "ids"]
+        rows = [
+            {
+                "cells": [display(row.get(c.key), c.fmt) for c in columns],
+                "run_ids": str(row.get("run_ids") or "").split(),
+            }
+            for row in part.rows
+        ]
+        parts.append({"name": part.name, "headers": [c.header for c in columns], "rows": rows})
+    return {
+        "id": table.id,
+        "title": table.title,
+        "caption": table.caption,
+        "backend": table.backend,
+        "notes": list(table.notes),
+        "parts": parts,
+        "multi": len(table.parts) > 1,
+    }

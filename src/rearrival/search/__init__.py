@@ -1,0 +1,1 @@
+"""The configuration search and the Section V-D advice (paper Section V)."""

@@ -1,0 +1,2 @@
+"""The stage functions the Snakemake rules call (``rules/X.smk`` calls ``workflow/X.py``)
+and the cluster site settings (SPEC 11)."""

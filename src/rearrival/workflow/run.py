@@ -1,0 +1,129 @@
+"""The run stage (rules/run.smk, SPEC sections 6 and 11): every condition of one replicate
+in a seeded shuffled order, refused without a committed preregistration; and the prefill
+injection measurement (paper III-C), the other rule of rules/run.smk.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from rearrival.atomic import atomic_directory
+from rearrival.config.study import Study, StudyConfig, resolve_configurations
+from rearrival.errors import StageError
+from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+from rearrival.measure.emulate.injection import run_injection
+from rearrival.measure.emulate.truth import load_truth
+from rearrival.model.plangen import derive_seed
+from rearrival.parquet import write_frame
+from rearrival.prereg.registration import check_before_run
+from rearrival.workflow.plans import plan_file, read_study_plan
+
+INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
+
+
+@dataclass(frozen=True)
+class RunSlot:
+    """One run of a replicate: which condition, which repeat, which seed."""
+
+    label: str
+    configuration: str
+    variant: str
+    seed: int
+
+
+def run_slots(cfg: StudyConfig, study: Study, n: int, replicate: int) -> list[RunSlot]:
+    """Every run of one replicate in a seeded shuffled order (paper II-D: the order of
+    conditions changes from replicate to replicate so drift cannot favour one)."""
+    slots = []
+    for condition in study.conditions():
+        for repeat in range(study.repeats):
+            label = condition.label if study.repeats == 1 else f"{condition.label}-{repeat}"
+            seed = derive_seed(cfg.study_seed, replicate, n, study.seed_block, f"run:{label}")
+            slots.append(RunSlot(label, condition.configuration, condition.variant, seed))
+    order_seed = derive_seed(cfg.study_seed, replicate, n, study.seed_block, "order")
+    random.Random(order_seed).shuffle(slots)
+    return slots
+
+
+def run_replicate(
+    cfg: StudyConfig,
+    study_name: str,
+    n: int,
+    replicate: int,
+    *,
+    plans_dir: Path,
+    out_dir: Path,
+    repo_dir: Path,
+    selected_path: Path | None = None,
+    compile_record: Path | None = None,
+) -> list[Path]:
+    """Run every condition of one replicate, refusing to start without a committed prereg.
+
+    The replicate directory is published only when every run has been written (failed
+    runs are written too, with their status and reason, and never used by a decision).
+    """
+    study = cfg.study(study_name)
+    settings = BackendSettings.from_study_config(cfg, compile_record)
+    prereg = check_before_run(repo_dir, study.name).manifest_entry()
+    configurations = resolve_configurations(cfg, study, selected_path)
+    plan_path = plan_file(plans_dir, n, replicate)
+    plan = read_study_plan(plans_dir, n, replicate)
+    slots = run_slots(cfg, study, n, replicate)
+    order = [slot.label for slot in slots]
+    written = []
+    with atomic_directory(out_dir) as staging:
+        for slot in slots:
+            run = RunRequest(
+                study=study.name,
+                plan=plan,
+                plan_path=plan_path,
+                configuration=configurations[slot.configuration],
+                variant=slot.variant,
+                label=slot.label,
+                replicate=replicate,
+                seed=slot.seed,
+                condition_order=order,
+                prereg=prereg,
+            )
+            run_backend(settings, run, staging / slot.label)
+            written.append(out_dir / slot.label)
+    return written
+
+
+def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
+    """Prefill injection (paper III-C): background inter-token gaps around one injected
+    prefill of each configured size, on the emulated engine."""
+    if cfg.backend != INJECTION_BACKEND:
+        raise StageError(
+            f"{cfg.source}: backend {cfg.backend}: the prefill injection "
+            f"(paper III-C) has a driver only on the {INJECTION_BACKEND} engine, "
+            "and its result would be filed under a backend that did not produce "
+            "it; the workflow leaves it out on this backend (set backend: "
+            f"{INJECTION_BACKEND} to measure it)"
+        )
+    truth = load_truth(cfg.measurement.truth_path())  # config emulator_truth:
+    settings = cfg.injection
+    configuration = cfg.configurations[settings.configuration]
+    frames = []
+    for size in settings.injected_prompt_tokens:
+        seed = derive_seed(cfg.study_seed, 0, int(size), 0, "injection")
+        frames.append(
+            run_injection(
+                background_sessions=settings.background_sessions,
+                injected_prompt_tokens=int(size),
+                inject_at_s=settings.inject_at_s,
+                gen_tokens=settings.background_gen_tokens,
+                buckets=configuration.buckets,
+                batch_size=configuration.batch_size,
+                seed=seed,
+                truth=truth,
+            )
+        )
+    frame = pd.concat(frames, ignore_index=True)
+    frame["backend"] = INJECTION_BACKEND
+    write_frame(frame, out)
+    return frame
