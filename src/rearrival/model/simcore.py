@@ -385,35 +385,23 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
         max_batch = max(max_batch, batches[c])
         max_slots = max(max_slots, slot_counts[c])
     req_f, req_i, work, hist = _scratch(requests, max_slots, max_batch)
-    st_i = np.empty((2, 1), dtype=np.int64)
-    st_f = np.empty((2, 1))
-    ev_f = np.empty(1)
-    ev_i = np.empty((3, 1), dtype=np.int64)
+    no_records = _record_tables(1)
     no_fixed = np.empty(0)
     for c in range(batches.shape[0]):
         batch = batches[c]
         step_s = step_table[c, : batch + 1]
         h = hist[: batch + 1]
-        _, prefill_total, interference, makespan, _, _ = run(
-            ints[1],
-            floats[0],
+        _, prefill_total, interference, makespan, _, _ = run_plan(
+            ints,
+            floats,
             no_fixed,
-            floats[1],
-            ints[2],
-            floats[2],
             step_s,
             batch,
             slot_counts[c],
             True,
             0,
-            req_f,
-            req_i,
-            work,
-            h,
-            st_i,
-            st_f,
-            ev_f,
-            ev_i,
+            (req_f, req_i, work, h),
+            no_records,
             False,
         )
         decode = decode_total(h, step_s)
@@ -429,6 +417,51 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
         out_i[c, 0] = hits
         out_i[c, 1] = computed
         out_i[c, 2] = steps
+
+
+@njit(cache=True, inline="always")
+def run_plan(
+    ints, floats, fixed, step_s, batch, slots, deferred, pad_below, scratch, records, record
+):
+    """``run`` on a plan's arrays (``rearrival.model.sim.core_inputs``: ints rows prompt,
+    gen, hit_reuse; floats rows wait, miss_cost, hit_cost), with the per-request scratch
+    (req_f, req_i, work, hist) and the record tables (st_i, st_f, ev_f, ev_i) as tuples."""
+    req_f, req_i, work, hist = scratch
+    st_i, st_f, ev_f, ev_i = records
+    return run(
+        ints[1],
+        floats[0],
+        fixed,
+        floats[1],
+        ints[2],
+        floats[2],
+        step_s,
+        batch,
+        slots,
+        deferred,
+        pad_below,
+        req_f,
+        req_i,
+        work,
+        hist,
+        st_i,
+        st_f,
+        ev_f,
+        ev_i,
+        record,
+    )
+
+
+@njit(cache=True)
+def _record_tables(cap):
+    """Stretch and eviction tables with room for ``cap`` rows each (1 when not recording:
+    ``run`` never writes them then)."""
+    return (
+        np.empty((2, cap), dtype=np.int64),
+        np.empty((2, cap)),
+        np.empty(cap),
+        np.empty((3, cap), dtype=np.int64),
+    )
 
 
 @njit(cache=True)
@@ -465,30 +498,17 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
     """
     requests = ints.shape[1]
     req_f, req_i, work, hist = _scratch(requests, slots, batch)
-    st_i = np.empty((2, 1), dtype=np.int64)
-    st_f = np.empty((2, 1))
-    ev_f = np.empty(1)
-    ev_i = np.empty((3, 1), dtype=np.int64)
-    _, prefill_total, interference, makespan, _, _ = run(
-        ints[1],
-        floats[0],
+    _, prefill_total, interference, makespan, _, _ = run_plan(
+        ints,
+        floats,
         fixed,
-        floats[1],
-        ints[2],
-        floats[2],
         step_s,
         batch,
         slots,
         deferred,
         pad_below,
-        req_f,
-        req_i,
-        work,
-        hist,
-        st_i,
-        st_f,
-        ev_f,
-        ev_i,
+        (req_f, req_i, work, hist),
+        _record_tables(1),
         False,
     )
     hits, computed = _reuse_counts(ints[0], req_i)
@@ -525,35 +545,24 @@ def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
     req_f, req_i, work, hist = _scratch(requests, slots, batch)
     cap = 4 * requests + 16
     while True:
-        st_i = np.empty((2, cap), dtype=np.int64)
-        st_f = np.empty((2, cap))
-        ev_f = np.empty(cap)
-        ev_i = np.empty((3, cap), dtype=np.int64)
-        code, _, _, _, n_st, n_ev = run(
-            ints[1],
-            floats[0],
+        records = _record_tables(cap)
+        code, _, _, _, n_st, n_ev = run_plan(
+            ints,
+            floats,
             fixed,
-            floats[1],
-            ints[2],
-            floats[2],
             step_s,
             batch,
             slots,
             deferred,
             pad_below,
-            req_f,
-            req_i,
-            work,
-            hist,
-            st_i,
-            st_f,
-            ev_f,
-            ev_i,
+            (req_f, req_i, work, hist),
+            records,
             True,
         )
         if code == OK:
             break
         cap *= 2
+    st_i, st_f, ev_f, ev_i = records
     return req_f, req_i, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev]
 
 
