@@ -426,9 +426,10 @@ class PlanScores(NamedTuple):
         return Outcome(device, decode, prefill, hits, self.re_arrivals, computed)
 
 
-def score_plan(plan: Plan, arrays: CandidateArrays, profile: Profile | None = None) -> PlanScores:
-    """Every candidate on one plan: one compiled batch call over the distinct runs."""
-    profile = profile or measured_profile()
+def score_plan(plan: Plan, arrays: CandidateArrays) -> PlanScores:
+    """Every candidate on one plan: one compiled batch call over the distinct runs, priced
+    with the profile the candidates' step times came from (one profile per search)."""
+    profile = arrays.profile
     core = compiled_core()
     inputs = core_inputs(plan, profile)
     reps, inverse = arrays.groups(plan.n)
@@ -470,7 +471,7 @@ def _init_worker(cands: list[Candidate], profile: Profile | None = None) -> None
 
 def _score_plan(task: tuple[int, Plan]) -> tuple[int, PlanScores]:
     index, plan = task
-    return index, score_plan(plan, _WORKER[0], _WORKER[0].profile)
+    return index, score_plan(plan, _WORKER[0])
 
 
 # Below this many candidate-plan pairs one process is faster than starting workers (each
