@@ -542,6 +542,23 @@ def test_s9_names_the_dummy_block_rule_and_the_engines(rendered):
     assert engine + " stack does" in notes
 
 
+def test_s9_reserved_rule_binds_only_where_a_slot_is_contended(stored, rendered):
+    """S9's dummy simulator (deferred + reserved) moves predictions where slots run out
+    and cannot where every request of every session plus the padding block fits."""
+    assert SIMULATORS["dummy"] == ("deferred", "reserved")
+    keys = ["n", "replicate", "configuration", "variant"]
+    frame = stored.predictions("saturation").set_index(keys)
+    base, dummy = (frame[frame["simulator"] == s] for s in ("base", "dummy"))
+    columns = ["device_s", "reuse_hits", "decode_steps", "histogram"]
+    roomy = base.index.get_level_values("configuration") == "sat12"  # 12 slots >= 2 x 5 + 1
+    pd.testing.assert_frame_equal(dummy[roomy][columns], base[roomy][columns])
+    contended = ~roomy  # 4 and 8 slots for 5 sessions
+    assert (dummy[contended]["device_s"] != base[contended]["device_s"]).any()
+    errors = _csv(rendered / "tables" / "table_S9.csv")
+    errors = errors[errors["error_base"] != ""]
+    assert (errors["ratio_dummy"] != errors["ratio_base"]).any()
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
