@@ -485,6 +485,17 @@ def test_another_profile_reprices_predictions_and_channel_a_only(stored, tmp_pat
     assert (rejudged["ratio_pred"] != judged["ratio_pred"]).all()
 
 
+def test_table_xi_prices_fixed_arrivals_with_the_studys_profile(stored, tmp_path):
+    """The fixed-arrival simulator must use the constants the full predictions used, or
+    Table XI would compare two profiles instead of two arrival rules."""
+    dearer = choice(str(dearer_profile(tmp_path / "dearer.yaml")), stored.root)
+    published = TABLE_BUILDERS["XI"](stored).parts[0].rows
+    repriced = TABLE_BUILDERS["XI"](Results(stored.cfg, stored.root, dearer)).parts[0].rows
+    pairs = zip(published, repriced, strict=True)
+    fixed = [(a["ratio_pred_fixed"], b["ratio_pred_fixed"]) for a, b in pairs]
+    assert fixed and all(a != b for a, b in fixed)
+
+
 def test_header_names_the_profile_and_its_sha256_per_registration(rendered):
     html = (rendered / "report.html").read_text()
     header = html[: html.index('id="scorecard"')]
