@@ -31,6 +31,7 @@ import csv
 import hashlib
 import io
 import json
+import textwrap
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -41,7 +42,14 @@ from rearrival.errors import RearrivalError, StageError
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
 from rearrival.measure.records import RunRecordError
-from rearrival.prereg.ledger import committed_ledger_bytes, ledger_path, verify
+from rearrival.prereg.ledger import (
+    LEDGER_ROOT,
+    committed_ledger_bytes,
+    ledger_commits,
+    ledger_path,
+    overwrites,
+    verify,
+)
 from rearrival.prereg.registered import read_registration
 from rearrival.prereg.registration import (
     PREREG_ROOT,
@@ -59,8 +67,6 @@ from rearrival.prereg.registration import (
 
 OK, VIOLATION, EXCLUDED = "ok", "violation", "excluded"
 REGISTRATION_ROW = "(registration)"
-_COLUMNS = ("study", "run", "prereg_commit", "prereg_time", "run_start", "verdict", "reason")
-_HEADERS = ("study", "run", "prereg commit", "prereg time", "run start", "verdict", "reason")
 
 
 @dataclass(frozen=True)
@@ -93,30 +99,56 @@ class AuditReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "rows": [asdict(r) for r in self.rows]}
 
-    def table(self) -> str:
-        """Plain aligned text; the reason column is last and unpadded."""
-        cells = [_HEADERS] + [
-            tuple(_cell(name, getattr(row, name)) for name in _COLUMNS) for row in self.rows
-        ]
-        widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS) - 1)]
-        lines = [
-            "  ".join(
-                [*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]
-            ).rstrip()
-            for line in cells
-        ]
+    def totals(self) -> str:
         counts = {v: sum(r.verdict == v for r in self.rows) for v in (OK, VIOLATION, EXCLUDED)}
-        lines.append(
+        return (
             f"{len(self.rows)} rows: {counts[OK]} ok, {counts[VIOLATION]} violation, "
             f"{counts[EXCLUDED]} excluded"
+        )
+
+    def table(self, *, violations_only: bool = False) -> str:
+        """The totals first, then one block per row: verdict, run, prereg commit and
+        start on one line, the reason wrapped below it, all within ``WIDTH`` columns.
+        Runs of studies that were never registered (calibration) are one line per
+        study; ``violations_only`` keeps only the violations."""
+        shown = self.violations if violations_only else self.rows
+        unregistered: dict[str, int] = {}
+        lines = [self.totals()]
+        for row in shown:
+            if row.verdict == OK and row.reason == UNREGISTERED:
+                unregistered[row.study] = unregistered.get(row.study, 0) + 1
+                continue
+            lines.append(_heading(row))
+            lines.extend(
+                textwrap.wrap(
+                    row.reason,
+                    WIDTH,
+                    initial_indent=_INDENT,
+                    subsequent_indent=_INDENT,
+                    break_on_hyphens=False,
+                )
+            )
+        lines.extend(
+            f"{OK:<{len(_INDENT)}}{study}: {count} run(s) not preregistered "
+            "(no prediction judges them)"
+            for study, count in sorted(unregistered.items())
         )
         return "\n".join(lines)
 
 
-def _cell(name: str, value: str | None) -> str:
-    if value is None:
-        return "-"
-    return value[:12] if name == "prereg_commit" else value
+WIDTH = 100
+_INDENT = " " * 10
+UNREGISTERED = "not preregistered: no prediction judges this run"
+
+
+def _heading(row: AuditRow) -> str:
+    name = row.run if row.run.startswith(f"{row.study}/") else f"{row.study} {row.run}"
+    parts = [f"{row.verdict:<{len(_INDENT) - 1}} {name}"]
+    if row.prereg_commit:
+        parts.append(f"prereg {row.prereg_commit[:12]}")
+    if row.run_start:
+        parts.append(f"started {row.run_start[:19]}")
+    return "  ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -533,7 +565,7 @@ def _unregistered_row(auditor: _Auditor, run: _Run, study: str) -> AuditRow:
         None,
         run.started_at,
         OK,
-        "not preregistered: no prediction judges this run",
+        UNREGISTERED,
     )
 
 
@@ -626,15 +658,33 @@ def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
             )
 
 
+def _ledger_studies(auditor: _Auditor, results: Path) -> set[str]:
+    """Studies with run records, a decision table or a committed ledger at HEAD."""
+    studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
+    studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
+    if auditor.head is not None:
+        try:
+            tree = auditor.head.tree / LEDGER_ROOT
+            studies |= {b.name.removesuffix(".json") for b in tree.blobs}
+        except KeyError:
+            pass
+    return studies
+
+
 def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
     """Check (g): every study's run records are the files its committed ledger sealed;
     an edited, added or removed file is a violation naming the run and the file, and a
-    decided study without a ledger is one too."""
-    studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
-    studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
-    for study in sorted(studies):
+    decided study without a ledger is one too. Check (i): the ledger is append-only, so
+    a later ledger commit that changed or removed a sealed hash (without declaring a
+    re-measurement) is a violation naming the run, the file and both commits."""
+    for study in sorted(_ledger_studies(auditor, results)):
         replicates = sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir())
         label = f"(ledger) {ledger_path(study)}"
+        history = [
+            AuditRow(study, f"{study}/{o.run}", None, None, None, VIOLATION, o.describe())
+            for o in overwrites(auditor.repo, study)
+        ]
+        yield from history
         if committed_ledger_bytes(auditor.repo, study) is None:
             if (results / "decisions" / f"{study}.csv").exists():
                 yield AuditRow(
@@ -660,9 +710,17 @@ def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
                 VIOLATION,
                 f"{problem} (sealed in {ledger_path(study)})",
             )
-        if not problems:
+        if not problems and not history:
+            commits = len(ledger_commits(auditor.repo, study))
             yield AuditRow(
-                study, label, None, None, None, OK, "every run record file has its sealed sha256"
+                study,
+                label,
+                None,
+                None,
+                None,
+                OK,
+                f"every run record file has its sealed sha256; {commits} ledger "
+                "commit(s), append-only",
             )
 
 
