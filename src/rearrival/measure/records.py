@@ -217,7 +217,7 @@ def manifest_template(
         "seeds": {"plan": plan_seed, "run": int(run_seed)},
         "software": software_versions(),
         "patch_sha256": patch_sha256,
-        "prereg": {key: (prereg or {}).get(key) for key in PREREG_KEYS},
+        "prereg": _prereg_entry(prereg or {}),
         "started_at": started_at or utc_now_iso(),
         "finished_at": None,
         "condition_order": [str(c) for c in condition_order],
@@ -225,6 +225,15 @@ def manifest_template(
         "reason": "run did not finish",
         "time_scale": float(time_scale),
     }
+
+
+def _prereg_entry(prereg: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``prereg`` field; ``witness`` (remote and ref) only when the study
+    has a witness, so manifests of the default pipeline keep their three keys."""
+    entry = {key: prereg.get(key) for key in PREREG_KEYS}
+    if prereg.get("witness"):
+        entry["witness"] = dict(prereg["witness"])
+    return entry
 
 
 def finish_manifest(

@@ -19,7 +19,13 @@ under the results directory. Per complete run whose manifest names a prereg comm
     criteria, predictions as committed) and the run records;
 (g) every run record file has the sha256 the study's committed ledger sealed;
 (h) the run measured the registered design (backend, N, replicate, variant and the
-    configuration's buckets, batch size and slots in design.json).
+    configuration's buckets, batch size and slots in design.json);
+(i) the ledger is append-only: no later ledger commit changed or removed a sealed hash,
+    unless it declares a re-measurement under a newer registration;
+(j) given a witness, every registration and ledger commit is held by it with the same
+    hash, and it holds nothing the local history lacks (no rewritten history);
+(k) given an allowed-signers file, every registration and ledger commit is signed by
+    an allowed key.
 
 Runs whose status is not ``complete`` are listed as ``excluded`` (never judged), but
 their seeds still count as used.
@@ -64,6 +70,8 @@ from rearrival.prereg.registration import (
     registrations,
     starts_after,
 )
+from rearrival.prereg.signatures import check_signatures
+from rearrival.prereg.witness import compare, parse_ref
 
 OK, VIOLATION, EXCLUDED = "ok", "violation", "excluded"
 REGISTRATION_ROW = "(registration)"
@@ -724,8 +732,84 @@ def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
             )
 
 
-def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
-    """Audit every run manifest under ``results_dir`` against git history (SPEC 9)."""
+def _witness_rows(auditor: _Auditor, remote: str) -> Iterator[AuditRow]:
+    """Check (j): the witness holds every registration and ledger commit, and the local
+    history holds every commit the witness does."""
+    check = compare(auditor.repo, remote)
+    for item in check.missing:
+        yield AuditRow(
+            item.study,
+            f"(witness) {item.what} {item.commit[:12]}",
+            item.commit if item.what == "registration" else None,
+            None,
+            None,
+            VIOLATION,
+            f"{item.what} commit {item.commit[:12]} is not held by witness {remote} "
+            f"({item.ref}): publish it (`rearrival publish`), or, if it was published "
+            "before, the local history was rewritten",
+        )
+    for ref, sha in check.diverged:
+        named = parse_ref(ref)
+        yield AuditRow(
+            named.study if named else "?",
+            f"(witness) diverged {sha[:12]}",
+            None,
+            None,
+            None,
+            VIOLATION,
+            f"local history diverges from witness {remote}: it holds {ref} (commit "
+            f"{sha[:12]}), which HEAD's history does not contain; a published "
+            f"{named.what if named else 'commit'} was rewritten or dropped here",
+        )
+    for study in sorted({item.study for item in check.held}):
+        count = sum(item.study == study for item in check.held)
+        yield AuditRow(
+            study,
+            "(witness)",
+            None,
+            None,
+            None,
+            OK,
+            f"{count} registration and ledger commit(s) held by witness {remote}",
+        )
+
+
+def _signature_rows(auditor: _Auditor, allowed_signers: Path) -> Iterator[AuditRow]:
+    """Check (k): every registration and ledger commit is signed by an allowed key."""
+    check = check_signatures(auditor.repo, allowed_signers)
+    for item, why in check.problems:
+        yield AuditRow(
+            item.study,
+            f"(signature) {item.what} {item.commit[:12]}",
+            None,
+            None,
+            None,
+            VIOLATION,
+            f"{item.what} commit {item.commit[:12]} {why}; sign registration and ledger "
+            f"commits with a key in {allowed_signers} (config signing: key)",
+        )
+    for study in sorted({item.study for item, why in check.results if why is None}):
+        count = sum(item.study == study and why is None for item, why in check.results)
+        yield AuditRow(
+            study,
+            "(signature)",
+            None,
+            None,
+            None,
+            OK,
+            f"{count} registration and ledger commit(s) signed by keys {allowed_signers} allows",
+        )
+
+
+def audit(
+    repo_dir: str | Path,
+    results_dir: str | Path,
+    *,
+    witness: str | None = None,
+    allowed_signers: Path | None = None,
+) -> AuditReport:
+    """Audit every run manifest under ``results_dir`` against git history (SPEC 9),
+    against the ``witness`` remote and the ``allowed_signers`` file when given."""
     repo = open_repo(repo_dir)
     results = Path(results_dir)
     if not results.is_dir():
@@ -740,6 +824,10 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     rows += [r if isinstance(r, AuditRow) else _audit_run(auditor, r) for r in loaded]
     rows += list(_decision_rows(auditor, results))
     rows += list(_ledger_rows(auditor, results))
+    if witness is not None:
+        rows += list(_witness_rows(auditor, witness))
+    if allowed_signers is not None:
+        rows += list(_signature_rows(auditor, allowed_signers))
     return AuditReport(
         tuple(
             sorted(

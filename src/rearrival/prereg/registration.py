@@ -68,6 +68,19 @@ class Signing:
 
     key: Path
 
+    def __post_init__(self) -> None:
+        if not Path(self.key).is_file():
+            raise PreregError(
+                f"signing.key {self.key}: no such file; give the SSH key that signs "
+                "registration and ledger commits (ssh-keygen -t ed25519 -f <path>) or remove "
+                "signing: from the config"
+            )
+
+    @classmethod
+    def from_key(cls, key: Path | None) -> Signing | None:
+        """The config's ``signing.key`` as settings, None when signing is off."""
+        return cls(key) if key is not None else None
+
     def git_options(self) -> list[str]:
         """``git -c`` options that make one commit SSH-signed with this key."""
         return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={self.key}"]
@@ -99,7 +112,7 @@ class PreregRecord:
     files: tuple[PreregFile, ...]
     amendment_of: str | None = None
 
-    def manifest_entry(self) -> dict[str, str]:
+    def manifest_entry(self) -> dict[str, Any]:
         """The run manifest's ``prereg`` field (TEAM.md run-record contract)."""
         return {"study": self.study, "commit": self.commit, "committed_at": self.committed_at}
 
