@@ -126,7 +126,7 @@ class AuditReport:
             if row.verdict == OK and row.reason == UNREGISTERED:
                 unregistered[row.study] = unregistered.get(row.study, 0) + 1
                 continue
-            lines.append(_heading(row))
+            lines.extend(_heading(row))
             lines.extend(
                 textwrap.wrap(
                     row.reason,
@@ -149,14 +149,20 @@ _INDENT = " " * 10
 UNREGISTERED = "not preregistered: no prediction judges this run"
 
 
-def _heading(row: AuditRow) -> str:
-    name = row.run if row.run.startswith(f"{row.study}/") else f"{row.study} {row.run}"
-    parts = [f"{row.verdict:<{len(_INDENT) - 1}} {name}"]
+def _heading(row: AuditRow) -> list[str]:
+    """Verdict, run, prereg commit and start; the last two on a line of their own when
+    one line would pass ``WIDTH``."""
+    named = row.run.startswith((f"{row.study}/", f"{row.study}."))
+    first = f"{row.verdict:<{len(_INDENT) - 1}} {row.run if named else f'{row.study} {row.run}'}"
+    details = []
     if row.prereg_commit:
-        parts.append(f"prereg {row.prereg_commit[:12]}")
+        details.append(f"prereg {row.prereg_commit[:12]}")
     if row.run_start:
-        parts.append(f"started {row.run_start[:19]}")
-    return "  ".join(parts)
+        details.append(f"started {row.run_start[:19]}")
+    joined = "  ".join([first, *details])
+    if len(joined) <= WIDTH or not details:
+        return [joined]
+    return [first, _INDENT + "  ".join(details)]
 
 
 @dataclass(frozen=True)
