@@ -530,6 +530,25 @@ def write_run(
 # --- reading -------------------------------------------------------------------------------
 
 
+def _schema_difference(
+    found: list[tuple[str, pa.DataType]], expected: list[tuple[str, pa.DataType]]
+) -> str:
+    """Which column differs and how: missing, unexpected, out of order, or its type
+    (both lists of names can be equal while a type is not)."""
+    found_types, expected_types = dict(found), dict(expected)
+    missing = [name for name in expected_types if name not in found_types]
+    extra = [name for name in found_types if name not in expected_types]
+    if missing:
+        return f"column '{missing[0]}' is missing"
+    if extra:
+        return f"column '{extra[0]}' is not in the contract"
+    for name, kind in expected:
+        if found_types[name] != kind:
+            return f"column '{name}' has type {found_types[name]}, the contract's is {kind}"
+    order = [name for name, _ in expected]
+    return f"columns are in the order {[n for n, _ in found]}, the contract's is {order}"
+
+
 def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
     if not path.is_file():
         raise RunRecordError(
@@ -548,9 +567,9 @@ def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) 
     found = [(field.name, field.type) for field in table.schema]
     if found != expected:
         raise RunRecordError(
-            f"{path}: columns {[n for n, _ in found]} do not match the run "
-            f"record contract {[n for n, _ in expected]} (SPEC 7); re-run "
-            "the condition with this rearrival version"
+            f"{path}: {_schema_difference(found, expected)}, so it does not match the run "
+            "record contract (docs/DESIGN.md, run records); re-run the condition with this "
+            "rearrival version"
         )
     frame = {}
     for name, kind, nullable in columns:
