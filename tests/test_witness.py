@@ -17,6 +17,7 @@ from pathlib import Path
 
 import git
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -34,6 +35,7 @@ from rearrival.prereg.witness import (
 )
 
 PREDICTIONS = {"ratio_pred": {"6": 0.97}}
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _free_port() -> int:
@@ -242,3 +244,17 @@ def test_cli_publish_and_audit_witness(study, witness, tmp_path):
     assert lines[0].endswith("excluded") and " violation" in lines[0]
     assert all(len(line) <= 100 for line in lines)
     assert "diverges from witness" in dirty.output and " ok " not in dirty.output
+
+
+def test_cli_publish_reads_the_witness_from_the_config(study, witness, tmp_path):
+    repo, _ = study
+    url, bare = witness
+    raw = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    args = ["publish", "--repo", repo.working_tree_dir, "--config", str(config)]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code != 0 and "no witness: section" in str(refused.exception)
+    config.write_text(yaml.safe_dump(raw | {"witness": {"remote": url}}))
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert len(_bare_refs(bare)) == 2
