@@ -212,7 +212,7 @@ def test_a_trailer_naming_an_old_registration_does_not_excuse_an_overwrite(seale
     (repo / ledger_path("grid")).write_bytes(ledger_bytes("grid", file_hashes(every)))
     _git(repo, "add", ledger_path("grid"))
     _git(repo, "commit", "-q", "-m", f"ledger(grid)\n\n{REMEASURE_TRAILER}: {old}")
-    assert [o.removed for o in overwrites(git.Repo(repo), "grid")] == [False]
+    assert [o.change for o in overwrites(git.Repo(repo), "grid")] == ["changed"]
 
 
 def test_a_deleted_ledger_removes_every_sealed_hash(sealed):
@@ -220,4 +220,24 @@ def test_a_deleted_ledger_removes_every_sealed_hash(sealed):
     _git(repo, "rm", "-q", ledger_path("grid"))
     _git(repo, "commit", "-q", "-m", "drop ledger")
     assert len(overwrites(git.Repo(repo), "grid")) == 4
-    assert all(o.removed for o in overwrites(git.Repo(repo), "grid"))
+    assert {o.change for o in overwrites(git.Repo(repo), "grid")} == {"removed"}
+
+
+def test_a_run_added_to_a_sealed_replicate_is_refused_and_named(sealed):
+    """A fabricated extra run inside a measured replicate cannot be sealed in later."""
+    repo, replicates = sealed
+    extra = replicates[0] / "baseline-wait-again"
+    extra.mkdir()
+    (extra / "steps.parquet").write_bytes(b"fabricated")
+    with pytest.raises(LedgerError, match=r"run n6_r0/baseline-wait-again: file steps\.parquet"):
+        seal(repo, "grid", replicates, repo / "results" / "ledger" / "grid.json")
+    first = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / ledger_path("grid")).write_bytes(ledger_bytes("grid", file_hashes(replicates)))
+    _git(repo, "commit", "-q", "-am", "ledger(grid): seal run records")
+    (found,) = overwrites(git.Repo(repo), "grid")
+    assert found.change == "added"
+    assert found.describe().startswith(
+        "run n6_r0/baseline-wait-again: file steps.parquet was added by commit "
+        f"{_git(repo, 'rev-parse', 'HEAD').strip()[:12]} to replicate n6_r0, sealed in "
+        f"commit {first[:12]}"
+    )

@@ -84,10 +84,11 @@ def seal(
     """Commit the study's ledger (no commit when it is unchanged) and write the record
     ``out`` naming the commit, for the stages that verify against it.
 
-    Append-only: sealed entries of replicates not given are kept, new runs are added,
-    and a sealed hash that changed or disappeared is refused (:class:`LedgerError`)
-    unless every changed run was re-measured under a registration newer than the seal
-    (then the commit declares it with a ``Ledger-Remeasure`` trailer)."""
+    Append-only: sealed entries of replicates not given are kept and new replicates are
+    added, but a sealed hash that changed or disappeared, or a file added to a sealed
+    replicate, is refused (:class:`LedgerError`) unless every such run was re-measured
+    under a registration newer than the seal (then the commit declares it with a
+    ``Ledger-Remeasure`` trailer)."""
     repo = open_repo(repo_dir)
     relative = ledger_path(study)
     dirs = [Path(d) for d in replicate_dirs]
@@ -95,11 +96,9 @@ def seal(
     sealed = json.loads(sealed_data)["files"] if sealed_data is not None else {}
     found = file_hashes(dirs)
     names = {d.name for d in dirs}
-    changed = sorted(
-        k for k, v in sealed.items() if k.split("/", 1)[0] in names and found.get(k) != v
-    )
-    remeasured = _remeasure_registrations(repo, study, dirs, changed) if changed else set()
     kept = {k: v for k, v in sealed.items() if k.split("/", 1)[0] not in names}
+    changed = [key for key, _ in sealed_changes(sealed, kept | found)]
+    remeasured = _remeasure_registrations(repo, study, dirs, changed) if changed else set()
     data = ledger_bytes(study, kept | found)
     if sealed_data != data:
         atomic_write_bytes(Path(repo.working_tree_dir) / relative, data)
@@ -158,7 +157,7 @@ def _remeasure_registrations(
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         raise LedgerError(
             f"study {study}: seal refused: run {run}: file {name} sealed in commit "
-            f"{last_seal.hexsha[:12]} ({ledger_path(study)}) was changed, removed or "
+            f"{last_seal.hexsha[:12]} ({ledger_path(study)}) was changed, removed, added or "
             f"re-run after sealing{more}, and a sealed ledger is append-only; either "
             "restore the sealed run records, or re-measure under a new registration "
             f"(`rearrival prereg {study} --amends <sha> --files <amendment>`, then re-run "
@@ -167,15 +166,32 @@ def _remeasure_registrations(
     return {sha for sha in accepted.values() if sha is not None}
 
 
+def sealed_changes(sealed: dict[str, str], now: dict[str, str]) -> list[tuple[str, str]]:
+    """(key, 'changed' | 'removed' | 'added') for every sealed hash ``now`` changes or
+    drops and every file ``now`` adds to a replicate that was already sealed (a
+    replicate is measured once, as a whole); new replicates are not changes."""
+    replicates = {key.split("/", 1)[0] for key in sealed}
+    found = [
+        (key, "removed" if key not in now else "changed")
+        for key, value in sealed.items()
+        if now.get(key) != value
+    ]
+    found += [
+        (key, "added") for key in now if key not in sealed and key.split("/", 1)[0] in replicates
+    ]
+    return sorted(found)
+
+
 @dataclass(frozen=True)
 class Overwrite:
-    """A sealed hash that a later ledger commit changed or removed."""
+    """A sealed hash that a later ledger commit changed or removed, or a file it added
+    to a sealed replicate."""
 
     study: str
     key: str
     sealed_in: str
     changed_by: str
-    removed: bool
+    change: str
 
     @property
     def run(self) -> str:
@@ -183,12 +199,20 @@ class Overwrite:
 
     def describe(self) -> str:
         name = self.key.rsplit("/", 1)[1]
-        what = "removed" if self.removed else "changed"
+        ledger = ledger_path(self.study)
+        if self.change == "added":
+            what = (
+                f"file {name} was added by commit {self.changed_by[:12]} to replicate "
+                f"{self.key.split('/', 1)[0]}, sealed in commit {self.sealed_in[:12]} ({ledger})"
+            )
+        else:
+            what = (
+                f"file {name} sealed in commit {self.sealed_in[:12]} ({ledger}) was "
+                f"{self.change} by commit {self.changed_by[:12]}"
+            )
         return (
-            f"run {self.run}: file {name} sealed in commit {self.sealed_in[:12]} "
-            f"({ledger_path(self.study)}) was {what} by commit {self.changed_by[:12]}; "
-            "a sealed ledger is append-only: restore the sealed records, or re-measure "
-            "under a new registration"
+            f"run {self.run}: {what}; a sealed ledger is append-only: restore the sealed "
+            "records, or re-measure under a new registration"
         )
 
 
@@ -230,9 +254,10 @@ def _declared(repo: Any, study: str, commit: Any, sealed_in: str) -> bool:
 
 
 def overwrites(repo: Any, study: str) -> list[Overwrite]:
-    """Every sealed hash a later ledger commit changed or removed without declaring a
-    re-measurement, naming the commit that sealed it and the one that changed it. A
-    merge that takes one parent's version is not a change of its own."""
+    """Every sealed hash a later ledger commit changed or removed (or file it added to a
+    sealed replicate) without declaring a re-measurement, naming the commit that sealed
+    it and the one that changed it. A merge taking another parent's version of a file
+    is not a change of its own."""
     found = []
     for commit in ledger_commits(repo, study):
         now = _ledger_files(commit, study) or {}
@@ -240,16 +265,12 @@ def overwrites(repo: Any, study: str) -> list[Overwrite]:
         before = [(p, files) for p, files in before if files is not None]
         for parent, files in before:
             sealed_in = next(repo.iter_commits(parent, paths=ledger_path(study), max_count=1))
-            for key, value in sorted(files.items()):
-                if now.get(key) == value or any(
-                    (other or {}).get(key) == now.get(key)
-                    for _, other in before
-                    if other is not files
-                ):
+            for key, change in sealed_changes(files, now):
+                if any(other.get(key) == now.get(key) for _, other in before if other is not files):
                     continue
                 if _declared(repo, study, commit, sealed_in.hexsha):
                     continue
-                found.append(Overwrite(study, key, sealed_in.hexsha, commit.hexsha, key not in now))
+                found.append(Overwrite(study, key, sealed_in.hexsha, commit.hexsha, change))
     return found
 
 
