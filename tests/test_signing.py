@@ -130,3 +130,13 @@ def test_a_witness_without_a_remote_is_refused_naming_the_key(tmp_path):
     config.write_text(yaml.safe_dump(raw | {"witness": {"url": "git://h/w.git"}}))
     with pytest.raises(StudyConfigError, match=r"key \$\.witness"):
         load_study_config(config)
+
+
+def test_cli_prereg_signs_with_the_given_key(repo, keys, tmp_path):
+    mine, _, allowed = keys
+    prepared = tmp_path / "predictions.json"
+    prepared.write_text('{"ratio": 0.97}\n')
+    args = ["prereg", "grid", "--files", str(prepared), "--repo", repo.working_tree_dir]
+    done = CliRunner().invoke(app, [*args, "--signing-key", str(mine)])
+    assert done.exit_code == 0, done.output
+    assert [why for _, why in check_signatures(repo, allowed).results] == [None]

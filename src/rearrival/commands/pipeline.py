@@ -40,13 +40,22 @@ def prereg(
             help="Results directory receiving prereg/<study>.json (default: <repo>/results).",
         ),
     ] = None,
+    signing_key: Annotated[
+        Path | None,
+        typer.Option("--signing-key", help="SSH key that signs the commit (as signing.key)."),
+    ] = None,
 ) -> None:
     """Commit a study's predictions and criteria before measurement; print the commit sha.
 
     Registering identical files again makes no commit. Registered files never change: add
     an amendment file with --amends instead (paper Section II-D).
     """
-    from rearrival.prereg.registration import RECORDS_SUBDIR, read_prepared_files, register
+    from rearrival.prereg.registration import (
+        RECORDS_SUBDIR,
+        Signing,
+        read_prepared_files,
+        register,
+    )
 
     kind = "Amend" if amends else "Preregister"
     record = register(
@@ -56,6 +65,7 @@ def prereg(
         message=message or f"{kind} {study}: predictions and criteria before measurement",
         amendment_of=amends,
         records_dir=(results or repo / "results") / RECORDS_SUBDIR,
+        signing=Signing.from_key(signing_key),
     )
     typer.echo(record.commit)
 
