@@ -814,7 +814,7 @@ def audit(
     witness: str | None = None,
     allowed_signers: Path | None = None,
 ) -> AuditReport:
-    """Audit every run manifest under ``results_dir`` against git history (SPEC 9),
+    """Audit every run manifest under ``results_dir`` against git history (paper II-D),
     against the ``witness`` remote and the ``allowed_signers`` file when given."""
     repo = open_repo(repo_dir)
     results = Path(results_dir)

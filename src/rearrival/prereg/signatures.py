@@ -48,7 +48,7 @@ class SignatureCheck:
 
 
 def check_signatures(repo: Any, allowed_signers: Path) -> SignatureCheck:
-    """Verify every registration and ledger commit on HEAD's history (SPEC 9)."""
+    """Verify every registration and ledger commit on HEAD's history (check (k))."""
     if not allowed_signers.is_file():
         raise SignatureError(
             f"{allowed_signers}: no such allowed-signers file; write one line per signer "
