@@ -219,7 +219,7 @@ def manifest_template(
         "seeds": {"plan": plan_seed, "run": int(run_seed)},
         "software": software_versions(),
         "patch_sha256": patch_sha256,
-        "prereg": {key: (prereg or {}).get(key) for key in PREREG_KEYS},
+        "prereg": _prereg_entry(prereg or {}),
         "started_at": started_at or utc_now_iso(),
         "finished_at": None,
         "condition_order": [str(c) for c in condition_order],
@@ -227,6 +227,15 @@ def manifest_template(
         "reason": "run did not finish",
         "time_scale": float(time_scale),
     }
+
+
+def _prereg_entry(prereg: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``prereg`` field; ``witness`` (remote and ref) only when the study
+    has a witness, so manifests of the default pipeline keep their three keys."""
+    entry = {key: prereg.get(key) for key in PREREG_KEYS}
+    if prereg.get("witness"):
+        entry["witness"] = dict(prereg["witness"])
+    return entry
 
 
 def finish_manifest(
@@ -537,6 +546,25 @@ def write_run(
 # --- reading -------------------------------------------------------------------------------
 
 
+def _schema_difference(
+    found: list[tuple[str, pa.DataType]], expected: list[tuple[str, pa.DataType]]
+) -> str:
+    """Which column differs and how: missing, unexpected, out of order, or its type
+    (both lists of names can be equal while a type is not)."""
+    found_types, expected_types = dict(found), dict(expected)
+    missing = [name for name in expected_types if name not in found_types]
+    extra = [name for name in found_types if name not in expected_types]
+    if missing:
+        return f"column '{missing[0]}' is missing"
+    if extra:
+        return f"column '{extra[0]}' is not in the contract"
+    for name, kind in expected:
+        if found_types[name] != kind:
+            return f"column '{name}' has type {found_types[name]}, the contract's is {kind}"
+    order = [name for name, _ in expected]
+    return f"columns are in the order {[n for n, _ in found]}, the contract's is {order}"
+
+
 def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
     if not path.is_file():
         raise RunRecordError(
@@ -555,9 +583,9 @@ def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) 
     found = [(field.name, field.type) for field in table.schema]
     if found != expected:
         raise RunRecordError(
-            f"{path}: columns {[n for n, _ in found]} do not match the run "
-            f"record contract {[n for n, _ in expected]} (SPEC 7); re-run "
-            "the condition with this rearrival version"
+            f"{path}: {_schema_difference(found, expected)}, so it does not match the run "
+            "record contract (docs/DESIGN.md, run records); re-run the condition with this "
+            "rearrival version"
         )
     frame = {}
     for name, kind, nullable in columns:
