@@ -117,3 +117,17 @@ def test_sample_without_scale_says_how_to_proceed(small_config: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 1
     assert "nothing fits" in result.output and "--token-scale 0.16" in result.output
+
+
+@needs_sample
+def test_sample_with_token_scale_recommends(small_config: Path) -> None:
+    """The issue's done-when: the 19-round sample at --token-scale 0.15 gives a pick."""
+    args = ["advise", "--config", str(small_config), "--trace", str(SAMPLE)]
+    result = runner.invoke(app, [*args, "--token-scale", "0.15", "--resamples", "10"])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "2 sessions, 19 rounds" in text and "WHAT-IF" in text
+    assert "## 2. Recommended configuration" in text and "Pick: `" in text
+    assert "Over 10 resampled session sets" in text and "leaves" in text
+    # rounds 1..9 appear in the per-round table (the longer session has 10 rounds)
+    assert "| 9 |" in text and "| 10 |" not in text
