@@ -168,6 +168,10 @@ class ImportResult:
         return int(self.notes["overflow"]["truncated_sessions"])
 
     @property
+    def dropped_sessions(self) -> int:
+        return int(self.notes["overflow"]["dropped_sessions"])
+
+    @property
     def dropped_rounds(self) -> int:
         return int(self.notes["overflow"]["dropped_rounds"])
 
@@ -188,6 +192,8 @@ class ImportResult:
             f"user ({n['think_s_removed']:.1f} s removed), {n['human_tool_calls']} "
             "human-waiting tool calls left out",
         ]
+        if over.get("longer_context"):
+            lines.append(f"to keep every round, {over['longer_context']}")
         if n["context_shrinks"]:
             lines.append(
                 f"context shrinks: {n['context_shrinks']} rounds sent less than the previous "
@@ -345,19 +351,25 @@ def fitting_scale(options: ImportOptions, longest_transcript: int) -> float:
     return math.floor(exact * 100) / 100
 
 
+def _longer_context(need: int, profile: Profile) -> tuple[int, str]:
+    """The maximum sequence length that holds ``need`` tokens (a multiple of the profile's)
+    and what it costs in KV memory per slot and slots that fit."""
+    step = profile.slot_tokens
+    longer = max(step, -(-need // step) * step)
+    return longer, context_cost(profile, device_memory(profile), longer).sentence()
+
+
 def _nothing_fits(path: Path, counts: _Counts, options: ImportOptions, profile: Profile) -> str:
     """The refusal when no session's first round fits, with both ways forward."""
     need = counts.longest_transcript
-    step = profile.slot_tokens
-    longer = max(step, -(-need // step) * step)
-    cost = context_cost(profile, device_memory(profile), longer)
+    longer, cost = _longer_context(need, profile)
     return (
         f"{path}: nothing fits a maximum sequence length of {options.max_context:,} "
         f"tokens: every session's first round is longer (shortest "
         f"{counts.shortest_first:,}, longest transcript {need:,}), so no plan was written; "
         f"study it as a labelled what-if with --token-scale "
         f"{fitting_scale(options, need):g} (every round fits) or import with --max-context "
-        f"{longer:,}, where {cost.sentence()}"
+        f"{longer:,}, where {cost}"
     )
 
 
@@ -409,6 +421,9 @@ def build_plan(
         for i, (s, rounds) in enumerate(kept)
     )
     notes = _notes(counts, options, chosen, kept) | (extra_notes or {})
+    if affected:
+        longer = _longer_context(counts.longest_transcript, profile)[1]
+        notes["overflow"]["longer_context"] = longer
     meta = PlanMeta(
         seed=options.seed if options.sessions is not None else None,
         variant="wait",

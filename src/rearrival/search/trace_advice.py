@@ -20,6 +20,7 @@ profile), so rounds beyond it are truncated and counted, never priced by extrapo
 
 from __future__ import annotations
 
+import gzip
 import math
 import random
 from collections.abc import Sequence
@@ -66,10 +67,13 @@ def import_trace(path: Path, token_scale: float, profile: Profile) -> ImportResu
 
 
 def _is_otlp(path: Path) -> bool:
-    if path.suffix == ".gz" or not path.is_file():
+    if not path.is_file():
         return False
-    with path.open("rb") as handle:
-        return b"resourceSpans" in handle.read(4096)
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
+            return b"resourceSpans" in handle.read(4096)
+    except (OSError, EOFError):
+        return False  # the TraceLab reader names the damage with its line
 
 
 def workload_plan(pool: Plan, n: int, rng: random.Random) -> Plan:
