@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from conftest import config_with_search
-from test_trace_import import _three_sessions
+from test_trace_import import _round, _three_sessions, _write
 from typer.testing import CliRunner
 
 from rearrival.cli import app
 from rearrival.config.study import load_study_config
-from rearrival.model.plans import write_plan
+from rearrival.model.plans import PlanError, write_plan
 from rearrival.model.tracelab_import import plans_from_trace
 from rearrival.search.advise import predict
 from rearrival.search.plan_dir import search_plan_dir
@@ -85,3 +85,17 @@ def test_empty_directory_is_refused(setup: tuple[Path, Path], tmp_path: Path) ->
     (tmp_path / "none").mkdir()
     with pytest.raises(SearchError, match=r"no \.parquet or \.json plan files"):
         search_plan_dir(load_study_config(config), tmp_path / "none", tmp_path / "out")
+
+
+def test_plans_longer_than_the_profile_are_refused(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The profile's costs were measured at 8,192 tokens; a plan imported for a longer
+    context is refused, never priced by extrapolation."""
+    config, _ = setup
+    long_trace = _write(tmp_path / "long.jsonl", [_round("a", 0, 0.0, 9000, 100)])
+    plans = tmp_path / "long"
+    write_plan(plans_from_trace(long_trace, max_context=16_384).plan, plans / "p.parquet")
+    with pytest.raises(PlanError, match=r"9100 tokens, over the maximum sequence length 8192"):
+        search_plan_dir(load_study_config(config), plans, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

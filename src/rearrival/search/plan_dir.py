@@ -18,7 +18,7 @@ from typing import Any
 from rearrival.atomic import atomic_write_json
 from rearrival.config.study import StudyConfig
 from rearrival.model.plans import Plan
-from rearrival.model.profile import Profile
+from rearrival.model.profile import Profile, measured_profile
 from rearrival.parquet import write_frame
 from rearrival.search.advise import load_plan_dir
 from rearrival.search.scoring import (
@@ -34,16 +34,18 @@ from rearrival.search.scoring import (
 )
 
 
-def keyed_plans(plans_dir: Path) -> tuple[list[tuple[PlanKey, Plan]], bool]:
+def keyed_plans(
+    plans_dir: Path, max_seq_len: int | None = None
+) -> tuple[list[tuple[PlanKey, Plan]], bool]:
     """(key, plan) for every input, and whether the evaluation inputs are held out."""
     split = (plans_dir / "search").is_dir() and (plans_dir / "evaluation").is_dir()
     sets = (
         {
-            "search": load_plan_dir(plans_dir / "search"),
-            "evaluation": load_plan_dir(plans_dir / "evaluation"),
+            "search": load_plan_dir(plans_dir / "search", max_seq_len),
+            "evaluation": load_plan_dir(plans_dir / "evaluation", max_seq_len),
         }
         if split
-        else dict.fromkeys(("search", "evaluation"), load_plan_dir(plans_dir))
+        else dict.fromkeys(("search", "evaluation"), load_plan_dir(plans_dir, max_seq_len))
     )
     keyed = []
     for inputs, plans in sets.items():
@@ -64,7 +66,8 @@ def search_plan_dir(
 ) -> dict[str, Any]:
     """Score every candidate on the directory's plans; writes DIR/scores.parquet,
     selected.json and summary.json (each atomically) and returns the summary."""
-    keyed, held_out = keyed_plans(plans_dir)
+    profile = profile or measured_profile()
+    keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
     n_set = tuple(sorted({key.n for key, _ in keyed}))
     search_n = tuple(sorted({key.n for key, _ in keyed if key.inputs == "search"}))
     if held_out and search_n != n_set:
