@@ -161,6 +161,14 @@ def test_overflow_truncates_and_counts_or_refuses(tmp_path: Path) -> None:
         plans_from_trace(path, max_context=1100, on_overflow="refuse")
 
 
+def test_fitting_scale_keeps_every_round() -> None:
+    from rearrival.model.trace_plans import ImportOptions, fitting_scale
+
+    assert fitting_scale(ImportOptions(), 49_157) == 0.16  # 8,192 / 49,157 = 0.1666
+    assert fitting_scale(ImportOptions(), 2_000_000) == 0.0040  # 0.0041 rounded down
+    assert fitting_scale(ImportOptions(token_scale=0.5), 8_192) == 0.5
+
+
 def test_token_scale_is_a_labelled_what_if(tmp_path: Path) -> None:
     path = _three_sessions(tmp_path / "t.jsonl")
     result = plans_from_trace(path, token_scale=0.5)

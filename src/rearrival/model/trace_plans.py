@@ -330,7 +330,9 @@ def _fit(rounds: list[Round], max_context: int) -> list[Round]:
     return kept
 
 
-def _select(sessions: Sequence[TraceSession], options: ImportOptions, path: Path) -> list:
+def _select(
+    sessions: Sequence[TraceSession], options: ImportOptions, path: Path
+) -> list[TraceSession]:
     """All sessions, or a seeded sample without replacement, in start order."""
     ordered = sorted(sessions, key=lambda s: (s.start_epoch_s, s.key))
     if options.sessions is None:
@@ -345,10 +347,11 @@ def _select(sessions: Sequence[TraceSession], options: ImportOptions, path: Path
 
 
 def fitting_scale(options: ImportOptions, longest_transcript: int) -> float:
-    """The largest --token-scale (two decimals, rounded down) at which the longest
-    transcript fits ``max_context``, so every round of every session is kept."""
+    """The largest --token-scale (two significant digits, rounded down) at which the
+    longest transcript fits ``max_context``, so every round of every session is kept."""
     exact = options.token_scale * options.max_context / longest_transcript
-    return math.floor(exact * 100) / 100
+    digits = max(2, 1 - math.floor(math.log10(exact)))
+    return math.floor(exact * 10**digits) / 10**digits
 
 
 def _longer_context(need: int, profile: Profile) -> tuple[int, str]:
