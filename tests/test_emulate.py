@@ -569,3 +569,10 @@ def test_control_variant_sends_every_round_right_after_the_previous_response() -
     for _, rows in req.groupby("session"):
         turnaround = rows["send_s"].to_numpy()[1:] - rows["complete_s"].to_numpy()[:-1]
         assert ((turnaround >= 0.0005 - 1e-9) & (turnaround <= 0.0012 + 1e-9)).all()
+
+
+def test_truth_refuses_the_predictor_only_reserved_rule() -> None:
+    """'reserved' is the paper's S9 predictor rule; the engine would silently run it as
+    'off', so the truth refuses it by name."""
+    with pytest.raises(EmulateError, match="reserved"):
+        replace(EXACT, dummy_block="reserved")

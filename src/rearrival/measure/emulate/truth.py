@@ -23,6 +23,9 @@ from rearrival.model.profile import Profile
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
 from rearrival.vocabulary import DUMMY_BLOCKS, RELEASES
 
+# The engine models a serving stack's padding block: none, or the measured pre-eviction.
+EMULATED_DUMMY_BLOCKS = tuple(mode for mode in DUMMY_BLOCKS if mode != "reserved")
+
 DEFAULT_TRUTH = "emulator_truth.yaml"
 
 
@@ -70,10 +73,11 @@ class Truth:
                 f"truth field 'scheduler.release' is {self.release!r}; "
                 f"use one of {', '.join(RELEASES)}"
             )
-        if self.dummy_block not in DUMMY_BLOCKS:
+        if self.dummy_block not in EMULATED_DUMMY_BLOCKS:
             raise EmulateError(
                 f"truth field 'scheduler.dummy_block' is {self.dummy_block!r}; "
-                f"use one of {', '.join(DUMMY_BLOCKS)}"
+                f"the emulated engine implements {', '.join(EMULATED_DUMMY_BLOCKS)} "
+                "('reserved' is a predictor rule of the paper's S9 simulator, not a stack's)"
             )
         nonnegative = {
             "decode.convexity_above_largest_ms_per_bucket2": self.convexity_s_per_bucket2,
