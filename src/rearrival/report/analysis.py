@@ -7,8 +7,9 @@ much of the simulator's accuracy comes from which of its parts.
   time from the completion times of the configuration it simulates (the feedback path
   of Section III-D). The fixed-arrival variant instead pins each session's re-arrival
   at the send time observed in the BASELINE run of the same replicate
-  (``SimConfig.fixed_arrivals``; a follow-up still cannot precede the response it
-  extends, see ``rearrival.model.sim``). Both the baseline and the changed configuration are
+  (``SimConfig.fixed_arrivals``; as in the authors' simulator, the pinned time is the
+  arrival and the waiting queue is kept in (arrival, session, round) order, see
+  ``rearrival.model.sim``). Both the baseline and the changed configuration are
   simulated with those pinned times, so the ratio compares like with like; ratios are
   replicate sums, like every ratio in the paper.
 * Dummy-block and stack-rule simulators (S9) are already in the predictions table
