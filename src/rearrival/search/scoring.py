@@ -962,8 +962,34 @@ def baseline_of(cfg: StudyConfig) -> Candidate:
 
 
 def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
-    return candidates(
+    """The searched candidates; refuses an empty space before anything is simulated or
+    written, naming the filter that removed the last candidate and how to relax it."""
+    profile = profile or measured_profile()
+    kept = candidates(
         settings.batch_sizes, settings.max_buckets, profile, memory_filter=settings.memory_filter
+    )
+    if not kept:
+        raise SearchError(empty_space_message(settings, profile))
+    return kept
+
+
+def empty_space_message(settings: SearchSettings, profile: Profile) -> str:
+    """Why no candidate is left: the compile budget (checked first) or device memory."""
+    every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
+    memory = device_memory(profile)
+    counts = filter_counts(every, profile, memory, settings.memory_filter)
+    sizes = ",".join(map(str, settings.batch_sizes))
+    if counts["excluded_by_compile_budget"] == len(every):
+        return (
+            f"no candidate left: the compile budget ({profile.compile_budget_s:g} s) removed "
+            f"all {len(every)} of batch sizes {sizes} with max_buckets {settings.max_buckets}; "
+            "lower --max-buckets"
+        )
+    return (
+        f"no candidate left: the memory filter removed all "
+        f"{counts['excluded_by_memory']} within the compile budget (batch sizes {sizes}; at "
+        f"most {memory.max_slots()} KV slots fit {memory.per_device_gib:g} GiB per device); "
+        f"use batch sizes <= {memory.max_slots()} or --no-memory-filter"
     )
 
 
@@ -989,9 +1015,9 @@ def run_search(
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
     same scores/selected/summary files the sharded path writes, byte for byte."""
     settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
+    cands = search_candidates(settings, profile)
     plans = make_plans(cfg, settings)
     write_plans(plans, out_dir / "plans")
-    cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
     evaluated = cands if baseline in cands else [*cands, baseline]
     results, _ = evaluate(evaluated, plans, workers, profile)
