@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rearrival.atomic import umask_mode
 from rearrival.errors import RearrivalError
 from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.vocabulary import BACKENDS, VARIANTS
@@ -504,7 +505,7 @@ def write_run(
         for name, data in contents.items():
             (tmp / name).write_bytes(data)
         (tmp / MANIFEST_FILE).write_bytes(_json_bytes(manifest))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a run dir is an ordinary result dir
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes 0700; a run dir is a result dir
         try:
             os.rename(tmp, out_dir)  # replaces only an empty dir; fails if someone won the race
         except OSError as exc:
