@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -9,8 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rearrival.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
+from rearrival.config.study import StudyConfigError, load_study_config, tool_table_for
 
 
 @contextmanager
@@ -39,3 +42,54 @@ def test_atomic_writes_get_the_mode_the_umask_gives(tmp_path: Path, mask: int) -
     assert mode(tmp_path / "sub" / "b.json") == 0o666 & ~mask
     assert mode(tmp_path / "dir") == 0o777 & ~mask
     assert mode(tmp_path / "dir" / "c.txt") == 0o666 & ~mask
+
+
+# --- errors with a way forward ----------------------------------------------------------
+
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+SUMMARY = {"tool_by_name": {"Read": {"n": 5, "p50": 10, "p90": 50, "p99": 90}}}
+
+
+def test_missing_study_definition_names_where_it_looked_and_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StudyConfigError) as caught:
+        load_study_config("config/config.yaml")
+    message = str(caught.value)
+    assert str(tmp_path / "config" / "config.yaml") in message
+    assert "--config" in message and "\n" not in message
+
+
+def _config_with_tool_table(where: Path, tool_table: str) -> Path:
+    raw = yaml.safe_load(CONFIG_FILE.read_text())
+    raw["tool_table"] = tool_table
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_relative_tool_table_resolves_against_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As snakemake's paths do: `tools build --out summary.json` in the directory the
+    workflow runs in, then `tool_table: summary.json`, whatever directory the config is in."""
+    config = _config_with_tool_table(tmp_path / "config", "summary.json")
+    (tmp_path / "config" / "summary.json").write_text("not the one")
+    (tmp_path / "summary.json").write_text(json.dumps(SUMMARY))
+    monkeypatch.chdir(tmp_path)
+    assert [row.tool for row in tool_table_for(load_study_config(config)).rows] == ["Read"]
+
+
+def test_missing_tool_table_names_the_config_and_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config_with_tool_table(tmp_path / "config", "traces/summary.json")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StudyConfigError) as caught:
+        tool_table_for(load_study_config(config))
+    message = str(caught.value)
+    assert message.startswith(f"{config}: tool_table 'traces/summary.json'")
+    assert str(tmp_path / "traces" / "summary.json") in message
+    assert "current directory" in message and "rearrival tools build" in message

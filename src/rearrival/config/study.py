@@ -304,7 +304,12 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:
+        raise StudyConfigError(
+            f"{path}: cannot read the study definition ({exc.strerror}: looked for "
+            f"{path.absolute()}); run from the repository root or pass --config PATH"
+        ) from exc
+    except yaml.YAMLError as exc:
         raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
     validate_against_schema(raw, str(path), schema_path or config_schema_path())
     return study_config_from_mapping(raw, str(path))
@@ -314,10 +319,23 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
 
 
 def tool_table_for(cfg: StudyConfig) -> ToolTable:
-    """The configured tool-latency table; 'default' is the published TraceLab aggregate."""
+    """The configured tool-latency table; 'default' is the published TraceLab aggregate.
+
+    A relative path resolves against the current directory, as every other path of the
+    study definition and snakemake's own do (the workflow runs from the repository root),
+    so ``rearrival tools build ... --out summary.json`` then ``tool_table: summary.json``
+    works; a missing file is named with the directory it was looked for in.
+    """
     if cfg.tool_table == "default":
         return default_tool_table()
-    return load_summary_json(cfg.tool_table)
+    path = Path(cfg.tool_table)
+    if not path.is_file():
+        raise StudyConfigError(
+            f"{cfg.source}: tool_table {cfg.tool_table!r} is not a file (looked for "
+            f"{path.absolute()}; relative paths resolve against the current directory); "
+            "give an existing summary.json (`rearrival tools build`), an absolute path or default"
+        )
+    return load_summary_json(path)
 
 
 def read_selected(path: Path) -> Configuration:
