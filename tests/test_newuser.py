@@ -7,6 +7,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import yaml
 
 from rearrival.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
 from rearrival.config.study import StudyConfigError, load_study_config, tool_table_for
+from rearrival.report.results import Results
+from rearrival.vocabulary import INJECTION_BACKEND
 
 
 @contextmanager
@@ -93,3 +96,23 @@ def test_missing_tool_table_names_the_config_and_the_directory(
     assert message.startswith(f"{config}: tool_table 'traces/summary.json'")
     assert str(tmp_path / "traces" / "summary.json") in message
     assert "current directory" in message and "rearrival tools build" in message
+
+
+# --- no suggestion that fails on the backend in use -------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["emulated", "emulated-http", "rbln"])
+def test_absent_injection_note_suggests_only_what_the_backend_can_run(
+    tmp_path: Path, backend: str
+) -> None:
+    """`all` leaves the injection out off the emulated backend, and `snakemake
+    results/injection/gaps.parquet` fails there: the note must not suggest it."""
+    cfg = replace(load_study_config(CONFIG_FILE), backend=backend)
+    res = Results(cfg, tmp_path)
+    assert res.gaps() is None
+    (note,) = res.missing
+    if backend == INJECTION_BACKEND:
+        assert "snakemake results/injection/gaps.parquet" in note
+    else:
+        assert "snakemake" not in note
+        assert f"only on backend {INJECTION_BACKEND}" in note and backend in note

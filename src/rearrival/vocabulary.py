@@ -11,6 +11,9 @@ from __future__ import annotations
 
 # Measurement backends (SPEC 6-7): the in-process twin, the twin behind HTTP, hardware.
 BACKENDS = ("emulated", "emulated-http", "rbln")
+# The only backend with a prefill-injection driver (paper III-C); `all` leaves the
+# injection out on the others.
+INJECTION_BACKEND = "emulated"
 
 # Workload variants of a plan (SPEC 3): the measured tool wait, no wait, one equal wait.
 VARIANTS = ("wait", "control", "equal")

@@ -20,9 +20,8 @@ from rearrival.measure.emulate.truth import load_truth
 from rearrival.model.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.prereg.registration import check_before_run
+from rearrival.vocabulary import INJECTION_BACKEND
 from rearrival.workflow.plans import plan_file, read_study_plan
-
-INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
 
 
 @dataclass(frozen=True)
