@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test lint format bench clean-results slurm-up slurm-down test-slurm
+.PHONY: all test-study test lint format bench clean-results slurm-up slurm-down test-slurm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.
 all: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 all
+
+# The small study CI runs, in place of config/config.yaml (replaced, never merged into it).
+test-study: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 \
+		--configfile .test/config/config.yaml --replace-workflow-config all
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,11 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_pipeline import _snakemake, _workflow_repo, small_config
 
 from rearrival.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
 from rearrival.config.study import StudyConfigError, load_study_config, tool_table_for
 from rearrival.report.results import Results
 from rearrival.vocabulary import INJECTION_BACKEND
+from rearrival.workflow.configfile import ConfigFileError, study_config_file
 
 
 @contextmanager
@@ -116,3 +119,46 @@ def test_absent_injection_note_suggests_only_what_the_backend_can_run(
     else:
         assert "snakemake" not in note
         assert f"only on backend {INJECTION_BACKEND}" in note and backend in note
+
+
+# --- the small study, replacing the config ----------------------------------------------
+
+
+def test_one_configfile_replaces_the_snakefile_config_only_when_asked() -> None:
+    default = ["config/config.yaml"]
+    assert study_config_file(default, [], replaced=False) == "config/config.yaml"
+    small = [Path(".test/config/config.yaml")]
+    both = [*small, *default]  # workflow.configfiles: the command line's first
+    assert study_config_file(both, small, replaced=True) == ".test/config/config.yaml"
+    assert study_config_file(small, small, replaced=False) == ".test/config/config.yaml"
+    with pytest.raises(ConfigFileError, match=r"merged into config/config.yaml.*--replace-"):
+        study_config_file(both, small, replaced=False)
+    two = [*small, Path("other.yaml")]
+    with pytest.raises(ConfigFileError, match="make test-study"):
+        study_config_file([*two, *default], two, replaced=True)
+
+
+def _workflow_commands(work: Path, home: Path, *args: str) -> tuple[int, str]:
+    done = _snakemake(work, home, "-n", "-p", "all", *args)  # --configfile takes nargs
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_small_study_runs_alone_in_place_of_the_full_config(tmp_path: Path) -> None:
+    """`make test-study`'s flags: every job is built from and reads the small study alone
+    (a --configfile merge built the DAG from both while the jobs read the full one)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    full = yaml.safe_load(CONFIG_FILE.read_text())
+    work = _workflow_repo(tmp_path, full)
+    small_file = work / ".test" / "config" / "config.yaml"
+    small_file.parent.mkdir(parents=True)
+    small_file.write_text(yaml.safe_dump(small_config(), sort_keys=False))
+    flags = ("--configfile", ".test/config/config.yaml")
+    code, output = _workflow_commands(work, home, *flags, "--replace-workflow-config")
+    assert code == 0, output[-3000:]
+    configs = set(re.findall(r"--config (\S+)", output))
+    assert configs == {".test/config/config.yaml"}
+    planned = set(re.findall(r"rearrival study plans --config \S+ --study (\w+)", output))
+    assert planned == set(small_config()["studies"]) != set(full["studies"])
+    code, output = _workflow_commands(work, home, *flags)
+    assert code != 0 and "--replace-workflow-config" in output
