@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -13,10 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import config_with_search
 from test_pipeline import _snakemake, _workflow_repo, small_config
+from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
+from rearrival.cli import app
 from rearrival.config.study import StudyConfigError, load_study_config, tool_table_for
+from rearrival.progress import progress
 from rearrival.report.results import Results
 from rearrival.vocabulary import INJECTION_BACKEND
 from rearrival.workflow.configfile import ConfigFileError, study_config_file
@@ -162,3 +167,39 @@ def test_small_study_runs_alone_in_place_of_the_full_config(tmp_path: Path) -> N
     assert planned == set(small_config()["studies"]) != set(full["studies"])
     code, output = _workflow_commands(work, home, *flags)
     assert code != 0 and "--replace-workflow-config" in output
+
+
+# --- progress and readable output -------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal (tqdm draws only when told a width)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_on_a_terminal_and_is_silent_in_logs() -> None:
+    log, terminal = io.StringIO(), Terminal()
+    assert list(progress(range(3), 3, "scoring", "plan", stream=log)) == [0, 1, 2]
+    assert log.getvalue() == ""
+    assert list(progress(range(3), 3, "scoring", "plan", stream=terminal)) == [0, 1, 2]
+    assert "scoring" in terminal.getvalue() and "0/3" in terminal.getvalue()
+
+
+def test_search_result_names_the_filter_counts_within_100_columns(tmp_path: Path) -> None:
+    """Batch size 56 does not fit the devices (at most 49 slots): its 55 candidates are
+    counted as removed by the memory filter, the batch-4 ones are searched."""
+    config = config_with_search(
+        tmp_path, {"n": [3], "seeds": 1, "blocks": 1, "top": 2, "restricted_n": []}
+    )
+    out = tmp_path / "out"
+    args = ["--batch-sizes", "4,56", "--max-buckets", "3", "--workers", "1"]
+    result = CliRunner().invoke(app, ["search", *args, "--out", str(out), "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    first, second = result.output.splitlines()
+    assert first == (
+        f"{out}: searched 3 of 58 candidates (0 over the compile budget, 55 over device memory)"
+    )
+    assert second.startswith("selected 4:")
+    assert len(second) <= 100

@@ -45,6 +45,7 @@ from rearrival.model.plans import Plan, load_plan, write_plan
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.parquet import write_frame
+from rearrival.progress import progress
 
 INPUT_SETS = ("search", "evaluation")
 RESULT_COLUMNS = (
@@ -489,13 +490,14 @@ def evaluate(
     simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
     One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
-    is a maximum: small searches run in this process.
+    is a maximum: small searches run in this process. On a terminal a bar counts the plans.
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
     outcomes: dict[int, PlanScores] = {}
+    what = f"scoring {len(cands):,} candidates"
     if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
         _init_worker(list(cands), profile)
-        for task in tasks:
+        for task in progress(tasks, len(tasks), what, "plan"):
             index, scores = _score_plan(task)
             outcomes[index] = scores
     else:
@@ -503,7 +505,8 @@ def evaluate(
         with context.Pool(
             workers, initializer=_init_worker, initargs=(list(cands), profile)
         ) as pool:
-            for index, scores in pool.imap_unordered(_score_plan, tasks):
+            done = pool.imap_unordered(_score_plan, tasks)
+            for index, scores in progress(done, len(tasks), what, "plan"):
                 outcomes[index] = scores
     simulations = sum(scores.simulations for scores in outcomes.values())
     return results_frame(cands, plans, outcomes), simulations
