@@ -8,11 +8,14 @@ STAMP := $(VENV)/.installed
 .PHONY: all test-study test lint format bench clean-results slurm-up slurm-down test-slurm
 
 $(STAMP): pyproject.toml
+	@echo "make: creating $(VENV) and installing rearrival with the dependencies pinned in"
+	@echo "      pyproject.toml (snakemake, pandas, numba, matplotlib, ...; 1-2 minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# compile the simulator core once into its on-disk cache (about 10 s), so the first
 	# `rearrival simulate` or search of a fresh checkout does not pay it
+	@echo "make: compiling the simulator core once with numba (10-30 s)"
 	$(BIN)/python -c "from rearrival.model.simcore import warm_up; warm_up()"
 	touch $(STAMP)
 

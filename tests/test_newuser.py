@@ -7,6 +7,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -57,7 +58,8 @@ def test_atomic_writes_get_the_mode_the_umask_gives(tmp_path: Path, mask: int) -
 
 # --- errors with a way forward ----------------------------------------------------------
 
-CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_FILE = REPO / "config" / "config.yaml"
 SUMMARY = {"tool_by_name": {"Read": {"n": 5, "p50": 10, "p90": 50, "p99": 90}}}
 
 
@@ -203,3 +205,19 @@ def test_search_result_names_the_filter_counts_within_100_columns(tmp_path: Path
     )
     assert second.startswith("selected 4:")
     assert len(second) <= 100
+
+
+def test_the_install_says_what_it_installs_before_it_starts() -> None:
+    """`make all` on a fresh clone installs for minutes; its first lines say what."""
+    done = subprocess.run(
+        ["make", "-n", "-B", ".venv/.installed"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    pip = next(i for i, line in enumerate(lines) if "pip install" in line)
+    warm = next(i for i, line in enumerate(lines) if "warm_up" in line)
+    assert any("installing rearrival" in line for line in lines[:pip])
+    assert any("compiling the simulator core" in line for line in lines[pip:warm])
