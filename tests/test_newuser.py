@@ -24,6 +24,8 @@ from rearrival.cli import app
 from rearrival.config.study import StudyConfigError, load_study_config, tool_table_for
 from rearrival.progress import progress
 from rearrival.report.results import Results
+from rearrival.report.scorecard import Scorecard, ScoreRow, scorecard_markdown, summary_lines
+from rearrival.report.table_model import Column, Part, Table, table_markdown
 from rearrival.vocabulary import INJECTION_BACKEND
 from rearrival.workflow.configfile import ConfigFileError, study_config_file
 
@@ -221,3 +223,60 @@ def test_the_install_says_what_it_installs_before_it_starts() -> None:
     warm = next(i for i, line in enumerate(lines) if "warm_up" in line)
     assert any("installing rearrival" in line for line in lines[:pip])
     assert any("compiling the simulator core" in line for line in lines[pip:warm])
+
+
+def _wide_table() -> Table:
+    """Table III's shape: three columns identify a row, twelve long-headed numbers."""
+    columns = (
+        Column("n", "N", "int"),
+        Column("variant", "variant"),
+        Column("configuration", "configuration"),
+        *(Column(f"v{i}", f"re-arrival computed tokens {i}", "int") for i in range(12)),
+    )
+    rows = tuple(
+        {"n": n, "variant": "wait", "configuration": c, **{f"v{i}": 1000 * i for i in range(12)}}
+        for n in (5, 6)
+        for c in ("baseline", "slots8")
+    )
+    return Table("III", "Slot intervention", "caption " * 40, (Part("slots", columns, rows),))
+
+
+def test_wide_markdown_tables_split_into_column_blocks_within_100_columns() -> None:
+    text = table_markdown(_wide_table())
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100
+    headers = [line for line in lines if line.startswith("| N ")]
+    assert len(headers) > 1  # split into blocks
+    for header in headers:  # every block repeats the columns that identify a row
+        assert [c.strip() for c in header.split("|")[1:4]] == ["N", "variant", "configuration"]
+    for i in range(12):  # every column is in exactly one block
+        assert sum(f"re-arrival computed tokens {i} " in h for h in headers) == 1
+    assert text.count("| 6   | wait    | slots8 ") == len(headers)
+
+
+def test_a_narrow_markdown_table_stays_one_table() -> None:
+    table = replace(
+        _wide_table(),
+        parts=(replace(_wide_table().parts[0], columns=_wide_table().parts[0].columns[:5]),),
+    )
+    lines = table_markdown(table).splitlines()
+    assert sum(line.startswith("| N ") for line in lines) == 1
+
+
+def test_scorecard_reads_at_100_columns() -> None:
+    long = "a reason that goes on " * 12
+    rows = tuple(
+        ScoreRow(
+            f"finding_{i}", long, "III-D", "0.232; 0.167", "", "not comparable", long, long, False
+        )
+        for i in range(3)
+    )
+    card = Scorecard(rows, ("emulated",))
+    assert max(map(len, scorecard_markdown(card).splitlines())) <= 100
+    entries = summary_lines(card)
+    assert len(entries) == 3
+    for i, entry in enumerate(entries):
+        first, *rest = entry.splitlines()
+        assert first.startswith(f"not comparable  finding_{i}: paper 0.232; 0.167")
+        assert rest and all(line.startswith(" " * 16) for line in rest)
+        assert max(map(len, entry.splitlines())) <= 100

@@ -27,7 +27,7 @@ from rearrival.report.findings import (
     findings,
 )
 from rearrival.report.paper_numbers import PaperNumber, load_paper_numbers
-from rearrival.report.table_model import csv_text
+from rearrival.report.table_model import csv_text, wrap_markdown
 
 
 @dataclass(frozen=True)
@@ -195,22 +195,21 @@ def scorecard_csv(card: Scorecard) -> str:
 
 
 def scorecard_markdown(card: Scorecard) -> str:
+    """One section per finding (its long claim, reason and test as wrapped list items,
+    not pipe-table cells), so the file reads at 100 columns."""
     counts = card.counts()
     used = ", ".join(card.backends) or "no runs yet"
-    lines = [
-        "## Scorecard: the paper's findings against this run",
-        "",
+    intro = (
         f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
         f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
-        "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
-        "column.",
-        "",
-        "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-        "|" + "|".join("---" for _ in COLUMNS) + "|",
-    ]
+        "src/rearrival/data/paper_numbers.yaml; each finding states its test."
+    )
+    lines = ["## Scorecard: the paper's findings against this run", "", *wrap_markdown(intro)]
     for row in card.rows:
         data = row.as_dict()
-        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS) + " |")
+        lines += ["", f"### {row.id}: {row.verdict}", ""]
+        for key in ("claim", "section", "paper", "ours", "why", "test", "hardware"):
+            lines += wrap_markdown(f"- {HEADERS[key]}: {data[key] or 'n/a'}", indent="  ")
     return "\n".join(lines) + "\n"
 
 
@@ -229,9 +228,19 @@ def read_scorecard_csv(path: Path) -> Scorecard:
 
 
 def summary_lines(card: Scorecard) -> list[str]:
-    """One terminal line per finding: verdict, id, paper vs this run."""
+    """One entry per finding for the terminal: verdict, id, paper vs this run on its
+    first line, the reason below it, indented and wrapped so no line passes 100 columns."""
     width = max(len(v) for v in (HOLDS, FAILS, NOT_COMPARABLE))
+    indent = " " * (width + 2)
     return [
-        f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'} ({r.why})"
+        "\n".join(
+            [
+                *wrap_markdown(
+                    f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'}",
+                    indent=indent,
+                ),
+                *wrap_markdown(f"{indent}({r.why})", indent=indent),
+            ]
+        )
         for r in card.rows
     ]
