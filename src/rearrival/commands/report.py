@@ -27,7 +27,7 @@ def tables(
         bool,
         typer.Option(
             "--scorecard",
-            help="Also print one line per finding of the paper: verdict, paper vs this run, why.",
+            help="Also print each finding of the paper: verdict, paper vs this run, then why.",
         ),
     ] = False,
 ) -> None:
@@ -38,7 +38,7 @@ def tables(
     OUT/report.html stating the backend, and OUT/tables/index.json listing the files.
     Results not produced yet are reported as such instead of failing. The report opens
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
-    and .md; --scorecard prints it here, one line per finding.
+    and .md; --scorecard prints it here, each finding within 100 columns.
     """
     from rearrival.report.render import build_report
     from rearrival.report.scorecard import read_scorecard_csv, summary_lines

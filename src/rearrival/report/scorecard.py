@@ -5,7 +5,7 @@ paper's numbers (from ``data/paper_numbers.yaml``), this run's numbers (computed
 regenerated tables and results, never typed), and a verdict, ``holds``, ``does not
 hold`` or ``not comparable``, with the reason and the stated test. The report opens
 with it; it is also written as CSV and Markdown beside the tables, and ``rearrival
-tables --scorecard`` prints one line per finding.
+tables --scorecard`` prints each finding within 100 columns.
 """
 
 from __future__ import annotations
