@@ -280,3 +280,21 @@ def test_scorecard_reads_at_100_columns() -> None:
         assert first.startswith(f"not comparable  finding_{i}: paper 0.232; 0.167")
         assert rest and all(line.startswith(" " * 16) for line in rest)
         assert max(map(len, entry.splitlines())) <= 100
+
+
+# --- help that stays whole and points inside the repository -----------------------------
+
+
+def test_search_help_keeps_every_default_whole_at_80_columns() -> None:
+    result = CliRunner().invoke(app, ["search", "--help"], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # wrapped lines joined
+    for whole in (
+        "[default: config/config.yaml]",
+        "--memory-filter / --no-memory-filter",
+        "(default: search.batch_sizes)",
+        "(default: search.max_buckets)",
+        "(default: search.memory_filter)",
+    ):
+        assert whole in text
+    assert "…" not in result.output

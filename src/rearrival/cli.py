@@ -21,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help wraps long defaults; Rich's boxes cut them off
 )
 for register in ALL_AREAS:
     register(app)
