@@ -298,3 +298,9 @@ def test_search_help_keeps_every_default_whole_at_80_columns() -> None:
     ):
         assert whole in text
     assert "…" not in result.output
+
+
+def test_decide_help_takes_the_replicate_count_from_the_config() -> None:
+    result = CliRunner().invoke(app, ["decide", "--help"], terminal_width=100)
+    text = " ".join(result.output.split())
+    assert "three replicates" not in text and "config's replicates:" in text
