@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -304,3 +305,15 @@ def test_decide_help_takes_the_replicate_count_from_the_config() -> None:
     result = CliRunner().invoke(app, ["decide", "--help"], terminal_width=100)
     text = " ".join(result.output.split())
     assert "three replicates" not in text and "config's replicates:" in text
+
+
+def test_patch_check_says_vllm_rbln_is_absent_with_exit_1(monkeypatch) -> None:
+    """No vllm-rbln in this Python: no state is promised; 'absent', where it looked, the
+    flag that fixes it, and exit code 1 (2 stays for bad input)."""
+    import rearrival.measure.patch as patch
+
+    monkeypatch.setattr(patch.importlib.util, "find_spec", lambda name: None)
+    result = CliRunner().invoke(app, ["rbln", "patch", "check"])
+    assert result.exit_code == 1
+    assert result.output.startswith("absent: vllm-rbln is not installed")
+    assert sys.executable in result.output and "--site-packages" in result.output

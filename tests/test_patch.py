@@ -213,4 +213,6 @@ def test_cli_apply_check_revert_and_one_line_errors(site: Path, tmp_path: Path) 
         text=True,
         check=False,
     )
-    assert nowhere.returncode == 2 and "no 'vllm_rbln' package there" in nowhere.stderr
+    # no vllm-rbln: no state to promise, a documented exit 1 (not the bad-input 2)
+    assert nowhere.returncode == 1 and nowhere.stdout.startswith("absent: ")
+    assert "no 'vllm_rbln' package there" in nowhere.stdout and nowhere.stderr == ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,10 @@ class PatchError(RearrivalError):
     """The installed vllm-rbln cannot be patched or reverted safely; names file and fix."""
 
 
+class VllmRblnAbsent(PatchError):
+    """No vllm-rbln where we looked: nothing to check, apply or revert."""
+
+
 @dataclass(frozen=True)
 class PatchStatus:
     """Where the target file is, which vllm-rbln is installed, and the file's state."""
@@ -80,7 +85,7 @@ def locate_site_packages(site_packages: Path | None) -> Path:
     """The directory holding ``vllm_rbln/``: as given, or where Python would import it."""
     if site_packages is not None:
         if not (site_packages / PACKAGE).is_dir():
-            raise PatchError(
+            raise VllmRblnAbsent(
                 f"site-packages {site_packages}: no '{PACKAGE}' package there; "
                 f"pass the site-packages directory where vllm-rbln=={VERSION} "
                 "is installed"
@@ -88,9 +93,9 @@ def locate_site_packages(site_packages: Path | None) -> Path:
         return site_packages
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise PatchError(
-            f"vllm-rbln is not installed in this Python; install "
-            f"vllm-rbln=={VERSION} or give its site-packages directory"
+        raise VllmRblnAbsent(
+            f"vllm-rbln is not installed in this Python ({sys.executable}); install "
+            f"vllm-rbln=={VERSION} or pass --site-packages DIR where it is installed"
         )
     return Path(next(iter(spec.submodule_search_locations))).parent
 
