@@ -317,3 +317,18 @@ def test_patch_check_says_vllm_rbln_is_absent_with_exit_1(monkeypatch) -> None:
     assert result.exit_code == 1
     assert result.output.startswith("absent: vllm-rbln is not installed")
     assert sys.executable in result.output and "--site-packages" in result.output
+
+
+def test_tools_show_takes_what_tools_build_takes_and_writes(tmp_path: Path) -> None:
+    """Both verbs take their input as an argument; show reads the trace build reads or
+    the summary.json build writes, and prints the same table from either."""
+    from test_cli_plans import TRACE as trace
+
+    summary = tmp_path / "summary.json"
+    runner = CliRunner()
+    assert runner.invoke(app, ["tools", "build", str(trace), "--out", str(summary)]).exit_code == 0
+    from_trace = runner.invoke(app, ["tools", "show", str(trace), "--draws", "1000"])
+    from_summary = runner.invoke(app, ["tools", "show", str(summary), "--draws", "1000"])
+    assert from_trace.exit_code == from_summary.exit_code == 0, from_trace.output
+    rows = [out.output.splitlines()[1:] for out in (from_trace, from_summary)]
+    assert rows[0] == rows[1] and len(rows[0]) > 2

@@ -60,6 +60,16 @@ def plan(
     typer.echo(f"{out} sha256={result.sha256()} cap_fraction={drawn.meta.cap_fraction:.4f}")
 
 
+def _shown_table(source: Path | None):
+    """The table ``tools show`` prints: a summary.json as given, a trace summarised as
+    ``tools build`` would write it, or the published aggregate."""
+    if source is None or source.suffix == ".json":
+        return _tool_table(source)
+    from rearrival.model.tools import build_summary_from_trace, table_from_summary
+
+    return table_from_summary(build_summary_from_trace(source), str(source), str(source))
+
+
 def tools_build(
     trace: Annotated[Path, typer.Argument(help="TraceLab normalized JSONL (.jsonl or .gz).")],
     out: Annotated[Path, typer.Option("--out", help="summary.json to write.")],
@@ -77,9 +87,13 @@ def tools_build(
 
 
 def tools_show(
-    tool_table: Annotated[
+    source: Annotated[
         Path | None,
-        typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
+        typer.Argument(
+            help="What `tools build` takes (TraceLab normalized JSONL, .jsonl or .gz) or "
+            "writes (summary.json); default: the published aggregate.",
+            show_default=False,
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling check.")] = 0,
     draws: Annotated[int, typer.Option("--draws", min=1, help="Draws for the check.")] = 100_000,
@@ -87,7 +101,7 @@ def tools_show(
     """Print the tool table and a sampled share under 1 s and share capped at 60 s."""
     import random
 
-    table = _tool_table(tool_table)
+    table = _shown_table(source)
     typer.echo(f"source: {table.source}")
     if table.excluded:
         typer.echo(f"excluded (human-waiting): {', '.join(table.excluded)}")
