@@ -332,3 +332,34 @@ def test_tools_show_takes_what_tools_build_takes_and_writes(tmp_path: Path) -> N
     assert from_trace.exit_code == from_summary.exit_code == 0, from_trace.output
     rows = [out.output.splitlines()[1:] for out in (from_trace, from_summary)]
     assert rows[0] == rows[1] and len(rows[0]) > 2
+
+
+# --- citations inside the repository ----------------------------------------------------
+
+SRC = REPO / "src" / "rearrival"
+DESIGN = REPO / "docs" / "DESIGN.md"
+
+
+def _source_texts() -> list[tuple[Path, str]]:
+    return [
+        (path, path.read_text())
+        for path in sorted(SRC.rglob("*"))
+        if path.suffix in (".py", ".yaml", ".json", ".j2")
+    ]
+
+
+def test_help_and_docstrings_cite_no_document_outside_the_repository() -> None:
+    cited = [f"{path.relative_to(REPO)}" for path, text in _source_texts() if "SPEC" in text]
+    assert cited == []
+
+
+def test_every_design_citation_names_a_section_that_exists() -> None:
+    """`docs/DESIGN.md §N` and `docs/DESIGN.md "Title"` must land on a heading."""
+    headings = re.findall(r"^## (\d+)\. (.+)$", DESIGN.read_text(), flags=re.MULTILINE)
+    numbers = {int(n) for n, _ in headings}
+    titles = {title for _, title in headings}
+    for path, text in _source_texts():
+        for first, last in re.findall(r"DESIGN\.md §(\d+)(?:-(\d+))?", text):
+            assert {int(first), int(last or first)} <= numbers, f"{path}: §{first}"
+        for title in re.findall(r'DESIGN\.md "([^"]+)"', text):
+            assert title in titles, f"{path}: {title}"

@@ -150,7 +150,7 @@ def test_emitted_line_reads_back_through_the_step_log_parser(site: Path) -> None
     assert parse_step_log(stream.getvalue()) == [(3, 4), (1, 1), (8, 8)]
     stamps = [t for _, _, t in parse_step_times(stream.getvalue())]
     assert all(t is not None for t in stamps) and stamps == sorted(stamps), (
-        "every line carries a monotonic clock reading for calibration (SPEC section 4)"
+        "every line carries a monotonic clock reading for calibration (docs/DESIGN.md §3)"
     )
 
 

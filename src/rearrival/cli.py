@@ -1,4 +1,4 @@
-"""The ``rearrival`` command line: one verb per pipeline stage (SPEC section 2).
+"""The ``rearrival`` command line: one verb per pipeline stage (docs/DESIGN.md).
 
 Each area of the library registers its own verbs from ``rearrival.commands``; heavy
 imports happen inside the verbs so ``--help`` and small verbs stay fast. Any library

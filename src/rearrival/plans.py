@@ -1,4 +1,4 @@
-"""Stable import path for plan files (SPEC 3); the code lives in rearrival.model.plans."""
+"""Stable import path for plan files (docs/DESIGN.md §2); the code is rearrival.model.plans."""
 
 from rearrival.model.plans import Plan, PlanError, Session, load_plan, write_plan
 

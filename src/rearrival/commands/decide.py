@@ -41,7 +41,7 @@ def decide(
     With the paper's criteria (the default; --criteria gives the registered ones)
     confirmatory N 6 and 8 pass when the error is at most 0.03 and prediction and
     observation share a side of 1 or both lie in the band 0.98 to 1.02; other N are
-    exploratory. See docs/DESIGN.md, "Decision rules".
+    exploratory. See docs/DESIGN.md §9.
     """
     from rearrival.judge.decide import DEFAULT_CRITERIA, decide_table, load_criteria
 

@@ -2,7 +2,7 @@
 
 Both are thin: ``prereg`` lets a Snakemake rule commit files an earlier rule prepared,
 ``audit`` prints the table of rearrival.prereg.audit and turns violations into exit code 1
-(SPEC section 9).
+(docs/DESIGN.md §8).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def audit(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check every run against git history: prereg committed before the run, unchanged
-    since, an ancestor of HEAD, new validation seeds, registered plan hashes (SPEC 9).
+    since, an ancestor of HEAD, new validation seeds, registered plan hashes (docs/DESIGN.md §8).
 
     Exits 1 when any row is a violation, 0 otherwise.
     """

@@ -37,7 +37,7 @@ def plan(
         typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
     ] = None,
 ) -> None:
-    """Write one replicate's input plan (SPEC 3) and print path, sha256 and cap fraction."""
+    """Write one replicate's input plan (docs/DESIGN.md §2); print path, sha256, cap fraction."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
     from rearrival.model.plangen import PlanGenError, generate_plan
@@ -122,7 +122,8 @@ def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("plan")(plan)
     tools_app = typer.Typer(
-        help="Tool-latency tables (SPEC 3): build from a trace, show.", no_args_is_help=True
+        help="Tool-latency tables (docs/DESIGN.md §2): build from a trace, show.",
+        no_args_is_help=True,
     )
     tools_app.command("build")(tools_build)
     tools_app.command("show")(tools_show)

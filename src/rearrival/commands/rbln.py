@@ -1,5 +1,5 @@
 """CLI verbs of the rbln area (registered by rearrival.cli): rbln patch apply|revert|check,
-rbln compile. See rearrival.measure.patch and rearrival.measure.rbln (SPEC section 6 "rbln")."""
+rbln compile. See rearrival.measure.patch and rearrival.measure.rbln (docs/DESIGN.md §5 "rbln")."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def tables(
         ),
     ] = False,
 ) -> None:
-    """Re-render every table, figure and report.html from existing results (SPEC 13).
+    """Re-render every table, figure and report.html from existing results (docs/DESIGN.md §13).
 
     Reads results only and reruns nothing: each paper table as CSV (with run ids),
     Markdown and LaTeX under OUT/tables/, figures as SVG, one self-contained

@@ -1,5 +1,5 @@
 """CLI verbs of the search area (registered by rearrival.cli): search (plans, shard, merge,
-or everything at once) and advise (SPEC section 12, paper Sections V-A and V-D)."""
+or everything at once) and advise (docs/DESIGN.md §12, paper Sections V-A and V-D)."""
 
 from __future__ import annotations
 

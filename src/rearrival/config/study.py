@@ -1,4 +1,4 @@
-"""The study definition (SPEC section 11): config/config.yaml as typed, checked objects.
+"""The study definition (docs/DESIGN.md §10): config/config.yaml as typed, checked objects.
 
 The schema (config/schema.yaml) checks types; this module checks what a schema cannot
 (bucket sets holding their batch_size, studies naming defined configurations) and expands
@@ -61,7 +61,7 @@ def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configurat
     problem = bucket_set_problem(buckets, batch_size)
     if problem is not None:
         raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
-    slots = int(raw["slots"]) if "slots" in raw else batch_size  # eager attention, SPEC 1
+    slots = int(raw["slots"]) if "slots" in raw else batch_size  # docs/DESIGN.md §1
     return Configuration(name, buckets, batch_size, slots)
 
 

@@ -1,4 +1,4 @@
-"""The observation-only patch of vllm-rbln (paper Section II-D, SPEC section 6 "rbln").
+"""The observation-only patch of vllm-rbln (paper Section II-D, docs/DESIGN.md §5 "rbln").
 
 The real serving stack does not report, per decode step, how many requests ran and
 which compiled bucket was chosen. The paper added five lines (one DEBUG log statement)
@@ -25,7 +25,7 @@ from rearrival.errors import RearrivalError
 PACKAGE = "vllm_rbln"
 VERSION = "0.11.1"
 TARGET = "vllm_rbln/model_executor/models/optimum/model_base.py"
-# Published in SPEC section 6 and checked against the PyPI wheel vllm_rbln-0.11.1.
+# The unpatched file's sha256 in the PyPI wheel vllm_rbln-0.11.1 (tests check the wheel).
 SHA256_ORIGINAL = "46ce1675a2b55e36d4d6dd0154edae793cd3874ed1fbe16e74a40ed7c809298e"
 # Derived once: `pip download --no-deps vllm-rbln==0.11.1`, unzip, run `patched_text()` below
 # on the target file (insert ADDED after ANCHOR), sha256 of the resulting UTF-8 bytes.
@@ -40,7 +40,7 @@ ANCHOR = (
 )
 # Five lines, one log statement, after the bucket is chosen and before any padding.
 # Lazy %-formatting keeps the cost of a disabled DEBUG level to one level check.
-# The monotonic clock reading (SPEC section 4, calibration) turns consecutive lines into
+# The monotonic clock reading (docs/DESIGN.md §3, calibration) turns consecutive lines into
 # per-step durations; ``__import__`` keeps the edit to this one statement (the module does
 # not import ``time``), so no import line and no control flow changes.
 ADDED = (

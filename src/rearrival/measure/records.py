@@ -1,8 +1,8 @@
-"""Run records (SPEC section 7): the one file contract between measurement and decisions.
+"""Run records (docs/DESIGN.md §6): the one file contract between measurement and decisions.
 
 Every backend (emulated, emulated-http, rbln) writes a run directory through
 ``write_run`` and every later stage reads it through ``read_run``, so decisions never
-know which backend produced a run (SPEC section 6). A directory appears under its final
+know which backend produced a run (docs/DESIGN.md §5). A directory appears under its final
 name only when complete: everything is written into a temporary sibling directory,
 ``manifest.json`` last, and the directory is renamed in one step. A killed writer
 therefore leaves a hidden temp directory, never a half run that a decision could use.
@@ -120,7 +120,7 @@ class RunRecord:
     """One run as read back: the Parquet tables as DataFrames plus JSON and the step log.
 
     ``tokens`` holds optional per-token arrival times of streaming backends (not part of
-    the SPEC 7 contract, written as given); ``None`` when the run has none.
+    the docs/DESIGN.md §6 contract, written as given); ``None`` when the run has none.
     """
 
     requests: pd.DataFrame
@@ -151,7 +151,7 @@ def utc_now_iso() -> str:
 def software_versions() -> dict[str, str]:
     """Versions of Python and the packages that shape a run ('absent' when not installed).
 
-    Recorded in every manifest so a result can be traced to the exact stack (SPEC 7).
+    Recorded in every manifest so a result can be traced to the exact stack (docs/DESIGN.md §6).
     """
     versions = {"python": platform.python_version()}
     for name in SOFTWARE:
@@ -199,7 +199,7 @@ def manifest_template(
 ) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
     finished) until ``finish_manifest`` marks the outcome. ``slots`` None means
-    batch_size slots (eager attention, SPEC 1)."""
+    batch_size slots (eager attention, docs/DESIGN.md §1)."""
     return {
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
@@ -302,13 +302,13 @@ def _contract_table(
     missing = [name for name in names if name not in frame.columns]
     if missing:
         raise RunRecordError(
-            f"{where}: missing column '{missing[0]}'; the contract (SPEC 7) "
+            f"{where}: missing column '{missing[0]}'; the contract (docs/DESIGN.md §6) "
             f"needs {', '.join(names)}"
         )
     extra = [str(c) for c in frame.columns if c not in names]
     if extra:
         raise RunRecordError(
-            f"{where}: unexpected column '{extra[0]}'; the contract (SPEC 7) "
+            f"{where}: unexpected column '{extra[0]}'; the contract (docs/DESIGN.md §6) "
             f"has exactly {', '.join(names)}"
         )
     arrays = [
@@ -541,7 +541,7 @@ def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) 
     if found != expected:
         raise RunRecordError(
             f"{path}: columns {[n for n, _ in found]} do not match the run "
-            f"record contract {[n for n, _ in expected]} (SPEC 7); re-run "
+            f"record contract {[n for n, _ in expected]} (docs/DESIGN.md §6); re-run "
             "the condition with this rearrival version"
         )
     frame = {}
@@ -573,7 +573,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
     """Read and validate one run directory.
 
     With ``require_complete`` (the default, and the only mode decisions use) a run whose
-    manifest status is not 'complete' is refused with the recorded reason (SPEC 7).
+    manifest status is not 'complete' is refused with the recorded reason (docs/DESIGN.md §6).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -1,4 +1,4 @@
-"""Input plans (SPEC section 3, paper Section II-C): the fixed inputs of one replicate.
+"""Input plans (docs/DESIGN.md §2, paper Section II-C): the fixed inputs of one replicate.
 
 A plan fixes every session's prompt length, generation lengths, appended tokens and
 tool wait; it never holds outcomes. Every condition of a replicate runs the same plan,

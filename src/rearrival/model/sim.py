@@ -1,4 +1,4 @@
-"""The predictor simulator (SPEC section 5, paper Section IV): cost of a plan on a configuration.
+"""The predictor simulator (docs/DESIGN.md §4, paper Section IV): cost of a plan on a configuration.
 
 Given the fixed inputs of a replicate (prompt, generation lengths and tool wait per
 session) and a compile-time configuration (bucket set, batch_size, KV slots), it replays
@@ -8,7 +8,7 @@ decode histogram h(n) and reuse. Re-arrival times are recomputed from completion
 because a configuration change moves them (paper Section III-D), unless the
 fixed-arrival variant pins them (Table XI).
 
-Semantics (SPEC 5 items 1-5; the KV rules live in ``rearrival.model.kvslots``):
+Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.kvslots``):
 
 1. Requests enter a FIFO waiting queue in arrival order; simultaneous arrivals in session
    index order. Arrivals are seen at step boundaries: an arrival at ``a`` counts at the
@@ -34,7 +34,7 @@ decode step with 0 < running < batch_size, if no slot is free, the oldest evicta
 is evicted and left free (measured stack, Supplementary S9). (c) ``release``: "deferred"
 (paper's base simulator) or "immediate" (measured stack).
 
-Choices where the SPEC is silent (identical in ``sim_reference``): a reuse hit is a
+Choices the design leaves open (identical in ``sim_reference``): a reuse hit is a
 re-arrival with C > 0 (a surviving slot with a prompt under 128 tokens reuses nothing,
 which a server's cached-token counter cannot tell from a miss); deferred releases are
 applied after every admission's slot choice, including one that took a free slot; a hit
@@ -378,7 +378,7 @@ class SimResult:
 
     @property
     def computed_prefill_tokens(self) -> int:
-        """Re-arrival computed prefill tokens, sum of q = L1 - C over follow-ups (SPEC 5.5).
+        """Re-arrival computed prefill tokens: q = L1 - C summed (docs/DESIGN.md §4 rule 6).
 
         First requests never reuse anything; their tokens are in ``total_computed_tokens``.
         """
@@ -453,7 +453,7 @@ class SimResult:
         )
 
     def summary(self) -> dict[str, Any]:
-        """The SPEC section 5 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
+        """The docs/DESIGN.md §4 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
         return {
             "decode_steps": self.decode_steps,
             "prefill_steps": self.prefill_steps,

@@ -1,4 +1,4 @@
-"""``rearrival audit`` (SPEC section 9): was every judged run measured after its prereg?
+"""``rearrival audit`` (docs/DESIGN.md §8): was every judged run measured after its prereg?
 
 The paper states that predictions and decision criteria "were committed to the
 repository before measurement and not changed afterward" and that validation used "new
@@ -667,7 +667,7 @@ def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
 
 
 def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
-    """Audit every run manifest under ``results_dir`` against git history (SPEC 9)."""
+    """Audit every run manifest under ``results_dir`` against git history (docs/DESIGN.md §8)."""
     repo = open_repo(repo_dir)
     results = Path(results_dir)
     if not results.is_dir():

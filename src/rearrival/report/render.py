@@ -1,4 +1,4 @@
-"""The report stage (SPEC section 13): every table and figure from this run's results.
+"""The report stage (docs/DESIGN.md §13): every table and figure from this run's results.
 
 ``build_report`` reads the results tree only (never reruns anything), writes each table
 as CSV, Markdown and LaTeX under ``<out>/tables/``, each figure as SVG under
@@ -9,7 +9,7 @@ results give the same bytes.
 The report states at the top which backend produced the runs, then opens with the
 scorecard of the paper's findings (``rearrival.report.scorecard``), also written as
 ``<out>/tables/scorecard.csv`` and ``.md``. Numbers from the emulated
-substrate are described as such and never as hardware measurements (SPEC 6: every
+substrate are described as such and never as hardware measurements (docs/DESIGN.md §5: every
 report labels its backend). The "Reading the results" section is generated from this
 run's numbers in the paper's manner; withheld and failed verdicts are stated plainly.
 """

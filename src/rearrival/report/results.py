@@ -1,4 +1,4 @@
-"""Read-only access to a results tree for the report (SPEC section 13).
+"""Read-only access to a results tree for the report (docs/DESIGN.md §13).
 
 The report reads only the files the pipeline wrote (channel tables, decision CSVs,
 predictions, plans, run records, the search outputs, the injection gaps, the calibrated

@@ -1,4 +1,4 @@
-"""The table type every report table is built as, and its renderers (SPEC section 13).
+"""The table type every report table is built as, and its renderers (docs/DESIGN.md §13).
 
 A table has one or more parts (e.g. Table XIII: ratios against the baseline per N, then
 the adjacent-pair saturation classification); each part has its own columns. The CSV

@@ -1,4 +1,4 @@
-"""Configuration search over the compile-time candidates (SPEC section 12, paper Section V-A).
+"""Configuration search over the compile-time candidates (docs/DESIGN.md §12, paper Section V-A).
 
 The search predicts, with the base simulator (deferred release, no dummy-block rule), the
 device time D of every candidate configuration on fixed input plans and ranks candidates by

@@ -1,4 +1,4 @@
-"""The run stage (rules/run.smk, SPEC sections 6 and 11): every condition of one replicate
+"""The run stage (rules/run.smk, docs/DESIGN.md §5, §10): every condition of one replicate
 in a seeded shuffled order, refused without a committed preregistration; and the prefill
 injection measurement (paper III-C), the other rule of rules/run.smk.
 """

@@ -1,6 +1,6 @@
 """The client and the clock of an emulated run: a scripted client driving the engine.
 
-SPEC sections 6-7, paper Section II-C. One deterministic discrete-event loop in virtual
+docs/DESIGN.md §5-6, paper Section II-C. One deterministic discrete-event loop in virtual
 time sends the plan's requests (first sends spread by jitter, follow-ups after the tool
 wait and client turnaround), applies HTTP ingress/egress latency, and steps the engine;
 :func:`run_emulated` turns what happened into one run's records. Every random draw comes
@@ -49,7 +49,7 @@ class Script:
 
 @dataclass
 class EmulatedRun:
-    """Everything one emulated run produced, as plain data (SPEC section 7 contents).
+    """Everything one emulated run produced, as plain data (docs/DESIGN.md §6 contents).
 
     ``requests`` and ``steps`` follow the run-record contract of TEAM.md exactly;
     ``tokens`` holds every token's arrival at the client (session, turn, index, t_s;
@@ -214,7 +214,7 @@ def run_emulated(
     truth: Truth | None = None,
     profile: Profile | None = None,
 ) -> EmulatedRun:
-    """One run of ``plan`` under one condition on the emulated stack (SPEC 6-7).
+    """One run of ``plan`` under one condition on the emulated stack (docs/DESIGN.md §5-6).
 
     Each session sends its first request at t = first-send jitter, receives the
     response (engine completion + HTTP egress), waits the variant's tool wait plus the
