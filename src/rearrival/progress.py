@@ -22,7 +22,12 @@ def progress(
     """``items`` with a bar ``what``, counting ``unit``s, on ``stream`` (stderr) when it
     is a terminal; the bar is removed when done, so the result line stands alone."""
     stream = stream if stream is not None else sys.stderr
-    on_terminal = hasattr(stream, "isatty") and stream.isatty()
     yield from tqdm(
-        items, total=total, desc=what, unit=unit, file=stream, disable=not on_terminal, leave=False
+        items,
+        total=total,
+        desc=what,
+        unit=unit,
+        file=stream,
+        disable=not stream.isatty(),
+        leave=False,
     )
