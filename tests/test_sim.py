@@ -169,6 +169,21 @@ def test_pre_evict_frees_the_padding_block_before_the_decode_step():
     assert pre.summary()["histogram"] == off.summary()["histogram"]
 
 
+def test_reserved_padding_block_keeps_the_second_session_waiting():
+    # S = batch = 2 under "reserved": while session 0 decodes (0 < n < 2) the padding
+    # block holds the second slot, so session 1 is admitted only once session 0's first
+    # request has finished; under "off" it is admitted right after session 0's prefill.
+    plan = plan_of((1000, 3, 2, 5.0), (900, 3, 2, 5.0))
+    off = simulate(plan, config((1, 2)))
+    reserved = simulate(plan, config((1, 2), dummy_block="reserved"))
+    assert off.requests[2].admit_s == pytest.approx(prefill(1000), rel=1e-12)
+    first = reserved.requests[0]
+    assert reserved.requests[2].admit_s == pytest.approx(first.complete_s, rel=1e-12)
+    assert first.complete_s == pytest.approx(prefill(1000) + 2 * step(1, 1), rel=1e-12)
+    assert reserved.summary()["histogram"] == {"1->1": 6}
+    assert off.summary()["histogram"] != reserved.summary()["histogram"]
+
+
 def test_generation_of_one_token_needs_no_decode():
     s = simulate(plan_of((500, 1, 1, 0.0), (700, 1, 1, 0.0)), SimConfig()).summary()
     assert s["decode_steps"] == 0 and s["histogram"] == {} and s["padding_ratio"] == 0.0

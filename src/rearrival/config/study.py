@@ -167,6 +167,9 @@ class StudyConfig:
     rbln: RblnSettings
     # profile:, emulator_truth:, model: and calibration: (typed in rearrival.config.calibration)
     measurement: CalibrationConfig = field(default_factory=CalibrationConfig)
+    # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
+    witness: str | None = None
+    signing_key: Path | None = None
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -274,7 +277,18 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
         rbln=RblnSettings(**_filled(raw, "rbln")),
         measurement=calibration_config_from_mapping(raw, source),
+        witness=(raw.get("witness") or {}).get("remote"),
+        signing_key=_signing_key(raw, source),
     )
+
+
+def _signing_key(raw: dict[str, Any], source: str) -> Path | None:
+    """``signing.key`` as a path, relative ones against the config file's directory."""
+    key = (raw.get("signing") or {}).get("key")
+    if key is None:
+        return None
+    path = Path(key).expanduser()
+    return path if path.is_absolute() else Path(source).parent / path
 
 
 def config_schema_path() -> Path:

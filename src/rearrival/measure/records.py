@@ -49,6 +49,8 @@ STEP_KINDS = ("prefill", "decode")
 
 # (column, arrow type, nullable). "Nullable" integers are pandas Int64 in memory: an
 # unknown count is recorded as unknown, never as 0 (STYLE: UNKNOWN is an observation).
+# 'turn' is the request's round index in its session, 0 .. K-1 (the paper's session:
+# 0 = first request, 1 = re-arrival); the name is kept so existing records keep their bytes.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("session", pa.int64(), False),
     ("turn", pa.int64(), False),
@@ -218,7 +220,7 @@ def manifest_template(
         "seeds": {"plan": plan_seed, "run": int(run_seed)},
         "software": software_versions(),
         "patch_sha256": patch_sha256,
-        "prereg": {key: (prereg or {}).get(key) for key in PREREG_KEYS},
+        "prereg": _prereg_entry(prereg or {}),
         "started_at": started_at or utc_now_iso(),
         "finished_at": None,
         "condition_order": [str(c) for c in condition_order],
@@ -226,6 +228,15 @@ def manifest_template(
         "reason": "run did not finish",
         "time_scale": float(time_scale),
     }
+
+
+def _prereg_entry(prereg: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``prereg`` field; ``witness`` (remote and ref) only when the study
+    has a witness, so manifests of the default pipeline keep their three keys."""
+    entry = {key: prereg.get(key) for key in PREREG_KEYS}
+    if prereg.get("witness"):
+        entry["witness"] = dict(prereg["witness"])
+    return entry
 
 
 def finish_manifest(
@@ -323,12 +334,7 @@ def _contract_table(
 
 def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
     rows = table.to_pydict()
-    for i, turn in enumerate(rows["turn"]):
-        if turn not in (0, 1):
-            raise RunRecordError(
-                f"{where}: row {i} column 'turn' is {turn}; use 0 for the first "
-                "request and 1 for the re-arrival"
-            )
+    _check_rounds(rows["session"], rows["turn"], where)
     for name in ("prompt_tokens", "generated_tokens", "cached_tokens", "computed_tokens"):
         for i, value in enumerate(rows[name]):
             if value is not None and value < 0:
@@ -342,6 +348,25 @@ def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
                 f"{where}: row {i} has send_s={send}, complete_s={done}; a "
                 "request needs finite times with complete_s >= send_s"
             )
+
+
+def _check_rounds(sessions: list[int], turns: list[int], where: str) -> None:
+    """Each session's rows carry its round indices 0 .. K-1 (column 'turn'), each once.
+
+    A turn that is negative, repeated, or not below the session's row count is the
+    first row that breaks this; with none such, the turns are exactly 0 .. K-1.
+    """
+    counts: dict[int, int] = {}
+    for session in sessions:
+        counts[session] = counts.get(session, 0) + 1
+    seen: set[tuple[int, int]] = set()
+    for i, (session, turn) in enumerate(zip(sessions, turns, strict=True)):
+        if not 0 <= turn < counts[session] or (session, turn) in seen:
+            raise RunRecordError(
+                f"{where}: row {i} column 'turn' is {turn}; session {session}'s rows "
+                "must carry its round indices 0, 1, ... once each (0 is the first request)"
+            )
+        seen.add((session, turn))
 
 
 def _check_steps(table: pa.Table, where: str) -> None:
@@ -522,6 +547,25 @@ def write_run(
 # --- reading -------------------------------------------------------------------------------
 
 
+def _schema_difference(
+    found: list[tuple[str, pa.DataType]], expected: list[tuple[str, pa.DataType]]
+) -> str:
+    """Which column differs and how: missing, unexpected, out of order, or its type
+    (both lists of names can be equal while a type is not)."""
+    found_types, expected_types = dict(found), dict(expected)
+    missing = [name for name in expected_types if name not in found_types]
+    extra = [name for name in found_types if name not in expected_types]
+    if missing:
+        return f"column '{missing[0]}' is missing"
+    if extra:
+        return f"column '{extra[0]}' is not in the contract"
+    for name, kind in expected:
+        if found_types[name] != kind:
+            return f"column '{name}' has type {found_types[name]}, the contract's is {kind}"
+    order = [name for name, _ in expected]
+    return f"columns are in the order {[n for n, _ in found]}, the contract's is {order}"
+
+
 def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
     if not path.is_file():
         raise RunRecordError(
@@ -540,9 +584,9 @@ def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) 
     found = [(field.name, field.type) for field in table.schema]
     if found != expected:
         raise RunRecordError(
-            f"{path}: columns {[n for n, _ in found]} do not match the run "
-            f"record contract {[n for n, _ in expected]} (docs/DESIGN.md §6); re-run "
-            "the condition with this rearrival version"
+            f"{path}: {_schema_difference(found, expected)}, so it does not match the run "
+            "record contract (docs/DESIGN.md, run records); re-run the condition with this "
+            "rearrival version"
         )
     frame = {}
     for name, kind, nullable in columns:

@@ -1,14 +1,25 @@
-"""Input plans (docs/DESIGN.md §2, paper Section II-C): the fixed inputs of one replicate.
+"""Input plans (paper Section II-C; docs/DESIGN.md "Plans"): the fixed inputs of a replicate.
 
-A plan fixes every session's prompt length, generation lengths, appended tokens and
-tool wait; it never holds outcomes. Every condition of a replicate runs the same plan,
-so this module is the one place where inputs are defined, validated, hashed and stored.
+A plan fixes every session's token counts and tool waits; it never holds outcomes. Every
+condition of a replicate runs the same plan, so this module is the one place where
+inputs are defined, validated, hashed and stored.
+
+Two shapes share one interface. The paper's session (``Session``) is one first request,
+one tool wait and one re-arrival. A real agent session (``MultiRoundSession``) makes K >= 1
+rounds: round k sends the whole transcript so far (every earlier round's new and
+generated tokens) plus its own new tokens, after the previous round's gap, and the
+session's first round is sent at ``start_s``. Both expose ``session``, ``start_s`` and
+``rounds`` (a tuple of ``Round``), which is all the simulator, the emulator and the
+client read; a two-round row maps to the rounds [(prompt, gen, wait), (appended,
+follow-up gen, 0)], so every two-round plan keeps its file bytes, its hash and its
+results.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +32,7 @@ from rearrival.errors import RearrivalError
 from rearrival.vocabulary import VARIANTS
 
 GENERATOR_VERSION = "rearrival-plans/2"
+MULTI_ROUND_VERSION = "rearrival-plans/multi-round/1"
 APPENDED_TOKENS = 8
 
 COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
@@ -34,14 +46,37 @@ COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 )
 SCHEMA = pa.schema(list(COLUMNS))
 
+# The multi-round Parquet shape: one row per (session, round).
+ROUND_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("session", pa.int64()),
+    ("round", pa.int64()),
+    ("start_s", pa.float64()),
+    ("new_tokens", pa.int64()),
+    ("gen_tokens", pa.int64()),
+    ("gap_after_s", pa.float64()),
+    ("tool_name", pa.string()),
+)
+ROUND_SCHEMA = pa.schema(list(ROUND_COLUMNS))
+
 
 class PlanError(RearrivalError, ValueError):
     """A plan file or plan row that cannot be used; the message names file, field and fix."""
 
 
 @dataclass(frozen=True)
+class Round:
+    """One request of a session: the tokens it appends to the transcript, the tokens it
+    generates, and the tool wait after its response (0 on a session's last round)."""
+
+    new_tokens: int
+    gen_tokens: int
+    gap_after_s: float = 0.0
+    tool_name: str = ""
+
+
+@dataclass(frozen=True)
 class Session:
-    """One agent session: first request, one tool wait, one re-arrival."""
+    """The paper's session (Section II-C): first request, one tool wait, one re-arrival."""
 
     session: int
     prompt_tokens: int
@@ -55,6 +90,53 @@ class Session:
     def followup_prompt_tokens(self) -> int:
         """L1 = L0 + G0 + appended: the follow-up extends prompt and generated text."""
         return self.prompt_tokens + self.gen_tokens + self.appended_tokens
+
+    @property
+    def start_s(self) -> float:
+        """The paper's sessions all start at t = 0."""
+        return 0.0
+
+    @property
+    def rounds(self) -> tuple[Round, ...]:
+        """The two requests as rounds: the first, then the follow-up after the wait."""
+        return (
+            Round(self.prompt_tokens, self.gen_tokens, self.tool_wait_s, self.tool_name),
+            Round(self.appended_tokens, self.followup_gen_tokens, 0.0, ""),
+        )
+
+    def prompts(self) -> tuple[int, ...]:
+        """Prompt length of each round: (L0, L1)."""
+        return (self.prompt_tokens, self.followup_prompt_tokens)
+
+    def with_gaps(self, gaps: tuple[float, ...]) -> Session:
+        """The same session with the tool wait ``gaps[0]`` (one gap per round)."""
+        return replace(self, tool_wait_s=gaps[0])
+
+
+@dataclass(frozen=True)
+class MultiRoundSession:
+    """A real agent session: K >= 1 rounds, each after the previous round's tool gap."""
+
+    session: int
+    rounds: tuple[Round, ...]
+    start_s: float = 0.0
+
+    def prompts(self) -> tuple[int, ...]:
+        """Prompt length of each round: every earlier round's new and generated tokens
+        (the transcript a re-arrival resends) plus the round's own new tokens."""
+        out, transcript = [], 0
+        for r in self.rounds:
+            out.append(transcript + r.new_tokens)
+            transcript += r.new_tokens + r.gen_tokens
+        return tuple(out)
+
+    def with_gaps(self, gaps: tuple[float, ...]) -> MultiRoundSession:
+        """The same session with new gaps, one per round."""
+        rounds = tuple(replace(r, gap_after_s=g) for r, g in zip(self.rounds, gaps, strict=True))
+        return replace(self, rounds=rounds)
+
+
+AnySession = Session | MultiRoundSession
 
 
 @dataclass(frozen=True)
@@ -70,13 +152,31 @@ class PlanMeta:
     tool_table: str | None = None
     cap_fraction: float | None = None
     generator_version: str = GENERATOR_VERSION
+    # Multi-round plans only (left out of a two-round file's metadata when unset, so
+    # those files keep their bytes): where the sessions came from ("generator",
+    # "tracelab", "otel"), and for imports the trace's sha256 and the import flags.
+    source: str | None = None
+    trace_sha256: str | None = None
+    import_flags: dict[str, Any] | None = None
+    notes: dict[str, Any] | None = None
+
+    def as_dict(self, n: int) -> dict[str, Any]:
+        """The metadata as stored; multi-round fields only when set."""
+        data = asdict(self) | {"n": n}
+        for name in MULTI_ROUND_META:
+            if data[name] is None:
+                del data[name]
+        return data
+
+
+MULTI_ROUND_META = ("source", "trace_sha256", "import_flags", "notes")
 
 
 @dataclass(frozen=True)
 class Plan:
     """The sessions of one replicate plus provenance."""
 
-    sessions: tuple[Session, ...]
+    sessions: tuple[AnySession, ...]
     meta: PlanMeta = field(default_factory=PlanMeta)
 
     def __post_init__(self) -> None:
@@ -86,8 +186,25 @@ class Plan:
     def n(self) -> int:
         return len(self.sessions)
 
+    @property
+    def multi_round(self) -> bool:
+        """True for the multi-round shape (validation refuses a mix of the two)."""
+        return isinstance(self.sessions[0], MultiRoundSession)
+
+    @property
+    def requests(self) -> int:
+        """Requests the plan sends: the sum of every session's rounds."""
+        return sum(len(s.rounds) for s in self.sessions)
+
     def rows(self) -> list[dict[str, Any]]:
-        return [asdict(s) for s in self.sessions]
+        """The stored rows: one per session (two-round) or per (session, round)."""
+        if not self.multi_round:
+            return [asdict(s) for s in self.sessions]
+        return [
+            {"session": s.session, "round": k, "start_s": s.start_s} | asdict(r)
+            for s in self.sessions
+            for k, r in enumerate(s.rounds)
+        ]
 
     def sha256(self) -> str:
         """Hash of the inputs only (rows in session order), stable across machines."""
@@ -99,29 +216,41 @@ class Plan:
         ``equal`` with every wait set to the plan's mean (total wait kept)."""
         if kind not in VARIANTS:
             raise PlanError(f"unknown variant '{kind}'; use one of {', '.join(VARIANTS)}")
-        if kind == "wait":
-            waits = [s.tool_wait_s for s in self.sessions]
-        elif kind == "control":
-            waits = [0.0] * self.n
-        else:
-            mean = sum(s.tool_wait_s for s in self.sessions) / self.n
-            waits = [mean] * self.n
-        pairs = zip(self.sessions, waits, strict=True)
-        sessions = tuple(replace(s, tool_wait_s=w) for s, w in pairs)
+        gaps = [tuple(r.gap_after_s for r in s.rounds) for s in self.sessions]
+        if kind == "control":
+            gaps = [tuple(0.0 for _ in g) for g in gaps]
+        elif kind == "equal":
+            # Every tool call (every round but a session's last) gets the mean wait, so
+            # the total wait is kept; for two-round plans this is the plan's mean wait.
+            calls = [w for g in gaps for w in g[:-1]]
+            mean = sum(calls) / len(calls) if calls else 0.0
+            gaps = [tuple([mean] * (len(g) - 1) + [0.0]) for g in gaps]
+        pairs = zip(self.sessions, gaps, strict=True)
+        sessions = tuple(s.with_gaps(g) for s, g in pairs)
         return Plan(sessions, replace(self.meta, variant=kind))
 
 
-def validate_sessions(sessions: tuple[Session, ...], source: str) -> None:
+def validate_sessions(sessions: tuple[AnySession, ...], source: str) -> None:
     """Reject plans the simulator or a server could not run, naming the field and fix."""
     if not sessions:
         raise PlanError(f"{source}: plan has no sessions; generate one with `rearrival plan`")
+    multi = isinstance(sessions[0], MultiRoundSession)
     for index, s in enumerate(sessions):
         where = f"{source}: session row {index}"
+        if isinstance(s, MultiRoundSession) != multi:
+            raise PlanError(
+                f"{source}: session {index} is {'two' if multi else 'multi'}-round but "
+                f"session 0 is {'multi' if multi else 'two'}-round; a plan uses one shape "
+                "(write every session as 'rounds' to mix lengths)"
+            )
         if s.session != index:
             raise PlanError(
                 f"{where}: field 'session' is {s.session}, expected {index} "
                 "(sessions are numbered 0..N-1 in order)"
             )
+        if multi:
+            _validate_rounds(s, f"{source}: session {index}")
+            continue
         for name in ("prompt_tokens", "gen_tokens", "followup_gen_tokens"):
             if getattr(s, name) < 1:
                 raise PlanError(f"{where}: field '{name}' must be a positive integer")
@@ -131,6 +260,121 @@ def validate_sessions(sessions: tuple[Session, ...], source: str) -> None:
             raise PlanError(f"{where}: field 'tool_wait_s' must be a number >= 0")
 
 
+def _is_count(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _validate_rounds(s: MultiRoundSession, where: str) -> None:
+    """A multi-round session the simulator can run: rounds, counts, gaps, start."""
+    if not s.rounds:
+        raise PlanError(f"{where}: has no rounds; a session makes at least one request")
+    if not (math.isfinite(s.start_s) and s.start_s >= 0):
+        raise PlanError(f"{where}: field 'start_s' must be a number of seconds >= 0")
+    last = len(s.rounds) - 1
+    for k, r in enumerate(s.rounds):
+        here = f"{where} round {k}"
+        if not _is_count(r.new_tokens, 1 if k == 0 else 0):
+            low = "a positive integer" if k == 0 else "an integer >= 0"
+            raise PlanError(f"{here}: field 'new_tokens' must be {low}, got {r.new_tokens!r}")
+        if not _is_count(r.gen_tokens, 1):
+            raise PlanError(
+                f"{here}: field 'gen_tokens' must be a positive integer, got {r.gen_tokens!r}"
+            )
+        if not (math.isfinite(r.gap_after_s) and r.gap_after_s >= 0):
+            raise PlanError(f"{here}: field 'gap_after_s' must be a number of seconds >= 0")
+        if k == last and r.gap_after_s != 0:
+            raise PlanError(
+                f"{here}: field 'gap_after_s' is {r.gap_after_s} on the session's last round; "
+                "nothing comes back after it, so set it to 0"
+            )
+
+
+def check_context(plan: Plan, max_seq_len: int, source: str) -> None:
+    """Refuse a plan whose transcript outgrows a configuration's maximum sequence length:
+    a slot holds at most ``max_seq_len`` tokens, so such a round cannot be served."""
+    for s in plan.sessions:
+        for k, (prompt, r) in enumerate(zip(s.prompts(), s.rounds, strict=True)):
+            if prompt + r.gen_tokens > max_seq_len:
+                raise PlanError(
+                    f"{source}: session {s.session} round {k}: field 'new_tokens': the "
+                    f"transcript reaches {prompt + r.gen_tokens} tokens, over the maximum "
+                    f"sequence length {max_seq_len}; truncate the session before this round "
+                    "or use a configuration compiled for a longer context"
+                )
+
+
+def _token_count(value: Any, field_name: str, where: str) -> int:
+    """An integer token count from a row; 3.0 is accepted, 3.5 or "3" are not."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise PlanError(f"{where}: field '{field_name}' must be an integer, got {value!r}")
+    return value
+
+
+def _seconds(value: Any, field_name: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{where}: field '{field_name}' must be a number of seconds, got {value!r}")
+    return float(value)
+
+
+def _round_from_row(row: dict[str, Any], where: str) -> Round:
+    if not isinstance(row, dict):
+        raise PlanError(f"{where}: a round is an object with new_tokens, gen_tokens, gap_after_s")
+    for name in ("new_tokens", "gen_tokens"):
+        if name not in row:
+            raise PlanError(
+                f"{where}: lacks field '{name}'; a round has new_tokens, gen_tokens, "
+                "gap_after_s (0 on the last round) and tool_name"
+            )
+    tool = row.get("tool_name")
+    return Round(
+        _token_count(row["new_tokens"], "new_tokens", where),
+        _token_count(row["gen_tokens"], "gen_tokens", where),
+        _seconds(row.get("gap_after_s", 0.0), "gap_after_s", where),
+        "" if tool is None else str(tool),
+    )
+
+
+def _multi_session_from_json(row: dict[str, Any], index: int, source: str) -> MultiRoundSession:
+    where = f"{source}: session {index}"
+    rounds = row["rounds"]
+    if not isinstance(rounds, list):
+        raise PlanError(f"{where}: field 'rounds' must be a list of rounds")
+    return MultiRoundSession(
+        session=_token_count(row.get("session", index), "session", where),
+        rounds=tuple(_round_from_row(r, f"{where} round {k}") for k, r in enumerate(rounds)),
+        start_s=_seconds(row.get("start_s", 0.0), "start_s", where),
+    )
+
+
+def _multi_sessions_from_rows(rows: list[dict[str, Any]], source: str) -> list[MultiRoundSession]:
+    """Parquet rows (one per session and round, in order) grouped into sessions."""
+    sessions: list[MultiRoundSession] = []
+    for index, row in enumerate(rows):
+        where = f"{source}: row {index} (session {row.get('session')}, round {row.get('round')})"
+        session = _token_count(row["session"], "session", where)
+        k = _token_count(row["round"], "round", where)
+        if k == 0:
+            if session != len(sessions):
+                raise PlanError(
+                    f"{where}: field 'session' is {session}, expected {len(sessions)} "
+                    "(sessions are numbered 0..N-1, rows sorted by session then round)"
+                )
+            start = _seconds(row["start_s"], "start_s", where)
+            sessions.append(MultiRoundSession(session, (), start))
+        elif not sessions or session != len(sessions) - 1 or k != len(sessions[-1].rounds):
+            raise PlanError(
+                f"{where}: field 'round' out of order; rows are sorted by session then "
+                "round, rounds numbered 0..K-1"
+            )
+        elif row["start_s"] != sessions[-1].start_s:
+            raise PlanError(f"{where}: field 'start_s' differs from the session's round 0")
+        current = sessions[-1]
+        sessions[-1] = replace(current, rounds=(*current.rounds, _round_from_row(row, where)))
+    return sessions
+
+
 def _session_from_row(row: dict[str, Any], index: int, source: str) -> Session:
     missing = [name for name, _ in COLUMNS if name not in row]
     if missing:
@@ -138,22 +382,41 @@ def _session_from_row(row: dict[str, Any], index: int, source: str) -> Session:
             f"{source}: session row {index} lacks field '{missing[0]}'; "
             f"a plan row has {', '.join(n for n, _ in COLUMNS)}"
         )
-    try:
-        return Session(
-            session=int(row["session"]),
-            prompt_tokens=int(row["prompt_tokens"]),
-            gen_tokens=int(row["gen_tokens"]),
-            followup_gen_tokens=int(row["followup_gen_tokens"]),
-            appended_tokens=int(row["appended_tokens"]),
-            tool_wait_s=float(row["tool_wait_s"]),
-            tool_name=str(row["tool_name"]),
+    where = f"{source}: session row {index}"
+    counts = {
+        name: _token_count(row[name], name, where)
+        for name in (
+            "session",
+            "prompt_tokens",
+            "gen_tokens",
+            "followup_gen_tokens",
+            "appended_tokens",
         )
-    except (TypeError, ValueError) as exc:
-        raise PlanError(f"{source}: session row {index}: {exc}") from exc
+    }
+    return Session(
+        **counts,
+        tool_wait_s=_seconds(row["tool_wait_s"], "tool_wait_s", where),
+        tool_name=str(row["tool_name"]),
+    )
 
 
 def plan_from_rows(rows: list[dict[str, Any]], meta: PlanMeta, source: str) -> Plan:
-    sessions = tuple(_session_from_row(r, i, source) for i, r in enumerate(rows))
+    """A plan from two-round rows (one per session) or multi-round JSON sessions (each with
+    a 'rounds' list); a mix of the two is refused naming the first session that differs."""
+    shapes = ["rounds" in r if isinstance(r, dict) else False for r in rows]
+    if any(shapes) and not all(shapes):
+        odd = shapes.index(not shapes[0])
+        raise PlanError(
+            f"{source}: session {odd} has {'no ' if shapes[0] else ''}'rounds' list but "
+            f"session 0 has {'one' if shapes[0] else 'none'}; a plan is all two-round rows "
+            "or all multi-round sessions"
+        )
+    if rows and shapes[0]:
+        sessions: tuple[AnySession, ...] = tuple(
+            _multi_session_from_json(r, i, source) for i, r in enumerate(rows)
+        )
+    else:
+        sessions = tuple(_session_from_row(r, i, source) for i, r in enumerate(rows))
     validate_sessions(sessions, source)
     return Plan(sessions, meta)
 
@@ -184,7 +447,10 @@ def load_plan(path: str | Path) -> Plan:
         ) from exc
     raw_meta = (table.schema.metadata or {}).get(b"rearrival.plan")
     meta = _meta_from_json(json.loads(raw_meta)) if raw_meta else PlanMeta()
-    plan = plan_from_rows(table.to_pylist(), meta, str(path))
+    if "round" in table.column_names:
+        plan = _multi_round_from_table(table, meta, str(path))
+    else:
+        plan = plan_from_rows(table.to_pylist(), meta, str(path))
     stored = (table.schema.metadata or {}).get(b"rearrival.sha256")
     if stored and stored.decode() != plan.sha256():
         raise PlanError(
@@ -194,22 +460,46 @@ def load_plan(path: str | Path) -> Plan:
     return plan
 
 
+def _multi_round_from_table(table: pa.Table, meta: PlanMeta, source: str) -> Plan:
+    missing = [name for name, _ in ROUND_COLUMNS if name not in table.column_names]
+    if missing:
+        raise PlanError(
+            f"{source}: multi-round plan lacks column '{missing[0]}'; its columns are "
+            f"{', '.join(n for n, _ in ROUND_COLUMNS)}"
+        )
+    if not table.num_rows:
+        raise PlanError(f"{source}: plan has no sessions; generate one with `rearrival plan`")
+    sessions = tuple(_multi_sessions_from_rows(table.to_pylist(), source))
+    validate_sessions(sessions, source)
+    return Plan(sessions, meta)
+
+
 def plan_table(plan: Plan) -> pa.Table:
     """Arrow table of the plan with seed, N, generator version and sha256 in metadata."""
-    columns = {name: [getattr(s, name) for s in plan.sessions] for name, _ in COLUMNS}
-    meta = asdict(plan.meta) | {"n": plan.n}
+    rows = plan.rows()
+    layout, schema = (ROUND_COLUMNS, ROUND_SCHEMA) if plan.multi_round else (COLUMNS, SCHEMA)
+    columns = {name: [row[name] for row in rows] for name, _ in layout}
     metadata = {
-        b"rearrival.plan": json.dumps(meta, sort_keys=True).encode(),
+        b"rearrival.plan": json.dumps(plan.meta.as_dict(plan.n), sort_keys=True).encode(),
         b"rearrival.sha256": plan.sha256().encode(),
     }
-    return pa.table(columns, schema=SCHEMA.with_metadata(metadata))
+    return pa.table(columns, schema=schema.with_metadata(metadata))
+
+
+def _json_sessions(plan: Plan) -> list[dict[str, Any]]:
+    if not plan.multi_round:
+        return plan.rows()
+    return [
+        {"session": s.session, "start_s": s.start_s, "rounds": [asdict(r) for r in s.rounds]}
+        for s in plan.sessions
+    ]
 
 
 def write_plan(plan: Plan, path: str | Path) -> Path:
     """Write a plan as Parquet (byte-identical for identical plans) or JSON, atomically."""
     path = Path(path)
     if path.suffix == ".json":
-        body = {"meta": asdict(plan.meta) | {"n": plan.n}, "sessions": plan.rows()}
+        body = {"meta": plan.meta.as_dict(plan.n), "sessions": _json_sessions(plan)}
         atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
         return path
     sink = pa.BufferOutputStream()

@@ -31,8 +31,20 @@ Variants: (a) ``fixed_arrivals`` gives each session's re-arrival time; a follow-
 cannot be sent before the response it extends exists, so it arrives at
 max(fixed time, first request's completion). (b) ``dummy_block="pre-evict"``: before every
 decode step with 0 < running < batch_size, if no slot is free, the oldest evictable slot
-is evicted and left free (measured stack, Supplementary S9). (c) ``release``: "deferred"
-(paper's base simulator) or "immediate" (measured stack).
+is evicted and left free (what the measured stack does). (c) ``release``: "deferred"
+(paper's base simulator) or "immediate" (measured stack). (d) ``dummy_block="reserved"``
+(the rule of the paper's Supplementary S9 simulator): at every admission attempt while
+0 < running < batch_size one slot counts as held by the padding block, so the free count
+is S - allocated - 1; admission is possible iff free + evictable >= 1 and evicts the
+oldest evictable slots until one is free (the first victims' slots stay free for the
+padding block; the admission takes the last one's).
+
+Under deferred release "pre-evict" gives exactly the base results ("off"): the slot it
+frees is the oldest evictable one, which is the victim the next admission would have
+chosen, and no look-up happens in between (the deferred releases that could add an
+older candidate are applied only after an admission's choice). Only the eviction
+records' cause and time differ; ``tests/test_sim_equivalence.py`` checks the summaries on
+random plans. S9's dummy-block predictions therefore use deferred + "reserved".
 
 Choices the design leaves open (identical in ``sim_reference``): a reuse hit is a
 re-arrival with C > 0 (a surviving slot with a prompt under 128 tokens reuses nothing,
@@ -81,12 +93,13 @@ from rearrival.vocabulary import (
 )
 
 # Simulator variants predicted for every condition. "base" is the paper's predictor
-# (Section IV) and the only one preregistered as the prediction; "dummy" adds the
-# observed dummy-block rule (Supplementary S9); "stack" uses the measured stack's rules
-# (immediate release + dummy block).
+# (Section IV) and the only one preregistered as the prediction; "dummy" adds the rule
+# the paper's Supplementary S9 simulator added, "reserved" (under deferred release
+# "pre-evict" gives the base results exactly, so it could not show S9's effect); "stack"
+# uses the measured stack's rules (immediate release + pre-evict dummy block).
 SIMULATORS: dict[str, tuple[str, str]] = {
     "base": ("deferred", "off"),
-    "dummy": ("deferred", "pre-evict"),
+    "dummy": ("deferred", "reserved"),
     "stack": ("immediate", "pre-evict"),
 }
 PREDICTION = "base"
@@ -735,6 +748,7 @@ def simulate(
         config.slots,
         config.release == "deferred",
         batch if config.dummy_block == "pre-evict" else 0,
+        batch if config.dummy_block == "reserved" else 0,
         bucket_array,
     )
     hist, prefill_total, interference, makespan, decode_total, *counts = core_module.run_summary(
@@ -780,6 +794,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     deferred = pool.deferred
     release_deferred = pool.release_deferred
     pad_below = batch if config.dummy_block == "pre-evict" else 0  # dummy block when n < this
+    reserve_below = batch if config.dummy_block == "reserved" else 0  # reserved when n < this
     # "free or evictable" is the cheap form of pool.can_secure()
     free = pool.free
     evictable = pool.evictable
@@ -822,15 +837,23 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
             due = arrivals[0][0] if arrivals else inf
         nrun = len(running)
         if waiting and nrun < batch:
-            if free or evictable:
+            # The padding block's reserved slot (variant d) while 0 < n < batch_size.
+            reserved = 1 if 0 < nrun < reserve_below else 0
+            if len(free) - reserved + len(evictable) >= 1:
                 rid = waiting.popleft()
-                # SlotPool.admit: secure a slot (a free one, else the FIFO victim), apply the
-                # deferred releases, look up, occupy. The look-up is one check: a follow-up's
-                # only reusable KV is its first request's (request_tables), so it hits if
-                # that request's owner entry still sits in its slot.
-                if free:
+                # SlotPool.admit: secure a slot (a free one, else the FIFO victims), apply
+                # the deferred releases, look up, occupy. The look-up is one check: a
+                # follow-up's only reusable KV is its first request's (request_tables), so
+                # it hits if that request's owner entry still sits in its slot.
+                if len(free) > reserved:
                     slot = heappop(free)
                 else:
+                    for _ in range(reserved - len(free)):  # the padding block's slot
+                        slot = heappop(evictable) % slots
+                        victim = slot_owner[slot][0]
+                        slot_owner[slot] = None
+                        heappush(free, slot)
+                        evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
                     slot = heappop(evictable) % slots
                     victim = slot_owner[slot][0]
                     slot_owner[slot] = None  # its KV is gone, even if it was the prefix
@@ -896,7 +919,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
             # The head of the queue is blocked (batch full, or no slot even after the
             # releases): later arrivals queue behind it and change nothing before the
             # next completion, unless this step's release or dummy block freed a slot.
-            if nrun < batch and (free or evictable):
+            if nrun < batch and len(free) - reserved + len(evictable) >= 1:
                 k = 1
                 end = t + dt
         elif due <= end + eps and nrun < batch:

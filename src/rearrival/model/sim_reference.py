@@ -98,15 +98,19 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
             waiting.append(request)
 
         if waiting and len(running) < config.batch_size:
-            if pool.can_secure():
+            # dummy-block rule "reserved": the padding block holds a slot while 0 < n < batch
+            reserved = int(
+                config.dummy_block == "reserved" and 0 < len(running) < config.batch_size
+            )
+            if pool.can_secure(reserved):
                 request = waiting.pop(0)
                 tag = 2 * request.session + request.turn
-                slot, victim, cached, _ = pool.admit(
-                    request.session, tag, request.prompt_tokens, profile.reusable_tokens
+                slot, victim, cached, _, destroyed = pool.admit(
+                    request.session, tag, request.prompt_tokens, profile.reusable_tokens, reserved
                 )
-                if victim != NO_OWNER:
-                    request.evicted_tag = victim
-                    evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
+                request.evicted_tag = victim
+                for freed_slot, freed_tag in destroyed:
+                    evictions.append((t, freed_slot, freed_tag, EVICTED_BY_ADMISSION))
                 request.slot = slot
                 request.admit_s = t
                 request.cached_tokens = cached

@@ -135,6 +135,7 @@ def run(
     slots,
     deferred,
     pad_below,
+    reserve_below,
     req_f,
     req_i,
     work,
@@ -225,12 +226,27 @@ def run(
             due = arrival[arrivals_heap[0]] if n_arrivals else inf
         nrun = n_running
         if head < tail and nrun < batch:
-            if n_free or n_evictable:
+            reserved = 1 if 0 < nrun < reserve_below else 0
+            if n_free - reserved + n_evictable >= 1:
                 rid = waiting[head]
                 head += 1
-                if n_free:
+                if n_free > reserved:
                     slot, n_free = _pop(free, n_free)
                 else:
+                    for _ in range(reserved - n_free):  # the padding block's slot
+                        value, n_evictable = _pop(evictable, n_evictable)
+                        slot = value % slots
+                        victim = owner[slot]
+                        owner[slot] = NO_OWNER
+                        n_free = _push(free, n_free, slot)
+                        if record:
+                            if n_ev == ev_cap:
+                                return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
+                            ev_f[n_ev] = t
+                            ev_i[0, n_ev] = slot
+                            ev_i[1, n_ev] = victim
+                            ev_i[2, n_ev] = 0
+                            n_ev += 1
                     value, n_evictable = _pop(evictable, n_evictable)
                     slot = value % slots
                     victim = owner[slot]
@@ -310,7 +326,7 @@ def run(
         k = (running[0] >> shift) - clock
         end = t + k * dt
         if head < tail:
-            if nrun < batch and (n_free or n_evictable):
+            if nrun < batch and n_free - reserved + n_evictable >= 1:
                 k = 1
                 end = t + dt
         elif due <= end + eps and nrun < batch:
@@ -367,11 +383,13 @@ def decode_total(hist, step_s):
 
 
 @njit(cache=True)
-def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
+def run_batch(ints, floats, step_table, batches, slot_counts, deferred, dummy, out_f, out_i):
     """Many configurations of one plan in one call (the search's inner loop).
 
-    Base simulator only (deferred release, no dummy block, re-arrival = completion +
-    wait). ``ints``/``floats`` as in ``run_summary``. Configuration c has batch size
+    One rule set for all (``deferred`` release or immediate; ``dummy`` block 0 off,
+    1 pre-evict, 2 reserved, the index into ``rearrival.vocabulary.DUMMY_BLOCKS``),
+    re-arrival = completion + wait. ``ints``/``floats`` as in ``run_summary``.
+    Configuration c has batch size
     ``batches[c]``, ``slot_counts[c]`` slots and step times
     ``step_table[c, :batches[c] + 1]``. Writes per configuration
     out_f[c] = (device_s, decode_s, prefill_s, interference_s, makespan_s) and
@@ -398,8 +416,9 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
             step_s,
             batch,
             slot_counts[c],
-            True,
-            0,
+            deferred,
+            batch if dummy == 1 else 0,
+            batch if dummy == 2 else 0,
             (req_f, req_i, work, h),
             no_records,
             False,
@@ -421,7 +440,18 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
 
 @njit(cache=True, inline="always")
 def run_plan(
-    ints, floats, fixed, step_s, batch, slots, deferred, pad_below, scratch, records, record
+    ints,
+    floats,
+    fixed,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    reserve_below,
+    scratch,
+    records,
+    record,
 ):
     """``run`` on a plan's arrays (``rearrival.model.sim.core_inputs``: ints rows prompt,
     gen, hit_reuse; floats rows wait, miss_cost, hit_cost), with the per-request scratch
@@ -440,6 +470,7 @@ def run_plan(
         slots,
         deferred,
         pad_below,
+        reserve_below,
         req_f,
         req_i,
         work,
@@ -488,7 +519,9 @@ def _reuse_counts(prompt, req_i):
 
 
 @njit(cache=True)
-def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+def run_summary(
+    ints, floats, fixed, step_s, batch, slots, deferred, pad_below, reserve_below, bucket_of
+):
     """One simulation, scalars and histogram only (what ``summary()`` reads).
 
     ``ints`` rows: prompt, gen, hit_reuse per rid; ``floats`` rows: wait (per session,
@@ -507,6 +540,7 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
         slots,
         deferred,
         pad_below,
+        reserve_below,
         (req_f, req_i, work, hist),
         _record_tables(1),
         False,
@@ -534,7 +568,9 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
 
 
 @njit(cache=True)
-def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+def run_records(
+    ints, floats, fixed, step_s, batch, slots, deferred, pad_below, reserve_below, bucket_of
+):
     """The same simulation with every record kept, in arrays allocated here.
 
     Stretch and eviction rows start with room for 4 per request and double until they
@@ -555,6 +591,7 @@ def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
             slots,
             deferred,
             pad_below,
+            reserve_below,
             (req_f, req_i, work, hist),
             records,
             True,
@@ -575,7 +612,7 @@ def warm_up() -> None:
     buckets = np.array([0, 1], dtype=np.int64)
     for fixed in (np.empty(0), np.array([0.1])):
         for deferred in (True, False):
-            args = (ints, floats, fixed, steps, 1, 1, deferred, 0, buckets)
+            args = (ints, floats, fixed, steps, 1, 1, deferred, 0, 0, buckets)
             run_summary(*args)
             run_records(*args)
     run_batch(
@@ -584,6 +621,8 @@ def warm_up() -> None:
         steps.reshape(1, -1),
         np.array([1], dtype=np.int64),
         np.array([1], dtype=np.int64),
+        True,
+        0,
         np.empty((1, 5)),
         np.empty((1, 3), dtype=np.int64),
     )

@@ -23,6 +23,8 @@ import yaml
 from rearrival.config.study import SELECTED, Configuration, Study, StudyConfig
 from rearrival.errors import RearrivalError
 from rearrival.model.plans import Plan, load_plan
+from rearrival.model.profile import Profile
+from rearrival.report.profiles import ProfileChoice, configured_choice
 from rearrival.vocabulary import INJECTION_BACKEND
 
 
@@ -46,11 +48,21 @@ class Results:
     produced; accessors return ``None`` for absent files instead of raising.
     """
 
-    def __init__(self, cfg: StudyConfig, root: Path) -> None:
+    def __init__(self, cfg: StudyConfig, root: Path, profile: ProfileChoice | None = None) -> None:
         self.cfg = cfg
         self.root = Path(root)
+        # the constants the numbers rest on: the config's profile: unless a second
+        # evaluation names another (rearrival.report.recompute)
+        self.profile = profile or configured_choice(cfg, self.root)
         self._cache: dict[str, Any] = {}
         self.missing: list[str] = []
+
+    def prediction_profile(self) -> Profile:
+        """The profile the predictions and channel A of this tree used, which any
+        simulation the report runs itself (Table XI's fixed arrivals) must use too."""
+        if "profile:" not in self._cache:
+            self._cache["profile:"] = self.profile.load(self.cfg)
+        return self._cache["profile:"]
 
     def _note_missing(self, path: Path, how: str) -> None:
         line = f"{path} not produced ({how})"

@@ -6,6 +6,11 @@ regenerated tables and results, never typed), and a verdict, ``holds``, ``does n
 hold`` or ``not comparable``, with the reason and the stated test. The report opens
 with it; it is also written as CSV and Markdown beside the tables, and ``rearrival
 tables --scorecard`` prints each finding within 100 columns.
+
+Each finding is judged twice: with the profile the study used and, in an exploratory
+second evaluation, with the other profile (``rearrival.report.profiles``); a line per
+finding says whether the verdict differs, so a verdict that rests on the cost constants
+is visible.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,10 @@ class ScoreRow:
     why: str
     test: str
     hardware: bool
+    # the same finding judged with the other profile, and whether the verdict differs
+    other_ours: str = ""
+    other_verdict: str = ""
+    profiles: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +62,9 @@ class ScoreRow:
             "why": self.why,
             "test": self.test,
             "hardware": "yes" if self.hardware else "no",
+            "other_ours": self.other_ours,
+            "other_verdict": self.other_verdict,
+            "profiles": self.profiles,
         }
 
 
@@ -85,6 +97,48 @@ def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[S
             )
         )
     return out
+
+
+def profile_line(row: ScoreRow, other: ScoreRow, names: tuple[str, str], search: bool) -> str:
+    """Whether a finding's verdict differs between the two profiles, in words."""
+    used, alternative = names
+    if search:
+        return (
+            f"not re-judged: the search ran once, with the {used} profile, and its pick is "
+            "what was measured"
+        )
+    if row.verdict == other.verdict:
+        return f"same verdict with the {used} and the {alternative} profile"
+    return f"DIFFERS: {row.verdict} with the {used} profile, {other.verdict} with the {alternative}"
+
+
+def with_other_profile(
+    rows: Sequence[ScoreRow],
+    other_rows: Sequence[ScoreRow],
+    names: tuple[str, str],
+    numbers: dict[str, PaperNumber] | None = None,
+) -> list[ScoreRow]:
+    """``rows`` (the study's profile) beside ``other_rows`` (the same findings judged on
+    the second evaluation); ``names`` are the two profiles' names in that order."""
+    searched = {f.id for f in findings(numbers or load_paper_numbers()) if f.search}
+    other_by_id = {r.id: r for r in other_rows}
+    out = []
+    for row in rows:
+        other = other_by_id[row.id]
+        out.append(
+            replace(
+                row,
+                other_ours=other.ours,
+                other_verdict=other.verdict,
+                profiles=profile_line(row, other, names, row.id in searched),
+            )
+        )
+    return out
+
+
+def without_other_profile(rows: Sequence[ScoreRow], reason: str) -> list[ScoreRow]:
+    """``rows`` when no second evaluation could be made, saying why on every row."""
+    return [replace(row, profiles=f"not judged with another profile: {reason}") for row in rows]
 
 
 def selected_note(ev: Evidence, numbers: dict[str, PaperNumber]) -> str:
@@ -167,7 +221,20 @@ def evidence(res: Any, tables: Sequence[Any]) -> Evidence:
 
 # --- rendering ------------------------------------------------------------------------------
 
-COLUMNS = ("id", "section", "claim", "paper", "ours", "verdict", "why", "test", "hardware")
+COLUMNS = (
+    "id",
+    "section",
+    "claim",
+    "paper",
+    "ours",
+    "verdict",
+    "why",
+    "test",
+    "hardware",
+    "other_ours",
+    "other_verdict",
+    "profiles",
+)
 HEADERS = {
     "id": "finding",
     "section": "section",
@@ -178,6 +245,9 @@ HEADERS = {
     "why": "why",
     "test": "test",
     "hardware": "needs RBLN hardware",
+    "other_ours": "this run, other profile",
+    "other_verdict": "verdict, other profile",
+    "profiles": "does the verdict depend on the profile?",
 }
 
 
@@ -185,9 +255,19 @@ HEADERS = {
 class Scorecard:
     rows: tuple[ScoreRow, ...]
     backends: tuple[str, ...] = field(default_factory=tuple)
+    # the profile the study used and the other one, each described with its sha256
+    profile: str = ""
+    other_profile: str = ""
 
-    def counts(self) -> dict[str, int]:
-        return {v: sum(r.verdict == v for r in self.rows) for v in (HOLDS, FAILS, NOT_COMPARABLE)}
+    def counts(self, column: str = "verdict") -> dict[str, int]:
+        return {
+            v: sum(getattr(r, column) == v for r in self.rows)
+            for v in (HOLDS, FAILS, NOT_COMPARABLE)
+        }
+
+    def differing(self) -> list[str]:
+        """Findings whose verdict differs between the two profiles."""
+        return [r.id for r in self.rows if r.profiles.startswith("DIFFERS")]
 
 
 def scorecard_csv(card: Scorecard) -> str:
@@ -205,12 +285,35 @@ def scorecard_markdown(card: Scorecard) -> str:
         "src/rearrival/data/paper_numbers.yaml; each finding states its test."
     )
     lines = ["## Scorecard: the paper's findings against this run", "", *wrap_markdown(intro)]
+    for sentence in profile_sentences(card):
+        lines += ["", *wrap_markdown(sentence)]
+    optional = ("other_ours", "other_verdict", "profiles")  # only with a second profile
     for row in card.rows:
         data = row.as_dict()
         lines += ["", f"### {row.id}: {row.verdict}", ""]
-        for key in ("claim", "section", "paper", "ours", "why", "test", "hardware"):
+        for key in COLUMNS:
+            if key in ("id", "verdict") or (key in optional and not data[key]):
+                continue
             lines += wrap_markdown(f"- {HEADERS[key]}: {data[key] or 'n/a'}", indent="  ")
     return "\n".join(lines) + "\n"
+
+
+def profile_sentences(card: Scorecard) -> list[str]:
+    """What the two verdict columns rest on, and which findings depend on the profile."""
+    if not card.profile:
+        return []
+    out = [f"Verdicts with the study's profile: {card.profile}."]
+    if card.other_profile:
+        other = card.counts("other_verdict")
+        differing = card.differing()
+        out.append(
+            f"Second, exploratory evaluation with {card.other_profile}: predictions, channel "
+            "A and decisions recomputed by the report stage from the plans and run records, "
+            f"never registered; {other[HOLDS]} hold, {other[FAILS]} do not hold, "
+            f"{other[NOT_COMPARABLE]} not comparable. Verdicts that differ: "
+            f"{', '.join(differing) or 'none'}."
+        )
+    return out
 
 
 def read_scorecard_csv(path: Path) -> Scorecard:
@@ -240,6 +343,7 @@ def summary_lines(card: Scorecard) -> list[str]:
                     indent=indent,
                 ),
                 *wrap_markdown(f"{indent}({r.why})", indent=indent),
+                *(wrap_markdown(f"{indent}[{r.profiles}]", indent=indent) if r.profiles else []),
             ]
         )
         for r in card.rows

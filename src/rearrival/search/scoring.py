@@ -443,6 +443,8 @@ def score_plan(plan: Plan, arrays: CandidateArrays) -> PlanScores:
             np.ascontiguousarray(arrays.steps[reps]),
             arrays.batches[reps],
             arrays.slots[reps],
+            True,  # the base simulator: deferred release, no dummy block
+            0,
             out_f,
             out_i,
         )

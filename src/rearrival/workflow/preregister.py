@@ -24,11 +24,13 @@ from rearrival.model.sim import PREDICTION, SIMULATORS
 from rearrival.parquet import read_frame
 from rearrival.prereg.registration import (
     PROFILE_FILE,
+    Signing,
     open_repo,
     register,
     registered_json,
     registrations,
 )
+from rearrival.prereg.witness import publish
 from rearrival.workflow.plans import read_study_plan
 from rearrival.workflow.predict import predicted_ratios
 
@@ -220,8 +222,11 @@ def preregister(
 
     An amending study first commits its amendment to the study it amends, then its own
     registration; identical re-registration makes no commit (a re-run does no work).
+    With ``signing:`` the commits are SSH-signed; with ``witness:`` every registration is
+    then published, before any run can start.
     """
     study = cfg.study(study_name)
+    signing = Signing.from_key(cfg.signing_key)
     criteria = criteria_from_config(cfg).to_dict()
     if study.amends:
         amended = registrations(open_repo(repo_dir), study.amends)
@@ -239,6 +244,7 @@ def preregister(
             # the amended study's record stays as its runs saw it, so its finished
             # runs are not made stale; git holds the full history
             write_record=False,
+            signing=signing,
         )
     predictions = read_frame(predictions_path, "predict")
     design = study_design(cfg, study, selected_path)
@@ -260,5 +266,8 @@ def preregister(
         files,
         message=f"prereg({study.name}): predictions and criteria before runs",
         records_dir=records_dir,
+        signing=signing,
     )
+    if cfg.witness:
+        publish(open_repo(repo_dir), cfg.witness)
     return record.to_json()

@@ -185,6 +185,7 @@ def table_xi(res: Results) -> Table:
             plan_for=lambda n, k, name=study.name: res.plan(name, n, k),
             read_requests=lambda run_dir: read_run(res.run_path(run_dir)).requests,
             configuration_for=lambda name, ch=channels: run_configuration(ch, name),
+            profile=res.prediction_profile(),
         )
     judged = [r for r in rows if r.get("closer")]
     if judged:
