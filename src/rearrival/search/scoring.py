@@ -496,7 +496,7 @@ def evaluate(
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
     outcomes: dict[int, PlanScores] = {}
-    what = f"scoring {len(cands):,} candidates"
+    what = f"simulating {len(cands):,} configurations"  # the candidates and the baseline
     if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
         _init_worker(list(cands), profile)
         for task in progress(tasks, len(tasks), what, "plan"):
