@@ -440,6 +440,8 @@ def score_plan(plan: Plan, arrays: CandidateArrays) -> PlanScores:
         core.run_batch(
             inputs.ints,
             inputs.floats,
+            inputs.pair_reuse,
+            inputs.pair_cost,
             np.ascontiguousarray(arrays.steps[reps]),
             arrays.batches[reps],
             arrays.slots[reps],
@@ -450,7 +452,9 @@ def score_plan(plan: Plan, arrays: CandidateArrays) -> PlanScores:
         )
     else:  # the Python core, same bits (compiled_core or simulate warned)
         _python_batch(plan, arrays, reps.tolist(), profile, out_f, out_i)
-    return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
+    return PlanScores(
+        out_f[inverse, :3], out_i[inverse, :2], plan.requests - len(plan.sessions), len(reps)
+    )
 
 
 def _python_batch(
@@ -1030,10 +1034,14 @@ def run_search(
 
 
 def select(
-    cfg: StudyConfig, workers: int = 2, profile: Profile | None = None
+    cfg: StudyConfig,
+    workers: int = 2,
+    profile: Profile | None = None,
+    settings: SearchSettings | None = None,
 ) -> tuple[Candidate, float]:
-    """The search's pick and its score, from the search inputs alone (no files written)."""
-    settings = SearchSettings.from_config(cfg)
+    """The search's pick and its score, from the search inputs alone (no files written);
+    ``settings`` replaces the config's (e.g. another N set)."""
+    settings = settings or SearchSettings.from_config(cfg)
     plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
     cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
