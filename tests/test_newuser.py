@@ -256,11 +256,9 @@ def test_wide_markdown_tables_split_into_column_blocks_within_100_columns() -> N
 
 
 def test_a_narrow_markdown_table_stays_one_table() -> None:
-    table = replace(
-        _wide_table(),
-        parts=(replace(_wide_table().parts[0], columns=_wide_table().parts[0].columns[:5]),),
-    )
-    lines = table_markdown(table).splitlines()
+    wide = _wide_table()
+    narrow = replace(wide, parts=(replace(wide.parts[0], columns=wide.parts[0].columns[:5]),))
+    lines = table_markdown(narrow).splitlines()
     assert sum(line.startswith("| N ") for line in lines) == 1
 
 
