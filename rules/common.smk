@@ -6,14 +6,19 @@ import os
 from pathlib import Path
 
 from rearrival.workflow.cluster import check_slurm_site, device_gres
+from rearrival.workflow.configfile import study_config_file
 from rearrival.workflow.params import workflow_params
 from rearrival.workflow.preregister import refuse_changed_designs
 from rearrival.workflow.run import INJECTION_BACKEND
 from rearrival.config.study import study_config_from_mapping
 
-STUDY = study_config_from_mapping(config, workflow.configfiles[0])
+CONFIG_FILE = study_config_file(
+    workflow.configfiles,
+    workflow.overwrite_configfiles,
+    workflow.config_settings.replace_workflow_config,
+)
+STUDY = study_config_from_mapping(config, CONFIG_FILE)
 STUDY_NAMES = list(STUDY.studies)
-CONFIG_FILE = workflow.configfiles[0]
 RESULTS = "results"
 
 # A registered study's design and criteria never change: refused here, before any job.

@@ -313,7 +313,7 @@ def test_renderings_agree(tmp_path) -> None:
     assert len(lines) == len(card.rows)
     assert lines[0].startswith("holds") and "wait_tradeoff" in lines[0]
     markdown = scorecard_markdown(card)
-    assert markdown.count("\n| ") == len(card.rows) + 1
+    assert markdown.count("\n### ") == len(card.rows)  # one section per finding
     assert "1 hold," in markdown
 
 

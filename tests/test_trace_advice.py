@@ -131,3 +131,28 @@ def test_sample_with_token_scale_recommends(small_config: Path) -> None:
     assert "Over 10 resampled session sets" in text and "leaves" in text
     # rounds 1..9 appear in the per-round table (the longer session has 10 rounds)
     assert "| 9 |" in text and "| 10 |" not in text
+
+
+def test_advise_trace_shows_its_long_steps_on_a_terminal_only(
+    small_config: Path, two_round_trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search over drawn workloads and the bootstrap spread draw progress bars on a
+    terminal's stderr and print nothing into a log."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    cfg = load_study_config(small_config)
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    quiet = advise_trace(cfg, two_round_trace, resamples=5)
+    assert log.getvalue() == ""
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert advise_trace(cfg, two_round_trace, resamples=5) == quiet
+    shown = terminal.getvalue()
+    assert "advise: simulating the candidates" in shown
+    assert "advise: spread of the saving" in shown

@@ -38,7 +38,7 @@ def plan(
         typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
     ] = None,
 ) -> None:
-    """Write one replicate's input plan (SPEC 3) and print path, sha256 and cap fraction."""
+    """Write one replicate's input plan (docs/DESIGN.md §2); print path, sha256, cap fraction."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
     from rearrival.model.plangen import PlanGenError, generate_plan
@@ -61,6 +61,16 @@ def plan(
     typer.echo(f"{out} sha256={result.sha256()} cap_fraction={drawn.meta.cap_fraction:.4f}")
 
 
+def _shown_table(source: Path | None):
+    """The table ``tools show`` prints: a summary.json as given, a trace summarised as
+    ``tools build`` would write it, or the published aggregate."""
+    if source is None or source.suffix == ".json":
+        return _tool_table(source)
+    from rearrival.model.tools import build_summary_from_trace, table_from_summary
+
+    return table_from_summary(build_summary_from_trace(source), str(source), str(source))
+
+
 def tools_build(
     trace: Annotated[Path, typer.Argument(help="TraceLab normalized JSONL (.jsonl or .gz).")],
     out: Annotated[Path, typer.Option("--out", help="summary.json to write.")],
@@ -78,9 +88,13 @@ def tools_build(
 
 
 def tools_show(
-    tool_table: Annotated[
+    source: Annotated[
         Path | None,
-        typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
+        typer.Argument(
+            help="What `tools build` takes (TraceLab normalized JSONL, .jsonl or .gz) or "
+            "writes (summary.json); default: the published aggregate.",
+            show_default=False,
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling check.")] = 0,
     draws: Annotated[int, typer.Option("--draws", min=1, help="Draws for the check.")] = 100_000,
@@ -88,7 +102,7 @@ def tools_show(
     """Print the tool table and a sampled share under 1 s and share capped at 60 s."""
     import random
 
-    table = _tool_table(tool_table)
+    table = _shown_table(source)
     typer.echo(f"source: {table.source}")
     if table.excluded:
         typer.echo(f"excluded (human-waiting): {', '.join(table.excluded)}")
@@ -231,7 +245,8 @@ def register(app: typer.Typer) -> None:
     plans_app.command("from-otel")(from_otel)
     app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
-        help="Tool-latency tables (SPEC 3): build from a trace, show.", no_args_is_help=True
+        help="Tool-latency tables (docs/DESIGN.md §2): build from a trace, show.",
+        no_args_is_help=True,
     )
     tools_app.command("build")(tools_build)
     tools_app.command("show")(tools_show)

@@ -1,5 +1,5 @@
 """CLI verbs of the search area (registered by rearrival.cli): search (plans, shard, merge,
-or everything at once) and advise (SPEC section 12, paper Sections V-A and V-D)."""
+or everything at once) and advise (docs/DESIGN.md §12, paper Sections V-A and V-D)."""
 
 from __future__ import annotations
 
@@ -146,9 +146,22 @@ def search(
         summary = search_plan_dir(cfg, plans_dir, out, workers, _profile(cfg, profile), overrides)
     else:
         summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides)
-    selected = summary["selected"]
-    typer.echo(
-        f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
+    typer.echo(summary_lines(out, summary))
+
+
+def summary_lines(out: Path, summary: dict) -> str:
+    """What the search did, in two lines under 100 columns: how many candidates each
+    filter removed (the counts summary.json and Table S8 carry), then the pick."""
+    counts, selected = summary["candidates"], summary["selected"]
+    memory = (
+        f"{counts['excluded_by_memory']:,} over device memory"
+        if counts["memory_filter"]
+        else "memory filter off"
+    )
+    return (
+        f"{out}: searched {counts['searched']:,} of {counts['enumerated']:,} candidates "
+        f"({counts['excluded_by_compile_budget']:,} over the compile budget, {memory})\n"
+        f"selected {selected['id']}: search score {selected['search_score']:.4f}, "
         f"evaluation score {selected['evaluation_score']:.4f}"
     )
 

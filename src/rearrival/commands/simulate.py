@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict decode steps, reuse and device time of plans on one configuration.
 
-        Runs the predictor simulator of paper Section IV (SPEC section 5) on each plan.
+        Runs the predictor simulator of paper Section IV (docs/DESIGN.md §4) on each plan.
         """
         import json
 

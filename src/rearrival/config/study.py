@@ -1,4 +1,4 @@
-"""The study definition (SPEC section 11): config/config.yaml as typed, checked objects.
+"""The study definition (docs/DESIGN.md §10): config/config.yaml as typed, checked objects.
 
 The schema (config/schema.yaml) checks types; this module checks what a schema cannot
 (bucket sets holding their batch_size, studies naming defined configurations) and expands
@@ -61,7 +61,7 @@ def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configurat
     problem = bucket_set_problem(buckets, batch_size)
     if problem is not None:
         raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
-    slots = int(raw["slots"]) if "slots" in raw else batch_size  # eager attention, SPEC 1
+    slots = int(raw["slots"]) if "slots" in raw else batch_size  # docs/DESIGN.md §1
     return Configuration(name, buckets, batch_size, slots)
 
 
@@ -167,7 +167,7 @@ class StudyConfig:
     rbln: RblnSettings
     # profile:, emulator_truth:, model: and calibration: (typed in rearrival.config.calibration)
     measurement: CalibrationConfig = field(default_factory=CalibrationConfig)
-    # witness: remote and signing: key (SPEC 9); both absent by default
+    # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
     witness: str | None = None
     signing_key: Path | None = None
 
@@ -318,7 +318,12 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:
+        raise StudyConfigError(
+            f"{path}: cannot read the study definition ({exc.strerror}: looked for "
+            f"{path.absolute()}); run from the repository root or pass --config PATH"
+        ) from exc
+    except yaml.YAMLError as exc:
         raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
     validate_against_schema(raw, str(path), schema_path or config_schema_path())
     return study_config_from_mapping(raw, str(path))
@@ -328,10 +333,23 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
 
 
 def tool_table_for(cfg: StudyConfig) -> ToolTable:
-    """The configured tool-latency table; 'default' is the published TraceLab aggregate."""
+    """The configured tool-latency table; 'default' is the published TraceLab aggregate.
+
+    A relative path resolves against the current directory, as every other path of the
+    study definition and snakemake's own do (the workflow runs from the repository root),
+    so ``rearrival tools build ... --out summary.json`` then ``tool_table: summary.json``
+    works; a missing file is named with the directory it was looked for in.
+    """
     if cfg.tool_table == "default":
         return default_tool_table()
-    return load_summary_json(cfg.tool_table)
+    path = Path(cfg.tool_table)
+    if not path.is_file():
+        raise StudyConfigError(
+            f"{cfg.source}: tool_table {cfg.tool_table!r} is not a file (looked for "
+            f"{path.absolute()}; relative paths resolve against the current directory); "
+            "give an existing summary.json (`rearrival tools build`), an absolute path or default"
+        )
+    return load_summary_json(path)
 
 
 def read_selected(path: Path) -> Configuration:

@@ -1,4 +1,4 @@
-"""The channels stage (rules/channels.smk, SPEC section 8): one row per run with Channel A
+"""The channels stage (rules/channels.smk, docs/DESIGN.md §7): one row per run with Channel A
 and B and the per-run statistics the mechanism tables show (paper III-A, III-B).
 
 It sits in the judge layer, not the workflow, because the audit recomputes the same

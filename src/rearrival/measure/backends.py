@@ -1,4 +1,4 @@
-"""Measurement backends behind one call (SPEC section 6): every backend writes the same
+"""Measurement backends behind one call (docs/DESIGN.md §5): every backend writes the same
 run records, so decisions never know which produced them — but every manifest says.
 
 ``emulated`` runs the virtual-time twin in process; ``emulated-http`` and ``rbln`` replay

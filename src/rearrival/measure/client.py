@@ -468,7 +468,7 @@ def replay_sync(
 
 
 def requests_frame(run: ClientRun) -> pd.DataFrame:
-    """requests.parquet rows (SPEC 7); prefill_s is unknown over HTTP, so NaN."""
+    """requests.parquet rows (docs/DESIGN.md §6); prefill_s is unknown over HTTP, so NaN."""
     rows = run.requests
     return pd.DataFrame(
         {
@@ -548,7 +548,7 @@ class RunOutcome:
 def write_client_run(
     out: Path, run: ClientRun, *, manifest: dict[str, Any], server_log: str | None
 ) -> RunOutcome:
-    """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
+    """Write a replay as a run directory (docs/DESIGN.md §6); incomplete runs keep their reason."""
     try:
         steps = steps_from_log(server_log or "")
         status, reason = _outcome(run, steps)

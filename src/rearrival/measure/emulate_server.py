@@ -1,6 +1,6 @@
 """The ``emulated-http`` backend: the emulator engine behind a real aiohttp server.
 
-SPEC section 6: the real replay client is tested against this server, so it speaks the
+docs/DESIGN.md §5: the real replay client is tested against this server, so it speaks the
 parts of vLLM's OpenAI-compatible API the client uses -- ``/v1/completions`` with
 token-id prompts, ``max_tokens``, ``ignore_eos`` and streaming (SSE ``data: {...}``
 chunks, ``data: [DONE]``), ``/v1/models``, ``/health`` and Prometheus ``/metrics`` with

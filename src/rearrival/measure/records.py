@@ -1,8 +1,8 @@
-"""Run records (SPEC section 7): the one file contract between measurement and decisions.
+"""Run records (docs/DESIGN.md §6): the one file contract between measurement and decisions.
 
 Every backend (emulated, emulated-http, rbln) writes a run directory through
 ``write_run`` and every later stage reads it through ``read_run``, so decisions never
-know which backend produced a run (SPEC section 6). A directory appears under its final
+know which backend produced a run (docs/DESIGN.md §5). A directory appears under its final
 name only when complete: everything is written into a temporary sibling directory,
 ``manifest.json`` last, and the directory is renamed in one step. A killed writer
 therefore leaves a hidden temp directory, never a half run that a decision could use.
@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rearrival.atomic import umask_mode
 from rearrival.errors import RearrivalError
 from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.vocabulary import BACKENDS, VARIANTS
@@ -121,7 +122,7 @@ class RunRecord:
     """One run as read back: the Parquet tables as DataFrames plus JSON and the step log.
 
     ``tokens`` holds optional per-token arrival times of streaming backends (not part of
-    the SPEC 7 contract, written as given); ``None`` when the run has none.
+    the docs/DESIGN.md §6 contract, written as given); ``None`` when the run has none.
     """
 
     requests: pd.DataFrame
@@ -152,7 +153,7 @@ def utc_now_iso() -> str:
 def software_versions() -> dict[str, str]:
     """Versions of Python and the packages that shape a run ('absent' when not installed).
 
-    Recorded in every manifest so a result can be traced to the exact stack (SPEC 7).
+    Recorded in every manifest so a result can be traced to the exact stack (docs/DESIGN.md §6).
     """
     versions = {"python": platform.python_version()}
     for name in SOFTWARE:
@@ -200,7 +201,7 @@ def manifest_template(
 ) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
     finished) until ``finish_manifest`` marks the outcome. ``slots`` None means
-    batch_size slots (eager attention, SPEC 1)."""
+    batch_size slots (eager attention, docs/DESIGN.md §1)."""
     return {
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
@@ -312,13 +313,13 @@ def _contract_table(
     missing = [name for name in names if name not in frame.columns]
     if missing:
         raise RunRecordError(
-            f"{where}: missing column '{missing[0]}'; the contract (SPEC 7) "
+            f"{where}: missing column '{missing[0]}'; the contract (docs/DESIGN.md §6) "
             f"needs {', '.join(names)}"
         )
     extra = [str(c) for c in frame.columns if c not in names]
     if extra:
         raise RunRecordError(
-            f"{where}: unexpected column '{extra[0]}'; the contract (SPEC 7) "
+            f"{where}: unexpected column '{extra[0]}'; the contract (docs/DESIGN.md §6) "
             f"has exactly {', '.join(names)}"
         )
     arrays = [
@@ -529,7 +530,7 @@ def write_run(
         for name, data in contents.items():
             (tmp / name).write_bytes(data)
         (tmp / MANIFEST_FILE).write_bytes(_json_bytes(manifest))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a run dir is an ordinary result dir
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes 0700; a run dir is a result dir
         try:
             os.rename(tmp, out_dir)  # replaces only an empty dir; fails if someone won the race
         except OSError as exc:
@@ -616,7 +617,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
     """Read and validate one run directory.
 
     With ``require_complete`` (the default, and the only mode decisions use) a run whose
-    manifest status is not 'complete' is refused with the recorded reason (SPEC 7).
+    manifest status is not 'complete' is refused with the recorded reason (docs/DESIGN.md §6).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

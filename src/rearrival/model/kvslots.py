@@ -2,7 +2,7 @@
 
 On the eager attention path one KV block holds one whole sequence, so the cache is a pool
 of S slots. Whether a re-arriving session finds its previous prompt still cached depends
-only on this pool's rules, which SPEC section 5 item 3 fixes:
+only on this pool's rules, which docs/DESIGN.md §4 rule 3 fixes:
 
 * FIFO eviction by allocation order: the victim is the evictable slot that was allocated
   earliest. A look-up that finds a slot does not refresh its order ("re-access does not

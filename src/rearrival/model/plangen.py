@@ -1,4 +1,4 @@
-"""Seeded input-plan generator (SPEC section 3, paper Section II-C).
+"""Seeded input-plan generator (docs/DESIGN.md §2, paper Section II-C).
 
 Every draw of a replicate's plan comes from a seed derived with SHA-256 from the study
 seed, replicate, block and session index, so the same arguments give byte-identical
@@ -103,7 +103,7 @@ def generate_plan(
 ) -> Plan:
     """N sessions of one replicate: L0, G0, G1 uniform, one capped tool wait each.
 
-    The plan seed comes from (study seed, replicate, N, block) as SPEC section 3 fixes,
+    The plan seed comes from (study seed, replicate, N, block) as docs/DESIGN.md §2 fixes,
     so plans of different N are independent draws rather than prefixes of one another
     (the mechanisms sweep compares N, and nested plans would correlate its points). Each
     session's seed comes from (plan seed, session index), so sessions never share

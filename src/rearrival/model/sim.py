@@ -1,4 +1,4 @@
-"""The predictor simulator (SPEC section 5, paper Section IV): cost of a plan on a configuration.
+"""The predictor simulator (docs/DESIGN.md §4, paper Section IV): cost of a plan on a configuration.
 
 Given the fixed inputs of a replicate (per session: its start and, per round, the new
 tokens, the generation length and the tool gap after it; the paper's two-round session is
@@ -9,7 +9,7 @@ decode histogram h(n) and reuse. Re-arrival times are recomputed from completion
 because a configuration change moves them (paper Section III-D), unless the
 fixed-arrival variant pins them (Table XI).
 
-Semantics (SPEC 5 items 1-5; the KV rules live in ``rearrival.model.kvslots``):
+Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.kvslots``):
 
 1. Requests enter a FIFO waiting queue in arrival order; simultaneous arrivals in session
    index order (then round order). The queue is kept in (arrival time, session, round)
@@ -59,7 +59,7 @@ older candidate are applied only after an admission's choice). Only the eviction
 records' cause and time differ; ``tests/test_sim_equivalence.py`` checks the summaries on
 random plans. S9's dummy-block predictions therefore use deferred + "reserved".
 
-Choices where the SPEC is silent (identical in ``sim_reference``): a reuse hit is a
+Choices the design leaves open (identical in ``sim_reference``): a reuse hit is a
 re-arrival with C > 0 (a surviving slot with a prompt under 128 tokens reuses nothing,
 which a server's cached-token counter cannot tell from a miss); deferred releases are
 applied after every admission's slot choice, including one that took a free slot; a hit
@@ -501,7 +501,7 @@ class SimResult:
         )
 
     def summary(self) -> dict[str, Any]:
-        """The SPEC section 5 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
+        """The docs/DESIGN.md §4 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
         return {
             "decode_steps": self.decode_steps,
             "prefill_steps": self.prefill_steps,

@@ -1,4 +1,4 @@
-"""Plain step-by-step reference of the predictor simulator (SPEC section 5).
+"""Plain step-by-step reference of the predictor simulator (docs/DESIGN.md §4).
 
 Used ONLY by the tests and ``benchmarks/bench_sim.py`` to check the event core in
 ``rearrival.model.sim``: it executes one prefill or one decode step per loop iteration, runs

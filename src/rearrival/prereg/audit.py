@@ -1,4 +1,4 @@
-"""``rearrival audit`` (SPEC section 9): was every judged run measured after its prereg?
+"""``rearrival audit`` (docs/DESIGN.md §8): was every judged run measured after its prereg?
 
 The paper states that predictions and decision criteria "were committed to the
 repository before measurement and not changed afterward" and that validation used "new

@@ -1,4 +1,4 @@
-"""Sealed run records (SPEC sections 7 and 9): what was measured cannot change unnoticed.
+"""Sealed run records (docs/DESIGN.md §6, §8): what was measured cannot change unnoticed.
 
 Run records are plain files that channels and decisions are recomputed from at any time,
 so after a study's runs the pipeline commits a ledger, ``ledger/<study>.json``, holding

@@ -1,4 +1,4 @@
-"""Preregistration (SPEC section 9; paper Section II-D): commit before you measure.
+"""Preregistration (docs/DESIGN.md §8; paper Section II-D): commit before you measure.
 
 The paper's claim "predictions and decision criteria were committed to the repository
 before measurement and not changed afterward, and the order of commit time and
@@ -47,7 +47,7 @@ PREREG_ROOT = "preregistration"
 RECORDS_SUBDIR = "prereg"
 PLAN_REGISTRY_SUFFIX = "plans.json"
 # The profile file a study's predictions used, committed beside design.json, which
-# records its sha256 (SPEC section 4, "Calibration"); the audit checks the pair.
+# records its sha256 (docs/DESIGN.md §3, "Calibration"); the audit checks the pair.
 PROFILE_FILE = "profile.yaml"
 STUDY_TRAILER = "Prereg-Study"
 AMENDS_TRAILER = "Prereg-Amends"
@@ -409,7 +409,7 @@ def register(
     write_record: bool = True,
     signing: Signing | None = None,
 ) -> PreregRecord:
-    """Commit a study's predictions and criteria before any run they judge (SPEC 9).
+    """Commit a study's predictions and criteria before any run they judge (docs/DESIGN.md §8).
 
     Writes ``files`` under ``preregistration/<study>/`` (dicts as key-sorted JSON) and
     commits only those paths. Re-registering identical content makes no commit and returns
@@ -502,7 +502,7 @@ def _working_tree_problem(root: Path, study: str, committed: dict[str, Any]) -> 
 
 
 def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
-    """Refuse to start a run unless its prereg is committed and unmodified (SPEC 9).
+    """Refuse to start a run unless its prereg is committed and unmodified (docs/DESIGN.md §8).
 
     Returns the registration in force at HEAD (including amendments); the run copies
     ``record.manifest_entry()`` into its manifest's ``prereg`` field.

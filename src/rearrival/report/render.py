@@ -1,4 +1,4 @@
-"""The report stage (SPEC section 13): every table and figure from this run's results.
+"""The report stage (docs/DESIGN.md §13): every table and figure from this run's results.
 
 ``build_report`` reads the results tree only (never reruns anything), writes each table
 as CSV, Markdown and LaTeX under ``<out>/tables/``, each figure as SVG under
@@ -12,7 +12,7 @@ registration, then opens with the scorecard of the paper's findings
 (``rearrival.report.scorecard``), judged with that profile and, as an exploratory second
 evaluation, with the other one (``rearrival.report.recompute``), also written as
 ``<out>/tables/scorecard.csv`` and ``.md``. Numbers from the emulated
-substrate are described as such and never as hardware measurements (SPEC 6: every
+substrate are described as such and never as hardware measurements (docs/DESIGN.md §5: every
 report labels its backend). The "Reading the results" section is generated from this
 run's numbers in the paper's manner; withheld and failed verdicts are stated plainly.
 """

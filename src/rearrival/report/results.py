@@ -1,4 +1,4 @@
-"""Read-only access to a results tree for the report (SPEC section 13).
+"""Read-only access to a results tree for the report (docs/DESIGN.md §13).
 
 The report reads only the files the pipeline wrote (channel tables, decision CSVs,
 predictions, plans, run records, the search outputs, the injection gaps, the calibrated
@@ -25,6 +25,7 @@ from rearrival.errors import RearrivalError
 from rearrival.model.plans import Plan, load_plan
 from rearrival.model.profile import Profile
 from rearrival.report.profiles import ProfileChoice, configured_choice
+from rearrival.vocabulary import INJECTION_BACKEND
 
 
 class ReportError(RearrivalError):
@@ -68,14 +69,15 @@ class Results:
         if line not in self.missing:
             self.missing.append(line)
 
-    def load(self, relative: str) -> Any:
-        """The results file at ``relative`` (parsed by its suffix), or None if absent."""
+    def load(self, relative: str, how: str | None = None) -> Any:
+        """The results file at ``relative`` (parsed by its suffix), or None if absent,
+        noted with ``how`` to produce it (default: the snakemake target)."""
         if relative not in self._cache:
             path = self.root / relative
             if path.exists():
                 self._cache[relative] = READERS[path.suffix](path)
             else:
-                self._note_missing(path, f"snakemake results/{relative}")
+                self._note_missing(path, how or f"snakemake results/{relative}")
                 self._cache[relative] = None
         return self._cache[relative]
 
@@ -101,7 +103,15 @@ class Results:
         return self.load("search/selected.json")
 
     def gaps(self) -> pd.DataFrame | None:
-        return self.load("injection/gaps.parquet")
+        """The injection gaps; on a backend without the injection driver the note says so
+        instead of suggesting a snakemake target that would fail."""
+        if self.cfg.backend == INJECTION_BACKEND:
+            return self.load("injection/gaps.parquet")
+        return self.load(
+            "injection/gaps.parquet",
+            f"the prefill injection runs only on backend {INJECTION_BACKEND}; "
+            f"backend {self.cfg.backend} leaves it out",
+        )
 
     def compile_records(self) -> list[tuple[Path, Any]]:
         """Every results/compile/*.json (hardware only), parsed."""

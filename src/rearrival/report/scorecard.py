@@ -5,7 +5,7 @@ paper's numbers (from ``data/paper_numbers.yaml``), this run's numbers (computed
 regenerated tables and results, never typed), and a verdict, ``holds``, ``does not
 hold`` or ``not comparable``, with the reason and the stated test. The report opens
 with it; it is also written as CSV and Markdown beside the tables, and ``rearrival
-tables --scorecard`` prints one line per finding.
+tables --scorecard`` prints each finding within 100 columns.
 
 Each finding is judged twice: with the profile the study used and, in an exploratory
 second evaluation, with the other profile (``rearrival.report.profiles``); a line per
@@ -32,7 +32,7 @@ from rearrival.report.findings import (
     findings,
 )
 from rearrival.report.paper_numbers import PaperNumber, load_paper_numbers
-from rearrival.report.table_model import csv_text
+from rearrival.report.table_model import csv_text, wrap_markdown
 
 
 @dataclass(frozen=True)
@@ -275,24 +275,26 @@ def scorecard_csv(card: Scorecard) -> str:
 
 
 def scorecard_markdown(card: Scorecard) -> str:
+    """One section per finding (its long claim, reason and test as wrapped list items,
+    not pipe-table cells), so the file reads at 100 columns."""
     counts = card.counts()
     used = ", ".join(card.backends) or "no runs yet"
-    lines = [
-        "## Scorecard: the paper's findings against this run",
-        "",
+    intro = (
         f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
         f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
-        "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
-        "column.",
-        "",
-        *profile_sentences(card),
-        "",
-        "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-        "|" + "|".join("---" for _ in COLUMNS) + "|",
-    ]
+        "src/rearrival/data/paper_numbers.yaml; each finding states its test."
+    )
+    lines = ["## Scorecard: the paper's findings against this run", "", *wrap_markdown(intro)]
+    for sentence in profile_sentences(card):
+        lines += ["", *wrap_markdown(sentence)]
+    optional = ("other_ours", "other_verdict", "profiles")  # only with a second profile
     for row in card.rows:
         data = row.as_dict()
-        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS) + " |")
+        lines += ["", f"### {row.id}: {row.verdict}", ""]
+        for key in COLUMNS:
+            if key in ("id", "verdict") or (key in optional and not data[key]):
+                continue
+            lines += wrap_markdown(f"- {HEADERS[key]}: {data[key] or 'n/a'}", indent="  ")
     return "\n".join(lines) + "\n"
 
 
@@ -329,10 +331,20 @@ def read_scorecard_csv(path: Path) -> Scorecard:
 
 
 def summary_lines(card: Scorecard) -> list[str]:
-    """One terminal line per finding: verdict, id, paper vs this run."""
+    """One entry per finding for the terminal: verdict, id, paper vs this run on its
+    first line, the reason below it, indented and wrapped so no line passes 100 columns."""
     width = max(len(v) for v in (HOLDS, FAILS, NOT_COMPARABLE))
+    indent = " " * (width + 2)
     return [
-        f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'} ({r.why})"
-        + (f" [{r.profiles}]" if r.profiles else "")
+        "\n".join(
+            [
+                *wrap_markdown(
+                    f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'}",
+                    indent=indent,
+                ),
+                *wrap_markdown(f"{indent}({r.why})", indent=indent),
+                *(wrap_markdown(f"{indent}[{r.profiles}]", indent=indent) if r.profiles else []),
+            ]
+        )
         for r in card.rows
     ]

@@ -1,4 +1,4 @@
-"""Configuration search over the compile-time candidates (SPEC section 12, paper Section V-A).
+"""Configuration search over the compile-time candidates (docs/DESIGN.md §12, paper Section V-A).
 
 The search predicts, with the base simulator (deferred release, no dummy-block rule), the
 device time D of every candidate configuration on fixed input plans and ranks candidates by
@@ -45,6 +45,7 @@ from rearrival.model.plans import Plan, load_plan, write_plan
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.parquet import write_frame
+from rearrival.progress import progress
 
 INPUT_SETS = ("search", "evaluation")
 RESULT_COLUMNS = (
@@ -495,13 +496,14 @@ def evaluate(
     simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
     One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
-    is a maximum: small searches run in this process.
+    is a maximum: small searches run in this process. On a terminal a bar counts the plans.
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
     outcomes: dict[int, PlanScores] = {}
+    what = f"simulating {len(cands):,} configurations"  # the candidates and the baseline
     if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
         _init_worker(list(cands), profile)
-        for task in tasks:
+        for task in progress(tasks, len(tasks), what, "plan"):
             index, scores = _score_plan(task)
             outcomes[index] = scores
     else:
@@ -509,7 +511,8 @@ def evaluate(
         with context.Pool(
             workers, initializer=_init_worker, initargs=(list(cands), profile)
         ) as pool:
-            for index, scores in pool.imap_unordered(_score_plan, tasks):
+            done = pool.imap_unordered(_score_plan, tasks)
+            for index, scores in progress(done, len(tasks), what, "plan"):
                 outcomes[index] = scores
     simulations = sum(scores.simulations for scores in outcomes.values())
     return results_frame(cands, plans, outcomes), simulations
@@ -968,8 +971,34 @@ def baseline_of(cfg: StudyConfig) -> Candidate:
 
 
 def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
-    return candidates(
+    """The searched candidates; refuses an empty space before anything is simulated or
+    written, naming the filter that removed the last candidate and how to relax it."""
+    profile = profile or measured_profile()
+    kept = candidates(
         settings.batch_sizes, settings.max_buckets, profile, memory_filter=settings.memory_filter
+    )
+    if not kept:
+        raise SearchError(empty_space_message(settings, profile))
+    return kept
+
+
+def empty_space_message(settings: SearchSettings, profile: Profile) -> str:
+    """Why no candidate is left: the compile budget (checked first) or device memory."""
+    every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
+    memory = device_memory(profile)
+    counts = filter_counts(every, profile, memory, settings.memory_filter)
+    sizes = ",".join(map(str, settings.batch_sizes))
+    if counts["excluded_by_compile_budget"] == len(every):
+        return (
+            f"no candidate left: the compile budget ({profile.compile_budget_s:g} s) removed "
+            f"all {len(every)} of batch sizes {sizes} with max_buckets {settings.max_buckets}; "
+            "lower --max-buckets"
+        )
+    return (
+        f"no candidate left: the memory filter removed all "
+        f"{counts['excluded_by_memory']} within the compile budget (batch sizes {sizes}; at "
+        f"most {memory.max_slots()} KV slots fit {memory.per_device_gib:g} GiB per device); "
+        f"use batch sizes <= {memory.max_slots()} or --no-memory-filter"
     )
 
 
@@ -995,9 +1024,9 @@ def run_search(
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
     same scores/selected/summary files the sharded path writes, byte for byte."""
     settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
+    cands = search_candidates(settings, profile)
     plans = make_plans(cfg, settings)
     write_plans(plans, out_dir / "plans")
-    cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
     evaluated = cands if baseline in cands else [*cands, baseline]
     results, _ = evaluate(evaluated, plans, workers, profile)

@@ -35,6 +35,7 @@ from rearrival.model.profile import Profile, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.model.trace_plans import ImportResult
 from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.progress import progress
 from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
 from rearrival.search.scoring import (
     Candidate,
@@ -118,7 +119,7 @@ def search_on(
     every = [*cands, baseline] if baseline not in cands else list(cands)
     arrays = CandidateArrays(every, profile)
     totals = [[] for _ in every]
-    for plan in plans:
+    for plan in progress(plans, len(plans), "advise: simulating the candidates", "plan"):
         reps, inverse = arrays.groups(plan.n)
         times = [_device_s(plan, every[int(i)], profile) for i in reps]
         for index, rep in enumerate(inverse.tolist()):
@@ -162,7 +163,7 @@ def saving_spread(
     """The pick's saving over ``resamples`` fresh session sets (one per N each): a seeded
     bootstrap over the trace's sessions; quantiles by the nearest-rank rule."""
     savings = []
-    for b in range(resamples):
+    for b in progress(range(resamples), resamples, "advise: spread of the saving", "resample"):
         plans = workload_plans(pool, n_set, 1, seed, f"bootstrap{b}")
         base = math.fsum(_device_s(p, baseline, profile) for p in plans)
         chosen = math.fsum(_device_s(p, pick, profile) for p in plans)

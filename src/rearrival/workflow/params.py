@@ -1,5 +1,5 @@
 """The config values each rule's jobs depend on (rules/common.smk passes them as params),
-so an edit reruns exactly the jobs it affects (SPEC section 11).
+so an edit reruns exactly the jobs it affects (docs/DESIGN.md §10).
 """
 
 from __future__ import annotations

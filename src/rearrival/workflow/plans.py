@@ -1,4 +1,4 @@
-"""The plans stage (rules/plans.smk, SPEC section 11): every plan of a study, one per
+"""The plans stage (rules/plans.smk, docs/DESIGN.md §10): every plan of a study, one per
 (N, replicate), from the study's seed block, and reading them back for later stages.
 """
 

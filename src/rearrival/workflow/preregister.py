@@ -1,4 +1,4 @@
-"""The preregister stage (rules/preregister.smk, SPEC section 9): commit a study's design,
+"""The preregister stage (rules/preregister.smk, docs/DESIGN.md §8): commit a study's design,
 criteria, plan registry and predictions before any run, and refuse a config that
 contradicts what is already registered (the Snakefile checks before scheduling a job).
 """
@@ -163,7 +163,7 @@ def design_changes(
 def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) -> None:
     """Refuse, before any job is scheduled, a config that contradicts a registration.
 
-    Registered files never change (SPEC 9), so re-running a registered study under an
+    Registered files never change (docs/DESIGN.md §8), so re-running a registered study under an
     edited design or criteria could only end in a refused prereg commit or, worse, in
     runs judged by criteria they were not registered under. One message per study names
     the changed keys, the registering commit and the two ways forward.
@@ -218,7 +218,7 @@ def preregister(
     records_dir: Path,
     selected_path: Path | None = None,
 ) -> dict[str, Any]:
-    """Commit a study's design, criteria, plan registry and predictions (SPEC 9).
+    """Commit a study's design, criteria, plan registry and predictions (docs/DESIGN.md §8).
 
     An amending study first commits its amendment to the study it amends, then its own
     registration; identical re-registration makes no commit (a re-run does no work).

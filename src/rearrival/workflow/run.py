@@ -1,4 +1,4 @@
-"""The run stage (rules/run.smk, SPEC sections 6 and 11): every condition of one replicate
+"""The run stage (rules/run.smk, docs/DESIGN.md §5, §10): every condition of one replicate
 in a seeded shuffled order, refused without a committed preregistration; and the prefill
 injection measurement (paper III-C), the other rule of rules/run.smk.
 """
@@ -21,9 +21,8 @@ from rearrival.model.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.prereg.registration import check_before_run, open_repo
 from rearrival.prereg.witness import require_witnessed
+from rearrival.vocabulary import INJECTION_BACKEND
 from rearrival.workflow.plans import plan_file, read_study_plan
-
-INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class Script:
 
 @dataclass
 class EmulatedRun:
-    """Everything one emulated run produced, as plain data (SPEC section 7 contents).
+    """Everything one emulated run produced, as plain data (docs/DESIGN.md §6 contents).
 
     ``requests`` and ``steps`` follow the run-record contract of TEAM.md exactly;
     ``tokens`` holds every token's arrival at the client (session, turn, index, t_s;

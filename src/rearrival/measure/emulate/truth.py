@@ -1,6 +1,6 @@
 """The emulated stack's ground truth: the truth file, its validation, and the true costs.
 
-SPEC section 6, paper Sections II-III. Everything the twin does that the predictor might
+docs/DESIGN.md §5, paper Sections II-III. Everything the twin does that the predictor might
 get wrong is a value here (``data/emulator_truth.yaml``, each with its reason): the true
 decode cost f(b) (PCHIP in log2 b, a quadratic above the largest measured bucket), the
 true prefill law, noise, client jitter and HTTP latency. Kept apart from the engine so a

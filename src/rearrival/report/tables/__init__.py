@@ -1,4 +1,4 @@
-"""The paper's tables rebuilt from this run's results (SPEC section 13), by family.
+"""The paper's tables rebuilt from this run's results (docs/DESIGN.md §13), by family.
 
 Every table is computed from the files the pipeline wrote; nothing is copied from the
 paper. Every row that comes from runs carries the ids of those runs, so a cell can be

@@ -1,5 +1,5 @@
 """Tables of the compared configurations and what they cost besides run time (paper
-Sections IV-B and V-D; SPEC section 13): Table VIII (bucket set, batch size, KV slots and
+Sections IV-B and V-D; docs/DESIGN.md §13): Table VIII (bucket set, batch size, KV slots and
 KV reservation of every configuration), Table XIV (compile time and artifact size,
 measured where hardware compile records exist, else the profile's fitted model) and
 Table XV (KV memory per token, slot and device from the model dimensions).

@@ -1,4 +1,4 @@
-"""Supplementary tables (paper supplementary S1 and S9; SPEC section 13): Table S1 (no-
+"""Supplementary tables (paper supplementary S1 and S9; docs/DESIGN.md §13): Table S1 (no-
 treatment repeats and the sensitivity of the verdicts to the tolerance tau) and Table S9
 (the dummy-block rule in the simulator: each simulator's ratio errors and predicted
 reuse beside the observation).

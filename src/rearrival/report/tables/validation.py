@@ -1,5 +1,5 @@
 """Tables of the preregistered measured comparisons (paper Sections IV-B, V-B and V-C;
-SPEC section 13): Table IX (cost validation: predicted against observed ratios and the
+docs/DESIGN.md §13): Table IX (cost validation: predicted against observed ratios and the
 verdicts), Table X (baseline channel sums), Table XI (full against fixed-arrival
 simulator), Table XII (measured savings) and Table XIII (saturation of added slots).
 Rows come from the studies' decision tables and channel tables, with their run ids.
