@@ -183,3 +183,19 @@ def test_context_check_uses_the_configured_length() -> None:
             gen_tokens=(3, 3),
             max_context_tokens=20,
         )
+
+
+def test_plan_verb_writes_agent_sessions(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+
+    out = tmp_path / "agents.json"
+    args = ["plan", "--n", "5", "--study-seed", "9", "--replicate", "1", "--out", str(out)]
+    runner = CliRunner()
+    result = runner.invoke(app, [*args, "--rounds", "3-5", "--start-spread-s", "2"])
+    assert result.exit_code == 0, result.output
+    spec = MultiRoundSpec(rounds=(3, 5), start_spread_s=2.0)
+    assert load_plan(out) == generate_multi_round_plan(5, study_seed=9, replicate=1, spec=spec)
+    bad = runner.invoke(app, [*args, "--rounds", "4-30"])
+    assert bad.exit_code != 0 and str(bad.exception).startswith("option --rounds:")
