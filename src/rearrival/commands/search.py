@@ -54,10 +54,18 @@ def _load(config: Path, ctx: typer.Context | None = None):
     from rearrival.search.scoring import SearchSettings, override_settings
 
     cfg = load_study_config(config)
-    settings = SearchSettings.from_config(cfg)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
+    study = _study(ctx)
+    settings = (
+        SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
+    )
     overrides = (obj or {}).get("search_overrides", {})
     return cfg, override_settings(settings, **overrides)
+
+
+def _study(ctx: typer.Context | None) -> str | None:
+    """The study whose own search (``--study``) the verb runs; None: the top-level one."""
+    return ((ctx.obj if ctx is not None else None) or {}).get("search_study")
 
 
 def search(
@@ -105,6 +113,14 @@ def search(
         ),
     ] = None,
     profile: ProfileOption = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Run this study's own search (studies.<name>.search) over its workload, "
+            "e.g. agent sessions; default: the top-level search.",
+        ),
+    ] = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
@@ -119,7 +135,7 @@ def search(
         )
         if value is not None
     }
-    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides}
+    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides, "search_study": study}
     if ctx.invoked_subcommand is not None:
         return
     from rearrival.config.study import load_study_config
@@ -131,7 +147,7 @@ def search(
             "results, e.g. `rearrival search --out results/search`"
         )
     cfg = load_study_config(config)
-    summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides)
+    summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides, study)
     selected = summary["selected"]
     typer.echo(
         f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
@@ -183,7 +199,7 @@ def shard(
         read_plans(plans_dir, settings),
         index,
         count,
-        baseline_of(cfg),
+        baseline_of(cfg, _study(ctx)),
         workers,
         costs,
     )
@@ -230,7 +246,7 @@ def merge(
     summary = write_outputs(
         combine_shards(frames),
         search_candidates(settings, costs),
-        baseline_of(cfg),
+        baseline_of(cfg, _study(ctx)),
         settings,
         out_dir,
         costs,

@@ -22,6 +22,7 @@ from snakemake.utils import validate
 
 from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
 from rearrival.errors import RearrivalError, StageError
+from rearrival.model.plangen import MultiRoundSpec, PlanGenError
 from rearrival.model.profile import bucket_set_problem
 from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
 
@@ -78,6 +79,19 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """A study's input plans when they are not the paper's two-round sessions: seeded
+    agent sessions with several tool calls (``kind`` multi_round, drawn by ``spec``)."""
+
+    kind: str
+    spec: MultiRoundSpec
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the study registers: the kind and every generator setting."""
+        return {"kind": self.kind, **self.spec.as_dict()}
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     kind: str
@@ -89,6 +103,15 @@ class Study:
     rule: str = "fixed"
     amends: str | None = None
     repeats: int = 1
+    workload: Workload | None = None
+    # the study's own configuration search (its pick is its 'selected'): the raw
+    # ``search`` block over the top-level search's values, typed by SearchSettings
+    search: Mapping[str, Any] | None = None
+
+    @property
+    def multi_round(self) -> bool:
+        """True when the study runs agent sessions rather than the paper's two rounds."""
+        return self.workload is not None
 
     @property
     def baseline(self) -> str:
@@ -206,9 +229,52 @@ def _tuples(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _workload(
+    name: str, raw: dict[str, Any] | None, max_seq_len: int, where: str
+) -> Workload | None:
+    """The study's workload block as a generator spec, checked against the slot length."""
+    if raw is None:
+        return None
+    settings = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in raw.items()
+    }
+    kind = settings.pop("kind")
+    try:
+        spec = MultiRoundSpec(**settings, max_context_tokens=max_seq_len)
+    except PlanGenError as exc:
+        key = exc.argument or "workload"
+        raise StudyConfigError(f"{where}: studies.{name}.workload.{key}: {exc}") from None
+    return Workload(kind, spec)
+
+
+def _study_search(
+    name: str, raw: dict[str, Any], top_search: Mapping[str, Any], where: str
+) -> Mapping[str, Any] | None:
+    """A study's own search block over the top-level search's values; a new N set keeps
+    only the restricted N sets inside it (as ``rearrival search --n`` does)."""
+    own = raw.get("search")
+    if own is None:
+        return None
+    if SELECTED not in raw["configurations"]:
+        raise StudyConfigError(
+            f"{where}: studies.{name}.search is set but the study does not compare "
+            f"'{SELECTED}'; add '{SELECTED}' to its configurations or drop its search"
+        )
+    merged = dict(top_search) | own
+    if "n" in own and "restricted_n" not in own:
+        merged["restricted_n"] = [s for s in top_search["restricted_n"] if set(s) <= set(own["n"])]
+    return MappingProxyType(merged)
+
+
 def _study(
-    name: str, raw: dict[str, Any], configurations: dict[str, Configuration], where: str
+    name: str,
+    raw: dict[str, Any],
+    configurations: dict[str, Configuration],
+    where: str,
+    context: tuple[Mapping[str, Any], int] = (MappingProxyType({}), 8192),
 ) -> Study:
+    """One study; ``context`` is the top-level search values and the slot length its
+    own search and workload build on."""
     for config_name in raw["configurations"]:
         if config_name != SELECTED and config_name not in configurations:
             raise StudyConfigError(
@@ -228,6 +294,8 @@ def _study(
         rule=str(values["rule"]),
         amends=values["amends"],
         repeats=int(values["repeats"]) if kind == "repeats" else 1,
+        workload=_workload(name, raw.get("workload"), context[1], where),
+        search=_study_search(name, raw, context[0], where),
     )
 
 
@@ -237,8 +305,11 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         name: make_configuration(name, value, f"{source}: configurations")
         for name, value in raw["configurations"].items()
     }
+    measurement = calibration_config_from_mapping(raw, source)
+    context = (_filled(raw, "search"), measurement.model.max_seq_len)
     studies = {
-        name: _study(name, value, configurations, source) for name, value in raw["studies"].items()
+        name: _study(name, value, configurations, source, context)
+        for name, value in raw["studies"].items()
     }
     blocks: dict[int, str] = {}
     for study in studies.values():
@@ -273,7 +344,7 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         search=MappingProxyType(_filled(raw, "search")),
         emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
         rbln=RblnSettings(**_filled(raw, "rbln")),
-        measurement=calibration_config_from_mapping(raw, source),
+        measurement=measurement,
     )
 
 
