@@ -92,8 +92,7 @@ def study_search_shards(wildcards):
     """The shard files of a study's own search."""
     shards = STUDY.study(wildcards.study).search["shards"]
     return [
-        f"{RESULTS}/study_search/{wildcards.study}/shards/shard_{k}.parquet"
-        for k in range(shards)
+        f"{RESULTS}/study_search/{wildcards.study}/shards/shard_{k}.parquet" for k in range(shards)
     ]
 
 
