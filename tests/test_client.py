@@ -137,16 +137,16 @@ def manifest_for(plan: Plan, backend: str = "emulated-http") -> dict[str, Any]:
 
 def test_prompt_ids_are_deterministic_and_never_share_a_prefix() -> None:
     key = client.plan_key(PLAN)
-    first = [client.first_prompt_ids(key, s) for s in PLAN.sessions]
-    assert first == [client.first_prompt_ids(key, s) for s in PLAN.sessions]
+    first = [client.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
+    assert first == [client.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
     assert [len(ids) for ids in first] == [40, 30]
     assert first[0][0] != first[1][0]  # different at position 0: no common prefix at all
-    other = client.first_prompt_ids(
-        client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), PLAN.sessions[0]
-    )
+    other = client.new_ids(client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), 0, 0, 40)
     assert other[1:] != first[0][1:]  # another plan seed, other ids
     assert client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=None)).startswith("sha:")
-    assert len(client.appended_ids(key, PLAN.sessions[0])) == 8
+    appended = [client.new_ids(key, 0, k, 8) for k in (1, 2, 3)]
+    assert all(len(ids) == 8 for ids in appended)
+    assert len({tuple(ids) for ids in appended}) == 3  # every round appends its own ids
 
 
 def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> None:
@@ -159,11 +159,11 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
     key = client.plan_key(PLAN)
     by_prompt = {tuple(b["prompt"]): b for b in seen}
     for s in PLAN.sessions:
-        first_ids = client.first_prompt_ids(key, s)
+        first_ids = client.new_ids(key, s.session, 0, s.prompt_tokens)
         first = by_prompt[tuple(first_ids)]
         assert first["max_tokens"] == s.gen_tokens
         generated = [len(first_ids) + k for k in range(s.gen_tokens)]
-        followup = first_ids + generated + client.appended_ids(key, s)
+        followup = first_ids + generated + client.new_ids(key, s.session, 1, 8)
         assert by_prompt[tuple(followup)]["max_tokens"] == s.followup_gen_tokens
         assert len(followup) == s.followup_prompt_tokens
 

@@ -48,6 +48,8 @@ STEP_KINDS = ("prefill", "decode")
 
 # (column, arrow type, nullable). "Nullable" integers are pandas Int64 in memory: an
 # unknown count is recorded as unknown, never as 0 (STYLE: UNKNOWN is an observation).
+# 'turn' is the request's round index in its session, 0 .. K-1 (the paper's session:
+# 0 = first request, 1 = re-arrival); the name is kept so existing records keep their bytes.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("session", pa.int64(), False),
     ("turn", pa.int64(), False),
@@ -322,12 +324,7 @@ def _contract_table(
 
 def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
     rows = table.to_pydict()
-    for i, turn in enumerate(rows["turn"]):
-        if turn not in (0, 1):
-            raise RunRecordError(
-                f"{where}: row {i} column 'turn' is {turn}; use 0 for the first "
-                "request and 1 for the re-arrival"
-            )
+    _check_rounds(rows["session"], rows["turn"], where)
     for name in ("prompt_tokens", "generated_tokens", "cached_tokens", "computed_tokens"):
         for i, value in enumerate(rows[name]):
             if value is not None and value < 0:
@@ -341,6 +338,25 @@ def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
                 f"{where}: row {i} has send_s={send}, complete_s={done}; a "
                 "request needs finite times with complete_s >= send_s"
             )
+
+
+def _check_rounds(sessions: list[int], turns: list[int], where: str) -> None:
+    """Each session's rows carry its round indices 0 .. K-1 (column 'turn'), each once.
+
+    A turn that is negative, repeated, or not below the session's row count is the
+    first row that breaks this; with none such, the turns are exactly 0 .. K-1.
+    """
+    counts: dict[int, int] = {}
+    for session in sessions:
+        counts[session] = counts.get(session, 0) + 1
+    seen: set[tuple[int, int]] = set()
+    for i, (session, turn) in enumerate(zip(sessions, turns, strict=True)):
+        if not 0 <= turn < counts[session] or (session, turn) in seen:
+            raise RunRecordError(
+                f"{where}: row {i} column 'turn' is {turn}; session {session}'s rows "
+                "must carry its round indices 0, 1, ... once each (0 is the first request)"
+            )
+        seen.add((session, turn))
 
 
 def _check_steps(table: pa.Table, where: str) -> None:

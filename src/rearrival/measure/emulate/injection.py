@@ -58,7 +58,7 @@ def run_injection(
     script = Script(
         prompts=((background_prompt_tokens,),) * background_sessions + ((injected_prompt_tokens,),),
         gens=((gen_tokens,),) * background_sessions + ((1,),),
-        waits_s=(0.0,) * (background_sessions + 1),
+        gaps_s=((0.0,),) * (background_sessions + 1),
         first_send_s=sends,
     )
     rec, _ = drive(script, config, truth, seed, profile)
