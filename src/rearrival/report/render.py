@@ -25,6 +25,7 @@ import jinja2
 
 from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, load_study_config, tool_table_for
+from rearrival.report.agents import build_agent_figures, reading_agents
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
 from rearrival.report.results import Results
@@ -297,6 +298,7 @@ def render_html(
     paragraphs: list[str],
     missing: list[str],
     card: Scorecard | None = None,
+    agent_paragraphs: list[str] | None = None,
 ) -> str:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rearrival.report", "templates"),
@@ -315,6 +317,7 @@ def render_html(
         study_seed=cfg.study_seed,
         scorecard=[r.as_dict() for r in card.rows] if card else [],
         scorecard_counts=card.counts() if card else {},
+        agent_paragraphs=agent_paragraphs or [],
     )
 
 
@@ -327,9 +330,11 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     res = Results(cfg, Path(results))
     out = Path(out)
     tables = build_tables(res)
-    figures = build_figures(res)
+    figures = build_figures(res) + build_agent_figures(res)
     prov = provenance(res)
-    paragraphs = reading(res, prov, {t.id: t for t in tables})
+    by_id = {t.id: t for t in tables}
+    paragraphs = reading(res, prov, by_id)
+    agent_paragraphs = reading_agents(res, by_id) if res.agent_studies() else []
     card = Scorecard(tuple(score(evidence(res, tables))), prov.backends)
     index: dict[str, Any] = {"tables": {}, "figures": {}, "report": "report.html"}
     for table in tables:
@@ -352,7 +357,9 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     }
     index["not_produced"] = sorted(res.missing)
     index["backends"] = list(prov.backends)
-    html = render_html(cfg, prov, tables, figures, paragraphs, sorted(res.missing), card)
+    html = render_html(
+        cfg, prov, tables, figures, paragraphs, sorted(res.missing), card, agent_paragraphs
+    )
     atomic_write_text(out / "report.html", html)
     atomic_write_json(out / "tables" / "index.json", index)
     return index
