@@ -23,7 +23,7 @@ from aiohttp import web
 from rearrival.measure import client, rbln
 from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
-from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
+from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
@@ -191,6 +191,49 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
 def test_control_variant_sends_the_followup_without_waiting() -> None:
     run, _ = replay_against(good_stream, plan_of([(40, 3, 4, 500.0)]), variant="control")
     assert run.status == "complete" and len(run.requests) == 2
+
+
+MULTI = Plan(
+    (
+        MultiRoundSession(0, (Round(40, 3, 2.0), Round(5, 4, 0.0), Round(9, 2, 0.0)), start_s=0.0),
+        MultiRoundSession(1, (Round(30, 2, 0.5), Round(12, 3, 1.5), Round(7, 5, 0.0)), start_s=3.0),
+    ),
+    PlanMeta(seed=4, n=2),
+)
+
+
+def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
+    """Round k+1 = round k's prompt + the ids the server generated + the round's new ids."""
+    run, seen = replay_against(good_stream, MULTI)
+    assert run.status == "complete" and run.expected_requests == MULTI.requests == 6
+    key = client.plan_key(MULTI)
+    by_prompt = {tuple(b["prompt"]): b for b in seen}
+    records = {(r.session, r.turn): r for r in run.requests}
+    assert sorted(records) == [(s, k) for s in (0, 1) for k in range(3)]
+    for s in MULTI.sessions:
+        transcript: list[int] = []
+        for k, r in enumerate(s.rounds):
+            transcript += client.new_ids(key, s.session, k, r.new_tokens)
+            assert by_prompt[tuple(transcript)]["max_tokens"] == r.gen_tokens
+            record = records[(s.session, k)]
+            assert record.prompt_tokens == len(transcript) == s.prompts()[k]
+            assert record.generated_tokens == r.gen_tokens
+            transcript += list(record.token_ids)
+            if k:  # each round leaves its gap (plan seconds) after the previous response
+                before = records[(s.session, k - 1)]
+                assert record.send_s >= before.complete_s + s.rounds[k - 1].gap_after_s
+    assert records[(1, 0)].send_s >= 3.0  # the session starts at its start_s
+    assert records[(0, 0)].send_s < 3.0
+
+
+def test_a_two_round_plan_and_its_multi_round_twin_send_the_same_requests() -> None:
+    twin = Plan(
+        tuple(MultiRoundSession(s.session, s.rounds, s.start_s) for s in PLAN.sessions),
+        PLAN.meta,
+    )
+    _, one = replay_against(good_stream, PLAN)
+    _, two = replay_against(good_stream, twin)
+    assert sorted(map(json.dumps, one)) == sorted(map(json.dumps, two))
 
 
 def test_counters_are_summed_over_labels_and_only_vllm_counters_kept() -> None:
@@ -443,3 +486,27 @@ def test_run_verb_emulated_backend_writes_the_in_process_twin(tmp_path: Path) ->
         "batch_size": 8,
         "slots": 4,
     }
+
+
+def test_run_verb_records_every_round_of_a_multi_round_plan(tmp_path: Path) -> None:
+    plan_path = write_plan(MULTI, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "emulated", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    requests = read_run(tmp_path / "run").requests
+    assert list(zip(requests["session"], requests["turn"], strict=True)) == [
+        (s, k) for s in (0, 1) for k in range(3)
+    ]
+    assert requests["prompt_tokens"].tolist() == [p for s in MULTI.sessions for p in s.prompts()]
+
+
+def test_run_verb_refuses_a_round_the_context_cannot_hold(tmp_path: Path) -> None:
+    long = Plan(
+        (MultiRoundSession(0, (Round(5000, 100, 1.0), Round(3000, 100, 0.0))),),
+        PlanMeta(seed=1, n=1),
+    )
+    plan_path = write_plan(long, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "emulated", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "plan.json: session 0 round 1: field 'new_tokens'" in done.stderr
+    assert not (tmp_path / "run").exists()

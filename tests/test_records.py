@@ -223,7 +223,9 @@ def test_garbage_in_server_log_names_file_and_line(tmp_path: Path) -> None:
     [
         ("requests", "computed_tokens", None, "missing column 'computed_tokens'"),
         ("requests", "session", [0.0, 1.0, 0.0, 1.0], "column 'session' has dtype float64"),
-        ("requests", "turn", [0, 0, 2, 1], "column 'turn' is 2"),
+        ("requests", "turn", [0, 0, 2, 1], "row 2 column 'turn' is 2"),
+        ("requests", "turn", [0, 0, 1, 0], "row 3 column 'turn' is 0"),
+        ("requests", "turn", [0, -1, 1, 1], "row 1 column 'turn' is -1"),
         ("steps", "b", pd.array([None, None, 1, 2], dtype="Int64"), "decode step with n=2, b=1"),
         ("steps", "step", [0, 1, 3, 4], "column 'step' is 3, expected 2"),
     ],
@@ -241,6 +243,14 @@ def test_contract_violations_name_the_column(
     message = _one_line_error(excinfo)
     assert expected in message and f"{frame}.parquet" in message
     assert not (tmp_path / "run").exists()
+
+
+def test_multi_round_sessions_keep_their_round_indices(tmp_path: Path) -> None:
+    """A session of K rounds has rows with turn 0 .. K-1, in any row order."""
+    requests = _requests().assign(session=[0, 1, 0, 0], turn=[2, 0, 0, 1])
+    run = _write(tmp_path / "run", requests=requests)
+    back = read_run(run).requests
+    assert list(zip(back["session"], back["turn"], strict=True)) == [(0, 2), (1, 0), (0, 0), (0, 1)]
 
 
 def test_extra_column_is_refused(tmp_path: Path) -> None:

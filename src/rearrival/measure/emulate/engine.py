@@ -177,6 +177,8 @@ class Engine:
     Prefix identity is by ``session_key``: a request reuses
     ``profile.reusable_tokens(P, prompt)`` from the session's surviving slot with the
     largest cached prompt P (the HTTP layer maps token-id prefixes to session keys).
+    Every round of a multi-round session takes a slot of its own, so earlier rounds'
+    slots stay evictable beside it; a later round looks among all that survive.
     """
 
     def __init__(
