@@ -1,4 +1,5 @@
-"""CLI verbs of the plans area (registered by rearrival.cli): plan, tools build, tools show."""
+"""CLI verbs of the plans area (registered by rearrival.cli): plan, plans from-trace,
+plans from-otel, tools build, tools show."""
 
 from __future__ import annotations
 
@@ -158,9 +159,131 @@ def tools_show(
     )
 
 
+IMPORTED_PLAN = "plan.parquet"
+SessionsOption = Annotated[
+    int | None,
+    typer.Option("--sessions", min=1, help="Sample this many sessions (seeded); default: all."),
+]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the session sample.")]
+MaxContextOption = Annotated[
+    int,
+    typer.Option(
+        "--max-context",
+        min=2,
+        help="Maximum sequence length a slot holds (the paper's 8,192); longer rounds "
+        "are truncated or refused.",
+    ),
+]
+OverflowOption = Annotated[
+    str,
+    typer.Option(
+        "--on-overflow",
+        help="truncate: end a session before its first round that does "
+        "not fit; refuse: stop the import.",
+    ),
+]
+OriginOption = Annotated[
+    str,
+    typer.Option(
+        "--time-origin",
+        help="first: sessions start as the trace's timestamps say, from the earliest; "
+        "zero: all start at t = 0.",
+    ),
+]
+ScaleOption = Annotated[
+    float,
+    typer.Option(
+        "--token-scale",
+        help="What-if: multiply every token count by this factor (recorded in the plan).",
+    ),
+]
+
+
+def _import(kind: str, out: Path, **options) -> None:
+    """Run an importer, print what it did, write DIR/plan.parquet; a malformed trace is
+    one error line and exit code 1 with nothing written."""
+    from rearrival.model.otel_import import plans_from_otel
+    from rearrival.model.plans import write_plan
+    from rearrival.model.trace_plans import TraceError
+    from rearrival.model.tracelab_import import plans_from_trace
+
+    importer = plans_from_trace if kind == "tracelab" else plans_from_otel
+    try:
+        result = importer(**options)
+    except TraceError as exc:
+        typer.echo(f"rearrival: error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    path = write_plan(result.plan, out / IMPORTED_PLAN)
+    for line in result.summary_lines():
+        typer.echo(line)
+    typer.echo(f"wrote {path}")
+
+
+def from_trace(
+    trace: Annotated[Path, typer.Argument(help="TraceLab normalized round trace (.jsonl[.gz]).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for plan.parquet.")],
+    sessions: SessionsOption = None,
+    seed: SeedOption = 0,
+    max_context: MaxContextOption = 8192,
+    on_overflow: OverflowOption = "truncate",
+    time_origin: OriginOption = "first",
+    token_scale: ScaleOption = 1.0,
+) -> None:
+    """Multi-round plan from a TraceLab round trace (paper Section II-C): per round the
+    new tokens (input growth beyond the previous transcript), the generated tokens and the
+    tool gap (parallel calls: the longest; sequential: the sum; human-waiting tools and
+    the user's turns: gap 0). Writes DIR/plan.parquet with the trace's sha256 and flags."""
+    _import(
+        "tracelab",
+        out,
+        path=trace,
+        sessions=sessions,
+        seed=seed,
+        max_context=max_context,
+        on_overflow=on_overflow,
+        time_origin=time_origin,
+        token_scale=token_scale,
+    )
+
+
+def from_otel(
+    spans: Annotated[
+        Path, typer.Argument(help="OTLP JSON from the Collector's file exporter (.json[l]).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for plan.parquet.")],
+    sessions: SessionsOption = None,
+    seed: SeedOption = 0,
+    max_context: MaxContextOption = 8192,
+    on_overflow: OverflowOption = "truncate",
+    time_origin: OriginOption = "first",
+    token_scale: ScaleOption = 1.0,
+) -> None:
+    """Multi-round plan from OpenTelemetry GenAI spans (gen_ai.* semantic conventions):
+    inference spans are rounds, execute_tool spans between two of them the tool gap,
+    gen_ai.conversation.id the session. Same rules and output as `plans from-trace`."""
+    _import(
+        "otel",
+        out,
+        path=spans,
+        sessions=sessions,
+        seed=seed,
+        max_context=max_context,
+        on_overflow=on_overflow,
+        time_origin=time_origin,
+        token_scale=token_scale,
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("plan")(plan)
+    plans_app = typer.Typer(
+        help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry).",
+        no_args_is_help=True,
+    )
+    plans_app.command("from-trace")(from_trace)
+    plans_app.command("from-otel")(from_otel)
+    app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
         help="Tool-latency tables (SPEC 3): build from a trace, show.", no_args_is_help=True
     )

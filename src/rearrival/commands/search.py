@@ -257,19 +257,40 @@ def merge(
 def advise(
     config: ConfigOption = DEFAULT_CONFIG,
     n: Annotated[
-        int,
+        str | None,
         typer.Option(
-            "--n", min=1, help="Concurrency of the generated inputs (ignored with --plans)."
+            "--n",
+            help="Concurrency levels, e.g. 6,8,10 (default: the search's own N set; a "
+            "different set than --search's is refused).",
         ),
-    ] = 8,
+    ] = None,
     plans_dir: Annotated[
         Path | None,
         typer.Option(
             "--plans",
             help="Directory of plan files (.parquet/.json) to diagnose instead of "
-            "the config's evaluation inputs at --n.",
+            "the config's evaluation inputs.",
         ),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            help="Your agents' trace (TraceLab .jsonl[.gz] or OTLP JSON): advise on N "
+            "sessions drawn from it at each N.",
+        ),
+    ] = None,
+    token_scale: Annotated[
+        float,
+        typer.Option("--token-scale", help="With --trace: what-if factor on every token count."),
+    ] = 1.0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="With --trace: seed of the drawn workloads.")
+    ] = 0,
+    resamples: Annotated[
+        int,
+        typer.Option("--resamples", min=1, help="With --trace: bootstrap session sets."),
+    ] = 100,
     search_dir: Annotated[
         Path | None,
         typer.Option(
@@ -287,20 +308,45 @@ def advise(
     profile: ProfileOption = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
-    saving, memory and compile cost, and whether more slots would still help."""
+    saving, memory (with the headroom per device) and compile cost, and whether more
+    slots would still help and fit."""
     from rearrival.config.study import load_study_config
+    from rearrival.model.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
+    from rearrival.search.scoring import SearchError
+    from rearrival.search.trace_advice import advise_trace
 
+    if trace is not None and plans_dir is not None:
+        raise SearchError("options --trace and --plans both give the inputs; pass one")
     cfg = load_study_config(config)
-    advice = make_advice(
-        cfg,
-        n=n,
-        plans_dir=plans_dir,
-        search_dir=search_dir,
-        workers=workers,
-        profile=_profile(cfg, profile),
-    )
+    n_set = _int_list("--n", n)
+    costs = _profile(cfg, profile)
+    if trace is None:
+        advice = make_advice(
+            cfg,
+            n=n_set,
+            plans_dir=plans_dir,
+            search_dir=search_dir,
+            workers=workers,
+            profile=costs,
+        )
+    else:
+        try:
+            advice = advise_trace(
+                cfg,
+                trace,
+                n=n_set,
+                token_scale=token_scale,
+                search_dir=search_dir,
+                seed=seed,
+                resamples=resamples,
+                workers=workers,
+                profile=costs,
+            )
+        except TraceError as exc:
+            typer.echo(f"rearrival: error: {exc}", err=True)
+            raise typer.Exit(1) from None
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 

@@ -1046,10 +1046,14 @@ def run_search(
 
 
 def select(
-    cfg: StudyConfig, workers: int = 2, profile: Profile | None = None
+    cfg: StudyConfig,
+    workers: int = 2,
+    profile: Profile | None = None,
+    settings: SearchSettings | None = None,
 ) -> tuple[Candidate, float]:
-    """The search's pick and its score, from the search inputs alone (no files written)."""
-    settings = SearchSettings.from_config(cfg)
+    """The search's pick and its score, from the search inputs alone (no files written);
+    ``settings`` replaces the config's (e.g. another N set)."""
+    settings = settings or SearchSettings.from_config(cfg)
     plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
     cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
