@@ -306,6 +306,14 @@ def advise(
         bool, typer.Option("--json", help="Print JSON instead of Markdown.")
     ] = False,
     profile: ProfileOption = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Use this study's own search, evaluation inputs and baseline (a study "
+            "with a workload and a search block, e.g. agent sessions).",
+        ),
+    ] = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
@@ -330,6 +338,7 @@ def advise(
             search_dir=search_dir,
             workers=workers,
             profile=costs,
+            study=study,
         )
     else:
         try:
