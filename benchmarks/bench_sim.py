@@ -122,9 +122,13 @@ def batch_evaluation(plans: list, passes: int, sample: int) -> tuple[float, floa
                 (
                     inputs.ints,
                     inputs.floats,
+                    inputs.pair_reuse,
+                    inputs.pair_cost,
                     arrays.steps,
                     arrays.batches,
                     arrays.slots,
+                    True,
+                    0,
                     out_f,
                     out_i,
                 ),
@@ -135,7 +139,7 @@ def batch_evaluation(plans: list, passes: int, sample: int) -> tuple[float, floa
         core.run_batch(*args)
         for index in rng.sample(range(len(cands)), 3):
             result = simulate(plan, cands[index].sim_config())
-            if (args[5][index, 0], args[6][index, 0]) != (result.device_s, result.reuse_hits):
+            if (args[9][index, 0], args[10][index, 0]) != (result.device_s, result.reuse_hits):
                 sys.exit(f"BATCH MISMATCH: N={plan.n} {cands[index].id}")
     times = []
     for _ in range(passes):

@@ -19,9 +19,10 @@ VARIANTS = ("wait", "control", "equal")
 # (the predictor's base rule) or at once (the measured stack).
 RELEASES = ("deferred", "immediate")
 
-# The dummy padding block (SPEC 5 variant c): absent, or taken by evicting the oldest
-# evictable slot before a partly filled decode step (the measured stack).
-DUMMY_BLOCKS = ("off", "pre-evict")
+# The dummy padding block: absent; taken by evicting the oldest evictable slot before a
+# partly filled decode step (the measured stack); or one slot counted as held at every
+# admission while 0 < running < batch_size (the paper's Supplementary S9 simulator).
+DUMMY_BLOCKS = ("off", "pre-evict", "reserved")
 
 # Why a KV slot's cached prefix was dropped: an admission securing its slot, or the
 # dummy padding block. "dummy-block" is the spelling the emulated server log writes

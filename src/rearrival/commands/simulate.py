@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
         dummy_block: str = typer.Option(
             "off",
             "--dummy-block",
-            help="off (paper's base) or pre-evict (measured stack's padding block, S9).",
+            help="Padding-block rule: off (paper's base), pre-evict (measured stack) or "
+            "reserved (paper's Supplementary S9 simulator, with deferred release).",
         ),
         variant: str = typer.Option(
             "wait",

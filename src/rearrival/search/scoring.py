@@ -478,15 +478,21 @@ def score_plan(plan: Plan, arrays: CandidateArrays) -> PlanScores:
         core.run_batch(
             inputs.ints,
             inputs.floats,
+            inputs.pair_reuse,
+            inputs.pair_cost,
             np.ascontiguousarray(arrays.steps[reps]),
             arrays.batches[reps],
             arrays.slots[reps],
+            True,  # the base simulator: deferred release, no dummy block
+            0,
             out_f,
             out_i,
         )
     else:  # the Python core, same bits (compiled_core or simulate warned)
         _python_batch(plan, arrays, reps.tolist(), profile, out_f, out_i)
-    return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
+    return PlanScores(
+        out_f[inverse, :3], out_i[inverse, :2], plan.requests - len(plan.sessions), len(reps)
+    )
 
 
 def _python_batch(
