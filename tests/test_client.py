@@ -310,6 +310,23 @@ def test_faults_end_the_run_incomplete_with_one_reason(
     assert len(kept.requests) == len(run.requests)
 
 
+def test_a_multi_round_run_cut_short_keeps_each_sessions_finished_rounds(tmp_path: Path) -> None:
+    async def truncates_third_rounds(
+        request: web.Request, body: dict[str, Any], index: int
+    ) -> web.StreamResponse:
+        if len(body["prompt"]) <= 50:  # MULTI's rounds 0 and 1 are at most 48 tokens
+            return await good_stream(request, body, index)
+        return await truncates_followups(request, body, index)
+
+    run, _ = replay_against(truncates_third_rounds, MULTI)
+    assert run.status == "partial" and "without 'data: [DONE]'" in (run.reason or "")
+    client.write_client_run(tmp_path / "run", run, manifest=manifest_for(MULTI), server_log="")
+    kept = read_run(tmp_path / "run", require_complete=False).requests
+    assert kept["turn"].max() <= 1 and (kept["turn"] == 1).any()
+    for _, turns in kept.groupby("session")["turn"]:
+        assert sorted(turns) == list(range(len(turns)))
+
+
 def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{rbln.free_port()}"
     outcome = asyncio.run(

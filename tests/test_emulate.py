@@ -450,13 +450,14 @@ def staggered_plan(sessions: int = 3, rounds: int = 4, spacing_s: float = 1.5) -
 
 
 def random_multi_round_plan(rng: random.Random, n: int, max_rounds: int = 6) -> Plan:
-    """Overlapping sessions of 1..max_rounds rounds, staggered starts, some zero gaps."""
+    """Overlapping sessions of 1..max_rounds rounds, staggered starts, some zero gaps and
+    some rounds that append nothing (the next prompt is the previous transcript)."""
     sessions = []
     for i in range(n):
         count = rng.randint(1, max_rounds)
         rounds = tuple(
             Round(
-                rng.randint(1, 1200) if k == 0 else rng.randint(1, 300),
+                rng.randint(1, 1200) if k == 0 else rng.choice([0, rng.randint(1, 300)]),
                 rng.randint(1, 30),
                 0.0 if k == count - 1 or rng.random() < 0.2 else rng.uniform(0.0, 1.5),
                 "aggregate",
@@ -530,6 +531,9 @@ def _replayed_reuse(server_log: str) -> list[tuple[int, int]]:
 def test_admission_reuses_the_largest_surviving_prefix_of_the_session(slots, seed) -> None:
     plan = random_multi_round_plan(random.Random(seed * 31 + (slots or 0)), 7)
     run = run_emulated(plan, **BASELINE, slots=slots, seed=seed)
+    again = run_emulated(plan, **BASELINE, slots=slots, seed=seed)
+    pd.testing.assert_frame_equal(run.requests, again.requests)
+    assert run.server_log == again.server_log  # seeded: same inputs, same records
     pairs = _replayed_reuse(run.server_log)
     assert len(pairs) == plan.requests
     assert [e for e, _ in pairs] == [a for _, a in pairs]

@@ -71,7 +71,12 @@ def _buckets(text: str) -> tuple[int, ...]:
 
 
 def run(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file (.parquet|.json).")],
+    plan_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="PLAN", help="Plan file (.parquet|.json), two-round or multi-round."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
     backend: Annotated[
         str, typer.Option("--backend", help="emulated (in process), emulated-http or rbln.")
@@ -120,6 +125,8 @@ def run(
 
     emulated runs the virtual-time twin in process; emulated-http and rbln replay the
     plan through the async client (token-id prompts, streaming) against a fresh server.
+    Every round of a session is one request (requests.parquet column 'turn' = round
+    index); each round after the first resends the session's transcript so far.
     A run cut short is still written, marked failed/partial with its reason, and the
     command exits non-zero.
     """

@@ -14,7 +14,8 @@ allocation order without refresh, deferred or immediate release, the optional
 pre-evicted or reserved dummy block, a hit leaving its source slot cached, the look-up
 taking the largest prefix among all the session's surviving slots, round 0 of a session
 sent at its start and every later round arriving at the previous round's completion +
-its gap (or max(fixed time, completion) in the fixed-arrival variant).
+its gap (or at its fixed time, queued no earlier than that completion, in the
+fixed-arrival variant).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
             if config.fixed_arrivals is None:
                 follow_up.arrival_s = t + request.gap_after_s
             else:  # re-arrival index: the re-arrivals of earlier sessions come first
-                follow_up.arrival_s = max(config.fixed_arrivals[rid - request.session], t)
+                follow_up.arrival_s = config.fixed_arrivals[rid - request.session]
 
     while not all(r.state == "done" for r in requests):
         arrived = [
@@ -112,6 +113,9 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
         for request in sorted(arrived, key=lambda r: (r.arrival_s, r.session, r.turn)):
             request.state = "waiting"
             waiting.append(request)
+        # the queue in (arrival, session, round) order: FIFO unless a fixed arrival time
+        # precedes the completion that let its request be queued
+        waiting.sort(key=lambda r: (r.arrival_s, r.session, r.turn))
 
         if waiting and len(running) < config.batch_size:
             # dummy-block rule "reserved": the padding block holds a slot while 0 < n < batch

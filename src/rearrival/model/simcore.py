@@ -17,7 +17,9 @@ State (see ``rearrival.model.kvslots`` for the cache model it writes out):
 * ``owner[slot]`` is the request id whose KV the slot holds (-1: none). Each request's
   owner entry is unique, so "round j's KV still sits in its slot" is
   ``owner[slot_of[j]] == j`` (the Python core compares the entry's identity).
-* the waiting queue is an array with head and tail indices: every request joins it once.
+* the waiting queue is a heap of request ids in the same (arrival time, rid) order:
+  first in, first out, except that a fixed arrival time earlier than the completion that
+  let the request be queued places it by that time (``rearrival.model.sim`` variant a).
 
 No validation happens here: ``rearrival.model.sim`` validates plan and configuration once and
 converts them to arrays (cached per plan and per configuration), and checks that the
@@ -209,8 +211,7 @@ def run(
     n_pending = 0
     next_key = 0
     n_running = 0
-    head = 0
-    tail = 0
+    n_waiting = 0
     shift = 0
     while (1 << shift) <= requests:
         shift += 1
@@ -229,15 +230,13 @@ def run(
     while True:
         while due <= t + eps:
             rid, n_arrivals = _pop_arrival(arrivals_heap, n_arrivals, arrival)
-            waiting[tail] = rid
-            tail += 1
+            n_waiting = _push_arrival(waiting, n_waiting, rid, arrival)
             due = arrival[arrivals_heap[0]] if n_arrivals else inf
         nrun = n_running
-        if head < tail and nrun < batch:
+        if n_waiting and nrun < batch:
             reserved = 1 if 0 < nrun < reserve_below else 0
             if n_free - reserved + n_evictable >= 1:
-                rid = waiting[head]
-                head += 1
+                rid, n_waiting = _pop_arrival(waiting, n_waiting, arrival)
                 if n_free > reserved:
                     slot, n_free = _pop(free, n_free)
                 else:
@@ -301,7 +300,7 @@ def run(
                         n_evictable = _push(evictable, n_evictable, key[slot])
                     nf = next_fixed[rid]
                     if nf >= 0:
-                        when = t + gap[rid] if not has_fixed else max(fixed[nf], t)
+                        when = t + gap[rid] if not has_fixed else fixed[nf]
                         arrival[rid + 1] = when
                         n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                         if when < due:
@@ -335,7 +334,7 @@ def run(
         dt = step_s[nrun]
         k = (running[0] >> shift) - clock
         end = t + k * dt
-        if head < tail:
+        if n_waiting:
             if nrun < batch and n_free - reserved + n_evictable >= 1:
                 k = 1
                 end = t + dt
@@ -374,7 +373,7 @@ def run(
                 n_evictable = _push(evictable, n_evictable, key[slot_of[rid]])
             nf = next_fixed[rid]
             if nf >= 0:
-                when = t + gap[rid] if not has_fixed else max(fixed[nf], t)
+                when = t + gap[rid] if not has_fixed else fixed[nf]
                 arrival[rid + 1] = when
                 n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                 if when < due:
