@@ -151,10 +151,22 @@ def test_overflow_truncates_and_counts_or_refuses(tmp_path: Path) -> None:
     assert over["truncated_sessions"] == 1 and over["dropped_rounds"] == 2
     assert over["dropped_sessions"] == 0 and result.truncated_sessions == 1
     assert over["longest_transcript_tokens"] == 1230
+    # keeping every round needs one profile slot length (8,192): its KV cost is stated
+    assert over["longer_context"].startswith("a maximum sequence length of 8,192 tokens")
+    assert "1.125 GiB of KV per slot" in over["longer_context"]
+    assert any("to keep every round" in line for line in result.summary_lines())
     dropped = plans_from_trace(path, max_context=1000)
     assert dropped.plan.n == 2 and dropped.plan.meta.notes["overflow"]["dropped"] == ["a"]
     with pytest.raises(TraceError, match=r"1 of 3 sessions exceed .* 1,100"):
         plans_from_trace(path, max_context=1100, on_overflow="refuse")
+
+
+def test_fitting_scale_keeps_every_round() -> None:
+    from rearrival.model.trace_plans import ImportOptions, fitting_scale
+
+    assert fitting_scale(ImportOptions(), 49_157) == 0.16  # 8,192 / 49,157 = 0.1666
+    assert fitting_scale(ImportOptions(), 2_000_000) == 0.0040  # 0.0041 rounded down
+    assert fitting_scale(ImportOptions(token_scale=0.5), 8_192) == 0.5
 
 
 def test_token_scale_is_a_labelled_what_if(tmp_path: Path) -> None:

@@ -121,6 +121,15 @@ def search(
             "e.g. agent sessions; default: the top-level search.",
         ),
     ] = None,
+    plans_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--plans",
+            help="Search over the plans in this directory (e.g. from `rearrival plans "
+            "from-trace`; search/ and evaluation/ subdirectories are held apart) instead "
+            "of generated ones; their N set is used.",
+        ),
+    ] = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
@@ -147,7 +156,12 @@ def search(
             "results, e.g. `rearrival search --out results/search`"
         )
     cfg = load_study_config(config)
-    summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides, study)
+    if plans_dir is not None:
+        from rearrival.search.plan_dir import search_plan_dir
+
+        summary = search_plan_dir(cfg, plans_dir, out, workers, _profile(cfg, profile), overrides)
+    else:
+        summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides, study)
     selected = summary["selected"]
     typer.echo(
         f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "

@@ -61,11 +61,16 @@ class ContextCost:
 
     def sentence(self) -> str:
         """One line a user can act on: KV per slot and how many slots would fit."""
-        return (
+        text = (
             f"a maximum sequence length of {self.max_seq_len:,} tokens needs "
             f"{self.slot_gib:.3f} GiB of KV per slot ({self.slot_gib_per_device:.4f} GiB per "
-            f"device), so at most {self.max_slots} slots fit; the profile was measured at "
-            f"{self.measured_seq_len:,}, so its costs do not apply there"
+            f"device), so at most {self.max_slots} slots fit"
+        )
+        if self.max_seq_len == self.measured_seq_len:
+            return text
+        return (
+            f"{text}; the profile was measured at {self.measured_seq_len:,}, so its costs "
+            "do not apply there (calibrate at that length first)"
         )
 
 

@@ -168,6 +168,10 @@ class ImportResult:
         return int(self.notes["overflow"]["truncated_sessions"])
 
     @property
+    def dropped_sessions(self) -> int:
+        return int(self.notes["overflow"]["dropped_sessions"])
+
+    @property
     def dropped_rounds(self) -> int:
         return int(self.notes["overflow"]["dropped_rounds"])
 
@@ -188,6 +192,8 @@ class ImportResult:
             f"user ({n['think_s_removed']:.1f} s removed), {n['human_tool_calls']} "
             "human-waiting tool calls left out",
         ]
+        if over.get("longer_context"):
+            lines.append(f"to keep every round, {over['longer_context']}")
         if n["context_shrinks"]:
             lines.append(
                 f"context shrinks: {n['context_shrinks']} rounds sent less than the previous "
@@ -324,7 +330,9 @@ def _fit(rounds: list[Round], max_context: int) -> list[Round]:
     return kept
 
 
-def _select(sessions: Sequence[TraceSession], options: ImportOptions, path: Path) -> list:
+def _select(
+    sessions: Sequence[TraceSession], options: ImportOptions, path: Path
+) -> list[TraceSession]:
     """All sessions, or a seeded sample without replacement, in start order."""
     ordered = sorted(sessions, key=lambda s: (s.start_epoch_s, s.key))
     if options.sessions is None:
@@ -339,25 +347,32 @@ def _select(sessions: Sequence[TraceSession], options: ImportOptions, path: Path
 
 
 def fitting_scale(options: ImportOptions, longest_transcript: int) -> float:
-    """The largest --token-scale (two decimals, rounded down) at which the longest
-    transcript fits ``max_context``, so every round of every session is kept."""
+    """The largest --token-scale (two significant digits, rounded down) at which the
+    longest transcript fits ``max_context``, so every round of every session is kept."""
     exact = options.token_scale * options.max_context / longest_transcript
-    return math.floor(exact * 100) / 100
+    digits = max(2, 1 - math.floor(math.log10(exact)))
+    return math.floor(exact * 10**digits) / 10**digits
+
+
+def _longer_context(need: int, profile: Profile) -> tuple[int, str]:
+    """The maximum sequence length that holds ``need`` tokens (a multiple of the profile's)
+    and what it costs in KV memory per slot and slots that fit."""
+    step = profile.slot_tokens
+    longer = max(step, -(-need // step) * step)
+    return longer, context_cost(profile, device_memory(profile), longer).sentence()
 
 
 def _nothing_fits(path: Path, counts: _Counts, options: ImportOptions, profile: Profile) -> str:
     """The refusal when no session's first round fits, with both ways forward."""
     need = counts.longest_transcript
-    step = profile.slot_tokens
-    longer = max(step, -(-need // step) * step)
-    cost = context_cost(profile, device_memory(profile), longer)
+    longer, cost = _longer_context(need, profile)
     return (
         f"{path}: nothing fits a maximum sequence length of {options.max_context:,} "
         f"tokens: every session's first round is longer (shortest "
         f"{counts.shortest_first:,}, longest transcript {need:,}), so no plan was written; "
         f"study it as a labelled what-if with --token-scale "
         f"{fitting_scale(options, need):g} (every round fits) or import with --max-context "
-        f"{longer:,}, where {cost.sentence()}"
+        f"{longer:,}, where {cost}"
     )
 
 
@@ -409,6 +424,9 @@ def build_plan(
         for i, (s, rounds) in enumerate(kept)
     )
     notes = _notes(counts, options, chosen, kept) | (extra_notes or {})
+    if affected:
+        longer = _longer_context(counts.longest_transcript, profile)[1]
+        notes["overflow"]["longer_context"] = longer
     meta = PlanMeta(
         seed=options.seed if options.sessions is not None else None,
         variant="wait",

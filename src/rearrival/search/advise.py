@@ -23,7 +23,7 @@ from typing import Any
 
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.memory import DeviceMemory, device_memory
-from rearrival.model.plans import Plan, load_plan
+from rearrival.model.plans import Plan, check_context, load_plan
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.search.scoring import (
@@ -45,15 +45,21 @@ SMALL_GAIN = 0.005
 SLOT_STEP = 8
 
 
-def load_plan_dir(plans_dir: Path) -> list[Plan]:
-    """Every plan file (.parquet/.json) under ``plans_dir``, in path order."""
+def load_plan_dir(plans_dir: Path, max_seq_len: int | None = None) -> list[Plan]:
+    """Every plan file (.parquet/.json) under ``plans_dir``, in path order; with
+    ``max_seq_len`` (the profile's), a plan whose transcript outgrows it is refused, since
+    the profile's costs were not measured there."""
     paths = sorted(p for p in plans_dir.rglob("*") if p.suffix in (".parquet", ".json"))
     if not paths:
         raise SearchError(
             f"plans directory {plans_dir}: no .parquet or .json plan files; "
             "write some with `rearrival plan` or `rearrival search plans`"
         )
-    return [load_plan(p) for p in paths]
+    plans = [load_plan(p) for p in paths]
+    if max_seq_len is not None:
+        for path, plan in zip(paths, plans, strict=True):
+            check_context(plan, max_seq_len, f"{path} (profile measured at {max_seq_len:,})")
+    return plans
 
 
 def evaluation_plans(
@@ -272,7 +278,7 @@ def advise(
     settings = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
-    plans = load_plan_dir(plans_dir) if plans_dir is not None else None
+    plans = load_plan_dir(plans_dir, profile.slot_tokens) if plans_dir is not None else None
     if plans is not None:
         n = sorted({p.n for p in plans}) if n is None else n
         if search_dir is None and settings.workload is None and any(p.multi_round for p in plans):

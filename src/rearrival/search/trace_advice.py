@@ -20,6 +20,7 @@ profile), so rounds beyond it are truncated and counted, never priced by extrapo
 
 from __future__ import annotations
 
+import gzip
 import math
 import random
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ from typing import Any
 from rearrival.config.study import StudyConfig
 from rearrival.model.memory import device_memory
 from rearrival.model.otel_import import plans_from_otel
-from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Session
+from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.model.trace_plans import ImportResult
@@ -66,10 +67,13 @@ def import_trace(path: Path, token_scale: float, profile: Profile) -> ImportResu
 
 
 def _is_otlp(path: Path) -> bool:
-    if path.suffix == ".gz" or not path.is_file():
+    if not path.is_file():
         return False
-    with path.open("rb") as handle:
-        return b"resourceSpans" in handle.read(4096)
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
+            return b"resourceSpans" in handle.read(4096)
+    except (OSError, EOFError):
+        return False  # the TraceLab reader names the damage with its line
 
 
 def workload_plan(pool: Plan, n: int, rng: random.Random) -> Plan:
@@ -85,7 +89,7 @@ def workload_plan(pool: Plan, n: int, rng: random.Random) -> Plan:
         trace_sha256=pool.meta.trace_sha256,
         import_flags=pool.meta.import_flags,
     )
-    return simulable(Plan(sessions, meta))
+    return Plan(sessions, meta)
 
 
 def workload_plans(
@@ -97,28 +101,6 @@ def workload_plans(
         for n in n_set
         for draw in range(draws)
     ]
-
-
-def simulable(plan: Plan) -> Plan:
-    """The plan in the shape this build's simulator runs: sessions of exactly two rounds
-    starting at 0 become the paper's two-round rows (the same requests)."""
-    if not plan.multi_round:
-        return plan
-    if any(len(s.rounds) != 2 or s.start_s for s in plan.sessions):
-        return plan
-    rows = tuple(
-        Session(
-            s.session,
-            s.rounds[0].new_tokens,
-            s.rounds[0].gen_tokens,
-            s.rounds[1].gen_tokens,
-            s.rounds[1].new_tokens,
-            s.rounds[0].gap_after_s,
-            s.rounds[0].tool_name,
-        )
-        for s in plan.sessions
-    )
-    return Plan(rows, plan.meta)
 
 
 def _device_s(plan: Plan, cand: Candidate, profile: Profile) -> float:
