@@ -179,3 +179,21 @@ def test_the_study_search_draws_agent_sessions_and_the_paper_search_does_not():
     assert baseline_of(cfg, "agents") == baseline_of(cfg)
     with pytest.raises(SearchError, match=r"studies\.grid has no search block"):
         SearchSettings.for_study(cfg, "grid")
+
+
+def test_advise_on_a_study_uses_its_agent_sessions(tmp_path):
+    from rearrival.model.plans import write_plan
+    from rearrival.search.advise import advise, evaluation_plans
+
+    cfg = _cfg(copy.deepcopy(SMALL))
+    own = SearchSettings.for_study(cfg, "agents")
+    advice = advise(cfg, study="agents", workers=1)
+    plans = evaluation_plans(cfg, own.n, own)
+    assert all(p.multi_round for p in plans) and advice["n"] == [6, 12]
+    # every round after a session's first is a re-arrival the advice accounts for
+    assert advice["baseline"]["re_arrivals"] == sum(p.requests - p.n for p in plans)
+    assert "search run now at N 6,12" in advice["recommendation_source"]
+    # agent sessions judged by the paper's two-round search would be a silent mismatch
+    write_plan(plans[0], tmp_path / "a.parquet")
+    with pytest.raises(SearchError, match="--study NAME"):
+        advise(cfg, plans_dir=tmp_path, workers=1)
