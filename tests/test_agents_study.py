@@ -57,7 +57,9 @@ def test_the_workload_block_becomes_the_generator_spec():
     [
         ({"rounds": [4, 30]}, "studies.agents.workload.rounds:"),
         ({"start_spread_s": -1}, "key $.studies.agents.workload.start_spread_s"),
-        ({"kind": "trace"}, "key $.studies.agents.workload.kind"),
+        ({"kind": "replay"}, "key $.studies.agents.workload.kind"),
+        ({"kind": "trace"}, "studies.agents.workload.rounds: not a key of kind trace"),
+        ({"path": "t.jsonl"}, "studies.agents.workload.path: not a key of kind multi_round"),
         ({"rounds": [4]}, "key $.studies.agents.workload.rounds"),
         ({"turns": 3}, "key $.studies.agents.workload"),
     ],
@@ -169,7 +171,7 @@ def test_the_study_search_draws_agent_sessions_and_the_paper_search_does_not():
     assert len(plans) == 2 * 2 and all(p.multi_round for _, p in plans)
     key, plan = plans[0]
     assert plan == generate_multi_round_plan(
-        key.n, study_seed=cfg.study_seed, replicate=0, block=110, spec=own.workload
+        key.n, study_seed=cfg.study_seed, replicate=0, block=110, spec=own.workload.spec
     )
     paper = search_plans(cfg, SearchSettings.from_config(cfg))
     assert not any(p.multi_round for _, p in paper)
@@ -197,3 +199,42 @@ def test_advise_on_a_study_uses_its_agent_sessions(tmp_path):
     write_plan(plans[0], tmp_path / "a.parquet")
     with pytest.raises(SearchError, match="--study NAME"):
         advise(cfg, plans_dir=tmp_path, workers=1)
+
+
+TRACE = Path("/work/shared/data/tracelab/round_trace.example.jsonl")
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="TraceLab sample not present")
+def test_a_trace_workload_samples_whole_sessions_and_registers_the_trace_hash(tmp_path):
+    from rearrival.model.trace_plans import file_sha256
+    from rearrival.model.tracelab_import import plans_from_trace
+
+    raw = copy.deepcopy(SMALL)
+    agents = raw["studies"]["agents"]
+    agents["n"] = [1]
+    agents["workload"] = {"kind": "trace", "path": str(TRACE), "token_scale": 0.15}
+    cfg = _cfg(raw)
+    design = registered_design(cfg, cfg.study("agents"))["workload"]
+    assert design == {
+        "kind": "trace",
+        "path": str(TRACE),
+        "sha256": file_sha256(TRACE),
+        "token_scale": 0.15,
+        "on_overflow": "truncate",
+    }
+    make_plans(cfg, "agents", tmp_path)
+    plan = load_plan(plan_file(tmp_path, 1, 0))
+    imported = plans_from_trace(TRACE, sessions=1, seed=plan.meta.seed, token_scale=0.15).plan
+    assert plan.sessions == imported.sessions and plan.multi_round
+    assert (plan.meta.study_seed, plan.meta.replicate, plan.meta.block) == (7, 0, 9)
+    assert plan.meta.trace_sha256 == file_sha256(TRACE)
+    # the study's own search samples its inputs from the same trace
+    own = SearchSettings.for_study(cfg, "agents")
+    assert own.workload.kind == "trace"
+    # more sessions than the trace holds, or a missing file, is one line naming the key
+    agents["n"] = [3]  # the sample holds two sessions
+    with pytest.raises(StudyConfigError, match=r"workload\.path .*3 but the trace has 2"):
+        make_plans(_cfg(raw), "agents", tmp_path / "three")
+    agents["workload"]["path"] = str(tmp_path / "missing.jsonl")
+    with pytest.raises(StudyConfigError, match=r"studies\.agents\.workload\.path: no such file"):
+        _cfg(raw)

@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 
 from rearrival.atomic import atomic_directory, atomic_write_json
-from rearrival.config.study import StudyConfig, tool_table_for
+from rearrival.config.study import StudyConfig, Workload, tool_table_for
 from rearrival.errors import RearrivalError
 from rearrival.model.memory import DeviceMemory, device_memory
-from rearrival.model.plangen import MultiRoundSpec, generate_multi_round_plan, generate_plan
+from rearrival.model.plangen import generate_plan
 from rearrival.model.plans import Plan, load_plan, write_plan
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
@@ -233,9 +233,9 @@ class SearchSettings:
     top: int = 20
     shards: int = 4
     memory_filter: bool = True
-    # agent sessions (a study's own search over its multi-round workload); None: the
-    # paper's two-round sessions
-    workload: MultiRoundSpec | None = None
+    # agent sessions (a study's own search over its workload: generated or sampled from
+    # a trace); None: the paper's two-round sessions
+    workload: Workload | None = None
 
     def __post_init__(self) -> None:
         if self.search_seed_block == self.evaluation_seed_block:
@@ -274,8 +274,7 @@ class SearchSettings:
                 "is the study's 'selected') or leave out --study for the top-level search"
             )
         _check_seed_blocks(cfg)
-        workload = study.workload.spec if study.workload is not None else None
-        return replace(cls._from_mapping(study.search), workload=workload)
+        return replace(cls._from_mapping(study.search), workload=study.workload)
 
     @classmethod
     def _from_mapping(cls, mapping: Mapping[str, Any]) -> SearchSettings:
@@ -358,7 +357,7 @@ def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: An
         "tool_table": table,
     }
     if settings.workload is not None:
-        return generate_multi_round_plan(key.n, **seeds, spec=settings.workload)
+        return settings.workload.plan(key.n, **seeds)
     return generate_plan(key.n, **seeds)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rearrival.atomic import atomic_directory
 from rearrival.config.study import Study, StudyConfig, tool_table_for
 from rearrival.errors import StageError
-from rearrival.model.plangen import generate_multi_round_plan, generate_plan
+from rearrival.model.plangen import generate_plan
 from rearrival.model.plans import Plan, load_plan, write_plan
 from rearrival.model.tools import ToolTable
 
@@ -20,10 +20,10 @@ def plan_file(plans_dir: Path, n: int, replicate: int) -> Path:
 
 def study_plan(cfg: StudyConfig, study: Study, n: int, replicate: int, table: ToolTable) -> Plan:
     """The plan of one (N, replicate): the study's own seed block keeps seeds disjoint;
-    a study with a multi-round workload draws agent sessions from its spec."""
+    a study with a workload draws agent sessions from its spec or its trace."""
     seeds = {"study_seed": cfg.study_seed, "replicate": replicate, "block": study.seed_block}
     if study.workload is not None:
-        return generate_multi_round_plan(n, **seeds, tool_table=table, spec=study.workload.spec)
+        return study.workload.plan(n, **seeds, tool_table=table)
     return generate_plan(n, **seeds, tool_table=table)
 
 
