@@ -177,8 +177,9 @@ class Study:
     repeats: int = 1
     workload: Workload | None = None
     # the study's own configuration search (its pick is its 'selected'): the raw
-    # ``search`` block over the top-level search's values, typed by SearchSettings
-    search: Mapping[str, Any] | None = None
+    # ``search`` block over the top-level search's values, typed by SearchSettings; left
+    # out of the hash (a mapping has none), so studies stay usable as dict keys
+    search: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @property
     def multi_round(self) -> bool:
