@@ -46,6 +46,7 @@ def test_the_workload_block_becomes_the_generator_spec():
     assert study.multi_round and study.uses_selected
     assert study.workload.spec == MultiRoundSpec(rounds=(3, 4), start_spread_s=1.0)
     assert not any(s.multi_round for name, s in cfg.studies.items() if name != "agents")
+    assert len({study, *cfg.studies.values()}) == len(cfg.studies)  # hashable, as the report needs
     # the default study: 4-8 rounds, N in {8, 16}, baseline vs more slots vs its search's pick
     full = _cfg(copy.deepcopy(FULL)).study("agents")
     assert full.workload.spec.rounds == (4, 8) and full.n == (8, 16)
