@@ -184,6 +184,11 @@ REFUSED_EDITS = {
         "study_seed: registered 7, config 8",
     ),
     "n": (_set("studies", "grid", "n", [6, 8]), ["grid"], "n: registered [6], config [6, 8]"),
+    "workload": (
+        _set("studies", "agents", "workload", "rounds", [3, 5]),
+        ["agents"],
+        "workload.rounds: registered [3, 4], config [3, 5]",
+    ),
     "buckets": (
         _set("configurations", "grid6", "buckets", [1, 2, 3, 4, 6, 8]),
         ["grid"],

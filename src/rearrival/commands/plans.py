@@ -23,6 +23,35 @@ def _tool_table(path: Path | None):
     return default_tool_table() if path is None else load_summary_json(path)
 
 
+def _range_option(option: str, text: str | None) -> tuple[int, int] | None:
+    """``LO-HI`` (or one integer) as inclusive bounds; None when the option is absent."""
+    from rearrival.model.plangen import PlanGenError
+
+    if text is None:
+        return None
+    parts = text.split("-")
+    try:
+        bounds = [int(part) for part in parts]
+    except ValueError:
+        bounds = []
+    if len(bounds) not in (1, 2):
+        raise PlanGenError(f"option {option} {text!r}: give LO-HI integers, e.g. 4-8")
+    return (bounds[0], bounds[-1])
+
+
+def _multi_round_spec(rounds: str | None, new_tokens: str | None, spread: float | None):
+    """The multi-round spec the options ask for, or None for the paper's two-round plan."""
+    from rearrival.model.plangen import MultiRoundSpec
+
+    chosen = {
+        "rounds": _range_option("--rounds", rounds),
+        "new_tokens": _range_option("--new-tokens", new_tokens),
+        "start_spread_s": spread,
+    }
+    chosen = {key: value for key, value in chosen.items() if value is not None}
+    return MultiRoundSpec(**chosen) if chosen else None
+
+
 def plan(
     n: Annotated[int, typer.Option("--n", help="Sessions in the plan (concurrency N).")],
     study_seed: Annotated[int, typer.Option("--study-seed", help="The study's seed.")],
@@ -37,20 +66,45 @@ def plan(
         Path | None,
         typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
     ] = None,
+    rounds: Annotated[
+        str | None,
+        typer.Option(
+            "--rounds",
+            help="Agent sessions: rounds per session LO-HI (e.g. 4-8), one tool call "
+            "between rounds; default: the paper's two-round sessions.",
+        ),
+    ] = None,
+    new_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--new-tokens", help="Agent sessions: tokens each tool result appends, LO-HI."
+        ),
+    ] = None,
+    start_spread_s: Annotated[
+        float | None,
+        typer.Option(
+            "--start-spread-s", help="Agent sessions: starts uniform in [0, this] seconds."
+        ),
+    ] = None,
 ) -> None:
-    """Write one replicate's input plan (docs/DESIGN.md §2); print path, sha256, cap fraction."""
+    """Write one replicate's input plan (paper II-C) and print path, sha256 and cap
+    fraction. Any of --rounds, --new-tokens, --start-spread-s makes agent sessions with
+    several tool calls (docs/DESIGN.md "Plans")."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
-    from rearrival.model.plangen import PlanGenError, generate_plan
+    from rearrival.model.plangen import PlanGenError, generate_multi_round_plan, generate_plan
     from rearrival.model.plans import write_plan
 
     try:
-        drawn = generate_plan(
+        spec = _multi_round_spec(rounds, new_tokens, start_spread_s)
+        generate = generate_plan if spec is None else generate_multi_round_plan
+        drawn = generate(
             n,
             study_seed=study_seed,
             replicate=replicate,
             block=block,
             tool_table=_tool_table(tool_table),
+            **({} if spec is None else {"spec": spec}),
         )
     except PlanGenError as exc:  # the library names the argument; name its option
         if exc.argument is None:

@@ -54,10 +54,18 @@ def _load(config: Path, ctx: typer.Context | None = None):
     from rearrival.search.scoring import SearchSettings, override_settings
 
     cfg = load_study_config(config)
-    settings = SearchSettings.from_config(cfg)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
+    study = _study(ctx)
+    settings = (
+        SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
+    )
     overrides = (obj or {}).get("search_overrides", {})
     return cfg, override_settings(settings, **overrides)
+
+
+def _study(ctx: typer.Context | None) -> str | None:
+    """The study whose own search (``--study``) the verb runs; None: the top-level one."""
+    return ((ctx.obj if ctx is not None else None) or {}).get("search_study")
 
 
 def search(
@@ -105,6 +113,14 @@ def search(
         ),
     ] = None,
     profile: ProfileOption = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Run this study's own search (studies.<name>.search) over its workload, "
+            "e.g. agent sessions; default: the top-level search.",
+        ),
+    ] = None,
     plans_dir: Annotated[
         Path | None,
         typer.Option(
@@ -128,7 +144,7 @@ def search(
         )
         if value is not None
     }
-    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides}
+    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides, "search_study": study}
     if ctx.invoked_subcommand is not None:
         return
     from rearrival.config.study import load_study_config
@@ -145,7 +161,7 @@ def search(
 
         summary = search_plan_dir(cfg, plans_dir, out, workers, _profile(cfg, profile), overrides)
     else:
-        summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides)
+        summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides, study)
     typer.echo(summary_lines(out, summary))
 
 
@@ -210,7 +226,7 @@ def shard(
         read_plans(plans_dir, settings),
         index,
         count,
-        baseline_of(cfg),
+        baseline_of(cfg, _study(ctx)),
         workers,
         costs,
     )
@@ -257,7 +273,7 @@ def merge(
     summary = write_outputs(
         combine_shards(frames),
         search_candidates(settings, costs),
-        baseline_of(cfg),
+        baseline_of(cfg, _study(ctx)),
         settings,
         out_dir,
         costs,
@@ -317,6 +333,14 @@ def advise(
         bool, typer.Option("--json", help="Print JSON instead of Markdown.")
     ] = False,
     profile: ProfileOption = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Use this study's own search, evaluation inputs and baseline (a study "
+            "with a workload and a search block, e.g. agent sessions).",
+        ),
+    ] = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
@@ -341,6 +365,7 @@ def advise(
             search_dir=search_dir,
             workers=workers,
             profile=costs,
+            study=study,
         )
     else:
         try:

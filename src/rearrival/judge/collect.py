@@ -60,7 +60,7 @@ def collect_channels(
 def run_statistics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
     """What the mechanism tables show per run: reuse on re-arrivals (III-B), decode
     steps and padding (III-A), prefill work; read from the records, never predicted."""
-    followups = requests[requests["turn"] == 1]
+    followups = requests[requests["turn"] >= 1]  # every round after a session's first
     decode = steps[steps["kind"] == "decode"]
     buckets = decode["b"].astype("int64")
     histogram = decode.groupby(["n", "b"]).size()

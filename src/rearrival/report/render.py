@@ -29,6 +29,7 @@ import jinja2
 from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, load_study_config, tool_table_for
 from rearrival.prereg.registration import PROFILE_FILE
+from rearrival.report.agents import build_agent_figures, reading_agents
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
 from rearrival.report.profiles import ProfileChoice, name_of_sha, other_choice
@@ -324,6 +325,7 @@ def render_html(
     paragraphs: list[str],
     missing: list[str],
     card: Scorecard | None = None,
+    agent_paragraphs: list[str] | None = None,
 ) -> str:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rearrival.report", "templates"),
@@ -348,6 +350,7 @@ def render_html(
         profile_check=profile_statement(prov),
         other_text=describe(prov.other_profile) if prov.other_profile else "",
         other_name=prov.other_profile.name if prov.other_profile else "",
+        agent_paragraphs=agent_paragraphs or [],
     )
 
 
@@ -400,9 +403,11 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     res = Results(cfg, Path(results))
     out = Path(out)
     tables = build_tables(res)
-    figures = build_figures(res)
+    figures = build_figures(res) + build_agent_figures(res)
     prov = provenance(res)
-    paragraphs = reading(res, prov, {t.id: t for t in tables})
+    by_id = {t.id: t for t in tables}
+    paragraphs = reading(res, prov, by_id)
+    agent_paragraphs = reading_agents(res, by_id) if res.agent_studies() else []
     card = scorecard(res, tables, prov)
     index: dict[str, Any] = {"tables": {}, "figures": {}, "report": "report.html"}
     for table in tables:
@@ -432,7 +437,9 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
         else {"name": prov.other_profile.name, "sha256": prov.other_profile.sha256}
     )
     index["scorecard"]["differing"] = card.differing()
-    html = render_html(cfg, prov, tables, figures, paragraphs, sorted(res.missing), card)
+    html = render_html(
+        cfg, prov, tables, figures, paragraphs, sorted(res.missing), card, agent_paragraphs
+    )
     atomic_write_text(out / "report.html", html)
     atomic_write_json(out / "tables" / "index.json", index)
     return index

@@ -141,17 +141,36 @@ class Results:
         return self.root.parent / path
 
     def studies(self, *kinds: str) -> list[Study]:
-        return [s for s in self.cfg.studies.values() if not kinds or s.kind in kinds]
+        """The paper's studies (two-round sessions) of the given kinds; studies of agent
+        sessions have their own report section (``agent_studies``)."""
+        return [
+            s
+            for s in self.cfg.studies.values()
+            if not s.multi_round and (not kinds or s.kind in kinds)
+        ]
 
-    def all_channels(self) -> pd.DataFrame:
-        """Every study's channel rows that exist, one frame (empty when none)."""
-        frames = [f for s in self.cfg.studies for f in [self.channels(s)] if f is not None]
+    def agent_studies(self) -> list[Study]:
+        """Studies of agent sessions with several tool calls (a ``workload`` block)."""
+        return [s for s in self.cfg.studies.values() if s.multi_round]
+
+    def all_channels(self, studies: Iterable[Study] | None = None) -> pd.DataFrame:
+        """The channel rows that exist of ``studies`` (default: the paper's studies), one
+        frame (empty when none)."""
+        chosen = self.studies() if studies is None else studies
+        frames = [f for s in chosen for f in [self.channels(s.name)] if f is not None]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def backends(self) -> list[str]:
         """Backends that produced the runs (from the manifests, via the channel tables)."""
-        frame = self.all_channels()
+        frame = self.all_channels(self.cfg.studies.values())
         return sorted(set(frame["backend"])) if "backend" in frame else []
+
+    def study_selected(self, study: Study) -> dict[str, Any] | None:
+        """The search pick a study compares as 'selected': its own search's, when it has
+        one (results/study_search/<study>/), else the top-level search's."""
+        if study.search is None:
+            return self.selected()
+        return self.load(f"study_search/{study.name}/selected.json")
 
     def configuration(self, name: str) -> Configuration | None:
         """A configuration by name; ``selected`` comes from the search output."""

@@ -62,10 +62,13 @@ def load_plan_dir(plans_dir: Path, max_seq_len: int | None = None) -> list[Plan]
     return plans
 
 
-def evaluation_plans(cfg: StudyConfig, n_set: Sequence[int]) -> list[Plan]:
-    """The config's evaluation inputs at each N: seeds x blocks plans never used to select."""
+def evaluation_plans(
+    cfg: StudyConfig, n_set: Sequence[int], settings: SearchSettings | None = None
+) -> list[Plan]:
+    """The config's evaluation inputs at each N: seeds x blocks plans never used to select
+    (``settings``: a study's own search, e.g. over agent sessions)."""
 
-    settings = SearchSettings.from_config(cfg)
+    settings = settings or SearchSettings.from_config(cfg)
     table = tool_table_for(cfg)
     return [
         make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table)
@@ -263,22 +266,33 @@ def advise(
     search_dir: Path | None = None,
     workers: int = 2,
     profile: Profile | None = None,
+    study: str | None = None,
 ) -> dict[str, Any]:
     """The Section V-D summary as a JSON-ready dict (see ``to_markdown``).
 
     Inputs are the config's evaluation plans at the search's N set (``n`` must agree with
-    it), or the plans under ``plans_dir`` (the search then runs at their N set)."""
+    it), or the plans under ``plans_dir`` (the search then runs at their N set). With
+    ``study``, that study's own search and evaluation inputs (e.g. agent sessions) and its
+    baseline."""
     profile = profile or measured_profile()
-    settings = SearchSettings.from_config(cfg)
+    settings = (
+        SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
+    )
     plans = load_plan_dir(plans_dir, profile.slot_tokens) if plans_dir is not None else None
     if plans is not None:
         n = sorted({p.n for p in plans}) if n is None else n
+        if search_dir is None and settings.workload is None and any(p.multi_round for p in plans):
+            raise SearchError(
+                f"plans directory {plans_dir}: the plans are agent sessions (several rounds) "
+                "but the search would select on the paper's two-round sessions; give "
+                "--study NAME (a study with a workload and a search block) or --search DIR"
+            )
     if search_dir is None and n is not None:
         settings = override_settings(settings, n=tuple(sorted(set(n))))
     pick, pick_source, search_n = search_pick(cfg, search_dir, workers, profile, settings)
     n_set = resolve_n(n, search_n, settings.n, pick_source)
     if plans is None:
-        plans = evaluation_plans(cfg, n_set)
+        plans = evaluation_plans(cfg, n_set, settings)
         source = (
             f"{len(plans)} evaluation plans of the config at N {','.join(map(str, n_set))} "
             f"(seed block {settings.evaluation_seed_block}, never used to select)"
@@ -286,7 +300,8 @@ def advise(
     else:
         source = f"{len(plans)} plan files under {plans_dir}"
     larger = larger_candidate(pick, settings.batch_sizes)
-    result = assess(plans, baseline_of(cfg), pick, larger, profile, device_memory(profile))
+    baseline = baseline_of(cfg, study)
+    result = assess(plans, baseline, pick, larger, profile, device_memory(profile))
     return {
         "inputs": source,
         "n": list(n_set),

@@ -85,8 +85,10 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     design.json except the one-line description (report text), the profile version and
     the search's pick (a result, known only after the search ran). The Snakefile passes
     it as a param, so an edit reruns the study's jobs, and compares it with the
-    registration, so an edit after registering is refused (:func:`design_changes`)."""
-    return {
+    registration, so an edit after registering is refused (:func:`design_changes`).
+    A study of agent sessions also registers its ``workload`` (left out for the paper's
+    two-round sessions, so their registrations keep their bytes)."""
+    design = {
         "study": study.name,
         "kind": study.kind,
         "backend": cfg.backend,
@@ -107,6 +109,9 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
             if name != SELECTED
         },
     }
+    if study.workload is not None:
+        design["workload"] = study.workload.as_dict()
+    return design
 
 
 def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
