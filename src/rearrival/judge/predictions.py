@@ -18,7 +18,7 @@ import pandas as pd
 from rearrival.config.study import Configuration, Study
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile
-from rearrival.model.sim import SIMULATORS, SimConfig, simulate
+from rearrival.model.sim import PREDICTION, SIMULATORS, SimConfig, simulate
 
 
 def simulate_condition(
@@ -77,3 +77,27 @@ def prediction_frame(
                         }
                     )
     return pd.DataFrame(rows)
+
+
+def predicted_ratios(
+    predictions: pd.DataFrame, baseline: str, simulator: str = PREDICTION
+) -> pd.DataFrame:
+    """Replicate-summed predicted device time per condition and its ratio to the baseline
+    configuration under the same variant (sums first, never means of ratios)."""
+    chosen = predictions[predictions["simulator"] == simulator]
+    sums = (
+        chosen.groupby(["n", "configuration", "variant"], sort=True)
+        .agg(
+            device_s=("device_s", "sum"),
+            decode_s=("decode_s", "sum"),
+            prefill_s=("prefill_s", "sum"),
+            reuse_hits=("reuse_hits", "sum"),
+            re_arrivals=("re_arrivals", "sum"),
+            computed_prefill_tokens=("computed_prefill_tokens", "sum"),
+        )
+        .reset_index()
+    )
+    base = sums[sums["configuration"] == baseline].set_index(["n", "variant"])["device_s"]
+    keys = list(zip(sums["n"], sums["variant"], strict=True))
+    sums["ratio_pred"] = [d / base.loc[k] for d, k in zip(sums["device_s"], keys, strict=True)]
+    return sums

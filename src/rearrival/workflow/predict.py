@@ -11,7 +11,6 @@ import pandas as pd
 
 from rearrival.config.study import StudyConfig, resolve_configurations
 from rearrival.judge.predictions import prediction_frame
-from rearrival.model.sim import PREDICTION
 from rearrival.parquet import write_frame
 from rearrival.workflow.plans import read_study_plan
 
@@ -31,27 +30,3 @@ def predict(
     )
     write_frame(frame, out)
     return frame
-
-
-def predicted_ratios(
-    predictions: pd.DataFrame, baseline: str, simulator: str = PREDICTION
-) -> pd.DataFrame:
-    """Replicate-summed predicted device time per condition and its ratio to the baseline
-    configuration under the same variant (sums first, never means of ratios)."""
-    chosen = predictions[predictions["simulator"] == simulator]
-    sums = (
-        chosen.groupby(["n", "configuration", "variant"], sort=True)
-        .agg(
-            device_s=("device_s", "sum"),
-            decode_s=("decode_s", "sum"),
-            prefill_s=("prefill_s", "sum"),
-            reuse_hits=("reuse_hits", "sum"),
-            re_arrivals=("re_arrivals", "sum"),
-            computed_prefill_tokens=("computed_prefill_tokens", "sum"),
-        )
-        .reset_index()
-    )
-    base = sums[sums["configuration"] == baseline].set_index(["n", "variant"])["device_s"]
-    keys = list(zip(sums["n"], sums["variant"], strict=True))
-    sums["ratio_pred"] = [d / base.loc[k] for d, k in zip(sums["device_s"], keys, strict=True)]
-    return sums

@@ -19,6 +19,7 @@ from rearrival.config.study import (
 )
 from rearrival.errors import StageError
 from rearrival.judge.decisions import criteria_from_config
+from rearrival.judge.predictions import predicted_ratios
 from rearrival.model.profile import profile_bytes, profile_sha256
 from rearrival.model.sim import PREDICTION, SIMULATORS
 from rearrival.parquet import read_frame
@@ -32,7 +33,6 @@ from rearrival.prereg.registration import (
 )
 from rearrival.prereg.witness import publish
 from rearrival.workflow.plans import read_study_plan
-from rearrival.workflow.predict import predicted_ratios
 
 
 def plan_registry(cfg: StudyConfig, study: Study, plans_dir: Path) -> dict[str, Any]:

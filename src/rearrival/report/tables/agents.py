@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from rearrival.config.study import SELECTED, Configuration, Study
+from rearrival.judge.predictions import predicted_ratios
 from rearrival.measure.records import read_run
 from rearrival.model.sim import PREDICTION
 from rearrival.report.conditions import condition_sums, ids, missing_notes, paired, ratio
@@ -26,7 +27,6 @@ from rearrival.report.results import (
     study_note,
 )
 from rearrival.report.table_model import Column, Part, Table
-from rearrival.workflow.predict import predicted_ratios
 
 
 def study_configuration(res: Results, study: Study, name: str) -> Configuration | None:
