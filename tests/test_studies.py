@@ -150,14 +150,20 @@ def test_the_default_studies_predict_with_their_own_calibration():
 
 def test_a_profile_edit_re_registers_every_study_once():
     """The profile is part of every registered design: switching it re-predicts,
-    re-registers, re-runs and re-decides every study, and reruns the search."""
+    re-registers, re-runs and re-decides every study, and reruns the search (the shared
+    one and every study's own)."""
     raw = copy.deepcopy(SMALL)
     before = _params(raw)
     raw["profile"] = PUBLISHED
     stages = ("predict", "prereg", "run", "decide")
-    assert _changed(before, _params(raw)) == {
-        f"{stage}:{study}" for study in SMALL["studies"] for stage in stages
-    } | {"search", "report"}
+    own_searches = {f"search:{name}" for name, s in SMALL["studies"].items() if "search" in s}
+    assert own_searches, "the small config has a study with its own search (agents)"
+    assert (
+        _changed(before, _params(raw))
+        == {f"{stage}:{study}" for study in SMALL["studies"] for stage in stages}
+        | {"search", "report"}
+        | own_searches
+    )
     cfg = study_config_from_mapping(raw, "<test>")
     study = cfg.study("validation")
     registered = registered_design(study_config_from_mapping(copy.deepcopy(SMALL), "<t>"), study)
