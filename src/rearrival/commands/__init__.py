@@ -1,18 +1,18 @@
 """CLI verbs grouped by area; each module owns its verbs and registers them on the app.
 
 plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
-decide: decide · pipeline: audit, prereg · search: search, advise · report: tables ·
-rbln: rbln patch/compile · calibrate: calibrate,
-calibrate-compile · study: the pipeline stages the Snakefile calls
+rejudge: decide --table · prereg: prereg, audit, publish · search: search, advise ·
+report: tables · rbln: rbln patch/compile · calibrate: calibrate, calibrate-compile ·
+study: ``rearrival study <stage>``, one verb per Snakemake rule
 """
 
 from rearrival.commands import (
     calibrate,
-    decide,
     measure,
-    pipeline,
     plans,
+    prereg,
     rbln,
+    rejudge,
     report,
     search,
     simulate,
@@ -23,8 +23,8 @@ ALL_AREAS = (
     plans.register,
     simulate.register,
     measure.register,
-    decide.register,
-    pipeline.register,
+    rejudge.register,
+    prereg.register,
     search.register,
     report.register,
     rbln.register,

@@ -386,12 +386,18 @@ def advise(
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
+def search_app() -> typer.Typer:
+    """The ``search`` group: everything at once, or its plans, shard and merge stages
+    (also ``rearrival study search``, which the search rules call)."""
+    group = typer.Typer(invoke_without_command=True)
+    group.callback()(search)
+    group.command("plans")(plans)
+    group.command("shard")(shard)
+    group.command("merge")(merge)
+    return group
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    search_app = typer.Typer(invoke_without_command=True)
-    search_app.callback()(search)
-    search_app.command("plans")(plans)
-    search_app.command("shard")(shard)
-    search_app.command("merge")(merge)
-    app.add_typer(search_app, name="search")
+    app.add_typer(search_app(), name="search")
     app.command("advise")(advise)

@@ -1,4 +1,9 @@
-"""CLI verbs of the study stages (`rearrival study ...`): what each Snakemake rule calls."""
+"""CLI verbs of the study stages (`rearrival study ...`): what each Snakemake rule calls.
+
+One name per stage: rule ``X`` (rules/X.smk) calls ``rearrival study X``, which delegates
+to ``rearrival.workflow.X`` or the library package doing the work. Every file a verb reads
+or writes is an option or argument the rule fills from its declared inputs and outputs.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,22 @@ Selected = Annotated[
     ),
 ]
 Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
+Profile = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        help="Profile YAML the config's profile: names (calibrated: the calibrate stage's "
+        "results/calibration/profile.yaml); none for published.",
+    ),
+]
+Ledger = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger",
+        help="The seal stage's record (results/ledger/<study>.json); it must name the "
+        "commit of the study's ledger at HEAD.",
+    ),
+]
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 DEFAULT_REPO = Path(".")
@@ -59,12 +80,13 @@ def predict(
     out: Out,
     config: Config = DEFAULT_CONFIG,
     selected: Selected = None,
+    profile: Profile = None,
 ) -> None:
     """Simulate every plan under every condition of a study (paper Section IV)."""
     from rearrival.workflow.predict import predict as run_predict
 
     with _naming_selected():
-        frame = run_predict(_config(config), study, plans, out, selected)
+        frame = run_predict(_config(config), study, plans, out, selected, profile)
     typer.echo(f"{out}: {len(frame)} predictions")
 
 
@@ -76,6 +98,7 @@ def prereg(
     config: Config = DEFAULT_CONFIG,
     selected: Selected = None,
     repo: Repo = DEFAULT_REPO,
+    profile: Profile = None,
 ) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
     from rearrival.workflow.preregister import preregister
@@ -89,6 +112,7 @@ def prereg(
             repo_dir=repo,
             records_dir=out.parent,
             selected_path=selected,
+            profile_path=profile,
         )
     typer.echo(f"{study}: registered at {record['commit']} ({record['committed_at']})")
 
@@ -142,16 +166,19 @@ def channels(
     out: Out,
     config: Config = DEFAULT_CONFIG,
     repo: Repo = DEFAULT_REPO,
+    profile: Profile = None,
+    ledger: Ledger = None,
 ) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.judge.collect import collect_channels
     from rearrival.prereg.ledger import require_sealed
+    from rearrival.workflow.profile import stage_profile
 
     cfg = _config(config)
     cfg.study(study)
-    require_sealed(repo, study, replicates)
+    require_sealed(repo, study, replicates, ledger)
     # channel A prices steps with the same profile the predictions used (config profile:)
-    frame = collect_channels(replicates, out, cfg.measurement.prediction_profile())
+    frame = collect_channels(replicates, out, stage_profile(cfg.measurement, profile))
     typer.echo(f"{out}: {len(frame)} runs")
 
 
@@ -163,6 +190,7 @@ def decide(
     out: Out,
     config: Config = DEFAULT_CONFIG,
     repo: Repo = DEFAULT_REPO,
+    ledger: Ledger = None,
 ) -> None:
     """Apply the registered decision rules to the study's replicate-summed ratios."""
     from rearrival.workflow.decide import decide as run_decide
@@ -175,6 +203,7 @@ def decide(
         prereg_path=prereg,
         repo_dir=repo,
         out=out,
+        ledger_record=ledger,
     )
     typer.echo(str(out))
 
@@ -225,11 +254,20 @@ def compile_configurations(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `study` group with one verb per pipeline stage."""
+    """Add the `study` group: one verb per Snakemake rule (rule X calls `rearrival study
+    X`). Calibration, search and report are also top-level verbs for use outside the
+    workflow; here they are the same functions under the stage's name."""
+    from rearrival.commands.calibrate import calibrate, calibrate_compile
+    from rearrival.commands.report import tables
+    from rearrival.commands.search import search_app
+
     study_app = typer.Typer(
-        help="Pipeline stages of one study (called by the Snakefile).", no_args_is_help=True
+        help="Pipeline stages (one per Snakemake rule; called by the Snakefile).",
+        no_args_is_help=True,
     )
     verbs = {
+        "calibrate-compile": calibrate_compile,
+        "calibrate": calibrate,
         "plans": plans,
         "predict": predict,
         "prereg": prereg,
@@ -239,7 +277,9 @@ def register(app: typer.Typer) -> None:
         "seal": seal,
         "channels": channels,
         "decide": decide,
+        "report": tables,
     }
     for name, verb in verbs.items():
         study_app.command(name)(verb)
+    study_app.add_typer(search_app(), name="search", help="The configuration search stages.")
     app.add_typer(study_app, name="study")

@@ -325,8 +325,37 @@ def verify(
     return differences(sealed, found)
 
 
-def require_sealed(repo_dir: Path, study: str, replicate_dirs: Iterable[Path]) -> None:
-    """Refuse run records that differ from their sealed hashes."""
+def check_seal_record(repo_dir: Path, study: str, record: Path) -> None:
+    """Refuse a seal record (``seal``'s ``out``) of another study, or one that does not
+    name the commit HEAD's ledger of the study was last sealed in: the stage would
+    otherwise verify against a ledger its declared input does not describe."""
+    try:
+        named = json.loads(record.read_text())
+    except (OSError, ValueError) as exc:
+        raise LedgerError(
+            f"{record}: unreadable seal record ({exc}); rerun the seal stage"
+        ) from None
+    if not isinstance(named, dict) or named.get("study") != study:
+        raise LedgerError(
+            f"{record}: field 'study' is not {study!r}; pass the seal record of study {study}"
+        )
+    repo = open_repo(repo_dir)
+    relative = ledger_path(study)
+    last = next(repo.iter_commits("HEAD", paths=[relative], max_count=1), None)
+    if last is None or named.get("commit") != last.hexsha:
+        raise LedgerError(
+            f"{record}: field 'commit' is {named.get('commit')!r} but {relative} was last "
+            f"committed in {last.hexsha if last else 'no commit'}; rerun the seal stage"
+        )
+
+
+def require_sealed(
+    repo_dir: Path, study: str, replicate_dirs: Iterable[Path], record: Path | None = None
+) -> None:
+    """Refuse run records that differ from their sealed hashes; with ``record`` (the seal
+    stage's output) also refuse a record that does not name HEAD's ledger commit."""
+    if record is not None:
+        check_seal_record(repo_dir, study, record)
     problems = verify(repo_dir, study, replicate_dirs)
     if problems:
         raise LedgerError(

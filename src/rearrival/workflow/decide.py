@@ -24,15 +24,20 @@ def decide(
     prereg_path: Path,
     repo_dir: Path,
     out: Path,
+    ledger_record: Path | None = None,
 ) -> None:
     """The study's decision table from its registration commit: the design, criteria
-    and predictions registered before the runs, and the channels of the runs."""
+    and predictions registered before the runs, and the channels of the runs, checked
+    against the ledger the seal stage's record ``ledger_record`` names."""
     cfg.study(study_name)
     registration = registration_for_decision(repo_dir, study_name, prereg_path, predictions_path)
     channels = read_frame(channels_path, "channels")
     if "run_dir" in channels:
         require_sealed(
-            repo_dir, study_name, sorted({Path(run_dir).parent for run_dir in channels["run_dir"]})
+            repo_dir,
+            study_name,
+            sorted({Path(run_dir).parent for run_dir in channels["run_dir"]}),
+            ledger_record,
         )
     text, _ = decision_table(
         registration.study,

@@ -13,20 +13,27 @@ from rearrival.config.study import StudyConfig, resolve_configurations
 from rearrival.judge.predictions import prediction_frame
 from rearrival.parquet import write_frame
 from rearrival.workflow.plans import read_study_plan
+from rearrival.workflow.profile import stage_profile
 
 
 def predict(
-    cfg: StudyConfig, study_name: str, plans_dir: Path, out: Path, selected_path: Path | None = None
+    cfg: StudyConfig,
+    study_name: str,
+    plans_dir: Path,
+    out: Path,
+    selected_path: Path | None = None,
+    profile_path: Path | None = None,
 ) -> pd.DataFrame:
     """Simulator predictions for every plan x condition x simulator variant (paper IV),
-    with the config's ``profile:``, written to ``out``."""
+    with the profile file ``profile_path`` the config's ``profile:`` asks for (None for
+    the published constants), written to ``out``."""
     study = cfg.study(study_name)
     frame = prediction_frame(
         cfg.replicates,
         study,
         lambda n, replicate: read_study_plan(plans_dir, n, replicate),
         resolve_configurations(cfg, study, selected_path),
-        cfg.measurement.prediction_profile(),
+        stage_profile(cfg.measurement, profile_path),
     )
     write_frame(frame, out)
     return frame

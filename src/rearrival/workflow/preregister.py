@@ -33,6 +33,7 @@ from rearrival.prereg.registration import (
 )
 from rearrival.prereg.witness import publish
 from rearrival.workflow.plans import read_study_plan
+from rearrival.workflow.profile import stage_profile
 
 
 def plan_registry(cfg: StudyConfig, study: Study, plans_dir: Path) -> dict[str, Any]:
@@ -114,15 +115,17 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     return design
 
 
-def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
+def study_design(
+    cfg: StudyConfig, study: Study, selected_path: Path | None, profile_path: Path | None
+) -> dict[str, Any]:
     """What the study compares, on which backend, with which inputs: fixed before runs."""
     calibration = cfg.measurement
     configurations = resolve_configurations(cfg, study, selected_path)
     return registered_design(cfg, study) | {
         "description": study.description,
-        "profile": calibration.prediction_profile().version,
+        "profile": stage_profile(calibration, profile_path).version,
         # the profile predictions used; its bytes are committed beside (profile.yaml)
-        "profile_sha256": profile_sha256(calibration.profile_path()),
+        "profile_sha256": profile_sha256(profile_path),
         "configurations": {name: c.as_dict() for name, c in configurations.items()},
     }
 
@@ -222,6 +225,7 @@ def preregister(
     repo_dir: Path,
     records_dir: Path,
     selected_path: Path | None = None,
+    profile_path: Path | None = None,
 ) -> dict[str, Any]:
     """Commit a study's design, criteria, plan registry and predictions (docs/DESIGN.md §8).
 
@@ -252,7 +256,7 @@ def preregister(
             signing=signing,
         )
     predictions = read_frame(predictions_path, "predict")
-    design = study_design(cfg, study, selected_path)
+    design = study_design(cfg, study, selected_path, profile_path)
     registered = registered_json(repo_dir, study.name, ("design.json",))
     if registered is not None:
         # the description is report text, not design: an edit reruns only the report,
@@ -263,7 +267,7 @@ def preregister(
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
         "predictions.json": prediction_record(predictions, study),
-        PROFILE_FILE: profile_bytes(cfg.measurement.profile_path()),
+        PROFILE_FILE: profile_bytes(profile_path),
     }
     record = register(
         repo_dir,

@@ -1,4 +1,6 @@
-"""CLI verbs of the decide area (registered by rearrival.cli)."""
+"""The one-off ``rearrival decide --table`` verb (registered by rearrival.cli): the paper's
+decision rules re-applied to a published table. Not the pipeline's decide stage, which is
+``rearrival study decide`` (rules/decide.smk -> rearrival.workflow.decide)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    app.command("decide")(decide)
+    app.command("decide")(rejudge)
 
 
-def decide(
+def rejudge(
     table: Annotated[
         Path,
         typer.Option(

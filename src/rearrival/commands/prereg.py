@@ -1,4 +1,4 @@
-"""CLI verbs of the pipeline area (registered by rearrival.cli): prereg, audit, publish.
+"""CLI verbs of the prereg area (registered by rearrival.cli): prereg, audit, publish.
 
 All are thin: ``prereg`` lets a Snakemake rule commit files an earlier rule prepared,
 ``audit`` prints the report of rearrival.prereg.audit and turns violations into exit

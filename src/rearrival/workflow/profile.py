@@ -1,0 +1,43 @@
+"""The profile file a study stage predicts with (predict, prereg, channels; paper Section
+IV): the one its rule declared and passed as ``--profile``, never a path the stage code
+knows by itself, so the DAG says which file each job reads.
+
+The config's ``profile:`` decides whether a file is needed at all: ``published`` uses the
+constants shipped with the package and takes none; ``calibrated`` or a path takes the file
+the rule names (rules/common.smk: ``profile_input``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rearrival.config.calibration import PUBLISHED, CalibrationConfig
+from rearrival.errors import StageError
+from rearrival.model.profile import Profile, load_profile_for_model
+
+
+def stage_profile_path(measurement: CalibrationConfig, given: Path | None) -> Path | None:
+    """The profile file a stage reads: ``given`` (its ``--profile``), None for the
+    published constants; a file the config does not ask for, or a missing one, is refused."""
+    if measurement.profile == PUBLISHED:
+        if given is not None:
+            raise StageError(
+                f"--profile {given}: {measurement.source} says profile: published; drop "
+                "--profile or set profile: to calibrated or the file"
+            )
+        return None
+    if given is None:
+        raise StageError(
+            f"{measurement.source}: profile: {measurement.profile} needs its file; pass "
+            "--profile (the calibrate stage writes results/calibration/profile.yaml)"
+        )
+    return given
+
+
+def stage_profile(measurement: CalibrationConfig, given: Path | None) -> Profile:
+    """The profile a stage predicts with, checked against the config's model."""
+    return load_profile_for_model(
+        stage_profile_path(measurement, given),
+        measurement.model.name,
+        measurement.model.architecture(),
+    )
