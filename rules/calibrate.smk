@@ -6,7 +6,7 @@
 
 rule calibrate_compile:
     output:
-        "results/calibration/compile.json",
+        record=calibration_path("compile.json"),
     log:
         "logs/calibration/compile.log",
     conda:
@@ -16,9 +16,10 @@ rule calibrate_compile:
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=constant("calibration"),
+        values=stage_values("calibration"),
     shell:
-        "rearrival calibrate-compile --config {params.config_file:q} --out {output:q}"
+        "rearrival study calibrate-compile --config {params.config_file:q}"
+        " --out {output.record:q}"
         " > {log:q} 2>&1"
 
 
@@ -26,12 +27,12 @@ rule calibrate:
     input:
         compiled=calibration_compile_input,
     output:
-        profile="results/calibration/profile.yaml",
-        decode="results/calibration/decode_steps.parquet",
-        prefill="results/calibration/prefill.parquet",
-        reuse="results/calibration/reuse.parquet",
-        runs=directory("results/calibration/runs"),
-        plans=directory("results/calibration/plans"),
+        profile=calibration_path("profile.yaml"),
+        decode=calibration_path("decode_steps.parquet"),
+        prefill=calibration_path("prefill.parquet"),
+        reuse=calibration_path("reuse.parquet"),
+        runs=directory(calibration_path("runs")),
+        plans=directory(calibration_path("plans")),
     log:
         "logs/calibration/calibrate.log",
     conda:
@@ -41,8 +42,8 @@ rule calibrate:
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=constant("calibration"),
+        values=stage_values("calibration"),
         compiled=calibration_compiled_option,
     shell:
-        "rearrival calibrate --config {params.config_file:q} --out {output.profile:q}"
+        "rearrival study calibrate --config {params.config_file:q} --out {output.profile:q}"
         " {params.compiled} > {log:q} 2>&1"

@@ -5,16 +5,18 @@
 rule channels:
     input:
         runs=replicate_run_dirs,
-        ledger="results/ledger/{study}.json",
+        ledger=rules.seal.output.record,
         profile=profile_input,
     output:
-        "results/channels/{study}.parquet",
+        channels=channels_path(),
     log:
         "logs/channels/{study}.log",
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
+        profile=profile_option,
     shell:
         "rearrival study channels --config {params.config_file:q} --study {wildcards.study:q}"
-        " --out {output:q} {input.runs:q} > {log:q} 2>&1"
+        " --ledger {input.ledger:q} {params.profile} --out {output.channels:q}"
+        " {input.runs:q} > {log:q} 2>&1"

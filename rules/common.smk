@@ -10,6 +10,7 @@ from rearrival.workflow.configfile import study_config_file
 from rearrival.workflow.params import workflow_params
 from rearrival.workflow.preregister import refuse_changed_designs
 from rearrival.workflow.run import INJECTION_BACKEND
+from rearrival.config.calibration import CALIBRATED, PUBLISHED
 from rearrival.config.study import study_config_from_mapping
 
 CONFIG_FILE = study_config_file(
@@ -45,25 +46,72 @@ def values(stage):
     return lambda wildcards: PARAMS[f"{stage}:{wildcards.study}"]
 
 
-def constant(stage):
+def stage_values(stage):
     """The same for a stage without a study wildcard (search, injection, report)."""
     return lambda wildcards: PARAMS[stage]
 
 
-def plan_files(study):
-    """Every plan of a study: one per N and replicate."""
-    s = STUDY.study(study)
-    return [
-        f"{RESULTS}/plans/{study}/n{n}_r{rep}.parquet"
-        for n in s.n
-        for rep in range(STUDY.replicates)
-    ]
+# One helper per path pattern. Rules declare their outputs with these and chain through
+# `rules.<rule>.output.<name>`; the helpers fill a study in for the lists below. Called
+# without arguments they return the wildcard pattern.
+
+
+def plans_path(study="{study}"):
+    return f"{RESULTS}/plans/{study}"
+
+
+def predictions_path(study="{study}"):
+    return f"{RESULTS}/predictions/{study}.parquet"
+
+
+def prereg_path(study="{study}"):
+    return f"{RESULTS}/prereg/{study}.json"
+
+
+def compile_path(study="{study}"):
+    return f"{RESULTS}/compile/{study}.json"
+
+
+def run_path(study="{study}", n="{n}", rep="{rep}"):
+    return f"{RESULTS}/runs/{study}/n{n}_r{rep}"
+
+
+def ledger_path(study="{study}"):
+    return f"{RESULTS}/ledger/{study}.json"
+
+
+def channels_path(study="{study}"):
+    return f"{RESULTS}/channels/{study}.parquet"
+
+
+def decisions_path(study="{study}"):
+    return f"{RESULTS}/decisions/{study}.csv"
+
+
+def calibration_path(name):
+    return f"{RESULTS}/calibration/{name}"
+
+
+def injection_path():
+    return f"{RESULTS}/injection/gaps.parquet"
+
+
+def search_path(name):
+    return f"{RESULTS}/search/{name}"
+
+
+def study_search_path(name, study="{study}"):
+    return f"{RESULTS}/study_search/{study}/{name}"
+
+
+def shard_name(shard="{shard}"):
+    return f"shards/shard_{shard}.parquet"
 
 
 def run_dirs(study):
     """The run directories (one per N and replicate) of a study."""
     s = STUDY.study(study)
-    return [f"{RESULTS}/runs/{study}/n{n}_r{rep}" for n in s.n for rep in range(STUDY.replicates)]
+    return [run_path(study, n, rep) for n in s.n for rep in range(STUDY.replicates)]
 
 
 def replicate_run_dirs(wildcards):
@@ -75,9 +123,9 @@ def prereg_inputs(wildcards):
     """A study whose configurations include the search's pick, or that amends another
     study, is registered only after that result exists (amendments apply to later runs)."""
     s = STUDY.study(wildcards.study)
-    inputs = {"predictions": f"{RESULTS}/predictions/{wildcards.study}.parquet"}
+    inputs = {"predictions": rules.predict.output.predictions}
     if s.amends:
-        inputs["amended"] = f"{RESULTS}/decisions/{s.amends}.csv"
+        inputs["amended"] = decisions_path(s.amends)
     return inputs
 
 
@@ -87,18 +135,16 @@ def selected_input(wildcards):
     top-level search's."""
     study = STUDY.study(wildcards.study)
     if study.search is not None:
-        return f"{RESULTS}/study_search/{study.name}/selected.json"
+        return rules.study_search_merge.output.selected.format(study=study.name)
     if study.uses_selected:
-        return f"{RESULTS}/search/selected.json"
+        return rules.search_merge.output.selected
     return []
 
 
 def study_search_shards(wildcards):
     """The shard files of a study's own search."""
     shards = STUDY.study(wildcards.study).search["shards"]
-    return [
-        f"{RESULTS}/study_search/{wildcards.study}/shards/shard_{k}.parquet" for k in range(shards)
-    ]
+    return [study_search_path(shard_name(k), wildcards.study) for k in range(shards)]
 
 
 def study_search_count(wildcards):
@@ -111,11 +157,16 @@ def selected_option(wildcards, input):
     return f"--selected '{input.selected}'" if input.selected else ""
 
 
+def profile_option(wildcards, input):
+    """The CLI option naming the declared profile file (empty for `profile: published`)."""
+    return f"--profile '{input.profile}'" if input.profile else ""
+
+
 def compile_inputs(wildcards):
     """On real hardware every configuration of the study is compiled first."""
     if STUDY.backend != "rbln":
         return []
-    return [f"{RESULTS}/compile/{wildcards.study}.json"]
+    return [rules.compile.output.record]
 
 
 def compiled_option(wildcards, input):
@@ -127,25 +178,25 @@ def report_inputs(wildcards):
     """Every result the report renders from, so Snakemake (and a storage plugin) can
     track and stage them."""
     inputs = {
-        "decisions": [f"{RESULTS}/decisions/{name}.csv" for name in STUDY_NAMES],
-        "channels": [f"{RESULTS}/channels/{name}.parquet" for name in STUDY_NAMES],
-        "predictions": [f"{RESULTS}/predictions/{name}.parquet" for name in STUDY_NAMES],
-        "plans": [f"{RESULTS}/plans/{name}" for name in STUDY_NAMES],
+        "decisions": [decisions_path(name) for name in STUDY_NAMES],
+        "channels": [channels_path(name) for name in STUDY_NAMES],
+        "predictions": [predictions_path(name) for name in STUDY_NAMES],
+        "plans": [plans_path(name) for name in STUDY_NAMES],
         "runs": [d for name in STUDY_NAMES for d in run_dirs(name)],
-        "search": f"{RESULTS}/search/summary.json",
-        "scores": f"{RESULTS}/search/scores.parquet",
-        "selected": f"{RESULTS}/search/selected.json",
-        "calibration": f"{RESULTS}/calibration/profile.yaml",
+        "search": rules.search_merge.output.summary,
+        "scores": rules.search_merge.output.scores,
+        "selected": rules.search_merge.output.selected,
+        "calibration": rules.calibrate.output.profile,
     }
     searched = [name for name in STUDY_NAMES if STUDY.study(name).search is not None]
     if searched:
         inputs["study_search"] = [
-            f"{RESULTS}/study_search/{name}/summary.json" for name in searched
+            rules.study_search_merge.output.summary.format(study=name) for name in searched
         ]
     if STUDY.backend == INJECTION_BACKEND:
-        inputs["injection"] = f"{RESULTS}/injection/gaps.parquet"
+        inputs["injection"] = rules.injection.output.gaps
     if STUDY.backend == "rbln":
-        inputs["compile"] = [f"{RESULTS}/compile/{name}.json" for name in STUDY_NAMES]
+        inputs["compile"] = [compile_path(name) for name in STUDY_NAMES]
     return inputs
 
 
@@ -155,17 +206,22 @@ def results_root(wildcards, input):
 
 
 def profile_input(wildcards):
-    """The profile file predictions, channel A, the prereg and the search read when the
-    config says `profile: calibrated` or names a file (none for `published`)."""
-    path = STUDY.measurement.profile_path()
-    return [] if path is None else str(path)
+    """The profile file predictions, channel A, the prereg and the search read: the
+    calibrate stage's profile for `profile: calibrated`, the named file for a path, none
+    for `published` (passed to the command by profile_option)."""
+    chosen = STUDY.measurement.profile
+    if chosen == PUBLISHED:
+        return []
+    if chosen == CALIBRATED:
+        return rules.calibrate.output.profile
+    return chosen
 
 
 def calibration_compile_input(wildcards):
     """On real hardware the calibration artifacts are compiled first."""
     if STUDY.backend != "rbln":
         return []
-    return f"{RESULTS}/calibration/compile.json"
+    return rules.calibrate_compile.output.record
 
 
 def calibration_compiled_option(wildcards, input):
@@ -177,9 +233,9 @@ def final_targets():
     """Every decision, the search, the report, and the injection where its backend has a
     driver (elsewhere it is left out, never run on another backend)."""
     return [
-        f"{RESULTS}/calibration/profile.yaml",
-        *[f"{RESULTS}/decisions/{name}.csv" for name in STUDY_NAMES],
-        f"{RESULTS}/search/summary.json",
-        *([f"{RESULTS}/injection/gaps.parquet"] if STUDY.backend == INJECTION_BACKEND else []),
-        "reports/report.html",
+        rules.calibrate.output.profile,
+        *[decisions_path(name) for name in STUDY_NAMES],
+        rules.search_merge.output.summary,
+        *([rules.injection.output.gaps] if STUDY.backend == INJECTION_BACKEND else []),
+        rules.report.output.html,
     ]

@@ -6,7 +6,7 @@ rule compile:
     input:
         selected=selected_input,
     output:
-        "results/compile/{study}.json",
+        record=compile_path(),
     log:
         "logs/compile/{study}.log",
     conda:
@@ -20,4 +20,4 @@ rule compile:
         selected=selected_option,
     shell:
         "rearrival study compile --config {params.config_file:q} --study {wildcards.study:q}"
-        " {params.selected} --out {output:q} > {log:q} 2>&1"
+        " {params.selected} --out {output.record:q} > {log:q} 2>&1"

@@ -4,12 +4,12 @@
 
 rule decide:
     input:
-        channels="results/channels/{study}.parquet",
-        predictions="results/predictions/{study}.parquet",
-        prereg="results/prereg/{study}.json",
-        ledger="results/ledger/{study}.json",
+        channels=rules.channels.output.channels,
+        predictions=rules.predict.output.predictions,
+        prereg=rules.preregister.output.record,
+        ledger=rules.seal.output.record,
     output:
-        "results/decisions/{study}.csv",
+        decisions=decisions_path(),
     log:
         "logs/decide/{study}.log",
     conda:
@@ -20,4 +20,5 @@ rule decide:
     shell:
         "rearrival study decide --config {params.config_file:q} --study {wildcards.study:q}"
         " --channels {input.channels:q} --predictions {input.predictions:q}"
-        " --prereg {input.prereg:q} --out {output:q} > {log:q} 2>&1"
+        " --prereg {input.prereg:q} --ledger {input.ledger:q} --out {output.decisions:q}"
+        " > {log:q} 2>&1"

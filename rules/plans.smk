@@ -4,7 +4,7 @@
 
 rule plans:
     output:
-        directory("results/plans/{study}"),
+        plans=directory(plans_path()),
     log:
         "logs/plans/{study}.log",
     conda:
@@ -14,4 +14,4 @@ rule plans:
         values=values("plans"),
     shell:
         "rearrival study plans --config {params.config_file:q} --study {wildcards.study:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " --out {output.plans:q} > {log:q} 2>&1"

@@ -4,11 +4,11 @@
 
 rule predict:
     input:
-        plans="results/plans/{study}",
+        plans=rules.plans.output.plans,
         selected=selected_input,
         profile=profile_input,
     output:
-        "results/predictions/{study}.parquet",
+        predictions=predictions_path(),
     log:
         "logs/predict/{study}.log",
     conda:
@@ -17,6 +17,8 @@ rule predict:
         config_file=CONFIG_FILE,
         values=values("predict"),
         selected=selected_option,
+        profile=profile_option,
     shell:
         "rearrival study predict --config {params.config_file:q} --study {wildcards.study:q}"
-        " --plans {input.plans:q} {params.selected} --out {output:q} > {log:q} 2>&1"
+        " --plans {input.plans:q} {params.selected} {params.profile}"
+        " --out {output.predictions:q} > {log:q} 2>&1"

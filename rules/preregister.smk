@@ -10,11 +10,11 @@ localrules:
 rule preregister:
     input:
         unpack(prereg_inputs),
-        plans="results/plans/{study}",
+        plans=rules.plans.output.plans,
         selected=selected_input,
         profile=profile_input,
     output:
-        "results/prereg/{study}.json",
+        record=prereg_path(),
     log:
         "logs/prereg/{study}.log",
     conda:
@@ -25,8 +25,8 @@ rule preregister:
         config_file=CONFIG_FILE,
         values=values("prereg"),
         selected=selected_option,
+        profile=profile_option,
     shell:
         "rearrival study prereg --config {params.config_file:q} --study {wildcards.study:q}"
         " --plans {input.plans:q} --predictions {input.predictions:q} {params.selected}"
-        " --out {output:q}"
-        " > {log:q} 2>&1"
+        " {params.profile} --out {output.record:q} > {log:q} 2>&1"

@@ -34,9 +34,9 @@ rule report:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=constant("report"),
+        values=stage_values("report"),
         results=results_root,
         out=lambda wildcards, output: str(Path(output.html).parent),
     shell:
-        "rearrival tables --config {params.config_file:q} --results {params.results:q}"
+        "rearrival study report --config {params.config_file:q} --results {params.results:q}"
         " --out {params.out:q} > {log:q} 2>&1"

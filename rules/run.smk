@@ -5,12 +5,12 @@
 
 rule run_replicate:
     input:
-        plans="results/plans/{study}",
-        prereg="results/prereg/{study}.json",
+        plans=rules.plans.output.plans,
+        prereg=rules.preregister.output.record,
         selected=selected_input,
         compiled=compile_inputs,
     output:
-        directory("results/runs/{study}/n{n}_r{rep}"),
+        run=directory(run_path()),
     log:
         "logs/runs/{study}/n{n}_r{rep}.log",
     conda:
@@ -26,12 +26,13 @@ rule run_replicate:
     shell:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
         " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
-        " {params.selected} {params.compiled} --out {output:q} > {log:q} 2>&1"
+        " --prereg {input.prereg:q} {params.selected} {params.compiled}"
+        " --out {output.run:q} > {log:q} 2>&1"
 
 
 rule injection:
     output:
-        "results/injection/gaps.parquet",
+        gaps=injection_path(),
     log:
         "logs/injection.log",
     conda:
@@ -41,7 +42,7 @@ rule injection:
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=constant("injection"),
+        values=stage_values("injection"),
     shell:
-        "rearrival study injection --config {params.config_file:q} --out {output:q}"
+        "rearrival study injection --config {params.config_file:q} --out {output.gaps:q}"
         " > {log:q} 2>&1"

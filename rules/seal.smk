@@ -10,9 +10,9 @@ localrules:
 rule seal:
     input:
         runs=replicate_run_dirs,
-        prereg="results/prereg/{study}.json",
+        prereg=rules.preregister.output.record,
     output:
-        "results/ledger/{study}.json",
+        record=ledger_path(),
     log:
         "logs/seal/{study}.log",
     conda:
@@ -23,4 +23,4 @@ rule seal:
         config_file=CONFIG_FILE,
     shell:
         "rearrival study seal --config {params.config_file:q} --study {wildcards.study:q}"
-        " --out {output:q} {input.runs:q} > {log:q} 2>&1"
+        " --prereg {input.prereg:q} --out {output.record:q} {input.runs:q} > {log:q} 2>&1"

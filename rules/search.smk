@@ -4,59 +4,60 @@
 
 rule search_plans:
     output:
-        directory("results/search/plans"),
+        plans=directory(search_path("plans")),
     log:
         "logs/search/plans.log",
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=constant("search"),
+        values=stage_values("search"),
     shell:
-        "rearrival search plans --config {params.config_file:q} --out {output:q} > {log:q} 2>&1"
+        "rearrival study search plans --config {params.config_file:q}"
+        " --out {output.plans:q} > {log:q} 2>&1"
 
 
 rule search_shard:
     input:
-        plans="results/search/plans",
+        plans=rules.search_plans.output.plans,
         profile=profile_input,
     output:
-        "results/search/shards/shard_{shard}.parquet",
+        shard=search_path(shard_name()),
     log:
         "logs/search/shard_{shard}.log",
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=constant("search"),
+        values=stage_values("search"),
         shards=STUDY.search["shards"],
+        profile=profile_option,
     shell:
-        "rearrival search shard --config {params.config_file:q} --plans {input.plans:q}"
-        " --shard {wildcards.shard} --shards {params.shards} --out {output:q} > {log:q} 2>&1"
+        "rearrival study search shard --config {params.config_file:q} --plans {input.plans:q}"
+        " --shard {wildcards.shard} --shards {params.shards} {params.profile}"
+        " --out {output.shard:q} > {log:q} 2>&1"
 
 
 rule search_merge:
     input:
-        shards=expand(
-            "results/search/shards/shard_{shard}.parquet",
-            shard=range(STUDY.search["shards"]),
-        ),
+        shards=expand(rules.search_shard.output.shard, shard=range(STUDY.search["shards"])),
         profile=profile_input,
     output:
-        scores="results/search/scores.parquet",
-        selected="results/search/selected.json",
-        summary="results/search/summary.json",
+        scores=search_path("scores.parquet"),
+        selected=search_path("selected.json"),
+        summary=search_path("summary.json"),
     log:
         "logs/search/merge.log",
     conda:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=constant("search"),
+        values=stage_values("search"),
         out_dir=lambda wildcards, output: str(Path(output.scores).parent),
+        profile=profile_option,
     shell:
-        "rearrival search merge --config {params.config_file:q} --out-dir {params.out_dir:q}"
-        " {input.shards:q} > {log:q} 2>&1"
+        "rearrival study search merge --config {params.config_file:q}"
+        " --out-dir {params.out_dir:q} {params.profile} {input.shards:q} > {log:q} 2>&1"
 
 
 # A study's own search (studies.<study>.search, e.g. over agent sessions): the same three
@@ -65,7 +66,7 @@ rule search_merge:
 
 rule study_search_plans:
     output:
-        directory("results/study_search/{study}/plans"),
+        plans=directory(study_search_path("plans")),
     log:
         "logs/study_search/{study}/plans.log",
     conda:
@@ -74,16 +75,17 @@ rule study_search_plans:
         config_file=CONFIG_FILE,
         values=values("search"),
     shell:
-        "rearrival search --study {wildcards.study:q} plans --config {params.config_file:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        "rearrival study search --study {wildcards.study:q} plans"
+        " --config {params.config_file:q}"
+        " --out {output.plans:q} > {log:q} 2>&1"
 
 
 rule study_search_shard:
     input:
-        plans="results/study_search/{study}/plans",
+        plans=rules.study_search_plans.output.plans,
         profile=profile_input,
     output:
-        "results/study_search/{study}/shards/shard_{shard}.parquet",
+        shard=study_search_path(shard_name()),
     log:
         "logs/study_search/{study}/shard_{shard}.log",
     conda:
@@ -92,10 +94,12 @@ rule study_search_shard:
         config_file=CONFIG_FILE,
         values=values("search"),
         shards=study_search_count,
+        profile=profile_option,
     shell:
-        "rearrival search --study {wildcards.study:q} shard --config {params.config_file:q}"
+        "rearrival study search --study {wildcards.study:q} shard"
+        " --config {params.config_file:q}"
         " --plans {input.plans:q} --shard {wildcards.shard} --shards {params.shards}"
-        " --out {output:q} > {log:q} 2>&1"
+        " {params.profile} --out {output.shard:q} > {log:q} 2>&1"
 
 
 rule study_search_merge:
@@ -103,9 +107,9 @@ rule study_search_merge:
         shards=study_search_shards,
         profile=profile_input,
     output:
-        scores="results/study_search/{study}/scores.parquet",
-        selected="results/study_search/{study}/selected.json",
-        summary="results/study_search/{study}/summary.json",
+        scores=study_search_path("scores.parquet"),
+        selected=study_search_path("selected.json"),
+        summary=study_search_path("summary.json"),
     log:
         "logs/study_search/{study}/merge.log",
     conda:
@@ -114,6 +118,8 @@ rule study_search_merge:
         config_file=CONFIG_FILE,
         values=values("search"),
         out_dir=lambda wildcards, output: str(Path(output.scores).parent),
+        profile=profile_option,
     shell:
-        "rearrival search --study {wildcards.study:q} merge --config {params.config_file:q}"
-        " --out-dir {params.out_dir:q} {input.shards:q} > {log:q} 2>&1"
+        "rearrival study search --study {wildcards.study:q} merge"
+        " --config {params.config_file:q}"
+        " --out-dir {params.out_dir:q} {params.profile} {input.shards:q} > {log:q} 2>&1"

@@ -28,6 +28,14 @@ Selected = Annotated[
     ),
 ]
 Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
+PreregRecord = Annotated[
+    Path | None,
+    typer.Option(
+        "--prereg",
+        help="The prereg stage's record (results/prereg/<study>.json); it must name a "
+        "registration of the study on HEAD's history.",
+    ),
+]
 Profile = Annotated[
     Path | None,
     typer.Option(
@@ -129,6 +137,7 @@ def run(
     compiled: Annotated[
         Path | None, typer.Option("--compiled", help="Compile record of the study (backend rbln).")
     ] = None,
+    prereg: PreregRecord = None,
 ) -> None:
     """Run every condition of one replicate in its seeded shuffled order."""
     from rearrival.workflow.run import run_replicate
@@ -144,6 +153,7 @@ def run(
             repo_dir=repo,
             selected_path=selected,
             compile_record=compiled,
+            prereg_path=prereg,
         )
     for path in paths:
         typer.echo(str(path))
@@ -222,6 +232,7 @@ def seal(
             "--config", help="Study definition; its signing: and witness: settings apply."
         ),
     ] = None,
+    prereg: PreregRecord = None,
 ) -> None:
     """Commit the sha256 of every run record file of a study (ledger/<study>.json).
 
@@ -229,8 +240,12 @@ def seal(
     re-measured under a newer registration. With witness: set, the ledger is published.
     """
     from rearrival.prereg.ledger import seal as seal_records
+    from rearrival.prereg.registered import recorded_registration
     from rearrival.prereg.registration import Signing, open_repo
     from rearrival.prereg.witness import publish
+
+    if prereg is not None:
+        recorded_registration(repo, study, prereg)
 
     cfg = _config(config) if config is not None else None
     signing = Signing.from_key(cfg.signing_key) if cfg is not None else None

@@ -129,6 +129,21 @@ def prediction_difference(working: pd.DataFrame, registered: pd.DataFrame) -> st
     return None
 
 
+def recorded_registration(repo_dir: Path, study_name: str, prereg_path: Path) -> str:
+    """The registration commit the prereg stage's record names, refused unless it is a
+    registration of the study on HEAD's history (stages that follow the prereg read it
+    from their declared input, never from a path of their own)."""
+    if not prereg_path.exists():
+        raise StageError(f"{prereg_path}: no preregistration record; run the prereg stage")
+    commit = json.loads(prereg_path.read_text())["commit"]
+    if commit not in {c.hexsha for c in registrations(open_repo(repo_dir), study_name)}:
+        raise StageError(
+            f"{prereg_path}: commit {commit[:12]} is not a registration of study "
+            f"{study_name} on HEAD's history; re-run the prereg stage"
+        )
+    return commit
+
+
 def registration_for_decision(
     repo_dir: Path, study_name: str, prereg_path: Path, predictions_path: Path
 ) -> Registration:
@@ -136,15 +151,8 @@ def registration_for_decision(
     record must name a registration of the study on HEAD's history, the working
     preregistration files must be the committed ones, and the working predictions must
     be the registered predictions."""
-    if not prereg_path.exists():
-        raise StageError(f"{prereg_path}: no preregistration record; run the prereg stage")
-    commit = json.loads(prereg_path.read_text())["commit"]
+    commit = recorded_registration(repo_dir, study_name, prereg_path)
     repo = open_repo(repo_dir)
-    if commit not in {c.hexsha for c in registrations(repo, study_name)}:
-        raise StageError(
-            f"{prereg_path}: commit {commit[:12]} is not a registration of study "
-            f"{study_name} on HEAD's history; re-run the prereg stage"
-        )
     registration = read_registration(repo, study_name, commit)
     root = Path(repo.working_tree_dir)
     for name, data in registration.files.items():

@@ -19,6 +19,7 @@ from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.model.plangen import derive_seed
 from rearrival.parquet import write_frame
+from rearrival.prereg.registered import recorded_registration
 from rearrival.prereg.registration import check_before_run, open_repo
 from rearrival.prereg.witness import require_witnessed
 from rearrival.vocabulary import INJECTION_BACKEND
@@ -60,16 +61,20 @@ def run_replicate(
     repo_dir: Path,
     selected_path: Path | None = None,
     compile_record: Path | None = None,
+    prereg_path: Path | None = None,
 ) -> list[Path]:
     """Run every condition of one replicate, refusing to start without a committed prereg
     (and, with ``witness:`` set, until the witness holds the registration commit; the
-    manifests then record the witness and its ref).
+    manifests then record the witness and its ref). With ``prereg_path`` (the prereg
+    stage's record) that record must name a registration of the study on HEAD's history.
 
     The replicate directory is published only when every run has been written (failed
     runs are written too, with their status and reason, and never used by a decision).
     """
     study = cfg.study(study_name)
     settings = BackendSettings.from_study_config(cfg, compile_record)
+    if prereg_path is not None:
+        recorded_registration(repo_dir, study.name, prereg_path)
     prereg = check_before_run(repo_dir, study.name).manifest_entry()
     if cfg.witness:
         ref = require_witnessed(open_repo(repo_dir), cfg.witness, study.name, prereg["commit"])
