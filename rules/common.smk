@@ -152,6 +152,11 @@ def study_search_count(wildcards):
     return STUDY.study(wildcards.study).search["shards"]
 
 
+def amended_option(wildcards, input):
+    """The CLI option naming the decision table an amending study waits for."""
+    return f"--amended '{input.amended}'" if "amended" in input.keys() else ""
+
+
 def selected_option(wildcards, input):
     """The CLI option naming the declared search result (empty when not used)."""
     return f"--selected '{input.selected}'" if input.selected else ""

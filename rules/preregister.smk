@@ -26,7 +26,8 @@ rule preregister:
         values=values("prereg"),
         selected=selected_option,
         profile=profile_option,
+        amended=amended_option,
     shell:
         "rearrival study prereg --config {params.config_file:q} --study {wildcards.study:q}"
         " --plans {input.plans:q} --predictions {input.predictions:q} {params.selected}"
-        " {params.profile} --out {output.record:q} > {log:q} 2>&1"
+        " {params.profile} {params.amended} --out {output.record:q} > {log:q} 2>&1"

@@ -107,6 +107,13 @@ def prereg(
     selected: Selected = None,
     repo: Repo = DEFAULT_REPO,
     profile: Profile = None,
+    amended: Annotated[
+        Path | None,
+        typer.Option(
+            "--amended",
+            help="Decision table of the study this one amends (results/decisions/<name>.csv).",
+        ),
+    ] = None,
 ) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
     from rearrival.workflow.preregister import preregister
@@ -121,6 +128,7 @@ def prereg(
             records_dir=out.parent,
             selected_path=selected,
             profile_path=profile,
+            amended_decisions=amended,
         )
     typer.echo(f"{study}: registered at {record['commit']} ({record['committed_at']})")
 

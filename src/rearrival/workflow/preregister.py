@@ -216,6 +216,17 @@ def amendment_record(study: Study, criteria: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def require_amended_decisions(study: Study, path: Path | None) -> None:
+    """An amendment applies to runs after the amended study's decision (paper Section
+    II-D): an amending study is registered only once that decision table exists."""
+    if path is None or not path.is_file():
+        raise StageError(
+            f"{path or '--amended'}: study {study.name} amends {study.amends}, whose "
+            f"decision table must exist first; run the decide stage of {study.amends} and "
+            "pass its table as --amended"
+        )
+
+
 def preregister(
     cfg: StudyConfig,
     study_name: str,
@@ -226,6 +237,7 @@ def preregister(
     records_dir: Path,
     selected_path: Path | None = None,
     profile_path: Path | None = None,
+    amended_decisions: Path | None = None,
 ) -> dict[str, Any]:
     """Commit a study's design, criteria, plan registry and predictions (docs/DESIGN.md §8).
 
@@ -238,6 +250,7 @@ def preregister(
     signing = Signing.from_key(cfg.signing_key)
     criteria = criteria_from_config(cfg).to_dict()
     if study.amends:
+        require_amended_decisions(study, amended_decisions)
         amended = registrations(open_repo(repo_dir), study.amends)
         if not amended:
             raise StageError(

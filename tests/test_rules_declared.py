@@ -1,0 +1,167 @@
+"""Declared means used: every file a rule declares is a path its command is given, and
+every results/ path its command is given is declared (issue 22; docs/DESIGN.md).
+
+The oracle is Snakemake's own dry run (`snakemake -n -p all`): for each job it prints
+the concrete inputs and outputs and the formatted shell command, so the check covers
+input functions, `rules.<rule>.output` chaining and option helpers as Snakemake
+evaluates them, on the full study definition and the small CI one.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from rearrival.config.calibration import CalibrationConfig
+from rearrival.errors import StageError
+from rearrival.workflow.profile import stage_profile_path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+WORKFLOW_FILES = ("Snakefile", "rules", "envs", "config", "profiles", ".test")
+# Commands that take a directory and find fixed names inside it. Each declared file of
+# these must lie under (or beside) a path the command is given; the rest must be named.
+DIRECTORY_READERS = {
+    "report": "reads the results tree (--results) and writes under --out",
+    "search_merge": "writes scores, selected and summary into --out-dir",
+    "study_search_merge": "writes scores, selected and summary into --out-dir",
+    "calibrate": "writes its tables and runs beside --out profile.yaml",
+}
+ROOTS = ("results", "reports")
+REPLACE = ("--replace-workflow-config", "all")
+
+
+@dataclass(frozen=True)
+class Job:
+    rule: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    command: str
+
+
+def _field(block: str, name: str) -> tuple[str, ...]:
+    found = re.search(rf"^    {name}: (.*)$", block, re.MULTILINE)
+    return tuple(p.strip() for p in found.group(1).split(",")) if found else ()
+
+
+def dry_run_jobs(text: str) -> list[Job]:
+    """Every job of a `snakemake -n -p` listing that runs a shell command."""
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.MULTILINE):
+        head = re.match(r"(?:local)?rule (\w+):$", block, re.MULTILINE)
+        command = re.search(r"^Shell command: (.*)$", block, re.MULTILINE)
+        if head is None or command is None or command.group(1) == "None":
+            continue  # a target-only rule (all) runs nothing
+        jobs.append(
+            Job(head.group(1), _field(block, "input"), _field(block, "output"), command.group(1))
+        )
+    return jobs
+
+
+def command_paths(command: str) -> set[str]:
+    """The results/ and reports/ paths a command line names (log redirection dropped)."""
+    words = shlex.split(command.split(" > ", 1)[0])
+    return {w for w in words if w in ROOTS or w.split("/", 1)[0] in ROOTS}
+
+
+def _under(path: str, named: set[str]) -> bool:
+    p = PurePosixPath(path)
+    return any(
+        p == PurePosixPath(n)
+        or PurePosixPath(n) in p.parents
+        or p.parent == PurePosixPath(n).parent
+        for n in named
+    )
+
+
+def undeclared_or_unused(job: Job) -> list[str]:
+    """The job's declared files its command is not given, and the paths its command is
+    given that it does not declare."""
+    named = command_paths(job.command)
+    declared = set(job.inputs) | set(job.outputs)
+    directory = job.rule in DIRECTORY_READERS
+    problems = [
+        f"{job.rule}: declares {path} but its command is not given it"
+        for path in sorted(declared)
+        if path not in named and not (directory and _under(path, named))
+    ]
+    problems += [
+        f"{job.rule}: command names {path}, which the rule does not declare"
+        for path in sorted(named)
+        if path not in declared and not (directory and any(_under(d, {path}) for d in declared))
+    ]
+    return problems
+
+
+def _dry_run(tmp_path: Path, config: str) -> str:
+    work = tmp_path / "study"
+    for name in WORKFLOW_FILES:
+        source, target = REPO / name, work / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy(source, target)
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    done = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", "--cores", "1", "--configfile", config, *REPLACE],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("config", ["config/config.yaml", ".test/config/config.yaml"])
+def test_every_rule_gives_its_command_exactly_its_declared_files(tmp_path, config):
+    jobs = dry_run_jobs(_dry_run(tmp_path, config))
+    rules = {job.rule for job in jobs}
+    # the listing was parsed: every stage of the study is there
+    assert {"plans", "predict", "preregister", "run_replicate", "seal", "channels"} <= rules
+    assert {"decide", "report", "search_merge", "calibrate"} <= rules
+    assert [p for job in jobs for p in undeclared_or_unused(job)] == []
+
+
+def test_a_profile_read_but_not_declared_is_caught():
+    job = Job(
+        "predict",
+        ("results/plans/grid",),
+        ("results/predictions/grid.parquet",),
+        "rearrival study predict --plans results/plans/grid --profile "
+        "'results/calibration/profile.yaml' --out results/predictions/grid.parquet > log 2>&1",
+    )
+    assert undeclared_or_unused(job) == [
+        "predict: command names results/calibration/profile.yaml, which the rule does not declare"
+    ]
+
+
+def test_a_declared_ledger_not_passed_is_caught():
+    job = Job(
+        "decide",
+        ("results/channels/grid.parquet", "results/ledger/grid.json"),
+        ("results/decisions/grid.csv",),
+        "rearrival study decide --channels results/channels/grid.parquet "
+        "--out results/decisions/grid.csv",
+    )
+    assert undeclared_or_unused(job) == [
+        "decide: declares results/ledger/grid.json but its command is not given it"
+    ]
+
+
+def test_stage_profile_comes_only_from_the_option():
+    given = Path("results/calibration/profile.yaml")
+    assert stage_profile_path(CalibrationConfig(profile="calibrated"), given) == given
+    assert stage_profile_path(CalibrationConfig(), None) is None
+    with pytest.raises(StageError, match="profile: calibrated needs its file; pass --profile"):
+        stage_profile_path(CalibrationConfig(profile="calibrated"), None)
+    with pytest.raises(StageError, match="says profile: published; drop --profile"):
+        stage_profile_path(CalibrationConfig(), given)
