@@ -13,6 +13,7 @@ import pytest
 from rearrival.prereg.ledger import (
     REMEASURE_TRAILER,
     LedgerError,
+    check_seal_record,
     file_hashes,
     ledger_bytes,
     ledger_path,
@@ -61,6 +62,23 @@ def test_untouched_records_verify(sealed):
     repo, replicates = sealed
     assert verify(repo, "grid", replicates, every_replicate=True) == []
     require_sealed(repo, "grid", replicates)
+
+
+def test_the_seal_record_must_name_heads_ledger_commit(sealed):
+    repo, replicates = sealed
+    record = repo / "results" / "ledger" / "grid.json"
+    require_sealed(repo, "grid", replicates, record)
+    with pytest.raises(LedgerError, match="field 'study' is not 'other'"):
+        check_seal_record(repo, "other", record)
+    stale = repo / "stale.json"
+    shutil.copy(record, stale)
+    new = replicates[0].parent / "n6_r2" / "baseline-wait"
+    new.mkdir(parents=True)
+    (new / "manifest.json").write_text("{}")
+    seal(repo, "grid", [new.parent], record)  # a later seal: a new ledger commit
+    check_seal_record(repo, "grid", record)
+    with pytest.raises(LedgerError, match=r"stale\.json: field 'commit' .* rerun the seal stage"):
+        check_seal_record(repo, "grid", stale)
 
 
 def test_edited_added_and_removed_files_are_named_with_their_run(sealed):
