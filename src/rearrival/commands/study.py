@@ -188,15 +188,17 @@ def channels(
     ledger: Ledger = None,
 ) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
-    from rearrival.judge.collect import collect_channels
-    from rearrival.prereg.ledger import require_sealed
-    from rearrival.workflow.profile import stage_profile
+    from rearrival.workflow.channels import channels as run_channels
 
-    cfg = _config(config)
-    cfg.study(study)
-    require_sealed(repo, study, replicates, ledger)
-    # channel A prices steps with the same profile the predictions used (config profile:)
-    frame = collect_channels(replicates, out, stage_profile(cfg.measurement, profile))
+    frame = run_channels(
+        _config(config),
+        study,
+        replicates,
+        out,
+        repo_dir=repo,
+        profile_path=profile,
+        ledger_record=ledger,
+    )
     typer.echo(f"{out}: {len(frame)} runs")
 
 
@@ -247,20 +249,12 @@ def seal(
     A sealed hash is never overwritten: changed or re-run records are refused unless
     re-measured under a newer registration. With witness: set, the ledger is published.
     """
-    from rearrival.prereg.ledger import seal as seal_records
-    from rearrival.prereg.registered import recorded_registration
-    from rearrival.prereg.registration import Signing, open_repo
-    from rearrival.prereg.witness import publish
-
-    if prereg is not None:
-        recorded_registration(repo, study, prereg)
+    from rearrival.workflow.seal import seal as run_seal
 
     cfg = _config(config) if config is not None else None
-    signing = Signing.from_key(cfg.signing_key) if cfg is not None else None
-    record = seal_records(repo, study, replicates, out, signing=signing)
+    record = run_seal(cfg, study, replicates, out, repo_dir=repo, prereg_path=prereg)
     typer.echo(f"{study}: {record['files']} files sealed at {record['commit']}")
     if cfg is not None and cfg.witness:
-        publish(open_repo(repo), cfg.witness, study)
         typer.echo(f"{study}: registration and ledger commits published to {cfg.witness}")
 
 
