@@ -1,6 +1,7 @@
-# Helpers shared by the workflow files. The study definition as typed objects, the file
-# lists derived from it, and the config values each rule depends on (as params, so an
-# edit reruns exactly the jobs it affects). No science here: rearrival.config.study expands
+# Helpers shared by the workflow files. The study definition as typed objects, one helper
+# per path pattern and the file lists derived from them, the options that pass declared
+# files to commands, and the config values each rule depends on (as params, so an edit
+# reruns exactly the jobs it affects). No science here: rearrival.config.study expands
 # the config and rearrival.workflow.params says which values each stage uses.
 import os
 from pathlib import Path
