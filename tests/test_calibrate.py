@@ -26,14 +26,10 @@ from rearrival.config.calibration import (
 )
 from rearrival.config.study import RblnSettings
 from rearrival.measure.backends import BackendSettings
-from rearrival.measure.calibrate import (
-    CalibrationError,
-    calibrate,
-    characterised,
-    profile_document,
-    steady_durations,
-    write_profile,
-)
+from rearrival.measure.calibration.design import CalibrationError, characterised
+from rearrival.measure.calibration.document import profile_document, write_profile
+from rearrival.measure.calibration.drive import calibrate
+from rearrival.measure.calibration.parse import steady_durations
 from rearrival.measure.emulate.truth import load_truth, true_bucket_cost_s, true_prefill_s
 from rearrival.measure.steplog import format_bucket_line
 from rearrival.model.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
@@ -376,7 +372,7 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
     import json
 
     from rearrival.measure import rbln
-    from rearrival.measure.calibrate import compile_calibration, compile_records
+    from rearrival.measure.calibration.rbln_compile import compile_calibration, compile_records
     from rearrival.model.fits import fit_compile
 
     def fake_compile(config, artifacts_dir):

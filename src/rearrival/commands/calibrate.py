@@ -60,14 +60,14 @@ def calibrate(
     from rearrival.config.calibration import CalibrationConfig
     from rearrival.config.study import load_study_config, schema_defaults
     from rearrival.measure.backends import BackendSettings
-    from rearrival.measure.calibrate import calibrate as run_calibration
-    from rearrival.measure.calibrate import (
-        compile_records,
+    from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
-        write_samples,
     )
+    from rearrival.measure.calibration.drive import calibrate as run_calibration
+    from rearrival.measure.calibration.drive import write_samples
+    from rearrival.measure.calibration.rbln_compile import compile_records
 
     cfg = load_study_config(config) if config.is_file() else None
     settings = cfg.measurement if cfg is not None else CalibrationConfig()
@@ -118,7 +118,7 @@ def calibrate_compile(
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
     from rearrival.config.study import load_study_config
-    from rearrival.measure.calibrate import compile_calibration
+    from rearrival.measure.calibration.rbln_compile import compile_calibration
 
     cfg = load_study_config(config)
     compile_calibration(cfg.measurement, cfg.rbln, out)
