@@ -191,7 +191,7 @@ def test_criteria_round_trip_and_validation(tmp_path: Path) -> None:
         == "fail"
     )
     with pytest.raises(DecisionError, match="band"):
-        DecisionCriteria(band=(1.01, 1.02))
+        DecisionCriteria(equivalence_band=(1.01, 1.02))
     with pytest.raises(DecisionError, match="both confirmatory and exploratory"):
         DecisionCriteria(exploratory_n=(8, 10))
     with pytest.raises(DecisionError, match="missing key 'band'"):

@@ -41,8 +41,9 @@ import pandas as pd
 import yaml
 
 from rearrival.atomic import atomic_write_bytes, atomic_write_json
-from rearrival.config.calibration import Artifact, CalibrationConfig, CalibrationSettings
-from rearrival.config.study import Configuration, RblnSettings, StudyConfig
+from rearrival.config.backends import RblnSettings
+from rearrival.config.calibration import Artifact, CalibrationSettings, MeasurementSettings
+from rearrival.config.study import Configuration, StudyConfig
 from rearrival.errors import RearrivalError
 from rearrival.measure import rbln as rbln_stack
 from rearrival.measure.backends import RunRequest, run_backend
@@ -412,7 +413,7 @@ def run_measurements(
 
 
 def calibrate(
-    config: CalibrationConfig,
+    config: MeasurementSettings,
     backend: Any,
     out_dir: Path,
     *,
@@ -506,7 +507,7 @@ def _ms_pair(pair: tuple[float, float]) -> list[float]:
 
 def profile_document(
     calibration: Calibration,
-    config: CalibrationConfig,
+    config: MeasurementSettings,
     required_buckets: tuple[int, ...] = (),
     reference: Profile | None = None,
 ) -> dict[str, Any]:
@@ -748,12 +749,12 @@ def required_buckets(cfg: StudyConfig) -> tuple[int, ...]:
     """Every bucket a configured study or the search can select (docs/DESIGN.md §12: the search
     draws buckets from 1..batch_size for each candidate batch size)."""
     wanted = {b for c in cfg.configurations.values() for b in c.buckets}
-    batch_sizes = cfg.search.get("batch_sizes", [8, 10, 12, 16])
+    batch_sizes = cfg.search.batch_sizes
     wanted.update(range(1, max(batch_sizes) + 1))
     return tuple(sorted(wanted))
 
 
-def compile_calibration(config: CalibrationConfig, rbln: RblnSettings, out: Path) -> Path:
+def compile_calibration(config: MeasurementSettings, rbln: RblnSettings, out: Path) -> Path:
     """Compile (or reuse) every calibration artifact with optimum-rbln and record where
     each is and what compiling it cost; the record feeds ``--compiled`` and the compile
     fit (backend rbln only)."""
