@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rearrival.config.errors import StudyConfigError
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import (
-    StudyConfigError,
     config_schema_path,
     study_config_from_mapping,
     validate_against_schema,

@@ -16,13 +16,13 @@ import yaml
 from rearrival.config.backends import EmulatedHttpSettings, RblnSettings
 from rearrival.config.calibration import CalibrationSettings, MeasurementSettings, ModelSpec
 from rearrival.config.decision import REGISTERED_KEYS, DecisionCriteria, DecisionError
+from rearrival.config.errors import StudyConfigError
 from rearrival.config.injection import InjectionSettings
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import (
     DEFAULT_REPEATS,
     Study,
     StudyConfig,
-    StudyConfigError,
     config_schema_path,
     load_study_config,
     study_config_from_mapping,

@@ -1,9 +1,10 @@
 """The study definition (docs/DESIGN.md §10): config/config.yaml as typed, checked objects.
 
-The schema (config/schema.yaml) checks types; this module checks what a schema cannot
-(bucket sets holding their batch_size, studies naming defined configurations) and expands
-each study into its plans and conditions, so the Snakefile and every stage agree on one
-list of files without repeating the rules.
+The schema (config/schema.yaml) checks types; the section models under rearrival.config
+hold the defaults (tests/test_config_schema.py checks that the schema documents the same);
+this module checks what a schema cannot (bucket sets holding their batch_size, studies
+naming defined configurations) and expands each study into its plans and conditions, so
+the Snakefile and every stage agree on one list of files without repeating the rules.
 """
 
 from __future__ import annotations
