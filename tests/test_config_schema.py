@@ -24,10 +24,10 @@ from rearrival.config.study import (
     Study,
     StudyConfig,
     config_schema_path,
-    load_study_config,
     study_config_from_mapping,
+    validate_against_schema,
 )
-from rearrival.config.workload import TRACE_KEYS
+from rearrival.config.workload import TRACE_KEYS, TraceSource
 from rearrival.measure.backends import BackendSettings
 from rearrival.model.plangen import MultiRoundSpec
 
@@ -110,6 +110,18 @@ def test_study_keys_are_study_fields_and_their_defaults_agree():
     assert set(STUDY_PROPS["workload"]["properties"]) == {"kind"} | generator | set(TRACE_KEYS)
 
 
+def test_the_workload_description_states_the_models_defaults():
+    """The workload keys have no schema default (a left-out key takes the generator's
+    or the trace reader's); the description names them, so it must name the models'."""
+    text = STUDY_PROPS["workload"]["description"]
+    spec = MultiRoundSpec()
+    for key in ("rounds", "first_prompt_tokens", "new_tokens", "gen_tokens"):
+        assert f"{key} {list(getattr(spec, key))}" in text, key
+    assert f"start_spread_s {spec.start_spread_s:g}" in text
+    assert f"token_scale default {TraceSource.token_scale:g}" in text
+    assert f"on_overflow default {TraceSource.on_overflow}" in text
+
+
 def _minimal() -> dict:
     """Only the required keys."""
     return {
@@ -119,24 +131,25 @@ def _minimal() -> dict:
 
 
 def test_schema_filled_and_model_defaults_give_the_same_sections(tmp_path):
-    """Loading a config without sections fills the schema's defaults (snakemake's
-    validate) into the YAML; the typed sections then equal the models' own defaults."""
+    """Loading a config whose sections are empty fills the schema's defaults into them
+    (snakemake's validate, as the Snakefile does); the typed sections then equal the
+    models' own defaults, which a config without the sections gets."""
+    empty = {name: {} for name in SECTIONS}
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(_minimal()))
-    cfg = load_study_config(path)
+    path.write_text(yaml.safe_dump(_minimal() | empty))
+    raw = yaml.safe_load(path.read_text())
+    validate_against_schema(raw, str(path), config_schema_path())
+    assert raw["search"]["top"] == SearchSettings.top  # the schema's defaults were filled in
+    filled = study_config_from_mapping(raw, str(path))
     bare = study_config_from_mapping(_minimal(), "<test>")
-    for name in ("decision", "injection", "search", "emulated_http", "rbln", "measurement"):
-        section = getattr(cfg, name)
-        assert dataclasses.is_dataclass(section), name
-        assert section == getattr(bare, name) or name == "measurement", name
-    assert cfg.search == SearchSettings() and cfg.decision == DecisionCriteria()
-    assert cfg.tool_table == StudyConfig.tool_table
-    assert (
-        BackendSettings.from_study_config(
-            study_config_from_mapping(_minimal() | {"backend": "emulated-http"}, "<test>")
-        ).time_scale
-        == EmulatedHttpSettings().time_scale
-    )
+    for name in ("decision", "injection", "search", "emulated_http", "rbln"):
+        assert dataclasses.is_dataclass(getattr(filled, name)), name
+        assert getattr(filled, name) == getattr(bare, name), name
+    assert filled.measurement.model == ModelSpec()
+    assert filled.measurement.calibration == CalibrationSettings()
+    assert filled.tool_table == StudyConfig.tool_table
+    http = study_config_from_mapping(_minimal() | {"backend": "emulated-http"}, "<test>")
+    assert BackendSettings.from_study_config(http).time_scale == EmulatedHttpSettings.time_scale
 
 
 def test_registered_criteria_keep_their_keys_and_round_trip():

@@ -27,9 +27,9 @@ class TraceSource:
 
     path: str
     sha256: str
-    token_scale: float
-    on_overflow: str
     max_context: int
+    token_scale: float = 1.0
+    on_overflow: str = "truncate"
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def _trace_source(settings: dict[str, Any], max_seq_len: int, key_of: str) -> Tr
     return TraceSource(
         path=str(path),
         sha256=file_sha256(path),
-        token_scale=float(settings.get("token_scale", 1.0)),
-        on_overflow=str(settings.get("on_overflow", "truncate")),
         max_context=max_seq_len,
+        token_scale=float(settings.get("token_scale", TraceSource.token_scale)),
+        on_overflow=str(settings.get("on_overflow", TraceSource.on_overflow)),
     )
