@@ -24,10 +24,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.judge.decide import (
     DEFAULT_CRITERIA,
-    DecisionCriteria,
-    DecisionError,
     comparison_row,
     decide_comparison,
     decide_table,
