@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from rearrival.config.search import SearchSettings
 from rearrival.config.study import load_study_config
 from rearrival.model.sim import simulate
 from rearrival.search.scoring import (
-    SearchSettings,
     baseline_of,
     enumerate_candidates,
     evaluate,

@@ -22,7 +22,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rearrival.config.calibration import CalibrationConfig
+from rearrival.config.calibration import MeasurementSettings
 from rearrival.config.study import load_study_config, tool_table_for
 from rearrival.judge.channels import channel_a
 from rearrival.measure.backends import BackendSettings
@@ -85,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = load_study_config(args.config)
     settings = cfg.measurement
-    settings = CalibrationConfig(
+    settings = MeasurementSettings(
         profile=settings.profile,
         model=settings.model,
         emulator_truth=args.truth,

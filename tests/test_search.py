@@ -16,6 +16,7 @@ from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.model.memory import device_memory
 from rearrival.model.profile import ProfileError, measured_profile
 from rearrival.model.sim import simulate
@@ -26,8 +27,6 @@ from rearrival.search.scoring import (
     CandidateArrays,
     Outcome,
     PlanKey,
-    SearchError,
-    SearchSettings,
     candidates,
     combine_shards,
     compare_n_sets,

@@ -33,7 +33,7 @@ def _profile(cfg, path: Path | None):
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    from rearrival.search.scoring import SearchError
+    from rearrival.config.search import SearchError
 
     if text is None:
         return None
@@ -50,8 +50,9 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
+    from rearrival.config.search import SearchSettings
     from rearrival.config.study import load_study_config
-    from rearrival.search.scoring import SearchSettings, override_settings
+    from rearrival.search.scoring import override_settings
 
     cfg = load_study_config(config)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
@@ -147,8 +148,9 @@ def search(
     ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides, "search_study": study}
     if ctx.invoked_subcommand is not None:
         return
+    from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
-    from rearrival.search.scoring import SearchError, run_search
+    from rearrival.search.scoring import run_search
 
     if out is None:
         raise SearchError(
@@ -252,8 +254,8 @@ def merge(
     """Merge shard files into one ranking; the bytes do not depend on the shard count."""
     import pandas as pd
 
+    from rearrival.config.search import SearchError
     from rearrival.search.scoring import (
-        SearchError,
         baseline_of,
         combine_shards,
         search_candidates,
@@ -345,11 +347,11 @@ def advise(
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
     slots would still help and fit."""
+    from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
     from rearrival.model.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
-    from rearrival.search.scoring import SearchError
     from rearrival.search.trace_advice import advise_trace
 
     if trace is not None and plans_dir is not None:

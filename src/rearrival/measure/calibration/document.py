@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from rearrival.atomic import atomic_write_bytes
-from rearrival.config.calibration import CalibrationConfig, ModelSpec
+from rearrival.config.calibration import MeasurementSettings, ModelSpec
 from rearrival.config.study import StudyConfig
 from rearrival.measure.calibration.drive import Calibration
 from rearrival.model.fits import interpolate_bucket, kv_bytes_per_token
@@ -30,7 +30,7 @@ def required_buckets(cfg: StudyConfig) -> tuple[int, ...]:
     """Every bucket a configured study or the search can select (docs/DESIGN.md §12: the search
     draws buckets from 1..batch_size for each candidate batch size)."""
     wanted = {b for c in cfg.configurations.values() for b in c.buckets}
-    batch_sizes = cfg.search.get("batch_sizes", [8, 10, 12, 16])
+    batch_sizes = cfg.search.batch_sizes
     wanted.update(range(1, max(batch_sizes) + 1))
     return tuple(sorted(wanted))
 
@@ -45,7 +45,7 @@ def _ms_pair(pair: tuple[float, float]) -> list[float]:
 
 def profile_document(
     calibration: Calibration,
-    config: CalibrationConfig,
+    config: MeasurementSettings,
     required_buckets: tuple[int, ...] = (),
     reference: Profile | None = None,
 ) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def _samples_digest(calibration: Calibration, g_points: dict[int, float]) -> str
     ).hexdigest()[:12]
 
 
-def _stack_section(calibration: Calibration, config: CalibrationConfig) -> dict[str, Any]:
+def _stack_section(calibration: Calibration, config: MeasurementSettings) -> dict[str, Any]:
     """What was measured: backend, emulator truth, model and calibration artifacts."""
     model = config.model
     return {
@@ -153,7 +153,7 @@ def _interpolated_costs(
 
 def _decode_section(
     calibration: Calibration,
-    config: CalibrationConfig,
+    config: MeasurementSettings,
     alpha_ms: float,
     interpolated: dict[int, Any],
 ) -> dict[str, Any]:

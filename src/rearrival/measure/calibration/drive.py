@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rearrival.config.calibration import CalibrationConfig
+from rearrival.config.calibration import MeasurementSettings
 from rearrival.config.study import Configuration
 from rearrival.measure.backends import RunRequest, run_backend
 from rearrival.measure.calibration.design import (
@@ -83,7 +83,7 @@ def run_measurements(
 
 
 def calibrate(
-    config: CalibrationConfig,
+    config: MeasurementSettings,
     backend: Any,
     out_dir: Path,
     *,
@@ -122,7 +122,7 @@ def calibrate(
 
 
 def fit(
-    measured: Measured, config: CalibrationConfig, seed: int
+    measured: Measured, config: MeasurementSettings, seed: int
 ) -> tuple[DecodeFit, PrefillFit, ReuseCheck]:
     """g(b) and beta, the prefill model, and the reuse rule checked on every re-arrival;
     a reuse rule the backend breaks is an error (the predictor could not describe it)."""

@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 
 from rearrival.atomic import atomic_write_json
-from rearrival.config.calibration import CalibrationConfig
-from rearrival.config.study import RblnSettings
+from rearrival.config.backends import RblnSettings
+from rearrival.config.calibration import MeasurementSettings
 from rearrival.measure import rbln as rbln_stack
 from rearrival.measure.calibration.design import STUDY, CalibrationError
 
 
-def compile_calibration(config: CalibrationConfig, rbln: RblnSettings, out: Path) -> Path:
+def compile_calibration(config: MeasurementSettings, rbln: RblnSettings, out: Path) -> Path:
     """Compile (or reuse) every calibration artifact with optimum-rbln and record where
     each is and what compiling it cost; the record feeds ``--compiled`` and the compile
     fit (backend rbln only)."""
