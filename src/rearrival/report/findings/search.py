@@ -4,6 +4,9 @@ searched the paper's candidate set, since picks from different sets are not comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from rearrival.report.findings.base import (
     NOT_COMPARABLE,
     Evidence,
@@ -17,33 +20,46 @@ from rearrival.report.findings.base import (
 from rearrival.report.paper_numbers import PaperNumber
 
 
-def _search(ev: Evidence, numbers: dict[str, PaperNumber]) -> tuple[dict | None, str]:
-    """The search summary when it searched the paper's candidate set, else why not."""
+def _why_not_comparable(ev: Evidence, numbers: dict[str, PaperNumber]) -> str | None:
+    """Why this run's search cannot be set beside the paper's, or None when it searched
+    the paper's candidate set."""
     if ev.search is None:
-        return None, "this run has no search summary"
+        return "this run has no search summary"
     searched = ev.search.get("candidates", {}).get("searched")
     paper = int(numbers["search_candidates"].value)
     if searched != paper:
-        return None, (
+        return (
             f"this run searched {searched} candidates, the paper {paper:,}; picks "
             "from different candidate sets are not comparable"
         )
-    return ev.search, ""
+    return None
 
 
-def judge_search_pick(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
-    summary, why = _search(ev, numbers)
-    if summary is None:
-        return Outcome(NOT_COMPARABLE, "", why)
+SummaryJudge = Callable[[dict[str, Any], dict[str, PaperNumber]], Outcome]
+
+
+def _on_paper_candidates(
+    judge: SummaryJudge,
+) -> Callable[[Evidence, dict[str, PaperNumber]], Outcome]:
+    """``judge`` of the search summary, applied only when the run searched the paper's
+    candidate set; otherwise "not comparable" with the reason."""
+
+    def judged(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
+        why = _why_not_comparable(ev, numbers)
+        return Outcome(NOT_COMPARABLE, "", why) if why else judge(ev.search, numbers)
+
+    return judged
+
+
+@_on_paper_candidates
+def judge_search_pick(summary: dict[str, Any], numbers: dict[str, PaperNumber]) -> Outcome:
     pick = summary["selected"]["id"]
     ours = f"{pick}, evaluation ratio {fixed(summary.get('evaluation_score'))}"
     return verdict(pick == numbers["search_pick"].value, ours, "same pick", "a different pick")
 
 
-def judge_search_top(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
-    summary, why = _search(ev, numbers)
-    if summary is None:
-        return Outcome(NOT_COMPARABLE, "", why)
+@_on_paper_candidates
+def judge_search_top(summary: dict[str, Any], numbers: dict[str, PaperNumber]) -> Outcome:
     size, batch = int(numbers["search_top_size"].value), int(numbers["search_top_batch"].value)
     sizes, spread = summary.get("top_batch_sizes", []), summary.get("top_score_spread_pp")
     top = len(summary.get("top", []))
@@ -61,10 +77,8 @@ def judge_search_top(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
     )
 
 
-def judge_search_n_sets(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
-    summary, why = _search(ev, numbers)
-    if summary is None:
-        return Outcome(NOT_COMPARABLE, "", why)
+@_on_paper_candidates
+def judge_search_n_sets(summary: dict[str, Any], numbers: dict[str, PaperNumber]) -> Outcome:
     restricted = summary.get("restricted", {})
     if "6,8" not in restricted or "8,10" not in restricted:
         return missing("restricted searches on N {6,8} and {8,10}")
@@ -82,10 +96,8 @@ def judge_search_n_sets(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcom
     )
 
 
-def judge_mean_ratio(ev: Evidence, numbers: dict[str, PaperNumber]) -> Outcome:
-    summary, why = _search(ev, numbers)
-    if summary is None:
-        return Outcome(NOT_COMPARABLE, "", why)
+@_on_paper_candidates
+def judge_mean_ratio(summary: dict[str, Any], numbers: dict[str, PaperNumber]) -> Outcome:
     changes = [bool(summary.get("mean_ratio_changes_selection"))] + [
         bool(p.get("mean_ratio_changes_selection")) for p in summary.get("restricted", {}).values()
     ]
