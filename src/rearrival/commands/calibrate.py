@@ -69,12 +69,13 @@ def calibrate(
     from rearrival.measure.calibration.drive import calibrate as run_calibration
     from rearrival.measure.calibration.drive import write_samples
     from rearrival.measure.calibration.rbln_compile import compile_records
+    from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
 
     cfg = load_study_config(config) if config.is_file() else None
     settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
-    chosen = backend or (cfg.backend if cfg is not None else "emulated")
+    chosen = backend or (cfg.backend if cfg is not None else EMULATED)
     base = (
         BackendSettings.from_study_config(cfg, compiled)
         if cfg is not None
@@ -86,10 +87,10 @@ def calibrate(
     backend_settings = replace(
         base,
         backend=chosen,
-        time_scale=scale if chosen == "emulated-http" else 1.0,
+        time_scale=scale if chosen == EMULATED_HTTP else 1.0,
         emulator_truth=settings.truth_path(),
     )
-    records = compile_records(compiled) if compiled is not None and chosen == "rbln" else None
+    records = compile_records(compiled) if compiled is not None and chosen == RBLN else None
     result = run_calibration(
         settings,
         backend_settings,

@@ -28,6 +28,7 @@ from rearrival.config.workload import Workload, workload_from_mapping
 from rearrival.errors import StageError
 from rearrival.model.profile import bucket_set_problem
 from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
+from rearrival.vocabulary import EMULATED
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -126,7 +127,7 @@ class StudyConfig:
     source: str
     configurations: dict[str, Configuration]
     studies: dict[str, Study]
-    backend: str = "emulated"
+    backend: str = EMULATED
     study_seed: int = 20260601
     replicates: int = 3
     tool_table: str = "default"

@@ -40,9 +40,6 @@ import numpy as np
 
 from rearrival.atomic import atomic_write_text
 from rearrival.config.decision import DecisionCriteria, DecisionError
-from rearrival.judge.channels import channel_a, channel_b
-from rearrival.measure.records import RunRecord
-from rearrival.model.profile import Profile
 
 RULES = ("fixed", "tau")
 INPUT_COLUMNS = (
@@ -162,119 +159,6 @@ def decide_comparison(
     else:
         verdict = "fail"
     return Decision(tau=tau, channel_diff=channel_diff, error=error, verdict=verdict)
-
-
-# --- comparison rows from run records ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplicateSums:
-    """Per-replicate channel A and B of a baseline and a changed configuration (seconds),
-    paired by replicate; the ratios and baseline r/B are sums over replicates."""
-
-    replicates: tuple[int, ...]
-    a_base: tuple[float, ...]
-    a_changed: tuple[float, ...]
-    b_base: tuple[float, ...]
-    b_changed: tuple[float, ...]
-
-    @property
-    def ratio_obs_a(self) -> float:
-        return summed_ratio(self.a_changed, self.a_base)
-
-    @property
-    def ratio_obs_b(self) -> float:
-        return summed_ratio(self.b_changed, self.b_base)
-
-    @property
-    def b_base_s(self) -> float:
-        return math.fsum(self.b_base)
-
-    @property
-    def r_base_s(self) -> float:
-        return self.b_base_s - math.fsum(self.a_base)
-
-
-def _by_replicate(runs: Sequence[RunRecord], side: str) -> dict[int, RunRecord]:
-    found: dict[int, RunRecord] = {}
-    for run in runs:
-        if run.manifest.get("status") != "complete":
-            raise DecisionError(
-                f"{run.path}: {side} run status is '{run.manifest.get('status')}' "
-                f"(reason: {run.manifest.get('reason')}); decisions use "
-                "complete runs only, re-run it"
-            )
-        if run.replicate in found:
-            raise DecisionError(
-                f"{run.path}: {side} replicate {run.replicate} also in "
-                f"{found[run.replicate].path}; pass one run per replicate"
-            )
-        found[run.replicate] = run
-    return found
-
-
-def replicate_sums(
-    baseline: Sequence[RunRecord],
-    changed: Sequence[RunRecord],
-    *,
-    profile: Profile | None = None,
-    expected_replicates: int | None = 3,
-) -> ReplicateSums:
-    """Pair baseline and changed runs by replicate and compute both channels of each.
-
-    Refuses missing or duplicated replicates and pairs that did not run the same input
-    plan (a paired comparison shares the plan, Section II-D).
-    """
-    base, change = _by_replicate(baseline, "baseline"), _by_replicate(changed, "changed")
-    for side, runs, other in (("baseline", base, change), ("changed", change, base)):
-        absent = sorted(set(other) - set(runs))
-        if absent:
-            where = other[absent[0]].path
-            raise DecisionError(
-                f"{where}: no {side} run for replicate {absent[0]}; run that "
-                "replicate or drop it from both sides"
-            )
-    if expected_replicates is not None and len(base) != expected_replicates:
-        raise DecisionError(
-            f"comparison has replicates {sorted(base)}, expected "
-            f"{expected_replicates}; run the missing replicates (sums over "
-            "replicates need all of them)"
-        )
-    replicates = tuple(sorted(base))
-    for k in replicates:
-        b_man, c_man = base[k].manifest, change[k].manifest
-        if b_man["n"] != c_man["n"] or (
-            b_man["variant"] == c_man["variant"] and b_man["plan_sha256"] != c_man["plan_sha256"]
-        ):
-            raise DecisionError(
-                f"{change[k].path}: replicate {k} ran plan "
-                f"{c_man['plan_sha256'][:12]} (N={c_man['n']}) but its baseline "
-                f"{base[k].path} ran {b_man['plan_sha256'][:12]} "
-                f"(N={b_man['n']}); pair runs of the same input plan"
-            )
-    return ReplicateSums(
-        replicates=replicates,
-        a_base=tuple(channel_a(base[k], profile).total_s for k in replicates),
-        a_changed=tuple(channel_a(change[k], profile).total_s for k in replicates),
-        b_base=tuple(channel_b(base[k]) for k in replicates),
-        b_changed=tuple(channel_b(change[k]) for k in replicates),
-    )
-
-
-def comparison_row(
-    comparison: str, *, n: int, ratio_pred: float, sums: ReplicateSums, rule: str
-) -> dict[str, Any]:
-    """One input row of a decision table (the columns `rearrival decide` reads)."""
-    return {
-        "comparison": comparison,
-        "n": int(n),
-        "ratio_pred": float(ratio_pred),
-        "ratio_obs_a": sums.ratio_obs_a,
-        "ratio_obs_b": sums.ratio_obs_b,
-        "rule": rule,
-        "r_base_s": sums.r_base_s,
-        "b_base_s": sums.b_base_s,
-    }
 
 
 # --- decision tables -----------------------------------------------------------------------

@@ -64,7 +64,10 @@ def condition_runs(
     replicates: int,
     condition: str | None = None,
 ) -> Side:
-    """Complete runs of a condition at N; ``missing`` explains any absent replicate."""
+    """Complete runs of a condition at N, one per replicate. This is the one pairing of
+    replicates (a comparison sums its sides over the same replicates): a replicate with
+    no run, an incomplete run or more than one run withholds the comparison, and
+    ``missing`` says which run and why."""
     chosen = channels[
         (channels["n"] == n)
         & (channels["configuration"] == configuration)
@@ -81,6 +84,11 @@ def condition_runs(
         elif (rows["status"] != "complete").any():
             bad = rows[rows["status"] != "complete"].iloc[0]
             problems.append(f"run {bad['run_id']} is {bad['status']} ({bad['reason']})")
+        elif len(rows) > 1:
+            problems.append(
+                f"replicate {replicate} of {configuration}-{variant} has {len(rows)} runs "
+                f"({' '.join(rows['run_id'])}); keep one"
+            )
     return Side(complete, "; ".join(problems) or None)
 
 

@@ -37,6 +37,7 @@ from rearrival.model.plangen import derive_seed
 from rearrival.model.plans import write_plan
 from rearrival.model.profile import measured_profile
 from rearrival.parquet import write_frame
+from rearrival.vocabulary import RBLN
 
 DECODE_STEPS_FILE = "decode_steps.parquet"
 PREFILL_FILE = "prefill.parquet"
@@ -108,7 +109,7 @@ def calibrate(
     measured = collect(measurements, runs_dir, settings)
     decode, prefill, reuse = fit(measured, config, seed)
     truth = None
-    if backend.backend != "rbln":
+    if backend.backend != RBLN:
         truth = load_truth(backend.emulator_truth).version
     return Calibration(
         measured,
