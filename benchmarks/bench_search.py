@@ -28,16 +28,11 @@ from pathlib import Path
 
 from rearrival.config.study import load_study_config
 from rearrival.model.sim import simulate
-from rearrival.search.scoring import (
-    SearchSettings,
-    baseline_of,
-    enumerate_candidates,
-    evaluate,
-    make_plans,
-    override_settings,
-    search_candidates,
-    write_outputs,
-)
+from rearrival.search.candidates import baseline_of, enumerate_candidates, search_candidates
+from rearrival.search.evaluate import evaluate
+from rearrival.search.inputs import make_plans
+from rearrival.search.outputs import write_outputs
+from rearrival.search.settings import SearchSettings, override_settings
 
 PAPER_TARGET_S = 2.0
 FLEET_TARGET_S = 60.0

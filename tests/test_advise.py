@@ -22,7 +22,8 @@ from rearrival.search.advise import (
     predict,
     to_markdown,
 )
-from rearrival.search.scoring import BASELINE, Candidate, SearchError
+from rearrival.search.candidates import BASELINE, Candidate
+from rearrival.search.errors import SearchError
 
 TINY_SEARCH = {
     "batch_sizes": [4, 6],

@@ -20,30 +20,23 @@ from rearrival.model.memory import device_memory
 from rearrival.model.profile import ProfileError, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.parquet import write_frame
-from rearrival.search.scoring import (
+from rearrival.search.candidates import (
     BASELINE,
     Candidate,
-    CandidateArrays,
-    Outcome,
-    PlanKey,
-    SearchError,
-    SearchSettings,
     candidates,
-    combine_shards,
-    compare_n_sets,
     enumerate_candidates,
-    evaluate,
     filter_counts,
-    make_plan,
     over_budget,
     parse_candidate_id,
-    plan_keys,
-    run_shard,
-    score_plan,
-    score_table,
     search_candidates,
-    write_outputs,
 )
+from rearrival.search.errors import SearchError
+from rearrival.search.evaluate import CandidateArrays, Outcome, evaluate, run_shard, score_plan
+from rearrival.search.inputs import PlanKey, make_plan, plan_keys
+from rearrival.search.merge import combine_shards
+from rearrival.search.outputs import write_outputs
+from rearrival.search.rank import compare_n_sets, score_table
+from rearrival.search.settings import SearchSettings
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()

@@ -15,8 +15,9 @@ from rearrival.config.study import load_study_config
 from rearrival.model.plans import PlanError, write_plan
 from rearrival.model.tracelab_import import plans_from_trace
 from rearrival.search.advise import predict
+from rearrival.search.candidates import Candidate, candidates
+from rearrival.search.errors import SearchError
 from rearrival.search.plan_dir import search_plan_dir
-from rearrival.search.scoring import Candidate, SearchError, candidates
 
 runner = CliRunner()
 SMALL = {

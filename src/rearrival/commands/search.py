@@ -33,7 +33,7 @@ def _profile(cfg, path: Path | None):
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    from rearrival.search.scoring import SearchError
+    from rearrival.search.errors import SearchError
 
     if text is None:
         return None
@@ -51,7 +51,7 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
     from rearrival.config.study import load_study_config
-    from rearrival.search.scoring import SearchSettings, override_settings
+    from rearrival.search.settings import SearchSettings, override_settings
 
     cfg = load_study_config(config)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
@@ -148,7 +148,8 @@ def search(
     if ctx.invoked_subcommand is not None:
         return
     from rearrival.config.study import load_study_config
-    from rearrival.search.scoring import SearchError, run_search
+    from rearrival.search.errors import SearchError
+    from rearrival.search.run import run_search
 
     if out is None:
         raise SearchError(
@@ -193,7 +194,7 @@ def plans(
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
     """Write the search and evaluation input plans (N x seeds x blocks each, disjoint seeds)."""
-    from rearrival.search.scoring import make_plans, write_plans
+    from rearrival.search.inputs import make_plans, write_plans
 
     cfg, settings = _load(config, ctx)
     made = make_plans(cfg, settings)
@@ -216,7 +217,9 @@ def shard(
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
     from rearrival.parquet import write_frame
-    from rearrival.search.scoring import baseline_of, read_plans, run_shard, search_candidates
+    from rearrival.search.candidates import baseline_of, search_candidates
+    from rearrival.search.evaluate import run_shard
+    from rearrival.search.inputs import read_plans
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
@@ -252,13 +255,10 @@ def merge(
     """Merge shard files into one ranking; the bytes do not depend on the shard count."""
     import pandas as pd
 
-    from rearrival.search.scoring import (
-        SearchError,
-        baseline_of,
-        combine_shards,
-        search_candidates,
-        write_outputs,
-    )
+    from rearrival.search.candidates import baseline_of, search_candidates
+    from rearrival.search.errors import SearchError
+    from rearrival.search.merge import combine_shards
+    from rearrival.search.outputs import write_outputs
 
     cfg, settings = _load(config, ctx)
     frames = []
@@ -349,7 +349,7 @@ def advise(
     from rearrival.model.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
-    from rearrival.search.scoring import SearchError
+    from rearrival.search.errors import SearchError
     from rearrival.search.trace_advice import advise_trace
 
     if trace is not None and plans_dir is not None:

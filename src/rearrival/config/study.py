@@ -246,7 +246,7 @@ class StudyConfig:
     """The whole validated study definition.
 
     Every section is typed; ``search`` stays the schema-filled mapping that
-    :class:`rearrival.search.scoring.SearchSettings` types and checks (the search owns its keys).
+    :class:`rearrival.search.settings.SearchSettings` types and checks (the search owns its keys).
     """
 
     source: str

@@ -21,17 +21,13 @@ from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.parquet import write_frame
 from rearrival.search.advise import load_plan_dir
-from rearrival.search.scoring import (
-    PlanKey,
-    SearchError,
-    SearchSettings,
-    baseline_of,
-    evaluate,
-    override_settings,
-    score_table,
-    search_candidates,
-    summarize,
-)
+from rearrival.search.candidates import baseline_of, search_candidates
+from rearrival.search.errors import SearchError
+from rearrival.search.evaluate import evaluate
+from rearrival.search.inputs import PlanKey
+from rearrival.search.outputs import summarize
+from rearrival.search.rank import score_table
+from rearrival.search.settings import SearchSettings, override_settings
 
 
 def keyed_plans(
