@@ -31,7 +31,7 @@ from rearrival.model.sim import simulate
 from rearrival.search.candidates import baseline_of, enumerate_candidates, search_candidates
 from rearrival.search.evaluate import evaluate
 from rearrival.search.inputs import make_plans
-from rearrival.search.outputs import write_outputs
+from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.settings import SearchSettings, override_settings
 
 PAPER_TARGET_S = 2.0
@@ -66,7 +66,7 @@ def timed_search(cfg, settings, workers: int) -> tuple[float, float, int, int, d
     results, simulations = evaluate(evaluated, plans, workers)
     sim_s = time.perf_counter() - sim_start
     with tempfile.TemporaryDirectory() as tmp:
-        summary = write_outputs(results, cands, baseline, settings, Path(tmp))
+        summary = write_outputs(results, cands, baseline, settings, OutputPaths.under(Path(tmp)))
     wall = time.perf_counter() - start
     return wall, sim_s, len(evaluated) * len(plans), simulations, summary, (results, cands, plans)
 

@@ -34,7 +34,7 @@ from rearrival.search.errors import SearchError
 from rearrival.search.evaluate import CandidateArrays, Outcome, evaluate, run_shard, score_plan
 from rearrival.search.inputs import PlanKey, make_plan, plan_keys
 from rearrival.search.merge import combine_shards
-from rearrival.search.outputs import write_outputs
+from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.rank import compare_n_sets, score_table
 from rearrival.search.settings import SearchSettings
 
@@ -207,7 +207,7 @@ def test_baseline_and_its_twin_score_exactly_one() -> None:
 
 
 def _merge(shard_frames, cands, settings, out: Path) -> dict[str, bytes]:
-    write_outputs(combine_shards(shard_frames), cands, BASELINE, settings, out)
+    write_outputs(combine_shards(shard_frames), cands, BASELINE, settings, OutputPaths.under(out))
     return {
         name: (out / name).read_bytes()
         for name in ("scores.parquet", "selected.json", "summary.json")
@@ -326,6 +326,38 @@ def test_cli_sharded_and_single_process_agree(tmp_path: Path) -> None:
     scores = pd.read_parquet(merged / "scores.parquet")
     assert list(scores["rank"]) == list(range(1, 9))
     assert scores.iloc[0]["id"] == selected["id"]
+
+
+def test_cli_writes_exactly_the_files_it_is_given(tmp_path: Path) -> None:
+    """Every file the search writes is a path the caller names (a workflow declares them);
+    the defaults under --out hold the same bytes."""
+    config = str(tiny_config(tmp_path))
+    named = tmp_path / "named"
+    files = {
+        "--scores": named / "a" / "ranking.parquet",
+        "--selected": named / "b" / "pick.json",
+        "--summary": named / "c" / "about.json",
+    }
+    options = [str(part) for flag, path in files.items() for part in (flag, path)]
+    base = ["search", "--config", config, "--workers", "1", *options]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code != 0 and "--plans-out" in str(refused.exception or refused.output)
+    assert not named.exists()
+    result = runner.invoke(app, [*base, "--plans-out", str(named / "inputs")])
+    assert result.exit_code == 0, result.output
+    written = {p for p in named.rglob("*") if p.is_file()}
+    plans = {p for p in written if (named / "inputs") in p.parents}
+    assert written - plans == set(files.values())
+    assert len(plans) == 8
+    default = tmp_path / "default"
+    result = runner.invoke(
+        app, ["search", "--config", config, "--workers", "1", "--out", str(default)]
+    )
+    assert result.exit_code == 0, result.output
+    for path, name in zip(
+        files.values(), ("scores.parquet", "selected.json", "summary.json"), strict=True
+    ):
+        assert path.read_bytes() == (default / name).read_bytes()
 
 
 def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rearrival.search.outputs import OutputPaths
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
@@ -19,6 +22,46 @@ ProfileOption = Annotated[
         "published | calibrated | PATH).",
     ),
 ]
+
+
+def _file_option(flag: str, default_name: str) -> typer.models.OptionInfo:
+    return typer.Option(
+        flag, help=f"File to write (default: {default_name} under the output directory)."
+    )
+
+
+ScoresOption = Annotated[Path | None, _file_option("--scores", "scores.parquet")]
+SelectedOption = Annotated[Path | None, _file_option("--selected", "selected.json")]
+SummaryOption = Annotated[Path | None, _file_option("--summary", "summary.json")]
+
+
+def _output_paths(
+    flag: str,
+    out: Path | None,
+    scores: Path | None,
+    selected: Path | None,
+    summary: Path | None,
+    plans_out: Path | None = None,
+    writes_plans: bool = False,
+) -> OutputPaths:
+    """Where the result files go: each as named, else under the output directory;
+    refuses a missing file name when no directory gives its default."""
+    from rearrival.search.errors import SearchError
+    from rearrival.search.outputs import OutputPaths
+
+    named = {"--scores": scores, "--selected": selected, "--summary": summary}
+    if writes_plans:
+        named["--plans-out"] = plans_out
+    missing = [name for name, value in named.items() if value is None]
+    if out is None and missing:
+        raise SearchError(
+            f"option {flag} is missing: give the directory for the search results, e.g. "
+            f"`rearrival search {flag} results/search` (or name {', '.join(missing)})"
+        )
+    default = OutputPaths.under(out) if out is not None else None
+    return OutputPaths(
+        scores or default.scores, selected or default.selected, summary or default.summary
+    )
 
 
 def _profile(cfg, path: Path | None):
@@ -75,7 +118,17 @@ def search(
         typer.Option(
             "--out",
             help="Output directory (plans/, scores.parquet, selected.json, "
-            "summary.json); needed when no subcommand is given.",
+            "summary.json); needed when no subcommand is given, unless each file is named.",
+        ),
+    ] = None,
+    scores: ScoresOption = None,
+    selected: SelectedOption = None,
+    summary_file: SummaryOption = None,
+    plans_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--plans-out",
+            help="Directory to write the input plans to (default: plans/ under --out).",
         ),
     ] = None,
     config: ConfigOption = DEFAULT_CONFIG,
@@ -148,22 +201,23 @@ def search(
     if ctx.invoked_subcommand is not None:
         return
     from rearrival.config.study import load_study_config
-    from rearrival.search.errors import SearchError
-    from rearrival.search.run import run_search
 
-    if out is None:
-        raise SearchError(
-            "option --out is missing: give the directory for the search "
-            "results, e.g. `rearrival search --out results/search`"
-        )
+    paths = _output_paths(
+        "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
+    )
     cfg = load_study_config(config)
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir
 
-        summary = search_plan_dir(cfg, plans_dir, out, workers, _profile(cfg, profile), overrides)
+        summary = search_plan_dir(cfg, plans_dir, paths, workers, _profile(cfg, profile), overrides)
     else:
-        summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides, study)
-    typer.echo(summary_lines(out, summary))
+        from rearrival.search.run import run_search
+
+        plans_out = plans_out or out / "plans"
+        summary = run_search(
+            cfg, paths, plans_out, workers, _profile(cfg, profile), overrides, study
+        )
+    typer.echo(summary_lines(paths.summary.parent if out is None else out, summary))
 
 
 def summary_lines(out: Path, summary: dict) -> str:
@@ -244,11 +298,16 @@ def merge(
     ctx: typer.Context,
     shard_files: Annotated[list[Path], typer.Argument(help="Every shard file.")],
     out_dir: Annotated[
-        Path,
+        Path | None,
         typer.Option(
-            "--out-dir", help="Directory for scores.parquet, selected.json and summary.json."
+            "--out-dir",
+            help="Directory for scores.parquet, selected.json and summary.json "
+            "(not needed when each file is named).",
         ),
-    ],
+    ] = None,
+    scores: ScoresOption = None,
+    selected: SelectedOption = None,
+    summary_file: SummaryOption = None,
     config: ConfigOption = DEFAULT_CONFIG,
     profile: ProfileOption = None,
 ) -> None:
@@ -260,6 +319,7 @@ def merge(
     from rearrival.search.merge import combine_shards
     from rearrival.search.outputs import write_outputs
 
+    paths = _output_paths("--out-dir", out_dir, scores, selected, summary_file)
     cfg, settings = _load(config, ctx)
     frames = []
     for path in shard_files:
@@ -275,10 +335,10 @@ def merge(
         search_candidates(settings, costs),
         baseline_of(cfg, _study(ctx)),
         settings,
-        out_dir,
+        paths,
         costs,
     )
-    typer.echo(f"{out_dir}: selected {summary['selected']['id']}")
+    typer.echo(f"{out_dir or paths.selected}: selected {summary['selected']['id']}")
 
 
 def advise(

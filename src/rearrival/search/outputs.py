@@ -4,6 +4,7 @@ later studies compile) and ``summary.json``, each at a path the caller names."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,21 @@ from rearrival.search.candidates import (
 from rearrival.search.merge import check_complete
 from rearrival.search.rank import n_label, score_table
 from rearrival.search.settings import SearchSettings
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    """The three files a finished search writes, each named by the caller so a workflow
+    can declare exactly what the command touches (the CLI defaults them under ``--out``)."""
+
+    scores: Path
+    selected: Path
+    summary: Path
+
+    @classmethod
+    def under(cls, out_dir: Path) -> OutputPaths:
+        """The default names: DIR/scores.parquet, DIR/selected.json, DIR/summary.json."""
+        return cls(out_dir / "scores.parquet", out_dir / "selected.json", out_dir / "summary.json")
 
 
 def _row_dict(table: pd.DataFrame, cid: str) -> dict[str, Any]:
@@ -103,14 +119,22 @@ def write_outputs(
     cands: Sequence[Candidate],
     baseline: Candidate,
     settings: SearchSettings,
-    out_dir: Path,
+    paths: OutputPaths,
     profile: Profile | None = None,
 ) -> dict[str, Any]:
-    """DIR/scores.parquet, DIR/selected.json, DIR/summary.json (each atomically)."""
+    """Check the results are complete, rank them and write the three files; returns the
+    summary."""
     check_complete(results, cands, baseline, settings)
     table, comparison = score_table(results, cands, baseline, settings, profile)
     selected, summary = summarize(table, comparison, settings, profile)
-    write_frame(table, out_dir / "scores.parquet")
-    atomic_write_json(out_dir / "selected.json", selected)
-    atomic_write_json(out_dir / "summary.json", summary)
+    write_ranking(table, selected, summary, paths)
     return summary
+
+
+def write_ranking(
+    table: pd.DataFrame, selected: dict[str, Any], summary: dict[str, Any], paths: OutputPaths
+) -> None:
+    """The scores table, ``selected.json`` and ``summary.json``, each written atomically."""
+    write_frame(table, paths.scores)
+    atomic_write_json(paths.selected, selected)
+    atomic_write_json(paths.summary, summary)

@@ -28,33 +28,34 @@ from rearrival.search.candidates import (
 )
 from rearrival.search.evaluate import evaluate
 from rearrival.search.inputs import make_plans, write_plans
-from rearrival.search.outputs import write_outputs
+from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.rank import per_n_totals, ranking, set_scores
 from rearrival.search.settings import SearchSettings, override_settings
 
 
 def run_search(
     cfg: StudyConfig,
-    out_dir: Path,
+    paths: OutputPaths,
+    plans_out: Path,
     workers: int = 2,
     profile: Profile | None = None,
     overrides: Mapping[str, Any] | None = None,
     study: str | None = None,
 ) -> dict[str, Any]:
-    """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
-    same scores/selected/summary files the sharded path writes, byte for byte. With
-    ``study``, that study's own search over its workload."""
+    """The whole search in one process (plans, every candidate, merge): the input plans
+    under ``plans_out`` and the same three files the sharded path writes, byte for byte.
+    With ``study``, that study's own search over its workload."""
     base = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
     settings = override_settings(base, **(overrides or {}))
     cands = search_candidates(settings, profile)
     plans = make_plans(cfg, settings)
-    write_plans(plans, out_dir / "plans")
+    write_plans(plans, plans_out)
     baseline = baseline_of(cfg, study)
     evaluated = cands if baseline in cands else [*cands, baseline]
     results, _ = evaluate(evaluated, plans, workers, profile)
-    return write_outputs(results, cands, baseline, settings, out_dir, profile)
+    return write_outputs(results, cands, baseline, settings, paths, profile)
 
 
 def select(
