@@ -64,6 +64,16 @@ def _output_paths(
     )
 
 
+def _no_collection_passes() -> None:
+    """Turn off the cyclic garbage collector for this short-lived command: numpy, pandas
+    and numba leave about a million objects that every full collection walks again
+    (0.2-0.3 s of a 1.7 s paper-space search); the search frees its memory by reference
+    counting and creates no large cyclic garbage."""
+    import gc
+
+    gc.disable()
+
+
 def _profile(cfg, path: Path | None):
     """The profile a search or advice predicts with: --profile, else the config's choice,
     checked against the config's model either way."""
@@ -202,6 +212,7 @@ def search(
         return
     from rearrival.config.study import load_study_config
 
+    _no_collection_passes()
     paths = _output_paths(
         "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
     )
@@ -414,6 +425,7 @@ def advise(
 
     if trace is not None and plans_dir is not None:
         raise SearchError("options --trace and --plans both give the inputs; pass one")
+    _no_collection_passes()
     cfg = load_study_config(config)
     n_set = _int_list("--n", n)
     costs = _profile(cfg, profile)
