@@ -20,6 +20,7 @@ from rearrival.model.memory import device_memory
 from rearrival.model.profile import ProfileError, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.parquet import write_frame
+from rearrival.search import evaluate as evaluate_module
 from rearrival.search.candidates import (
     BASELINE,
     Candidate,
@@ -174,6 +175,30 @@ def test_batch_scores_with_reuse_equal_direct_simulation() -> None:
         assert scores.simulations < len(cands)  # re-use happened
         for index, cand in enumerate(order):
             assert scores.outcome(index) == direct(plan, cand), cand.id
+
+
+def test_pool_starts_only_above_the_simulation_threshold(monkeypatch) -> None:
+    """Workers are a maximum: a search with fewer distinct simulations than the threshold
+    runs in this process (no spawn); above it the pool is asked for."""
+    settings = tiny_settings()
+    cands = candidates(settings.batch_sizes, settings.max_buckets)
+    plans = tiny_plans(settings)
+
+    class PoolAsked(Exception):
+        pass
+
+    def no_pool(method: str):
+        raise PoolAsked(method)
+
+    monkeypatch.setattr(evaluate_module.multiprocessing, "get_context", no_pool)
+    frame, simulations = evaluate(cands, plans, workers=2)
+    assert 0 < simulations < evaluate_module.POOL_MIN_SIMULATIONS
+    assert len(frame) == len(cands) * len(plans)
+    monkeypatch.setattr(evaluate_module, "POOL_MIN_SIMULATIONS", simulations)
+    with pytest.raises(PoolAsked, match="spawn"):
+        evaluate(cands, plans, workers=2)
+    monkeypatch.setattr(evaluate_module, "POOL_MIN_SIMULATIONS", simulations + 1)
+    assert evaluate(cands, plans, workers=2)[0].equals(frame)
 
 
 def test_baseline_and_its_twin_score_exactly_one() -> None:
