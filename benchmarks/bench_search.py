@@ -33,13 +33,14 @@ from pathlib import Path
 
 import yaml
 
+from rearrival.config.search import SearchSettings
 from rearrival.config.study import load_study_config
 from rearrival.model.sim import simulate
 from rearrival.search.candidates import baseline_of, enumerate_candidates, search_candidates
 from rearrival.search.evaluate import evaluate
 from rearrival.search.inputs import make_plans
 from rearrival.search.outputs import OutputPaths, write_outputs
-from rearrival.search.settings import SearchSettings, override_settings
+from rearrival.search.settings import override_settings
 
 PAPER_TARGET_S = 2.0
 FLEET_TARGET_S = 60.0

@@ -49,7 +49,8 @@ import numpy as np
 from rearrival.model.plangen import generate_plan
 from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round
 from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
+from rearrival.model.sim import SimConfig, compiled_core, simulate
+from rearrival.model.sim_inputs import core_inputs
 from rearrival.model.sim_reference import simulate_reference
 from rearrival.model.tools import default_tool_table
 from rearrival.search.candidates import enumerate_candidates

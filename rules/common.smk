@@ -95,7 +95,7 @@ def selected_input(wildcards):
 
 def study_search_shards(wildcards):
     """The shard files of a study's own search."""
-    shards = STUDY.study(wildcards.study).search["shards"]
+    shards = STUDY.study(wildcards.study).search.shards
     return [
         f"{RESULTS}/study_search/{wildcards.study}/shards/shard_{k}.parquet" for k in range(shards)
     ]
@@ -103,7 +103,7 @@ def study_search_shards(wildcards):
 
 def study_search_count(wildcards):
     """The shard count of a study's own search."""
-    return STUDY.study(wildcards.study).search["shards"]
+    return STUDY.study(wildcards.study).search.shards
 
 
 def selected_option(wildcards, input):

@@ -24,10 +24,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.judge.decide import (
     DEFAULT_CRITERIA,
-    DecisionCriteria,
-    DecisionError,
     comparison_row,
     decide_comparison,
     decide_table,
@@ -191,7 +190,7 @@ def test_criteria_round_trip_and_validation(tmp_path: Path) -> None:
         == "fail"
     )
     with pytest.raises(DecisionError, match="band"):
-        DecisionCriteria(band=(1.01, 1.02))
+        DecisionCriteria(equivalence_band=(1.01, 1.02))
     with pytest.raises(DecisionError, match="both confirmatory and exploratory"):
         DecisionCriteria(exploratory_n=(8, 10))
     with pytest.raises(DecisionError, match="missing key 'band'"):

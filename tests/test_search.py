@@ -16,6 +16,7 @@ from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.model.memory import device_memory
 from rearrival.model.profile import ProfileError, measured_profile
 from rearrival.model.sim import simulate
@@ -31,13 +32,11 @@ from rearrival.search.candidates import (
     parse_candidate_id,
     search_candidates,
 )
-from rearrival.search.errors import SearchError
 from rearrival.search.evaluate import CandidateArrays, Outcome, evaluate, run_shard, score_plan
 from rearrival.search.inputs import PlanKey, make_plan, plan_keys
 from rearrival.search.merge import combine_shards
 from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.rank import compare_n_sets, score_table
-from rearrival.search.settings import SearchSettings
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()

@@ -11,12 +11,12 @@ from test_trace_import import _round, _three_sessions, _write
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
 from rearrival.model.plans import PlanError, write_plan
 from rearrival.model.tracelab_import import plans_from_trace
 from rearrival.search.advise import predict
 from rearrival.search.candidates import Candidate, candidates
-from rearrival.search.errors import SearchError
 from rearrival.search.outputs import OutputPaths
 from rearrival.search.plan_dir import search_plan_dir
 

@@ -57,20 +57,21 @@ def calibrate(
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
     from dataclasses import replace
 
-    from rearrival.config.calibration import CalibrationConfig
-    from rearrival.config.study import load_study_config, schema_defaults
+    from rearrival.config.backends import EmulatedHttpSettings
+    from rearrival.config.calibration import MeasurementSettings
+    from rearrival.config.study import load_study_config
     from rearrival.measure.backends import BackendSettings
-    from rearrival.measure.calibrate import calibrate as run_calibration
-    from rearrival.measure.calibrate import (
-        compile_records,
+    from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
-        write_samples,
     )
+    from rearrival.measure.calibration.drive import calibrate as run_calibration
+    from rearrival.measure.calibration.drive import write_samples
+    from rearrival.measure.calibration.rbln_compile import compile_records
 
     cfg = load_study_config(config) if config.is_file() else None
-    settings = cfg.measurement if cfg is not None else CalibrationConfig()
+    settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
     chosen = backend or (cfg.backend if cfg is not None else "emulated")
@@ -80,9 +81,7 @@ def calibrate(
         else BackendSettings(compile_record=compiled)
     )
     scale = time_scale or (
-        cfg.emulated_http.time_scale
-        if cfg is not None
-        else schema_defaults()["emulated_http"]["time_scale"]
+        cfg.emulated_http.time_scale if cfg is not None else EmulatedHttpSettings().time_scale
     )
     backend_settings = replace(
         base,
@@ -118,7 +117,7 @@ def calibrate_compile(
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
     from rearrival.config.study import load_study_config
-    from rearrival.measure.calibrate import compile_calibration
+    from rearrival.measure.calibration.rbln_compile import compile_calibration
 
     cfg = load_study_config(config)
     compile_calibration(cfg.measurement, cfg.rbln, out)

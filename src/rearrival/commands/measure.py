@@ -208,13 +208,9 @@ def _time_scale(backend: str, asked: float | None, served: dict | None, url: str
         return float(served["time_scale"])
     if asked is not None:
         return asked
-    from rearrival.config.study import schema_defaults
+    from rearrival.config.backends import EmulatedHttpSettings
 
-    return (
-        float(schema_defaults()["emulated_http"]["time_scale"])
-        if backend == "emulated-http"
-        else 1.0
-    )
+    return EmulatedHttpSettings().time_scale if backend == "emulated-http" else 1.0
 
 
 def emulate_server(

@@ -46,7 +46,7 @@ def _output_paths(
 ) -> OutputPaths:
     """Where the result files go: each as named, else under the output directory;
     refuses a missing file name when no directory gives its default."""
-    from rearrival.search.errors import SearchError
+    from rearrival.config.search import SearchError
     from rearrival.search.outputs import OutputPaths
 
     named = {"--scores": scores, "--selected": selected, "--summary": summary}
@@ -86,7 +86,7 @@ def _profile(cfg, path: Path | None):
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    from rearrival.search.errors import SearchError
+    from rearrival.config.search import SearchError
 
     if text is None:
         return None
@@ -103,8 +103,9 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
+    from rearrival.config.search import SearchSettings
     from rearrival.config.study import load_study_config
-    from rearrival.search.settings import SearchSettings, override_settings
+    from rearrival.search.settings import override_settings
 
     cfg = load_study_config(config)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
@@ -325,8 +326,8 @@ def merge(
     """Merge shard files into one ranking; the bytes do not depend on the shard count."""
     import pandas as pd
 
+    from rearrival.config.search import SearchError
     from rearrival.search.candidates import baseline_of, search_candidates
-    from rearrival.search.errors import SearchError
     from rearrival.search.merge import combine_shards
     from rearrival.search.outputs import write_outputs
 
@@ -416,11 +417,11 @@ def advise(
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
     slots would still help and fit."""
+    from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
     from rearrival.model.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
-    from rearrival.search.errors import SearchError
     from rearrival.search.trace_advice import advise_trace
 
     if trace is not None and plans_dir is not None:

@@ -32,14 +32,14 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rearrival.atomic import atomic_write_text
-from rearrival.errors import RearrivalError
+from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.judge.channels import channel_a, channel_b
 from rearrival.measure.records import RunRecord
 from rearrival.model.profile import Profile
@@ -57,63 +57,6 @@ INPUT_COLUMNS = (
 )
 OUTPUT_COLUMNS = ("tau", "channel_diff", "error", "verdict")
 SLACK = 1e-12
-
-
-class DecisionError(RearrivalError, ValueError):
-    """Inputs a decision cannot be made from; names the file/row/column and the fix."""
-
-
-@dataclass(frozen=True)
-class DecisionCriteria:
-    """The preregistered thresholds (paper II-D, IV, V-C); committed before measurement."""
-
-    tau_fixed: float = 0.02
-    error_tolerance: float = 0.03
-    band: tuple[float, float] = (0.98, 1.02)
-    confirmatory_n: tuple[int, ...] = (6, 8)
-    exploratory_n: tuple[int, ...] = (10,)
-    saturation_width: float = 0.04
-    saturation_confidence: float = 0.95
-    bootstrap_resamples: int = 10000
-    rule_version: str = "paper-IID-IV-VC/1"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "band", tuple(float(x) for x in self.band))
-        object.__setattr__(self, "confirmatory_n", tuple(int(x) for x in self.confirmatory_n))
-        object.__setattr__(self, "exploratory_n", tuple(int(x) for x in self.exploratory_n))
-        for name in ("tau_fixed", "error_tolerance", "saturation_width"):
-            if not getattr(self, name) > 0:
-                raise DecisionError(f"decision criteria: '{name}' must be > 0")
-        if len(self.band) != 2 or not self.band[0] < 1.0 < self.band[1]:
-            raise DecisionError("decision criteria: 'band' must be (low, high) with low < 1 < high")
-        if not 0 < self.saturation_confidence < 1:
-            raise DecisionError("decision criteria: 'saturation_confidence' must be in (0, 1)")
-        if set(self.confirmatory_n) & set(self.exploratory_n):
-            raise DecisionError(
-                "decision criteria: an N cannot be both confirmatory and exploratory"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form written to preregistration/<study>/ (lists for tuples)."""
-        return {
-            key: list(value) if isinstance(value, tuple) else value
-            for key, value in asdict(self).items()
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<criteria>") -> DecisionCriteria:
-        names = [f.name for f in fields(cls)]
-        unknown = [key for key in data if key not in names]
-        missing = [name for name in names if name not in data]
-        if unknown or missing:
-            what = f"unknown key '{unknown[0]}'" if unknown else f"missing key '{missing[0]}'"
-            raise DecisionError(
-                f"{source}: {what}; decision criteria have exactly {', '.join(names)}"
-            )
-        try:
-            return cls(**{key: tuple(v) if isinstance(v, list) else v for key, v in data.items()})
-        except (TypeError, ValueError) as exc:
-            raise DecisionError(f"{source}: {exc}") from None
 
 
 DEFAULT_CRITERIA = DecisionCriteria()
@@ -213,7 +156,7 @@ def decide_comparison(
     elif n not in criteria.confirmatory_n:
         verdict = "exploratory"
     elif abs(error) <= criteria.error_tolerance + SLACK and _same_side_or_in_band(
-        ratio_pred, ratio_obs_a, criteria.band
+        ratio_pred, ratio_obs_a, criteria.equivalence_band
     ):
         verdict = "pass"
     else:

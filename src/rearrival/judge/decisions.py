@@ -18,8 +18,9 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.study import Condition, Study, StudyConfig
-from rearrival.judge.decide import DecisionCriteria, judge_rows, saturation, summed_ratio, table_csv
+from rearrival.config.decision import DecisionCriteria
+from rearrival.config.study import Condition, Study
+from rearrival.judge.decide import judge_rows, saturation, summed_ratio, table_csv
 
 COLUMNS = (
     "study",
@@ -332,17 +333,3 @@ def decision_table(
     ordered = [{column: row.get(column) for column in COLUMNS} for row in rows]
     text = table_csv(ordered) if ordered else ",".join(COLUMNS) + "\n"
     return text, pd.DataFrame(ordered, columns=list(COLUMNS))
-
-
-def criteria_from_config(cfg: StudyConfig) -> DecisionCriteria:
-    """The criteria a study registers, from the config's decision section."""
-    decision = cfg.decision
-    return DecisionCriteria(
-        tau_fixed=decision.tau_fixed,
-        error_tolerance=decision.error_tolerance,
-        band=decision.equivalence_band,
-        confirmatory_n=decision.confirmatory_n,
-        exploratory_n=decision.exploratory_n,
-        saturation_width=decision.saturation_width,
-        bootstrap_resamples=decision.bootstrap_resamples,
-    )

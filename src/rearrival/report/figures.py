@@ -395,7 +395,7 @@ def search_figure(res: Results) -> Figure:
     dens.set_xlabel("score (sum D / sum D baseline)")
     dens.set_ylabel("candidates")
     dens.legend(fontsize=7)
-    top = scores.sort_values("rank").head(max(20, int(res.cfg.search.get("top", 20))))
+    top = scores.sort_values("rank").head(max(20, res.cfg.search.top))
     for batch, group in top.groupby("batch_size"):
         best.scatter(
             group["rank"], group["score"], s=14, color=colours[batch], label=f"batch {batch}"

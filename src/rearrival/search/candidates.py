@@ -20,12 +20,11 @@ from functools import cached_property
 from itertools import combinations
 from typing import Any
 
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.memory import DeviceMemory, device_memory
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import SimConfig
-from rearrival.search.errors import SearchError
-from rearrival.search.settings import SearchSettings
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from rearrival.config.search import SearchError
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.model.sim import compiled_core, core_inputs, simulate
 from rearrival.progress import progress
 from rearrival.search.candidates import Candidate
-from rearrival.search.errors import SearchError
 from rearrival.search.inputs import PlanKey
 
 RESULT_COLUMNS = (

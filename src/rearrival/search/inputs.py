@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.atomic import atomic_directory
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.plangen import generate_plan
 from rearrival.model.plans import Plan, load_plan, write_plan
-from rearrival.search.errors import SearchError
-from rearrival.search.settings import SearchSettings
 
 INPUT_SETS = ("search", "evaluation")
 

@@ -12,11 +12,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.search.candidates import Candidate
-from rearrival.search.errors import SearchError
 from rearrival.search.evaluate import RESULT_COLUMNS, sort_results
 from rearrival.search.inputs import plan_keys
-from rearrival.search.settings import SearchSettings
 
 
 def combine_shards(frames: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:

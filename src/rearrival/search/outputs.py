@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from rearrival.atomic import atomic_write_json
+from rearrival.config.search import SearchSettings
 from rearrival.model.memory import device_memory
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.parquet import write_frame
@@ -23,7 +24,6 @@ from rearrival.search.candidates import (
 )
 from rearrival.search.merge import check_complete
 from rearrival.search.rank import n_label, score_table
-from rearrival.search.settings import SearchSettings
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.search.advise import load_plan_dir
 from rearrival.search.candidates import baseline_of, search_candidates
-from rearrival.search.errors import SearchError
 from rearrival.search.evaluate import evaluate
 from rearrival.search.inputs import PlanKey
 from rearrival.search.outputs import OutputPaths, summarize, write_ranking
 from rearrival.search.rank import score_table
-from rearrival.search.settings import SearchSettings, override_settings
+from rearrival.search.settings import override_settings
 
 
 def keyed_plans(

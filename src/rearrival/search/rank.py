@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rearrival.config.search import SearchSettings
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.search.candidates import Candidate, resource_costs
 from rearrival.search.evaluate import sort_results
 from rearrival.search.inputs import INPUT_SETS
-from rearrival.search.settings import SearchSettings
 
 
 def n_label(n_set: Iterable[int]) -> str:

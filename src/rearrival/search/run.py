@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.profile import Profile
 from rearrival.search.candidates import (
@@ -30,7 +31,7 @@ from rearrival.search.evaluate import evaluate
 from rearrival.search.inputs import make_plans, write_plans
 from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.rank import per_n_totals, ranking, set_scores
-from rearrival.search.settings import SearchSettings, override_settings
+from rearrival.search.settings import override_settings
 
 
 def run_search(

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.memory import device_memory
 from rearrival.model.otel_import import plans_from_otel
@@ -46,7 +47,7 @@ from rearrival.search.candidates import (
 )
 from rearrival.search.evaluate import CandidateArrays
 from rearrival.search.rank import ranking
-from rearrival.search.settings import SearchSettings, override_settings
+from rearrival.search.settings import override_settings
 
 RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)
