@@ -384,6 +384,40 @@ def test_cli_writes_exactly_the_files_it_is_given(tmp_path: Path) -> None:
         assert path.read_bytes() == (default / name).read_bytes()
 
 
+def test_merge_writes_the_named_files(tmp_path: Path) -> None:
+    """``search merge`` with each file named (as a workflow rule passes its declared
+    outputs) writes those files and nothing else, with the bytes of ``--out-dir``."""
+    config = str(tiny_config(tmp_path))
+    plans, shard = tmp_path / "plans", tmp_path / "shard.parquet"
+    one = ["--shards", "1", "--out", str(shard)]
+    for args in (
+        ["search", "plans", "--config", config, "--out", str(plans)],
+        ["search", "shard", "--config", config, "--plans", str(plans), "--shard", "0", *one],
+        ["search", "merge", "--config", config, "--out-dir", str(tmp_path / "dir"), str(shard)],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    named = tmp_path / "named"
+    files = {
+        "--scores": named / "s.parquet",
+        "--selected": named / "pick.json",
+        "--summary": named / "sub" / "about.json",
+    }
+    options = [str(part) for flag, path in files.items() for part in (flag, path)]
+    result = runner.invoke(app, ["search", "merge", "--config", config, *options, str(shard)])
+    assert result.exit_code == 0, result.output
+    assert {p for p in named.rglob("*") if p.is_file()} == set(files.values())
+    for path, name in zip(
+        files.values(), ("scores.parquet", "selected.json", "summary.json"), strict=True
+    ):
+        assert path.read_bytes() == (tmp_path / "dir" / name).read_bytes()
+    partial = runner.invoke(
+        app, ["search", "merge", "--config", config, "--scores", str(tmp_path / "x"), str(shard)]
+    )
+    assert partial.exit_code != 0 and not (tmp_path / "x").exists()
+    assert "--selected, --summary" in str(partial.exception or partial.output)
+
+
 def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
     config = str(tiny_config(tmp_path))
     done = subprocess.run(
