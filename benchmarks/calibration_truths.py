@@ -34,7 +34,7 @@ from rearrival.measure.records import finish_manifest, manifest_template, read_r
 from rearrival.model.plangen import derive_seed
 from rearrival.model.profile import load_profile, measured_profile
 from rearrival.model.sim import SimConfig, simulate
-from rearrival.search.scoring import select
+from rearrival.search.run import select
 from rearrival.workflow.plans import study_plan
 
 TOLERANCE = 0.03

@@ -23,7 +23,7 @@ from rearrival.search.advise import (
     predict,
     to_markdown,
 )
-from rearrival.search.scoring import BASELINE, Candidate
+from rearrival.search.candidates import BASELINE, Candidate
 
 TINY_SEARCH = {
     "batch_sizes": [4, 6],

@@ -18,10 +18,8 @@ from rearrival.config.study import (
 )
 from rearrival.model.plangen import MultiRoundSpec, generate_multi_round_plan, generate_plan
 from rearrival.model.plans import load_plan
-from rearrival.search.scoring import baseline_of
-from rearrival.search.scoring import (
-    make_plans as search_plans,
-)
+from rearrival.search.candidates import baseline_of
+from rearrival.search.inputs import make_plans as search_plans
 from rearrival.workflow.params import workflow_params
 from rearrival.workflow.plans import make_plans, plan_file
 from rearrival.workflow.preregister import design_changes, registered_design
