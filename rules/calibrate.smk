@@ -43,7 +43,7 @@ rule calibrate:
     params:
         config_file=CONFIG_FILE,
         values=stage_values("calibration"),
-        compiled=calibration_compiled_option,
+        compiled=compiled_option,
     shell:
         "rearrival study calibrate --config {params.config_file:q} --out {output.profile:q}"
         " {params.compiled} > {log:q} 2>&1"

@@ -13,6 +13,7 @@ from rearrival.workflow.preregister import refuse_changed_designs
 from rearrival.workflow.run import INJECTION_BACKEND
 from rearrival.config.calibration import CALIBRATED, PUBLISHED
 from rearrival.config.study import study_config_from_mapping
+from rearrival.vocabulary import RBLN
 
 CONFIG_FILE = study_config_file(
     workflow.configfiles,
@@ -30,7 +31,7 @@ PARAMS = workflow_params(STUDY, config)
 
 # Site settings for profiles/slurm come from the environment (rearrival.workflow.cluster): the
 # generic resource a real-device job holds on the cluster, '' for emulated backends.
-REAL_DEVICE = STUDY.backend == "rbln"
+REAL_DEVICE = STUDY.backend == RBLN
 DEVICE_GRES = device_gres(os.environ, real_device=REAL_DEVICE)
 
 
@@ -144,13 +145,13 @@ def selected_input(wildcards):
 
 def study_search_shards(wildcards):
     """The shard files of a study's own search."""
-    shards = STUDY.study(wildcards.study).search["shards"]
+    shards = STUDY.study(wildcards.study).search.shards
     return [study_search_path(shard_name(k), wildcards.study) for k in range(shards)]
 
 
 def study_search_count(wildcards):
     """The shard count of a study's own search."""
-    return STUDY.study(wildcards.study).search["shards"]
+    return STUDY.study(wildcards.study).search.shards
 
 
 def amended_option(wildcards, input):
@@ -170,13 +171,14 @@ def profile_option(wildcards, input):
 
 def compile_inputs(wildcards):
     """On real hardware every configuration of the study is compiled first."""
-    if STUDY.backend != "rbln":
+    if STUDY.backend != RBLN:
         return []
     return [rules.compile.output.record]
 
 
 def compiled_option(wildcards, input):
-    """The compile record a hardware run reads its artifacts from (rbln only)."""
+    """The compile record a hardware run or the calibration reads its artifacts from
+    (rbln only)."""
     return f"--compiled '{input.compiled}'" if input.compiled else ""
 
 
@@ -201,7 +203,7 @@ def report_inputs(wildcards):
         ]
     if STUDY.backend == INJECTION_BACKEND:
         inputs["injection"] = rules.injection.output.gaps
-    if STUDY.backend == "rbln":
+    if STUDY.backend == RBLN:
         inputs["compile"] = [compile_path(name) for name in STUDY_NAMES]
     return inputs
 
@@ -225,14 +227,9 @@ def profile_input(wildcards):
 
 def calibration_compile_input(wildcards):
     """On real hardware the calibration artifacts are compiled first."""
-    if STUDY.backend != "rbln":
+    if STUDY.backend != RBLN:
         return []
     return rules.calibrate_compile.output.record
-
-
-def calibration_compiled_option(wildcards, input):
-    """The compile record the calibration runs read their artifacts from (rbln only)."""
-    return f"--compiled '{input.compiled}'" if input.compiled else ""
 
 
 def final_targets():

@@ -30,7 +30,7 @@ rule search_shard:
     params:
         config_file=CONFIG_FILE,
         values=stage_values("search"),
-        shards=STUDY.search["shards"],
+        shards=STUDY.search.shards,
         profile=profile_option,
     shell:
         "rearrival study search shard --config {params.config_file:q} --plans {input.plans:q}"
@@ -40,7 +40,7 @@ rule search_shard:
 
 rule search_merge:
     input:
-        shards=expand(rules.search_shard.output.shard, shard=range(STUDY.search["shards"])),
+        shards=expand(rules.search_shard.output.shard, shard=range(STUDY.search.shards)),
         profile=profile_input,
     output:
         scores=search_path("scores.parquet"),
@@ -53,11 +53,11 @@ rule search_merge:
     params:
         config_file=CONFIG_FILE,
         values=stage_values("search"),
-        out_dir=lambda wildcards, output: str(Path(output.scores).parent),
         profile=profile_option,
     shell:
         "rearrival study search merge --config {params.config_file:q}"
-        " --out-dir {params.out_dir:q} {params.profile} {input.shards:q} > {log:q} 2>&1"
+        " --scores {output.scores:q} --selected {output.selected:q}"
+        " --summary {output.summary:q} {params.profile} {input.shards:q} > {log:q} 2>&1"
 
 
 # A study's own search (studies.<study>.search, e.g. over agent sessions): the same three
@@ -117,9 +117,9 @@ rule study_search_merge:
     params:
         config_file=CONFIG_FILE,
         values=values("search"),
-        out_dir=lambda wildcards, output: str(Path(output.scores).parent),
         profile=profile_option,
     shell:
         "rearrival study search --study {wildcards.study:q} merge"
         " --config {params.config_file:q}"
-        " --out-dir {params.out_dir:q} {params.profile} {input.shards:q} > {log:q} 2>&1"
+        " --scores {output.scores:q} --selected {output.selected:q}"
+        " --summary {output.summary:q} {params.profile} {input.shards:q} > {log:q} 2>&1"

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from rearrival.config.calibration import CalibrationConfig
+from rearrival.config.calibration import MeasurementSettings
 from rearrival.errors import StageError
 from rearrival.workflow.profile import stage_profile_path
 
@@ -30,8 +30,6 @@ WORKFLOW_FILES = ("Snakefile", "rules", "envs", "config", "profiles", ".test")
 # these must lie under (or beside) a path the command is given; the rest must be named.
 DIRECTORY_READERS = {
     "report": "reads the results tree (--results) and writes under --out",
-    "search_merge": "writes scores, selected and summary into --out-dir",
-    "study_search_merge": "writes scores, selected and summary into --out-dir",
     "calibrate": "writes its tables and runs beside --out profile.yaml",
 }
 ROOTS = ("results", "reports")
@@ -159,9 +157,9 @@ def test_a_declared_ledger_not_passed_is_caught():
 
 def test_stage_profile_comes_only_from_the_option():
     given = Path("results/calibration/profile.yaml")
-    assert stage_profile_path(CalibrationConfig(profile="calibrated"), given) == given
-    assert stage_profile_path(CalibrationConfig(), None) is None
+    assert stage_profile_path(MeasurementSettings(profile="calibrated"), given) == given
+    assert stage_profile_path(MeasurementSettings(), None) is None
     with pytest.raises(StageError, match="profile: calibrated needs its file; pass --profile"):
-        stage_profile_path(CalibrationConfig(profile="calibrated"), None)
+        stage_profile_path(MeasurementSettings(profile="calibrated"), None)
     with pytest.raises(StageError, match="says profile: published; drop --profile"):
-        stage_profile_path(CalibrationConfig(), given)
+        stage_profile_path(MeasurementSettings(), given)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rearrival.config.calibration import PUBLISHED, CalibrationConfig
+from rearrival.config.calibration import PUBLISHED, MeasurementSettings
 from rearrival.errors import StageError
 from rearrival.model.profile import Profile, load_profile_for_model
 
 
-def stage_profile_path(measurement: CalibrationConfig, given: Path | None) -> Path | None:
+def stage_profile_path(measurement: MeasurementSettings, given: Path | None) -> Path | None:
     """The profile file a stage reads: ``given`` (its ``--profile``), None for the
     published constants; a file the config does not ask for, or a missing one, is refused."""
     if measurement.profile == PUBLISHED:
@@ -34,7 +34,7 @@ def stage_profile_path(measurement: CalibrationConfig, given: Path | None) -> Pa
     return given
 
 
-def stage_profile(measurement: CalibrationConfig, given: Path | None) -> Profile:
+def stage_profile(measurement: MeasurementSettings, given: Path | None) -> Profile:
     """The profile a stage predicts with, checked against the config's model."""
     return load_profile_for_model(
         stage_profile_path(measurement, given),
