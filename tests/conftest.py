@@ -10,6 +10,10 @@ import pytest
 from rearrival.model.plans import Plan, PlanMeta, Session
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+# The TraceLab sample is not part of the repository: it sits in ../shared beside it.
+TRACELAB_SAMPLE = (
+    Path(__file__).resolve().parents[2] / "shared/data/tracelab/round_trace.example.jsonl"
+)
 
 
 def random_plan(
