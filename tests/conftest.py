@@ -173,3 +173,18 @@ def finished_study(tmp_path_factory) -> tuple[Path, Path]:
     done = snakemake(work, home, "all")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return work, home
+
+
+# Modules that read the session's small study run on one pytest-xdist worker, one test
+# at a time (`make test` runs `-n 2 --dist loadgroup`): the study is set up once, and the
+# Slurm module never runs beside itself. They go first, since they take longest; every
+# other module is a group of its own, so a module-scoped fixture is set up once too.
+STUDY_MODULES = {"test_pipeline", "test_slurm_cluster"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.stem not in STUDY_MODULES)  # stable: order kept
+    for item in items:
+        module = item.path.stem
+        item.add_marker(pytest.mark.xdist_group("study" if module in STUDY_MODULES else module))

@@ -29,6 +29,10 @@ from rearrival.config.study import study_config_from_mapping
 from rearrival.errors import StageError
 from rearrival.workflow.preregister import refuse_changed_designs
 
+# The first test here sets up the session's small study (about 85 s alone, several
+# minutes on a loaded 2-core machine), over the 300 s default.
+pytestmark = pytest.mark.timeout(900)
+
 
 def test_all_runs_every_study_and_audit_passes(finished_study):
     work, home = finished_study
