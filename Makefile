@@ -20,10 +20,10 @@ $(STAMP): pyproject.toml
 all: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 all
 
-# Two workers: the study modules on one, the others spread over both (tests/conftest.py).
+# Two workers, one module at a time each; the study modules are one unit (tests/conftest.py).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder
 
 # The formatters only check here; `make format` rewrites.
 lint: $(STAMP)

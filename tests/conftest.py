@@ -175,16 +175,33 @@ def finished_study(tmp_path_factory) -> tuple[Path, Path]:
     return work, home
 
 
-# Modules that read the session's small study run on one pytest-xdist worker, one test
-# at a time (`make test` runs `-n 2 --dist loadgroup`): the study is set up once, and the
-# Slurm module never runs beside itself. They go first, since they take longest; every
-# other module is a group of its own, so a module-scoped fixture is set up once too.
+# `make test` runs two pytest-xdist workers with `--dist loadscope --no-loadscope-reorder`:
+# each module is one unit of work, so a module-scoped fixture is set up once, and the
+# modules that read the session's small study form a single unit, so the study is set up
+# once and the Slurm module never runs beside itself. That unit is the longest, so it is
+# collected first and starts at once. (pytest-xdist's xdist_group marks would say the
+# same, but its loadgroup mode cannot rename node ids under pytest 9.)
 STUDY_MODULES = {"test_pipeline", "test_slurm_cluster"}
 
 
-@pytest.hookimpl(tryfirst=True)
+def _study_first(item: pytest.Item) -> bool:
+    return item.path.stem not in STUDY_MODULES
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.stem not in STUDY_MODULES)  # stable: order kept
-    for item in items:
-        module = item.path.stem
-        item.add_marker(pytest.mark.xdist_group("study" if module in STUDY_MODULES else module))
+    items.sort(key=_study_first)  # a stable sort: every other order is kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Scope by module, the study modules being one scope (see above)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class StudyScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "study" if Path(module).stem in STUDY_MODULES else module
+
+    return StudyScopeScheduling(config, log)
