@@ -5,20 +5,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test lint format bench clean-results slurm-up slurm-down test-slurm
+.PHONY: all test-study test lint format bench clean-results slurm-up slurm-down test-slurm
 
 $(STAMP): pyproject.toml
+	@echo "make: creating $(VENV) and installing rearrival with the dependencies pinned in"
+	@echo "      pyproject.toml (snakemake, pandas, numba, matplotlib, ...; 1-2 minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# compile the simulator core once into its on-disk cache (about 10 s), so the first
 	# `rearrival simulate` or search of a fresh checkout does not pay it
+	@echo "make: compiling the simulator core once with numba (10-30 s)"
 	$(BIN)/python -c "from rearrival.model.simcore import warm_up; warm_up()"
 	touch $(STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.
 all: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 all
+
+# The small study CI runs, in place of config/config.yaml (replaced, never merged into it).
+test-study: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 \
+		--configfile .test/config/config.yaml --replace-workflow-config all
 
 # Two workers, one module at a time each; the study modules are one unit (tests/conftest.py).
 test: $(STAMP)

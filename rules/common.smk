@@ -6,14 +6,19 @@ import os
 from pathlib import Path
 
 from rearrival.workflow.cluster import check_slurm_site, device_gres
+from rearrival.workflow.configfile import study_config_file
 from rearrival.workflow.params import workflow_params
 from rearrival.workflow.preregister import refuse_changed_designs
 from rearrival.workflow.run import INJECTION_BACKEND
 from rearrival.config.study import study_config_from_mapping
 
-STUDY = study_config_from_mapping(config, workflow.configfiles[0])
+CONFIG_FILE = study_config_file(
+    workflow.configfiles,
+    workflow.overwrite_configfiles,
+    workflow.config_settings.replace_workflow_config,
+)
+STUDY = study_config_from_mapping(config, CONFIG_FILE)
 STUDY_NAMES = list(STUDY.studies)
-CONFIG_FILE = workflow.configfiles[0]
 RESULTS = "results"
 
 # A registered study's design and criteria never change: refused here, before any job.
@@ -77,10 +82,28 @@ def prereg_inputs(wildcards):
 
 
 def selected_input(wildcards):
-    """Studies that compare the search's pick need its result before predicting."""
-    if STUDY.study(wildcards.study).uses_selected:
+    """Studies that compare the search's pick need its result before predicting: their
+    own search's (a study with a search block, e.g. over agent sessions), else the
+    top-level search's."""
+    study = STUDY.study(wildcards.study)
+    if study.search is not None:
+        return f"{RESULTS}/study_search/{study.name}/selected.json"
+    if study.uses_selected:
         return f"{RESULTS}/search/selected.json"
     return []
+
+
+def study_search_shards(wildcards):
+    """The shard files of a study's own search."""
+    shards = STUDY.study(wildcards.study).search["shards"]
+    return [
+        f"{RESULTS}/study_search/{wildcards.study}/shards/shard_{k}.parquet" for k in range(shards)
+    ]
+
+
+def study_search_count(wildcards):
+    """The shard count of a study's own search."""
+    return STUDY.study(wildcards.study).search["shards"]
 
 
 def selected_option(wildcards, input):
@@ -114,6 +137,11 @@ def report_inputs(wildcards):
         "selected": f"{RESULTS}/search/selected.json",
         "calibration": f"{RESULTS}/calibration/profile.yaml",
     }
+    searched = [name for name in STUDY_NAMES if STUDY.study(name).search is not None]
+    if searched:
+        inputs["study_search"] = [
+            f"{RESULTS}/study_search/{name}/summary.json" for name in searched
+        ]
     if STUDY.backend == INJECTION_BACKEND:
         inputs["injection"] = f"{RESULTS}/injection/gaps.parquet"
     if STUDY.backend == "rbln":

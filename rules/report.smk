@@ -1,5 +1,8 @@
 # Stage 8: every paper table (CSV, Markdown, LaTeX), the figures and one HTML report,
 # rendered from results only; `rearrival tables` re-renders without rerunning anything.
+# The scorecard's second, exploratory evaluation under the other profile (published, or
+# the calibrated one for a published study) is recomputed here from the declared plans,
+# run records and search pick; it is never registered (rearrival.report.recompute).
 # `snakemake --report` shows each table (its CSV, grouped by family) and each figure as
 # its own item, captioned from rules/report/.
 from rearrival.report.tables import table_family

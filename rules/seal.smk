@@ -1,7 +1,8 @@
 # Stage 5b: a study's run records sealed. The sha256 of every file its runs wrote is
 # committed to git (ledger/<study>.json, one commit per study) before channels are
 # computed; channels, decisions and `rearrival audit` verify against it. Commits are
-# serialised through the `git` resource, like preregistration commits.
+# serialised through the `git` resource, like preregistration commits. The ledger is
+# append-only (re-run records are refused); with `witness:` set it is published.
 localrules:
     seal,
 
@@ -18,6 +19,8 @@ rule seal:
         "../envs/workflow.yaml"
     resources:
         git=1,
+    params:
+        config_file=CONFIG_FILE,
     shell:
-        "rearrival study seal --study {wildcards.study:q} --out {output:q} {input.runs:q}"
-        " > {log:q} 2>&1"
+        "rearrival study seal --config {params.config_file:q} --study {wildcards.study:q}"
+        " --out {output:q} {input.runs:q} > {log:q} 2>&1"

@@ -57,3 +57,63 @@ rule search_merge:
     shell:
         "rearrival search merge --config {params.config_file:q} --out-dir {params.out_dir:q}"
         " {input.shards:q} > {log:q} 2>&1"
+
+
+# A study's own search (studies.<study>.search, e.g. over agent sessions): the same three
+# stages on that study's workload; its pick is the study's 'selected' configuration.
+
+
+rule study_search_plans:
+    output:
+        directory("results/study_search/{study}/plans"),
+    log:
+        "logs/study_search/{study}/plans.log",
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        config_file=CONFIG_FILE,
+        values=values("search"),
+    shell:
+        "rearrival search --study {wildcards.study:q} plans --config {params.config_file:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule study_search_shard:
+    input:
+        plans="results/study_search/{study}/plans",
+        profile=profile_input,
+    output:
+        "results/study_search/{study}/shards/shard_{shard}.parquet",
+    log:
+        "logs/study_search/{study}/shard_{shard}.log",
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        config_file=CONFIG_FILE,
+        values=values("search"),
+        shards=study_search_count,
+    shell:
+        "rearrival search --study {wildcards.study:q} shard --config {params.config_file:q}"
+        " --plans {input.plans:q} --shard {wildcards.shard} --shards {params.shards}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule study_search_merge:
+    input:
+        shards=study_search_shards,
+        profile=profile_input,
+    output:
+        scores="results/study_search/{study}/scores.parquet",
+        selected="results/study_search/{study}/selected.json",
+        summary="results/study_search/{study}/summary.json",
+    log:
+        "logs/study_search/{study}/merge.log",
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        config_file=CONFIG_FILE,
+        values=values("search"),
+        out_dir=lambda wildcards, output: str(Path(output.scores).parent),
+    shell:
+        "rearrival search --study {wildcards.study:q} merge --config {params.config_file:q}"
+        " --out-dir {params.out_dir:q} {input.shards:q} > {log:q} 2>&1"

@@ -90,6 +90,7 @@ def config_with_search(tmp_path, search: dict):
     """The shipped study definition with a (small) search section swapped in."""
     raw = yaml.safe_load(CONFIG_FILE.read_text())
     raw["search"] = search
+    raw["profile"] = "published"  # no calibration stage has run in a test's tmp directory
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

@@ -112,10 +112,11 @@ def test_enough_slots_means_complete_reuse_and_no_gain_from_more(
 
 def test_advise_runs_the_search_when_no_result_is_given(tiny_config: Path) -> None:
     cfg = load_study_config(tiny_config)
-    advice = advise(cfg, n=3, workers=1)
+    advice = advise(cfg, n=[3], workers=1)
     assert "search run now" in advice["recommendation_source"]
     assert advice["selected"]["configuration"]["batch_size"] in (4, 6)
-    assert advice["inputs"].startswith("2 evaluation plans of the config at N=3")
+    assert advice["inputs"].startswith("2 evaluation plans of the config at N 3")
+    assert "search run now at N 3" in advice["recommendation_source"]
 
 
 def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Path) -> None:
@@ -168,4 +169,38 @@ def test_bad_inputs_name_the_input(tiny_config: Path, tmp_path: Path) -> None:
     with pytest.raises(SearchError, match="plans directory"):
         advise(cfg, plans_dir=tmp_path / "empty", search_dir=tmp_path)
     with pytest.raises(SearchError, match=r"selected\.json"):
-        advise(cfg, n=2, search_dir=tmp_path / "missing")
+        advise(cfg, n=[2], search_dir=tmp_path / "missing")
+
+
+def test_advise_evaluates_at_the_search_n_set_or_refuses(tiny_config: Path, tmp_path: Path) -> None:
+    """Issue: given the fleet search (N 16/32/48), advise evaluated at N=8 silently."""
+    search = tmp_path / "search"
+    pick = Candidate((1, 4, 16, 32, 48), 48)
+    atomic_write_json(
+        search / "selected.json", {**pick.as_dict(), "search_score": 0.9, "search_n": [16, 48]}
+    )
+    cfg = load_study_config(tiny_config)
+    with pytest.raises(SearchError, match="N 8 differs from the N set 16,48"):
+        advise(cfg, n=[8], search_dir=search)
+    advice = advise(cfg, search_dir=search)
+    assert advice["n"] == [16, 48] and "N 16,48" in advice["inputs"]
+    assert advise(cfg, n=[48, 16], search_dir=search)["n"] == [16, 48]
+
+
+def test_advise_checks_memory_of_everything_it_names(tiny_config: Path, tmp_path: Path) -> None:
+    """48 slots fit the 15.7 GiB devices with 0.34 GiB to spare (README); 56 do not."""
+    search = selected_dir(tmp_path, Candidate((1, 4, 16, 32, 48), 48))
+    cfg = load_study_config(tiny_config)
+    advice = advise(cfg, n=[16], search_dir=search)
+    chosen, larger = advice["selected"], advice["larger"]
+    assert chosen["fits_memory"] and chosen["headroom_gib_per_device"] == pytest.approx(
+        15.7 - (7.45 + 48 * 1.125) / 4
+    )
+    assert larger["configuration"]["slots"] == 56 and not larger["fits_memory"]
+    assert larger["memory_gib_per_device"] == pytest.approx((7.45 + 56 * 1.125) / 4)
+    assert advice["more_slots_verdict"].startswith("more slots do not fit: 56:")
+    assert advice["max_slots_in_memory"] == 49
+    text = to_markdown(advice)
+    assert "leaves 0.34 GiB per device" in text
+    assert "17.61 GiB per device of 15.70 GiB" in text  # weights + 56 x 1.125 GiB, over 4
+    assert advice["baseline"]["fits_memory"] and "(no fit)" in text

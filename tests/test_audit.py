@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from rearrival.atomic import atomic_write_json
 from rearrival.cli import app, main
 from rearrival.prereg.audit import EXCLUDED, OK, REGISTRATION_ROW, VIOLATION, AuditReport, audit
+from rearrival.prereg.ledger import file_hashes, ledger_bytes, ledger_path, seal
 from rearrival.prereg.registration import PlanRegistry, RegisteredPlan, register
 
 T0 = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
@@ -347,3 +348,76 @@ def test_prediction_profile_not_committed_is_caught(repo, monkeypatch):
     row = _row(_audit(repo), "v-r0")
     assert row.verdict == VIOLATION
     assert "profile was not committed before the run" in row.reason
+
+
+def _sealed_validation(repo, monkeypatch) -> list[Path]:
+    """Study 'validation' registered, two replicate runs measured after it, sealed."""
+    record = _register(repo, monkeypatch, T0)
+    replicates = []
+    for replicate, (seed, sha) in enumerate(((101, SHA_A), (102, SHA_B))):
+        run_id = f"runs/validation/n6_r{replicate}/baseline-wait"
+        start = _at(3600 + replicate)
+        _manifest(repo, run_id, start=start, record=record, seed=seed, sha=sha, replicate=replicate)
+        run = Path(repo.working_tree_dir) / "results" / run_id
+        (run / "steps.parquet").write_bytes(b"eight decode steps" * (replicate + 1))
+        replicates.append(run.parent)
+    monkeypatch.setenv("GIT_COMMITTER_DATE", _at(7200).isoformat())
+    seal(repo.working_tree_dir, "validation", replicates, Path(repo.working_tree_dir) / "l.json")
+    return replicates
+
+
+def test_the_forged_second_ledger_of_issue_20_is_caught(repo, monkeypatch):
+    """Edit run records, rewrite their manifests' hashes, commit a second ledger: the
+    records match HEAD's ledger, so only the ledger's history can tell."""
+    replicates = _sealed_validation(repo, monkeypatch)
+    first = repo.head.commit.hexsha
+    run = replicates[0] / "baseline-wait"
+    (run / "steps.parquet").write_bytes(b"seven decode steps")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"] = {"steps.parquet": "forged"}  # the manifest's own hash list rewritten
+    atomic_write_json(run / "manifest.json", manifest)
+    ledger = Path(repo.working_tree_dir) / ledger_path("validation")
+    ledger.write_bytes(ledger_bytes("validation", file_hashes(replicates)))
+    second = _commit_change(
+        repo, ledger_path("validation"), ledger.read_text(), _at(9000), "ledger(validation)"
+    )
+    report = _audit(repo)
+    reasons = sorted(r.reason for r in report.violations)
+    assert [r.run for r in report.violations] == ["validation/n6_r0/baseline-wait"] * 2
+    for name, reason in zip(("manifest.json", "steps.parquet"), reasons, strict=True):
+        assert reason.startswith(
+            f"run n6_r0/baseline-wait: file {name} sealed in commit {first[:12]} "
+            f"(ledger/validation.json) was changed by commit {second[:12]}"
+        )
+    assert "every run record file has its sealed sha256" not in report.table()
+
+
+def test_a_clean_sealed_study_reports_an_append_only_ledger(repo, monkeypatch):
+    _sealed_validation(repo, monkeypatch)
+    report = _audit(repo)
+    assert report.ok, report.table()
+    row = _row(report, "(ledger) ledger/validation.json")
+    assert row.reason.endswith("1 ledger commit(s), append-only")
+
+
+def test_table_puts_totals_first_summarizes_unregistered_runs_and_fits_100_columns(
+    repo, monkeypatch
+):
+    record = _register(repo, monkeypatch, T0)
+    for index in range(70):
+        _manifest(repo, f"calibration/c{index}", start=_at(60), record=None, study="calibration")
+    long_id = "validation.selected-wait-with-a-long-label.r0.emulated-http.0123abcd"
+    _manifest(repo, long_id, start=_at(3600), record=record)
+    _manifest(repo, "v-late", start=_at(-3600), record=record, seed=102, sha=SHA_B, replicate=1)
+    report = _audit(repo)
+    lines = report.table().splitlines()
+    assert lines[0] == report.totals() == "73 rows: 72 ok, 1 violation, 0 excluded"
+    assert "calibration: 70 run(s) not preregistered" in lines[-1]
+    assert sum("calibration" in line for line in lines) == 1
+    assert max(map(len, lines)) <= 100
+    at = lines.index(f"ok        {long_id}")  # commit and start moved to the next line
+    assert lines[at + 1].startswith(" " * 10 + "prereg ")
+    violations = report.table(violations_only=True).splitlines()
+    assert violations[0] == lines[0]
+    assert violations[1].startswith("violation validation v-late")
+    assert all(line.startswith(" " * 10) for line in violations[2:])

@@ -92,7 +92,7 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
     _assert_one_line_error(_run_cli(*_plan_args(tmp_path / "p.csv")), "--out")
     bad = tmp_path / "summary.json"
     bad.write_text('{"tool_by_name": {"Bash": {"n": 3, "p50": 1}}}')
-    _assert_one_line_error(_run_cli("tools", "show", "--tool-table", str(bad)), "'p90'")
+    _assert_one_line_error(_run_cli("tools", "show", str(bad)), "'p90'")
     cut = tmp_path / "trace.jsonl.gz"
     data = gzip.compress(TRACE.read_bytes() * 3)
     cut.write_bytes(data[: len(data) // 2])

@@ -23,7 +23,7 @@ from aiohttp import web
 from rearrival.measure import client, rbln
 from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
-from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
+from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
@@ -137,16 +137,16 @@ def manifest_for(plan: Plan, backend: str = "emulated-http") -> dict[str, Any]:
 
 def test_prompt_ids_are_deterministic_and_never_share_a_prefix() -> None:
     key = client.plan_key(PLAN)
-    first = [client.first_prompt_ids(key, s) for s in PLAN.sessions]
-    assert first == [client.first_prompt_ids(key, s) for s in PLAN.sessions]
+    first = [client.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
+    assert first == [client.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
     assert [len(ids) for ids in first] == [40, 30]
     assert first[0][0] != first[1][0]  # different at position 0: no common prefix at all
-    other = client.first_prompt_ids(
-        client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), PLAN.sessions[0]
-    )
+    other = client.new_ids(client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), 0, 0, 40)
     assert other[1:] != first[0][1:]  # another plan seed, other ids
     assert client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=None)).startswith("sha:")
-    assert len(client.appended_ids(key, PLAN.sessions[0])) == 8
+    appended = [client.new_ids(key, 0, k, 8) for k in (1, 2, 3)]
+    assert all(len(ids) == 8 for ids in appended)
+    assert len({tuple(ids) for ids in appended}) == 3  # every round appends its own ids
 
 
 def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> None:
@@ -159,11 +159,11 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
     key = client.plan_key(PLAN)
     by_prompt = {tuple(b["prompt"]): b for b in seen}
     for s in PLAN.sessions:
-        first_ids = client.first_prompt_ids(key, s)
+        first_ids = client.new_ids(key, s.session, 0, s.prompt_tokens)
         first = by_prompt[tuple(first_ids)]
         assert first["max_tokens"] == s.gen_tokens
         generated = [len(first_ids) + k for k in range(s.gen_tokens)]
-        followup = first_ids + generated + client.appended_ids(key, s)
+        followup = first_ids + generated + client.new_ids(key, s.session, 1, 8)
         assert by_prompt[tuple(followup)]["max_tokens"] == s.followup_gen_tokens
         assert len(followup) == s.followup_prompt_tokens
 
@@ -191,6 +191,49 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
 def test_control_variant_sends_the_followup_without_waiting() -> None:
     run, _ = replay_against(good_stream, plan_of([(40, 3, 4, 500.0)]), variant="control")
     assert run.status == "complete" and len(run.requests) == 2
+
+
+MULTI = Plan(
+    (
+        MultiRoundSession(0, (Round(40, 3, 2.0), Round(5, 4, 0.0), Round(9, 2, 0.0)), start_s=0.0),
+        MultiRoundSession(1, (Round(30, 2, 0.5), Round(12, 3, 1.5), Round(7, 5, 0.0)), start_s=3.0),
+    ),
+    PlanMeta(seed=4, n=2),
+)
+
+
+def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
+    """Round k+1 = round k's prompt + the ids the server generated + the round's new ids."""
+    run, seen = replay_against(good_stream, MULTI)
+    assert run.status == "complete" and run.expected_requests == MULTI.requests == 6
+    key = client.plan_key(MULTI)
+    by_prompt = {tuple(b["prompt"]): b for b in seen}
+    records = {(r.session, r.turn): r for r in run.requests}
+    assert sorted(records) == [(s, k) for s in (0, 1) for k in range(3)]
+    for s in MULTI.sessions:
+        transcript: list[int] = []
+        for k, r in enumerate(s.rounds):
+            transcript += client.new_ids(key, s.session, k, r.new_tokens)
+            assert by_prompt[tuple(transcript)]["max_tokens"] == r.gen_tokens
+            record = records[(s.session, k)]
+            assert record.prompt_tokens == len(transcript) == s.prompts()[k]
+            assert record.generated_tokens == r.gen_tokens
+            transcript += list(record.token_ids)
+            if k:  # each round leaves its gap (plan seconds) after the previous response
+                before = records[(s.session, k - 1)]
+                assert record.send_s >= before.complete_s + s.rounds[k - 1].gap_after_s
+    assert records[(1, 0)].send_s >= 3.0  # the session starts at its start_s
+    assert records[(0, 0)].send_s < 3.0
+
+
+def test_a_two_round_plan_and_its_multi_round_twin_send_the_same_requests() -> None:
+    twin = Plan(
+        tuple(MultiRoundSession(s.session, s.rounds, s.start_s) for s in PLAN.sessions),
+        PLAN.meta,
+    )
+    _, one = replay_against(good_stream, PLAN)
+    _, two = replay_against(good_stream, twin)
+    assert sorted(map(json.dumps, one)) == sorted(map(json.dumps, two))
 
 
 def test_counters_are_summed_over_labels_and_only_vllm_counters_kept() -> None:
@@ -265,6 +308,23 @@ def test_faults_end_the_run_incomplete_with_one_reason(
     kept = read_run(tmp_path / "run", require_complete=False)
     assert kept.manifest["reason"] == run.reason
     assert len(kept.requests) == len(run.requests)
+
+
+def test_a_multi_round_run_cut_short_keeps_each_sessions_finished_rounds(tmp_path: Path) -> None:
+    async def truncates_third_rounds(
+        request: web.Request, body: dict[str, Any], index: int
+    ) -> web.StreamResponse:
+        if len(body["prompt"]) <= 50:  # MULTI's rounds 0 and 1 are at most 48 tokens
+            return await good_stream(request, body, index)
+        return await truncates_followups(request, body, index)
+
+    run, _ = replay_against(truncates_third_rounds, MULTI)
+    assert run.status == "partial" and "without 'data: [DONE]'" in (run.reason or "")
+    client.write_client_run(tmp_path / "run", run, manifest=manifest_for(MULTI), server_log="")
+    kept = read_run(tmp_path / "run", require_complete=False).requests
+    assert kept["turn"].max() <= 1 and (kept["turn"] == 1).any()
+    for _, turns in kept.groupby("session")["turn"]:
+        assert sorted(turns) == list(range(len(turns)))
 
 
 def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Path) -> None:
@@ -443,3 +503,27 @@ def test_run_verb_emulated_backend_writes_the_in_process_twin(tmp_path: Path) ->
         "batch_size": 8,
         "slots": 4,
     }
+
+
+def test_run_verb_records_every_round_of_a_multi_round_plan(tmp_path: Path) -> None:
+    plan_path = write_plan(MULTI, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "emulated", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    requests = read_run(tmp_path / "run").requests
+    assert list(zip(requests["session"], requests["turn"], strict=True)) == [
+        (s, k) for s in (0, 1) for k in range(3)
+    ]
+    assert requests["prompt_tokens"].tolist() == [p for s in MULTI.sessions for p in s.prompts()]
+
+
+def test_run_verb_refuses_a_round_the_context_cannot_hold(tmp_path: Path) -> None:
+    long = Plan(
+        (MultiRoundSession(0, (Round(5000, 100, 1.0), Round(3000, 100, 0.0))),),
+        PlanMeta(seed=1, n=1),
+    )
+    plan_path = write_plan(long, tmp_path / "plan.json")
+    done = cli("run", str(plan_path), "--backend", "emulated", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "plan.json: session 0 round 1: field 'new_tokens'" in done.stderr
+    assert not (tmp_path / "run").exists()

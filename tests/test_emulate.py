@@ -1,6 +1,7 @@
 """The emulated backend (SPEC section 6): truth file, engine rules, driver records,
 determinism, the paper's headline behaviours (N=8 reuse loss recovered by 16 slots,
-r = B - A a few percent of B) and the prefill-injection study."""
+r = B - A a few percent of B), multi-round sessions with staggered starts, and the
+prefill-injection study."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from rearrival.measure.emulate.truth import (
     true_bucket_cost_s,
 )
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session
 from rearrival.model.profile import measured_profile, select_bucket
 
 PROFILE = measured_profile()
@@ -419,3 +420,159 @@ def test_injection_rejects_full_batches_and_late_injections() -> None:
         injection(512, background_sessions=8)
     with pytest.raises(EmulateError, match="inject_at_s"):
         injection(512, inject_at_s=30.0)
+
+
+# -- multi-round sessions (paper Section II-C generalised: many tool calls per session) ------
+
+
+def staggered_plan(sessions: int = 3, rounds: int = 4, spacing_s: float = 1.5) -> Plan:
+    """``sessions`` x ``rounds`` with session i starting at i * spacing_s; each session's
+    transcript grows by a tool result (new tokens) and a generation per round."""
+    return Plan(
+        tuple(
+            MultiRoundSession(
+                i,
+                tuple(
+                    Round(
+                        1000 + 100 * i if k == 0 else 40 + 30 * k + 7 * i,
+                        8 + 2 * i + k,
+                        2 * spacing_s + 0.95 if k < rounds - 1 else 0.0,
+                        "aggregate",
+                    )
+                    for k in range(rounds)
+                ),
+                start_s=spacing_s * i,
+            )
+            for i in range(sessions)
+        ),
+        PlanMeta(seed=5, n=sessions),
+    )
+
+
+def random_multi_round_plan(rng: random.Random, n: int, max_rounds: int = 6) -> Plan:
+    """Overlapping sessions of 1..max_rounds rounds, staggered starts, some zero gaps and
+    some rounds that append nothing (the next prompt is the previous transcript)."""
+    sessions = []
+    for i in range(n):
+        count = rng.randint(1, max_rounds)
+        rounds = tuple(
+            Round(
+                rng.randint(1, 1200) if k == 0 else rng.choice([0, rng.randint(1, 300)]),
+                rng.randint(1, 30),
+                0.0 if k == count - 1 or rng.random() < 0.2 else rng.uniform(0.0, 1.5),
+                "aggregate",
+            )
+            for k in range(count)
+        )
+        sessions.append(MultiRoundSession(i, rounds, start_s=rng.choice([0.0, rng.uniform(0, 3)])))
+    return Plan(tuple(sessions), PlanMeta(seed=None, n=n))
+
+
+def reusable(cached_prompt: int, prompt: int) -> int:
+    """SPEC reuse rule: C = floor(min(P, L - 1) / 128) * 128."""
+    return min(cached_prompt, prompt - 1) // 128 * 128
+
+
+def test_multi_round_records_follow_the_plan_round_by_round() -> None:
+    plan = staggered_plan()
+    run = run_emulated(plan, **BASELINE, seed=3)
+    req = run.requests.set_index(["session", "turn"]).sort_index()
+    assert len(req) == plan.requests == 12
+    for s in plan.sessions:
+        rows = req.loc[s.session]
+        assert list(rows.index) == [0, 1, 2, 3]
+        assert list(rows["prompt_tokens"]) == list(s.prompts())
+        assert list(rows["generated_tokens"]) == [r.gen_tokens for r in s.rounds]
+        assert s.start_s <= rows["send_s"].iloc[0] <= s.start_s + 0.012  # start + send jitter
+        gaps = [r.gap_after_s for r in s.rounds[:-1]]
+        turnaround = rows["send_s"].to_numpy()[1:] - rows["complete_s"].to_numpy()[:-1] - gaps
+        assert ((turnaround >= 0.0005 - 1e-9) & (turnaround <= 0.0012 + 1e-9)).all()
+    # 8 slots hold every session's latest round: each round reuses the previous prompt.
+    for s in plan.sessions:
+        prompts = s.prompts()
+        expected = [0] + [reusable(p, q) for p, q in pairwise(prompts)]
+        assert list(req.loc[s.session, "cached_tokens"]) == expected
+    assert run.counts["re_arrivals"] == 9 and run.counts["reuse_hits"] == 9
+    decode = run.steps[run.steps["kind"] == "decode"]
+    assert decode["n"].sum() == (req["generated_tokens"] - 1).sum()
+    assert run.tokens.groupby(["session", "turn"]).size().tolist() == list(req["generated_tokens"])
+
+
+def test_three_slots_lose_every_round_to_the_dummy_block() -> None:
+    """With sessions taking turns, the slot a session's next round needs is always the
+    oldest evictable one when a lone request decodes: multi-round reuse is lost."""
+    run = run_emulated(staggered_plan(), **BASELINE, slots=3, seed=3)
+    assert (run.requests["cached_tokens"] == 0).all()
+    assert run.counts["reported_hits"] == 9 and run.counts["reuse_hits"] == 0
+    assert (run.evictions["reason"] == "dummy-block").all()
+
+
+def _replayed_reuse(server_log: str) -> list[tuple[int, int]]:
+    """(expected, actual) cached tokens per admission, replaying the engine log: a
+    request reuses the largest reusable prefix among its session's surviving slots."""
+    surviving: dict[int, list[int]] = {}
+    pairs = []
+    for line in server_log.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "[emulate.kv] evict" in line:
+            surviving[int(fields["session"])].remove(int(fields["cached_tokens"]))
+        elif "[emulate.scheduler] prefill" in line:
+            session = int(fields["request"].strip("(,"))
+            prompt = int(fields["prompt_tokens"])
+            slots = surviving.setdefault(session, [])
+            expected = max((reusable(p, prompt) for p in slots), default=0)
+            pairs.append((expected, int(fields["cached_tokens"])))
+            slots.append(prompt)
+    return pairs
+
+
+@pytest.mark.parametrize("slots", [2, 4, None, 64])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_admission_reuses_the_largest_surviving_prefix_of_the_session(slots, seed) -> None:
+    plan = random_multi_round_plan(random.Random(seed * 31 + (slots or 0)), 7)
+    run = run_emulated(plan, **BASELINE, slots=slots, seed=seed)
+    again = run_emulated(plan, **BASELINE, slots=slots, seed=seed)
+    pd.testing.assert_frame_equal(run.requests, again.requests)
+    assert run.server_log == again.server_log  # seeded: same inputs, same records
+    pairs = _replayed_reuse(run.server_log)
+    assert len(pairs) == plan.requests
+    assert [e for e, _ in pairs] == [a for _, a in pairs]
+    req = run.requests.set_index(["session", "turn"]).sort_index()
+    for s in plan.sessions:
+        assert list(req.loc[s.session, "prompt_tokens"]) == list(s.prompts())
+    if slots == 64:  # no slot is ever evicted: every round reuses its previous prompt
+        assert run.evictions.empty
+        for s in plan.sessions:
+            expected = [0] + [reusable(p, q) for p, q in pairwise(s.prompts())]
+            assert list(req.loc[s.session, "cached_tokens"]) == expected
+
+
+def test_a_two_round_plan_and_its_multi_round_twin_give_the_same_run() -> None:
+    """The paper's session is the K = 2 case: same draws, same records, same log."""
+    plan = paper_plan(21, 8)
+    twin = Plan(
+        tuple(MultiRoundSession(s.session, s.rounds, s.start_s) for s in plan.sessions),
+        plan.meta,
+    )
+    for variant in ("wait", "control", "equal"):
+        one = run_emulated(plan, **BASELINE, variant=variant, seed=4)
+        two = run_emulated(twin, **BASELINE, variant=variant, seed=4)
+        for name in ("requests", "steps", "tokens", "evictions"):
+            pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))
+        assert (one.server_log, one.counts) == (two.server_log, two.counts)
+
+
+def test_control_variant_sends_every_round_right_after_the_previous_response() -> None:
+    plan = staggered_plan()
+    run = run_emulated(plan, **BASELINE, variant="control", seed=2)
+    req = run.requests.sort_values(["session", "turn"])
+    for _, rows in req.groupby("session"):
+        turnaround = rows["send_s"].to_numpy()[1:] - rows["complete_s"].to_numpy()[:-1]
+        assert ((turnaround >= 0.0005 - 1e-9) & (turnaround <= 0.0012 + 1e-9)).all()
+
+
+def test_truth_refuses_the_predictor_only_reserved_rule() -> None:
+    """'reserved' is the paper's S9 predictor rule; the engine would silently run it as
+    'off', so the truth refuses it by name."""
+    with pytest.raises(EmulateError, match="reserved"):
+        replace(EXACT, dummy_block="reserved")

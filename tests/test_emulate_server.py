@@ -26,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from itertools import pairwise
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rearrival.judge.channels import channels
@@ -38,7 +40,7 @@ from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate_server import EmulateServer, ServerOptions
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 TIME_SCALE = 0.2
@@ -108,9 +110,8 @@ def _server_argv(port: int, slots: int | None) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(("rows", "slots"), [(ALL_SLOTS_SURVIVE, None), (ONE_EVICTED, 2)])
-def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots) -> None:
-    plan = robust_plan(rows)
+def replay_both(plan: Plan, tmp_path: Path, slots: int | None):
+    """The plan through a fresh emulate-server and the real client, and in process."""
     port = rbln.free_port()
     url = f"http://127.0.0.1:{port}"
     out = tmp_path / "http-run"
@@ -128,20 +129,23 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
             )
         )
     assert (outcome.status, outcome.reason) == ("complete", None)
-    http = read_run(out)
-    emulated = run_emulated(plan, buckets=(1, 2, 4, 8), batch_size=8, slots=slots, seed=SEED)
+    return read_run(out), run_emulated(
+        plan, buckets=(1, 2, 4, 8), batch_size=8, slots=slots, seed=SEED
+    )
 
+
+def assert_same_engine_work(http, emulated) -> pd.DataFrame:
+    """Token counts, reuse, decode steps (every (n, b)) and counters agree; returns the
+    HTTP run's requests indexed by (session, turn)."""
     ours = http.requests.set_index(["session", "turn"]).sort_index()
     theirs = emulated.requests.set_index(["session", "turn"]).sort_index()
+    assert ours.index.tolist() == theirs.index.tolist()
     for column in ("prompt_tokens", "cached_tokens", "computed_tokens", "generated_tokens"):
         assert ours[column].tolist() == theirs[column].tolist(), column
 
     decode = emulated.steps[emulated.steps["kind"] == "decode"]
     assert parse_step_log(http.server_log) == list(zip(decode["n"], decode["b"], strict=True))
     assert http.steps["n"].tolist() == decode["n"].tolist()
-
-    def delta(metrics: dict, name: str) -> float:
-        return metrics["after"][name] - metrics["before"][name]
 
     for name in (
         "vllm:prompt_tokens_cached_total",
@@ -151,6 +155,18 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
     ):
         assert delta(http.metrics, name) == delta(emulated.metrics, name), name
     assert delta(http.metrics, "vllm:prompt_tokens_cached_total") == ours["cached_tokens"].sum()
+    return ours
+
+
+def delta(metrics: dict, name: str) -> float:
+    return metrics["after"][name] - metrics["before"][name]
+
+
+@pytest.mark.parametrize(("rows", "slots"), [(ALL_SLOTS_SURVIVE, None), (ONE_EVICTED, 2)])
+def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots) -> None:
+    plan = robust_plan(rows)
+    http, emulated = replay_both(plan, tmp_path, slots)
+    ours = assert_same_engine_work(http, emulated)
     reused = int((ours.xs(1, level="turn")["cached_tokens"] > 0).sum())
     assert reused == emulated.counts["reuse_hits"]
     if slots == 2:  # eviction happened: reuse lost, and the hit counter says otherwise
@@ -161,6 +177,60 @@ def test_http_replay_matches_the_in_process_emulator(tmp_path: Path, rows, slots
     else:
         assert reused == plan.n
 
+    values = channels(http)
+    assert values["b_s"] > values["a_s"] > 0
+    twin = channels(read_back(plan, emulated, tmp_path))
+    assert values["a_s"] == pytest.approx(twin["a_s"])
+
+
+def staggered_plan(spacing_s: float = 1.5) -> Plan:
+    """3 sessions x 4 rounds, session i starting at i * spacing_s. Each request needs
+    about 0.6 emulated seconds and the gaps make the sessions take turns (period
+    3 * spacing_s), so every request meets an idle engine with at least 0.5 emulated
+    seconds (100 ms of wall time) to spare: the event order is the plan's, whatever
+    the network's timing."""
+    return Plan(
+        tuple(
+            MultiRoundSession(
+                i,
+                tuple(
+                    Round(
+                        1000 + 100 * i if k == 0 else 40 + 30 * k + 7 * i,
+                        8 + 2 * i + k,
+                        2 * spacing_s + 0.95 if k < 3 else 0.0,
+                        "aggregate",
+                    )
+                    for k in range(4)
+                ),
+                start_s=spacing_s * i,
+            )
+            for i in range(3)
+        ),
+        PlanMeta(seed=6, n=3),
+    )
+
+
+@pytest.mark.parametrize("slots", [None, 3])
+def test_multi_round_http_replay_matches_the_in_process_emulator(tmp_path: Path, slots) -> None:
+    """Each round sends the exact token-id transcript so far; the server reuses KV only
+    where ids repeat, so reuse equal to the twin's proves the transcripts extend."""
+    plan = staggered_plan()
+    http, emulated = replay_both(plan, tmp_path, slots)
+    ours = assert_same_engine_work(http, emulated)
+    assert len(ours) == plan.requests == 12
+    for s in plan.sessions:
+        rows = ours.loc[s.session]
+        assert rows.index.tolist() == [0, 1, 2, 3]
+        assert rows["prompt_tokens"].tolist() == list(s.prompts())
+        assert rows["send_s"].iloc[0] >= s.start_s  # the client honours start_s (plan s)
+        gaps = [r.gap_after_s for r in s.rounds[:-1]]
+        assert (rows["send_s"].to_numpy()[1:] >= rows["complete_s"].to_numpy()[:-1] + gaps).all()
+        cached = rows["cached_tokens"].tolist()
+        if slots is None:  # every round reuses its previous prompt: C = floor(min(P, L-1)/128)*128
+            prompts = s.prompts()
+            assert cached == [0] + [min(p, q - 1) // 128 * 128 for p, q in pairwise(prompts)]
+        else:  # the dummy block takes each session's slot before its next round
+            assert cached == [0, 0, 0, 0]
     values = channels(http)
     assert values["b_s"] > values["a_s"] > 0
     twin = channels(read_back(plan, emulated, tmp_path))

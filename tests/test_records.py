@@ -210,6 +210,29 @@ def test_garbage_in_steps_parquet_is_refused(tmp_path: Path) -> None:
     assert "row 3 column 'kind' is 'warmup'" in _one_line_error(excinfo)
 
 
+def test_another_schema_names_the_column_whose_type_differs(tmp_path: Path) -> None:
+    """Same column names, one column written as int32: the names alone cannot say why."""
+    run = _write(tmp_path / "run")
+    table = pq.read_table(run / records.STEPS_FILE)
+    index = table.schema.get_field_index("step")
+    narrowed = table.set_column(index, "step", table.column("step").cast(pa.int32()))
+    pq.write_table(narrowed, run / records.STEPS_FILE)
+    with pytest.raises(RunRecordError) as excinfo:
+        read_run(run)
+    message = _one_line_error(excinfo)
+    assert "column 'step' has type int32, the contract's is int64" in message
+    assert "steps.parquet" in message
+
+
+def test_another_column_order_is_named(tmp_path: Path) -> None:
+    run = _write(tmp_path / "run")
+    table = pq.read_table(run / records.STEPS_FILE)
+    names = table.column_names
+    pq.write_table(table.select([names[1], names[0], *names[2:]]), run / records.STEPS_FILE)
+    with pytest.raises(RunRecordError, match=r"columns are in the order \['kind', "):
+        read_run(run)
+
+
 def test_garbage_in_server_log_names_file_and_line(tmp_path: Path) -> None:
     log = "INFO start\n[BUCKET] request_nums=2 padded_batch_size=2\n[BUCKET] request_nums=x\n"
     run = _write(tmp_path / "run", server_log=log)
@@ -223,7 +246,9 @@ def test_garbage_in_server_log_names_file_and_line(tmp_path: Path) -> None:
     [
         ("requests", "computed_tokens", None, "missing column 'computed_tokens'"),
         ("requests", "session", [0.0, 1.0, 0.0, 1.0], "column 'session' has dtype float64"),
-        ("requests", "turn", [0, 0, 2, 1], "column 'turn' is 2"),
+        ("requests", "turn", [0, 0, 2, 1], "row 2 column 'turn' is 2"),
+        ("requests", "turn", [0, 0, 1, 0], "row 3 column 'turn' is 0"),
+        ("requests", "turn", [0, -1, 1, 1], "row 1 column 'turn' is -1"),
         ("steps", "b", pd.array([None, None, 1, 2], dtype="Int64"), "decode step with n=2, b=1"),
         ("steps", "step", [0, 1, 3, 4], "column 'step' is 3, expected 2"),
     ],
@@ -241,6 +266,14 @@ def test_contract_violations_name_the_column(
     message = _one_line_error(excinfo)
     assert expected in message and f"{frame}.parquet" in message
     assert not (tmp_path / "run").exists()
+
+
+def test_multi_round_sessions_keep_their_round_indices(tmp_path: Path) -> None:
+    """A session of K rounds has rows with turn 0 .. K-1, in any row order."""
+    requests = _requests().assign(session=[0, 1, 0, 0], turn=[2, 0, 0, 1])
+    run = _write(tmp_path / "run", requests=requests)
+    back = read_run(run).requests
+    assert list(zip(back["session"], back["turn"], strict=True)) == [(0, 2), (1, 0), (0, 0), (0, 1)]
 
 
 def test_extra_column_is_refused(tmp_path: Path) -> None:
@@ -307,3 +340,28 @@ def test_a_file_changed_after_writing_is_refused_naming_run_and_file(
         read_run(run)
     message = _one_line_error(excinfo)
     assert f"{target}: {change} after run" in message
+
+
+def test_manifest_records_the_witness_only_when_a_study_has_one() -> None:
+    common = dict(
+        study="grid",
+        backend="emulated",
+        buckets=[1, 2],
+        batch_size=2,
+        slots=None,
+        variant="wait",
+        condition="baseline-wait",
+        replicate=0,
+        n=2,
+        plan_path="p.parquet",
+        plan_sha256="a" * 64,
+        plan_seed=1,
+        run_seed=2,
+        condition_order=["baseline-wait"],
+    )
+    prereg = {"study": "grid", "commit": "c" * 40, "committed_at": "2026-01-01T00:00:00+00:00"}
+    plain = records.manifest_template(**common, prereg=prereg)
+    assert plain["prereg"] == prereg  # the default pipeline's manifests are unchanged
+    witness = {"remote": "git://127.0.0.1/w.git", "ref": "refs/rearrival/prereg/grid/" + "c" * 40}
+    witnessed = records.manifest_template(**common, prereg=prereg | {"witness": witness})
+    assert witnessed["prereg"] == prereg | {"witness": witness}

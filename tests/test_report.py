@@ -18,12 +18,18 @@ import pandas as pd
 import pytest
 import yaml
 
+from rearrival.config.calibration import PUBLISHED
 from rearrival.config.study import Configuration, load_study_config
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import criteria_from_config, decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+from rearrival.model.profile import profile_bytes, profile_sha256
+from rearrival.model.sim import SIMULATORS
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
+from rearrival.report.profiles import choice
+from rearrival.report.recompute import RecomputedResults
 from rearrival.report.render import build_report
+from rearrival.report.results import Results
 from rearrival.report.table_model import Column, Part, Table, display, table_csv, tex_escape
 from rearrival.report.tables import TABLE_BUILDERS, table_family
 from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
@@ -129,8 +135,12 @@ def build_tree(root: Path) -> Path:
         predict(cfg, name, plans_dir, predictions)
         commit = f"{sum(map(ord, name)):040x}"
         prereg = {"study": name, "commit": commit, "committed_at": "2026-01-01T00:00:00+00:00"}
+        # the record names the sha256 of the profile committed beside the predictions
+        files = {f"preregistration/{name}/profile.yaml": profile_sha256(None)}
         (results / "prereg").mkdir(parents=True, exist_ok=True)
-        (results / "prereg" / f"{name}.json").write_text(json.dumps(prereg | {"history": [prereg]}))
+        (results / "prereg" / f"{name}.json").write_text(
+            json.dumps(prereg | {"history": [prereg], "files": files})
+        )
         for n in study.n:
             for replicate in range(cfg.replicates):
                 plan = read_study_plan(plans_dir, n, replicate)
@@ -430,6 +440,136 @@ def test_cli_tables_scorecard_prints_one_line_per_finding(tree, tmp_path):
     assert result.stdout.rstrip().splitlines()[-1].endswith("not comparable")
 
 
+# --- the profile every number rests on, and the second evaluation ------------------------
+
+
+def dearer_profile(path: Path) -> Path:
+    """The published constants with prefill three times and alpha twice as dear: another
+    profile for the same model, so every priced number moves."""
+    tree = yaml.safe_load(profile_bytes(None))
+    tree["profile_version"] = "test-dearer/1"
+    tree["prefill"]["per_chunk_s"]["value"] *= 3
+    tree["decode"]["alpha_ms"]["value"] *= 2
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stored(tree) -> Results:
+    return Results(load_study_config(tree / "config.yaml"), tree / "results")
+
+
+def test_recomputing_under_the_studys_own_profile_reproduces_every_stage(stored):
+    """The oracle of the second evaluation: with the profile the tree was built with, the
+    recomputed predictions, channel tables and decisions are the stored ones exactly."""
+    again = RecomputedResults(stored, choice(PUBLISHED, stored.root))
+    for name in stored.cfg.studies:
+        pd.testing.assert_frame_equal(again.predictions(name), stored.predictions(name))
+        pd.testing.assert_frame_equal(again.channels(name), stored.channels(name))
+        pd.testing.assert_frame_equal(again.decisions(name), stored.decisions(name))
+
+
+def test_another_profile_reprices_predictions_and_channel_a_only(stored, tmp_path):
+    dearer = choice(str(dearer_profile(tmp_path / "dearer.yaml")), stored.root)
+    again = RecomputedResults(stored, dearer)
+    predicted, repriced = stored.predictions("validation"), again.predictions("validation")
+    assert (repriced["device_s"] > predicted["device_s"]).all()
+    runs = stored.channels("validation")
+    complete = runs["status"] == "complete"
+    mine = again.channels("validation")
+    assert (mine[complete]["a_s"] > runs[complete]["a_s"]).all()
+    measured = ["b_s", "reuse_hits", "decode_steps", "padding_ratio", "histogram"]
+    pd.testing.assert_frame_equal(mine[measured], runs[measured])
+    judged, rejudged = stored.decisions("validation"), again.decisions("validation")
+    pd.testing.assert_series_equal(rejudged["ratio_obs_b"], judged["ratio_obs_b"])
+    assert (rejudged["ratio_pred"] != judged["ratio_pred"]).all()
+
+
+def test_table_xi_prices_fixed_arrivals_with_the_studys_profile(stored, tmp_path):
+    """The fixed-arrival simulator must use the constants the full predictions used, or
+    Table XI would compare two profiles instead of two arrival rules."""
+    dearer = choice(str(dearer_profile(tmp_path / "dearer.yaml")), stored.root)
+    published = TABLE_BUILDERS["XI"](stored).parts[0].rows
+    repriced = TABLE_BUILDERS["XI"](Results(stored.cfg, stored.root, dearer)).parts[0].rows
+    pairs = zip(published, repriced, strict=True)
+    fixed = [(a["ratio_pred_fixed"], b["ratio_pred_fixed"]) for a, b in pairs]
+    assert fixed and all(a != b for a, b in fixed)
+
+
+def test_header_names_the_profile_and_its_sha256_per_registration(rendered):
+    html = (rendered / "report.html").read_text()
+    header = html[: html.index('id="scorecard"')]
+    assert "published (the paper&#39;s RBLN-CA25 constants" in header
+    assert f"sha256 {profile_sha256(None)}" in header
+    assert "5 of 5 registrations committed this sha256." in header
+    prereg = html[html.index('id="prereg"') : html.index('id="reading"')]
+    assert prereg.count(profile_sha256(None)) == 5
+    # a published study with no calibrated profile in its tree has no second evaluation
+    assert "No second evaluation with another profile" in html
+    index = json.loads((rendered / "tables" / "index.json").read_text())
+    assert index["profile"] == {"name": PUBLISHED, "sha256": profile_sha256(None)}
+    assert index["scorecard"]["other_profile"] is None
+
+
+def test_scorecard_judges_again_with_the_published_constants(tree, rendered, tmp_path):
+    """A study configured with another profile file: its second evaluation, recomputed
+    with the published constants, gives exactly the verdicts (and numbers) of the report
+    made from the stages that ran with them; the header flags that every registration
+    committed another profile than the config now names."""
+    dearer = dearer_profile(tmp_path / "dearer.yaml")
+    config = yaml.safe_load((tree / "config.yaml").read_text()) | {"profile": str(dearer)}
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "reports"
+    build_report(config_path, tree / "results", out)
+    published, card = (
+        _csv(rendered / "tables" / "scorecard.csv"),
+        _csv(out / "tables" / "scorecard.csv"),
+    )
+    assert list(card["other_verdict"]) == list(published["verdict"])
+    assert list(card["other_ours"]) == list(published["ours"])
+    for row in card.itertuples():
+        differs = row.verdict != row.other_verdict
+        assert row.profiles.startswith("DIFFERS") == differs, row.id
+    by_id = card.set_index("id")
+    assert by_id.loc["search_pick", "profiles"].startswith("not re-judged: the search ran once")
+    html = (out / "report.html").read_text()
+    assert f"sha256 {profile_sha256(dearer)}" in html
+    studies = ", ".join(load_study_config(config_path).studies)
+    assert f"Registered with another profile: {studies} (" in html
+    assert (
+        "published (the paper&#39;s RBLN-CA25 constants" in html[html.index('id="other-profile"') :]
+    )
+    index = json.loads((out / "tables" / "index.json").read_text())
+    assert index["scorecard"]["other_profile"]["name"] == PUBLISHED
+    assert "Second, exploratory evaluation" in (out / "tables" / "scorecard.md").read_text()
+
+
+def test_s9_names_the_dummy_block_rule_and_the_engines(rendered):
+    release, rule = SIMULATORS["dummy"]
+    notes = " ".join((rendered / "tables" / "table_S9.md").read_text().split())  # unwrapped
+    assert f"'dummy' simulator: {release} release + {rule!r}" in notes
+    engine = "The emulated engine stays immediate release + 'pre-evict', which is what the real"
+    assert engine + " stack does" in notes
+
+
+def test_s9_reserved_rule_binds_only_where_a_slot_is_contended(stored, rendered):
+    """S9's dummy simulator (deferred + reserved) moves predictions where slots run out
+    and cannot where every request of every session plus the padding block fits."""
+    assert SIMULATORS["dummy"] == ("deferred", "reserved")
+    keys = ["n", "replicate", "configuration", "variant"]
+    frame = stored.predictions("saturation").set_index(keys)
+    base, dummy = (frame[frame["simulator"] == s] for s in ("base", "dummy"))
+    columns = ["device_s", "reuse_hits", "decode_steps", "histogram"]
+    roomy = base.index.get_level_values("configuration") == "sat12"  # 12 slots >= 2 x 5 + 1
+    pd.testing.assert_frame_equal(dummy[roomy][columns], base[roomy][columns])
+    contended = ~roomy  # 4 and 8 slots for 5 sessions
+    assert (dummy[contended]["device_s"] != base[contended]["device_s"]).any()
+    errors = _csv(rendered / "tables" / "table_S9.csv")
+    errors = errors[errors["error_base"] != ""]
+    assert (errors["ratio_dummy"] != errors["ratio_base"]).any()
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -456,3 +596,31 @@ def test_report_renders_headless(rendered, tmp_path):
         capture_output=True,
     )
     assert png.is_file() and png.stat().st_size > 0
+
+
+def test_every_html_table_scrolls_inside_its_own_box(rendered):
+    """Wide tables (III, IX) scroll sideways in a box instead of running past the page."""
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.open: list[tuple[str, str]] = []
+            self.parents: list[tuple[str, str]] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.parents.append(self.open[-1] if self.open else ("", ""))
+            if tag in ("div", "table", "section", "body"):
+                self.open.append((tag, dict(attrs).get("class") or ""))
+
+        def handle_endtag(self, tag):
+            if tag in ("div", "table", "section", "body"):
+                self.open.pop()
+
+    html = (rendered / "report.html").read_text()
+    parser = Tables()
+    parser.feed(html)
+    assert len(parser.parents) > 10
+    assert set(parser.parents) == {("div", "wide")}
+    assert re.search(r"\.wide\s*\{[^}]*overflow-x:\s*auto", html)

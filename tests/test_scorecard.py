@@ -24,6 +24,8 @@ from rearrival.report.scorecard import (
     scorecard_csv,
     scorecard_markdown,
     summary_lines,
+    with_other_profile,
+    without_other_profile,
 )
 from rearrival.report.table_model import Column, Part, Table
 
@@ -311,8 +313,49 @@ def test_renderings_agree(tmp_path) -> None:
     assert len(lines) == len(card.rows)
     assert lines[0].startswith("holds") and "wait_tradeoff" in lines[0]
     markdown = scorecard_markdown(card)
-    assert markdown.count("\n| ") == len(card.rows) + 1
+    assert markdown.count("\n### ") == len(card.rows)  # one section per finding
     assert "1 hold," in markdown
+
+
+def test_a_verdict_that_rests_on_the_profile_is_named_on_its_line(tmp_path) -> None:
+    """Judged on two evaluations that differ only in the grid study's padding, exactly
+    wait_tradeoff differs; search findings are never re-judged; every rendering says so."""
+    calibrated = score(evidence(grid(0.23, 0.17, "18/18", "14/18")), NUMBERS)
+    published = score(evidence(grid(0.23, 0.25, "18/18", "14/18")), NUMBERS)
+    rows = with_other_profile(calibrated, published, ("calibrated", "published"), NUMBERS)
+    by_id = {r.id: r for r in rows}
+    assert by_id["wait_tradeoff"].verdict == HOLDS
+    assert by_id["wait_tradeoff"].other_verdict == FAILS
+    assert by_id["wait_tradeoff"].profiles == (
+        "DIFFERS: holds with the calibrated profile, does not hold with the published"
+    )
+    searched = {f.id for f in findings(NUMBERS) if f.search}
+    assert searched == {"search_pick", "search_top", "search_n_sets", "search_mean_ratio"}
+    for row in rows:
+        if row.id in searched:
+            assert row.profiles.startswith(
+                "not re-judged: the search ran once, with the calibrated"
+            )
+        elif row.id != "wait_tradeoff":
+            assert row.profiles == "same verdict with the calibrated and the published profile"
+    card = Scorecard(tuple(rows), ("emulated",), "calibrated, sha256 a", "published, sha256 b")
+    assert card.differing() == ["wait_tradeoff"]
+    path = tmp_path / "scorecard.csv"
+    path.write_text(scorecard_csv(card))
+    assert read_scorecard_csv(path).rows == card.rows
+    assert "[DIFFERS: holds with the calibrated" in summary_lines(card)[0]
+    markdown = scorecard_markdown(card)
+    assert "Verdicts with the study's profile: calibrated, sha256 a." in markdown
+    assert "Second, exploratory evaluation with published, sha256 b" in markdown
+    assert "Verdicts that differ: wait_tradeoff." in markdown
+
+
+def test_without_a_second_evaluation_every_row_says_why() -> None:
+    rows = without_other_profile(score(evidence(), NUMBERS), "no calibrated profile yet")
+    assert {r.profiles for r in rows} == {
+        "not judged with another profile: no calibrated profile yet"
+    }
+    assert Scorecard(tuple(rows)).differing() == []
 
 
 @pytest.mark.parametrize("finding", ["initial_withheld", "remeasure_both_rules"])

@@ -41,6 +41,7 @@ from rearrival.search.scoring import (
     run_shard,
     score_plan,
     score_table,
+    search_candidates,
     write_outputs,
 )
 
@@ -503,3 +504,27 @@ def test_cli_search_options_reach_the_subcommands(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert sorted(pd.read_parquet(out)["candidate"].unique()) == ["5:1,5", BASELINE.id]
+
+
+def test_empty_candidate_space_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """Batch size 56 needs 56 KV slots; at most 49 fit the shipped devices, so the memory
+    filter removes every candidate: the search refuses before writing DIR/plans."""
+    config = str(tiny_config(tmp_path))
+    out = tmp_path / "out"
+    args = ["search", "--n", "3", "--batch-sizes", "56", "--max-buckets", "3"]
+    done = subprocess.run(
+        [str(CLI), *args, "--out", str(out), "--config", config],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0
+    assert "memory filter removed all 55" in done.stderr and "--no-memory-filter" in done.stderr
+    assert not out.exists()
+
+
+def test_empty_candidate_space_names_the_compile_budget() -> None:
+    tight = replace(measured_profile(), compile_budget_s=100.0)
+    with pytest.raises(SearchError, match=r"compile budget \(100 s\) removed all 7 .*max-buckets"):
+        search_candidates(SearchSettings(batch_sizes=(4, 5), max_buckets=3), tight)

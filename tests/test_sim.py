@@ -15,7 +15,15 @@ from conftest import random_plan
 from typer.testing import CliRunner
 
 from rearrival.errors import RearrivalError
-from rearrival.model.plans import Plan, PlanMeta, Session, write_plan
+from rearrival.model.plans import (
+    MultiRoundSession,
+    Plan,
+    PlanMeta,
+    Round,
+    Session,
+    load_plan,
+    write_plan,
+)
 from rearrival.model.profile import measured_profile, select_bucket
 from rearrival.model.sim import SimConfig, SimConfigError, simulate
 
@@ -169,6 +177,65 @@ def test_pre_evict_frees_the_padding_block_before_the_decode_step():
     assert pre.summary()["histogram"] == off.summary()["histogram"]
 
 
+def test_reserved_padding_block_keeps_the_second_session_waiting():
+    # S = batch = 2 under "reserved": while session 0 decodes (0 < n < 2) the padding
+    # block holds the second slot, so session 1 is admitted only once session 0's first
+    # request has finished; under "off" it is admitted right after session 0's prefill.
+    plan = plan_of((1000, 3, 2, 5.0), (900, 3, 2, 5.0))
+    off = simulate(plan, config((1, 2)))
+    reserved = simulate(plan, config((1, 2), dummy_block="reserved"))
+    assert off.requests[2].admit_s == pytest.approx(prefill(1000), rel=1e-12)
+    first = reserved.requests[0]
+    assert reserved.requests[2].admit_s == pytest.approx(first.complete_s, rel=1e-12)
+    assert first.complete_s == pytest.approx(prefill(1000) + 2 * step(1, 1), rel=1e-12)
+    assert reserved.summary()["histogram"] == {"1->1": 6}
+    assert off.summary()["histogram"] != reserved.summary()["histogram"]
+
+
+def three_rounds(start_s: float = 0.0, session: int = 0) -> MultiRoundSession:
+    # prompts: L0 = 1000; L1 = 1000 + 3 + 300 = 1303; L2 = 1303 + 2 + 30 = 1335
+    rounds = (Round(1000, 3, 0.5), Round(300, 2, 0.5), Round(30, 2, 0.0))
+    return MultiRoundSession(session, rounds, start_s)
+
+
+def test_multi_round_look_up_takes_the_latest_surviving_round():
+    # S = 2, deferred: round 2 evicts round 0's slot (the oldest evictable) and still finds
+    # round 1's KV: C = floor(min(1303, 1334) / 128) * 128 = 1280, not round 0's 896.
+    plan = Plan((three_rounds(),), PlanMeta())
+    result = simulate(plan, config((1, 2)))
+    r0, r1, r2 = result.requests
+    assert [r.turn for r in result.requests] == [0, 1, 2] == [r.round for r in result.requests]
+    assert (r1.prompt_tokens, r1.cached_tokens) == (1303, 896)
+    assert (r2.prompt_tokens, r2.cached_tokens, r2.evicted_turn) == (1335, 1280, 0)
+    assert r1.arrival_s == pytest.approx(r0.complete_s + 0.5, rel=1e-12)
+    assert r2.arrival_s == pytest.approx(r1.complete_s + 0.5, rel=1e-12)
+    s = result.summary()
+    assert (s["prefill_steps"], s["re_arrivals"], s["reuse_hits"]) == (3, 2, 2)
+    assert s["computed_prefill_tokens"] == (1303 - 896) + (1335 - 1280)
+    assert s["decode_steps"] == 2 + 1 + 1
+    # one slot: every round evicts its own prefix
+    single = simulate(plan, config((1, 2), slots=1)).summary()
+    assert (single["reuse_hits"], single["computed_prefill_tokens"]) == (0, 1303 + 1335)
+
+
+def test_staggered_start_sends_round_zero_at_the_session_start():
+    plan = Plan((three_rounds(), three_rounds(start_s=50.0, session=1)), PlanMeta())
+    result = simulate(plan, config((1, 2)))
+    late = result.requests[3]
+    assert (late.session, late.turn, late.arrival_s, late.admit_s) == (1, 0, 50.0, 50.0)
+    assert result.requests[2].complete_s < 50.0  # session 0 had finished: the engine idled
+    assert result.makespan_s == pytest.approx(result.requests[5].complete_s, rel=1e-12)
+
+
+def test_fixed_arrivals_give_one_time_per_re_arrival_in_multi_round_plans():
+    plan = Plan((three_rounds(), three_rounds(session=1)), PlanMeta())
+    result = simulate(plan, config((1, 2), fixed_arrivals=[5.0, 9.0, 6.0, 20.0]))
+    arrivals = [r.arrival_s for r in result.requests]
+    assert arrivals == [0.0, 5.0, 9.0, 0.0, 6.0, 20.0]
+    with pytest.raises(SimConfigError, match="4 re-arrivals"):
+        simulate(plan, config((1, 2), fixed_arrivals=[5.0, 9.0]))
+
+
 def test_generation_of_one_token_needs_no_decode():
     s = simulate(plan_of((500, 1, 1, 0.0), (700, 1, 1, 0.0)), SimConfig()).summary()
     assert s["decode_steps"] == 0 and s["histogram"] == {} and s["padding_ratio"] == 0.0
@@ -208,7 +275,9 @@ def test_fixed_arrivals_pin_re_arrival_times():
     fixed = (done[0] + 2.0, 0.01)  # session 1's time precedes its own completion
     result = simulate(plan, SimConfig(fixed_arrivals=fixed))
     assert result.requests[1].arrival_s == fixed[0]
-    assert result.requests[3].arrival_s == result.requests[2].complete_s  # clamped
+    # queued only when its first request completes, but its arrival time is the fixed one
+    late = result.requests[3]
+    assert late.arrival_s == 0.01 and late.admit_s >= result.requests[2].complete_s
     mapping = simulate(plan, SimConfig(fixed_arrivals={1: 0.01, 0: fixed[0]}))
     assert mapping.summary() == result.summary()
 
@@ -476,3 +545,30 @@ def test_cli_missing_or_truncated_plan_exits_non_zero(tmp_path, plan_files):
         assert proc.returncode != 0
         assert proc.stdout == ""
         assert str(path) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_simulates_a_multi_round_json_plan(tmp_path):
+    path = tmp_path / "agent.json"
+    sessions = [
+        {
+            "session": i,
+            "start_s": 0.25 * i,
+            "rounds": [
+                {"new_tokens": 900 + i, "gen_tokens": 5, "gap_after_s": 0.2, "tool_name": "Bash"},
+                {"new_tokens": 40, "gen_tokens": 4, "gap_after_s": 1.5, "tool_name": "Read"},
+                {"new_tokens": 12, "gen_tokens": 6, "gap_after_s": 0.0, "tool_name": ""},
+            ],
+        }
+        for i in range(3)
+    ]
+    path.write_text(json.dumps({"sessions": sessions}))
+    result = _cli(["simulate", str(path), "--json", "--dummy-block", "reserved"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert list(summary) == sorted(SUMMARY_KEYS)
+    assert (summary["prefill_steps"], summary["re_arrivals"]) == (9, 6)
+    assert summary["decode_steps"] >= 4 + 3 + 5  # at least one session's G - 1 per round
+    expected = simulate(load_plan(path), SimConfig(dummy_block="reserved")).summary()
+    assert summary == json.loads(json.dumps(expected))
+    text = _cli(["simulate", str(path)])
+    assert text.exit_code == 0 and "reuse=" in text.output and "/6 " in text.output

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rearrival.config.calibration import CALIBRATED, CALIBRATED_PROFILE, PUBLISHED
 from rearrival.config.study import (
     DecisionSettings,
     EmulatedHttpSettings,
@@ -137,6 +138,33 @@ def test_a_description_edit_changes_only_the_report():
     before = _params(raw)
     raw["studies"]["grid"]["description"] = "new words"
     assert _changed(before, _params(raw)) == {"report"}
+
+
+def test_the_default_studies_predict_with_their_own_calibration():
+    """The paper's method: Table VII measured on the stack it then predicted."""
+    for path in (REPO / "config" / "config.yaml", REPO / ".test" / "config" / "config.yaml"):
+        measurement = load_study_config(path).measurement
+        assert measurement.profile == CALIBRATED
+        assert measurement.profile_path() == CALIBRATED_PROFILE
+
+
+def test_a_profile_edit_re_registers_every_study_once():
+    """The profile is part of every registered design: switching it re-predicts,
+    re-registers, re-runs and re-decides every study, and reruns the search."""
+    raw = copy.deepcopy(SMALL)
+    before = _params(raw)
+    raw["profile"] = PUBLISHED
+    stages = ("predict", "prereg", "run", "decide")
+    assert _changed(before, _params(raw)) == {
+        f"{stage}:{study}" for study in SMALL["studies"] for stage in stages
+    } | {"search", "report"}
+    cfg = study_config_from_mapping(raw, "<test>")
+    study = cfg.study("validation")
+    registered = registered_design(study_config_from_mapping(copy.deepcopy(SMALL), "<t>"), study)
+    criteria = criteria_from_config(cfg).to_dict()
+    assert design_changes(cfg, study, registered, criteria) == [
+        "prediction_profile: registered 'calibrated', config 'published'"
+    ]
 
 
 def test_design_changes_name_each_changed_key():

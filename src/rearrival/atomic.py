@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import Any
 
 
+def umask_mode(base: int) -> int:
+    """``base`` (0o666 for files, 0o777 for directories) less the process umask: the mode
+    an ordinary ``open`` or ``mkdir`` would give. ``mkstemp`` and ``mkdtemp`` create 0600
+    and 0700 so no one sees the temporary; what is renamed into place must not keep that,
+    or other users cannot read the results."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory and rename, so readers never see half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -23,6 +33,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, umask_mode(0o666))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -49,6 +60,7 @@ def atomic_directory(path: Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield staging
+        os.chmod(staging, umask_mode(0o777))
         if path.exists():
             shutil.rmtree(path)
         os.replace(staging, path)

@@ -1,4 +1,4 @@
-"""The ``rearrival`` command line: one verb per pipeline stage (SPEC section 2).
+"""The ``rearrival`` command line: one verb per pipeline stage (docs/DESIGN.md).
 
 Each area of the library registers its own verbs from ``rearrival.commands``; heavy
 imports happen inside the verbs so ``--help`` and small verbs stay fast. Any library
@@ -21,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help wraps long defaults; Rich's boxes cut them off
 )
 for register in ALL_AREAS:
     register(app)

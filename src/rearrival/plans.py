@@ -1,6 +1,7 @@
-"""Stable import path for plan files (docs/DESIGN.md "Plans"); the code lives in
-rearrival.model.plans."""
+"""Stable import path for plan files and trace imports (docs/DESIGN.md "Plans"); the code
+lives in rearrival.model.plans, .tracelab_import and .otel_import."""
 
+from rearrival.model.otel_import import plans_from_otel
 from rearrival.model.plans import (
     MultiRoundSession,
     Plan,
@@ -10,5 +11,19 @@ from rearrival.model.plans import (
     load_plan,
     write_plan,
 )
+from rearrival.model.trace_plans import ImportResult, TraceError
+from rearrival.model.tracelab_import import plans_from_trace
 
-__all__ = ["MultiRoundSession", "Plan", "PlanError", "Round", "Session", "load_plan", "write_plan"]
+__all__ = [
+    "ImportResult",
+    "MultiRoundSession",
+    "Plan",
+    "PlanError",
+    "Round",
+    "Session",
+    "TraceError",
+    "load_plan",
+    "plans_from_otel",
+    "plans_from_trace",
+    "write_plan",
+]

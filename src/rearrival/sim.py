@@ -1,4 +1,4 @@
-"""Stable import path for the predictor (SPEC 5); the code lives in rearrival.model.sim."""
+"""Stable import path for the predictor (docs/DESIGN.md §4); the code is rearrival.model.sim."""
 
 from rearrival.model.sim import SimConfig, SimConfigError, SimResult, simulate
 

@@ -1,27 +1,31 @@
 """The study's shared vocabulary, defined once: names written into plans, configs, run
 records and predictions, and the arrival tolerance of the scheduler rules.
 
-SPEC sections 3 (variants), 5 (release and dummy-block rules, arrival tolerance),
-6-7 (backends, eviction causes in the emulated server log). Plain tuples of ``str``,
+docs/DESIGN.md §2 (variants), §4 (release and dummy-block rules, arrival tolerance),
+§5-6 (backends, eviction causes in the emulated server log). Plain tuples of ``str``,
 not enums, so every value written into Parquet, JSON, CSV and logs stays the string it
 always was; the order of a tuple shows only in error messages ("use one of ...").
 """
 
 from __future__ import annotations
 
-# Measurement backends (SPEC 6-7): the in-process twin, the twin behind HTTP, hardware.
+# Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, hardware.
 BACKENDS = ("emulated", "emulated-http", "rbln")
+# The only backend with a prefill-injection driver (paper III-C); `all` leaves the
+# injection out on the others.
+INJECTION_BACKEND = "emulated"
 
-# Workload variants of a plan (SPEC 3): the measured tool wait, no wait, one equal wait.
+# Workload variants of a plan (docs/DESIGN.md §2): the measured tool wait, no wait, one equal wait.
 VARIANTS = ("wait", "control", "equal")
 
-# When a finished request's KV slot becomes evictable (SPEC 5): after the next step
+# When a finished request's KV slot becomes evictable (docs/DESIGN.md §4): after the next step
 # (the predictor's base rule) or at once (the measured stack).
 RELEASES = ("deferred", "immediate")
 
-# The dummy padding block (SPEC 5 variant c): absent, or taken by evicting the oldest
-# evictable slot before a partly filled decode step (the measured stack).
-DUMMY_BLOCKS = ("off", "pre-evict")
+# The dummy padding block: absent; taken by evicting the oldest evictable slot before a
+# partly filled decode step (the measured stack); or one slot counted as held at every
+# admission while 0 < running < batch_size (the paper's Supplementary S9 simulator).
+DUMMY_BLOCKS = ("off", "pre-evict", "reserved")
 
 # Why a KV slot's cached prefix was dropped: an admission securing its slot, or the
 # dummy padding block. "dummy-block" is the spelling the emulated server log writes
@@ -30,6 +34,6 @@ EVICTED_BY_ADMISSION = "admission"
 EVICTED_BY_DUMMY_BLOCK = "dummy-block"
 EVICTION_CAUSES = (EVICTED_BY_ADMISSION, EVICTED_BY_DUMMY_BLOCK)
 
-# An arrival at t counts at the first step boundary >= t - ARRIVAL_TOLERANCE_S (SPEC 5),
-# so float round-off in "completion + wait" never delays an admission by a whole step.
+# An arrival at t counts at the first step boundary >= t - ARRIVAL_TOLERANCE_S, so float
+# round-off in "completion + wait" never delays an admission by a step (docs/DESIGN.md §4).
 ARRIVAL_TOLERANCE_S = 1e-12

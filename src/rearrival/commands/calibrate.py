@@ -1,5 +1,5 @@
 """CLI verbs of the calibration area (registered by rearrival.cli): calibrate and
-calibrate-compile (SPEC section 4, "Calibration")."""
+calibrate-compile (docs/DESIGN.md §3, "Calibration")."""
 
 from __future__ import annotations
 

@@ -37,9 +37,11 @@ def decide(
 
     Adds tau, channel_diff, error and verdict (pass, fail, withheld or exploratory).
     Rule 'fixed' uses tau 0.02; rule 'tau' uses max(0.02, r_base_s / b_base_s) from the
-    baseline sums over the three replicates. Confirmatory N 6 and 8 pass when the error
-    is at most 0.03 and prediction and observation share a side of 1 or both lie in
-    the band 0.98 to 1.02; other N are exploratory.
+    baseline sums over the study's replicates (as many as the config's replicates:).
+    With the paper's criteria (the default; --criteria gives the registered ones)
+    confirmatory N 6 and 8 pass when the error is at most 0.03 and prediction and
+    observation share a side of 1 or both lie in the band 0.98 to 1.02; other N are
+    exploratory. See docs/DESIGN.md §9.
     """
     from rearrival.judge.decide import DEFAULT_CRITERIA, decide_table, load_criteria
 

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     app.command("emulate-server")(emulate_server)
 
 
-# --- channels (rearrival.judge.channels; SPEC sections 7-8) ---------------------------------------
+# --- channels (rearrival.judge.channels; docs/DESIGN.md §6-7) -----------------------------
 
 
 def channels(
@@ -56,7 +56,7 @@ def channels(
             )
 
 
-# --- run and emulate-server (measure.client, measure.emulate_server; SPEC 6-7) ------
+# --- run and emulate-server (measure.client, measure.emulate_server; docs/DESIGN.md §5-6) ------
 
 
 def _buckets(text: str) -> tuple[int, ...]:
@@ -71,7 +71,12 @@ def _buckets(text: str) -> tuple[int, ...]:
 
 
 def run(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file (.parquet|.json).")],
+    plan_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="PLAN", help="Plan file (.parquet|.json), two-round or multi-round."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
     backend: Annotated[
         str, typer.Option("--backend", help="emulated (in process), emulated-http or rbln.")
@@ -116,10 +121,12 @@ def run(
         typer.Option("--site-packages", help="rbln: where the patched vllm_rbln is installed."),
     ] = None,
 ) -> None:
-    """Run one condition of one plan on one backend and write its run directory (SPEC 7).
+    """Run one condition of one plan on one backend and write its run directory (docs/DESIGN.md §6).
 
     emulated runs the virtual-time twin in process; emulated-http and rbln replay the
     plan through the async client (token-id prompts, streaming) against a fresh server.
+    Every round of a session is one request (requests.parquet column 'turn' = round
+    index); each round after the first resends the session's transcript so far.
     A run cut short is still written, marked failed/partial with its reason, and the
     command exits non-zero.
     """
@@ -237,7 +244,7 @@ def emulate_server(
         ),
     ] = None,
 ) -> None:
-    """Serve the emulated engine over HTTP like vLLM until SIGTERM (SPEC 6 emulated-http).
+    """Serve the emulated engine over HTTP like vLLM until SIGTERM (docs/DESIGN.md §5).
 
     OpenAI-compatible /v1/completions (token-id prompts, streaming), /v1/models,
     /health, Prometheus /metrics, and a [BUCKET] line per decode step in the log.

@@ -1,4 +1,5 @@
-"""CLI verbs of the plans area (registered by rearrival.cli): plan, tools build, tools show."""
+"""CLI verbs of the plans area (registered by rearrival.cli): plan, plans from-trace,
+plans from-otel, tools build, tools show."""
 
 from __future__ import annotations
 
@@ -22,6 +23,35 @@ def _tool_table(path: Path | None):
     return default_tool_table() if path is None else load_summary_json(path)
 
 
+def _range_option(option: str, text: str | None) -> tuple[int, int] | None:
+    """``LO-HI`` (or one integer) as inclusive bounds; None when the option is absent."""
+    from rearrival.model.plangen import PlanGenError
+
+    if text is None:
+        return None
+    parts = text.split("-")
+    try:
+        bounds = [int(part) for part in parts]
+    except ValueError:
+        bounds = []
+    if len(bounds) not in (1, 2):
+        raise PlanGenError(f"option {option} {text!r}: give LO-HI integers, e.g. 4-8")
+    return (bounds[0], bounds[-1])
+
+
+def _multi_round_spec(rounds: str | None, new_tokens: str | None, spread: float | None):
+    """The multi-round spec the options ask for, or None for the paper's two-round plan."""
+    from rearrival.model.plangen import MultiRoundSpec
+
+    chosen = {
+        "rounds": _range_option("--rounds", rounds),
+        "new_tokens": _range_option("--new-tokens", new_tokens),
+        "start_spread_s": spread,
+    }
+    chosen = {key: value for key, value in chosen.items() if value is not None}
+    return MultiRoundSpec(**chosen) if chosen else None
+
+
 def plan(
     n: Annotated[int, typer.Option("--n", help="Sessions in the plan (concurrency N).")],
     study_seed: Annotated[int, typer.Option("--study-seed", help="The study's seed.")],
@@ -36,20 +66,45 @@ def plan(
         Path | None,
         typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
     ] = None,
+    rounds: Annotated[
+        str | None,
+        typer.Option(
+            "--rounds",
+            help="Agent sessions: rounds per session LO-HI (e.g. 4-8), one tool call "
+            "between rounds; default: the paper's two-round sessions.",
+        ),
+    ] = None,
+    new_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--new-tokens", help="Agent sessions: tokens each tool result appends, LO-HI."
+        ),
+    ] = None,
+    start_spread_s: Annotated[
+        float | None,
+        typer.Option(
+            "--start-spread-s", help="Agent sessions: starts uniform in [0, this] seconds."
+        ),
+    ] = None,
 ) -> None:
-    """Write one replicate's input plan (SPEC 3) and print path, sha256 and cap fraction."""
+    """Write one replicate's input plan (paper II-C) and print path, sha256 and cap
+    fraction. Any of --rounds, --new-tokens, --start-spread-s makes agent sessions with
+    several tool calls (docs/DESIGN.md "Plans")."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
-    from rearrival.model.plangen import PlanGenError, generate_plan
+    from rearrival.model.plangen import PlanGenError, generate_multi_round_plan, generate_plan
     from rearrival.model.plans import write_plan
 
     try:
-        drawn = generate_plan(
+        spec = _multi_round_spec(rounds, new_tokens, start_spread_s)
+        generate = generate_plan if spec is None else generate_multi_round_plan
+        drawn = generate(
             n,
             study_seed=study_seed,
             replicate=replicate,
             block=block,
             tool_table=_tool_table(tool_table),
+            **({} if spec is None else {"spec": spec}),
         )
     except PlanGenError as exc:  # the library names the argument; name its option
         if exc.argument is None:
@@ -58,6 +113,16 @@ def plan(
     result = drawn.variant(variant)
     write_plan(result, out)
     typer.echo(f"{out} sha256={result.sha256()} cap_fraction={drawn.meta.cap_fraction:.4f}")
+
+
+def _shown_table(source: Path | None):
+    """The table ``tools show`` prints: a summary.json as given, a trace summarised as
+    ``tools build`` would write it, or the published aggregate."""
+    if source is None or source.suffix == ".json":
+        return _tool_table(source)
+    from rearrival.model.tools import build_summary_from_trace, table_from_summary
+
+    return table_from_summary(build_summary_from_trace(source), str(source), str(source))
 
 
 def tools_build(
@@ -77,9 +142,13 @@ def tools_build(
 
 
 def tools_show(
-    tool_table: Annotated[
+    source: Annotated[
         Path | None,
-        typer.Option("--tool-table", help="TraceLab summary.json; default: published aggregate."),
+        typer.Argument(
+            help="What `tools build` takes (TraceLab normalized JSONL, .jsonl or .gz) or "
+            "writes (summary.json); default: the published aggregate.",
+            show_default=False,
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling check.")] = 0,
     draws: Annotated[int, typer.Option("--draws", min=1, help="Draws for the check.")] = 100_000,
@@ -87,7 +156,7 @@ def tools_show(
     """Print the tool table and a sampled share under 1 s and share capped at 60 s."""
     import random
 
-    table = _tool_table(tool_table)
+    table = _shown_table(source)
     typer.echo(f"source: {table.source}")
     if table.excluded:
         typer.echo(f"excluded (human-waiting): {', '.join(table.excluded)}")
@@ -104,11 +173,134 @@ def tools_show(
     )
 
 
+IMPORTED_PLAN = "plan.parquet"
+SessionsOption = Annotated[
+    int | None,
+    typer.Option("--sessions", min=1, help="Sample this many sessions (seeded); default: all."),
+]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the session sample.")]
+MaxContextOption = Annotated[
+    int,
+    typer.Option(
+        "--max-context",
+        min=2,
+        help="Maximum sequence length a slot holds (the paper's 8,192); longer rounds "
+        "are truncated or refused.",
+    ),
+]
+OverflowOption = Annotated[
+    str,
+    typer.Option(
+        "--on-overflow",
+        help="truncate: end a session before its first round that does "
+        "not fit; refuse: stop the import.",
+    ),
+]
+OriginOption = Annotated[
+    str,
+    typer.Option(
+        "--time-origin",
+        help="first: sessions start as the trace's timestamps say, from the earliest; "
+        "zero: all start at t = 0.",
+    ),
+]
+ScaleOption = Annotated[
+    float,
+    typer.Option(
+        "--token-scale",
+        help="What-if: multiply every token count by this factor (recorded in the plan).",
+    ),
+]
+
+
+def _import(kind: str, out: Path, **options) -> None:
+    """Run an importer, print what it did, write DIR/plan.parquet; a malformed trace is
+    one error line and exit code 1 with nothing written."""
+    from rearrival.model.otel_import import plans_from_otel
+    from rearrival.model.plans import write_plan
+    from rearrival.model.trace_plans import TraceError
+    from rearrival.model.tracelab_import import plans_from_trace
+
+    importer = plans_from_trace if kind == "tracelab" else plans_from_otel
+    try:
+        result = importer(**options)
+    except TraceError as exc:
+        typer.echo(f"rearrival: error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    path = write_plan(result.plan, out / IMPORTED_PLAN)
+    for line in result.summary_lines():
+        typer.echo(line)
+    typer.echo(f"wrote {path}")
+
+
+def from_trace(
+    trace: Annotated[Path, typer.Argument(help="TraceLab normalized round trace (.jsonl[.gz]).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for plan.parquet.")],
+    sessions: SessionsOption = None,
+    seed: SeedOption = 0,
+    max_context: MaxContextOption = 8192,
+    on_overflow: OverflowOption = "truncate",
+    time_origin: OriginOption = "first",
+    token_scale: ScaleOption = 1.0,
+) -> None:
+    """Multi-round plan from a TraceLab round trace (paper Section II-C): per round the
+    new tokens (input growth beyond the previous transcript), the generated tokens and the
+    tool gap (parallel calls: the longest; sequential: the sum; human-waiting tools and
+    the user's turns: gap 0). Writes DIR/plan.parquet with the trace's sha256 and flags."""
+    _import(
+        "tracelab",
+        out,
+        path=trace,
+        sessions=sessions,
+        seed=seed,
+        max_context=max_context,
+        on_overflow=on_overflow,
+        time_origin=time_origin,
+        token_scale=token_scale,
+    )
+
+
+def from_otel(
+    spans: Annotated[
+        Path, typer.Argument(help="OTLP JSON from the Collector's file exporter (.json[l]).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for plan.parquet.")],
+    sessions: SessionsOption = None,
+    seed: SeedOption = 0,
+    max_context: MaxContextOption = 8192,
+    on_overflow: OverflowOption = "truncate",
+    time_origin: OriginOption = "first",
+    token_scale: ScaleOption = 1.0,
+) -> None:
+    """Multi-round plan from OpenTelemetry GenAI spans (gen_ai.* semantic conventions):
+    inference spans are rounds, execute_tool spans between two of them the tool gap,
+    gen_ai.conversation.id the session. Same rules and output as `plans from-trace`."""
+    _import(
+        "otel",
+        out,
+        path=spans,
+        sessions=sessions,
+        seed=seed,
+        max_context=max_context,
+        on_overflow=on_overflow,
+        time_origin=time_origin,
+        token_scale=token_scale,
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("plan")(plan)
+    plans_app = typer.Typer(
+        help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry).",
+        no_args_is_help=True,
+    )
+    plans_app.command("from-trace")(from_trace)
+    plans_app.command("from-otel")(from_otel)
+    app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
-        help="Tool-latency tables (SPEC 3): build from a trace, show.", no_args_is_help=True
+        help="Tool-latency tables (docs/DESIGN.md §2): build from a trace, show.",
+        no_args_is_help=True,
     )
     tools_app.command("build")(tools_build)
     tools_app.command("show")(tools_show)

@@ -1,5 +1,5 @@
 """CLI verbs of the rbln area (registered by rearrival.cli): rbln patch apply|revert|check,
-rbln compile. See rearrival.measure.patch and rearrival.measure.rbln (SPEC section 6 "rbln")."""
+rbln compile. See rearrival.measure.patch and rearrival.measure.rbln (docs/DESIGN.md §5 "rbln")."""
 
 from __future__ import annotations
 
@@ -51,10 +51,20 @@ def patch_revert(site_packages: SitePackages = None) -> None:
 
 
 def patch_check(site_packages: SitePackages = None) -> None:
-    """Print the target file's state (original|patched|modified|missing) and sha256."""
-    from rearrival.measure.patch import patch_status
+    """Print the state of vllm-rbln's patched file and its sha256: original, patched,
+    modified (unknown hash) or missing (vllm-rbln without that file); exit 0.
 
-    typer.echo(patch_status(site_packages).line())
+    When vllm-rbln is not installed (in this Python, or in --site-packages) there is no
+    state to print: the line is 'absent' with where it looked, and the exit code is 1.
+    """
+    from rearrival.measure.patch import VllmRblnAbsent, patch_status
+
+    try:
+        status = patch_status(site_packages)
+    except VllmRblnAbsent as exc:
+        typer.echo(f"absent: {exc}")
+        raise typer.Exit(1) from None
+    typer.echo(status.line())
 
 
 def compile_model(

@@ -27,18 +27,18 @@ def tables(
         bool,
         typer.Option(
             "--scorecard",
-            help="Also print one line per finding of the paper: verdict, paper vs this run, why.",
+            help="Also print each finding of the paper: verdict, paper vs this run, then why.",
         ),
     ] = False,
 ) -> None:
-    """Re-render every table, figure and report.html from existing results (SPEC 13).
+    """Re-render every table, figure and report.html from existing results (docs/DESIGN.md §13).
 
     Reads results only and reruns nothing: each paper table as CSV (with run ids),
     Markdown and LaTeX under OUT/tables/, figures as SVG, one self-contained
     OUT/report.html stating the backend, and OUT/tables/index.json listing the files.
     Results not produced yet are reported as such instead of failing. The report opens
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
-    and .md; --scorecard prints it here, one line per finding.
+    and .md; --scorecard prints it here, each finding within 100 columns.
     """
     from rearrival.report.render import build_report
     from rearrival.report.scorecard import read_scorecard_csv, summary_lines

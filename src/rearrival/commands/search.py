@@ -1,5 +1,5 @@
 """CLI verbs of the search area (registered by rearrival.cli): search (plans, shard, merge,
-or everything at once) and advise (SPEC section 12, paper Sections V-A and V-D)."""
+or everything at once) and advise (docs/DESIGN.md §12, paper Sections V-A and V-D)."""
 
 from __future__ import annotations
 
@@ -54,10 +54,18 @@ def _load(config: Path, ctx: typer.Context | None = None):
     from rearrival.search.scoring import SearchSettings, override_settings
 
     cfg = load_study_config(config)
-    settings = SearchSettings.from_config(cfg)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
+    study = _study(ctx)
+    settings = (
+        SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
+    )
     overrides = (obj or {}).get("search_overrides", {})
     return cfg, override_settings(settings, **overrides)
+
+
+def _study(ctx: typer.Context | None) -> str | None:
+    """The study whose own search (``--study``) the verb runs; None: the top-level one."""
+    return ((ctx.obj if ctx is not None else None) or {}).get("search_study")
 
 
 def search(
@@ -105,6 +113,23 @@ def search(
         ),
     ] = None,
     profile: ProfileOption = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Run this study's own search (studies.<name>.search) over its workload, "
+            "e.g. agent sessions; default: the top-level search.",
+        ),
+    ] = None,
+    plans_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--plans",
+            help="Search over the plans in this directory (e.g. from `rearrival plans "
+            "from-trace`; search/ and evaluation/ subdirectories are held apart) instead "
+            "of generated ones; their N set is used.",
+        ),
+    ] = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
@@ -119,7 +144,7 @@ def search(
         )
         if value is not None
     }
-    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides}
+    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides, "search_study": study}
     if ctx.invoked_subcommand is not None:
         return
     from rearrival.config.study import load_study_config
@@ -131,10 +156,28 @@ def search(
             "results, e.g. `rearrival search --out results/search`"
         )
     cfg = load_study_config(config)
-    summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides)
-    selected = summary["selected"]
-    typer.echo(
-        f"{out}: selected {selected['id']} search score {selected['search_score']:.4f} "
+    if plans_dir is not None:
+        from rearrival.search.plan_dir import search_plan_dir
+
+        summary = search_plan_dir(cfg, plans_dir, out, workers, _profile(cfg, profile), overrides)
+    else:
+        summary = run_search(cfg, out, workers, _profile(cfg, profile), overrides, study)
+    typer.echo(summary_lines(out, summary))
+
+
+def summary_lines(out: Path, summary: dict) -> str:
+    """What the search did, in two lines under 100 columns: how many candidates each
+    filter removed (the counts summary.json and Table S8 carry), then the pick."""
+    counts, selected = summary["candidates"], summary["selected"]
+    memory = (
+        f"{counts['excluded_by_memory']:,} over device memory"
+        if counts["memory_filter"]
+        else "memory filter off"
+    )
+    return (
+        f"{out}: searched {counts['searched']:,} of {counts['enumerated']:,} candidates "
+        f"({counts['excluded_by_compile_budget']:,} over the compile budget, {memory})\n"
+        f"selected {selected['id']}: search score {selected['search_score']:.4f}, "
         f"evaluation score {selected['evaluation_score']:.4f}"
     )
 
@@ -183,7 +226,7 @@ def shard(
         read_plans(plans_dir, settings),
         index,
         count,
-        baseline_of(cfg),
+        baseline_of(cfg, _study(ctx)),
         workers,
         costs,
     )
@@ -230,7 +273,7 @@ def merge(
     summary = write_outputs(
         combine_shards(frames),
         search_candidates(settings, costs),
-        baseline_of(cfg),
+        baseline_of(cfg, _study(ctx)),
         settings,
         out_dir,
         costs,
@@ -241,19 +284,40 @@ def merge(
 def advise(
     config: ConfigOption = DEFAULT_CONFIG,
     n: Annotated[
-        int,
+        str | None,
         typer.Option(
-            "--n", min=1, help="Concurrency of the generated inputs (ignored with --plans)."
+            "--n",
+            help="Concurrency levels, e.g. 6,8,10 (default: the search's own N set; a "
+            "different set than --search's is refused).",
         ),
-    ] = 8,
+    ] = None,
     plans_dir: Annotated[
         Path | None,
         typer.Option(
             "--plans",
             help="Directory of plan files (.parquet/.json) to diagnose instead of "
-            "the config's evaluation inputs at --n.",
+            "the config's evaluation inputs.",
         ),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            help="Your agents' trace (TraceLab .jsonl[.gz] or OTLP JSON): advise on N "
+            "sessions drawn from it at each N.",
+        ),
+    ] = None,
+    token_scale: Annotated[
+        float,
+        typer.Option("--token-scale", help="With --trace: what-if factor on every token count."),
+    ] = 1.0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="With --trace: seed of the drawn workloads.")
+    ] = 0,
+    resamples: Annotated[
+        int,
+        typer.Option("--resamples", min=1, help="With --trace: bootstrap session sets."),
+    ] = 100,
     search_dir: Annotated[
         Path | None,
         typer.Option(
@@ -269,22 +333,56 @@ def advise(
         bool, typer.Option("--json", help="Print JSON instead of Markdown.")
     ] = False,
     profile: ProfileOption = None,
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Use this study's own search, evaluation inputs and baseline (a study "
+            "with a workload and a search block, e.g. agent sessions).",
+        ),
+    ] = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
-    saving, memory and compile cost, and whether more slots would still help."""
+    saving, memory (with the headroom per device) and compile cost, and whether more
+    slots would still help and fit."""
     from rearrival.config.study import load_study_config
+    from rearrival.model.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
+    from rearrival.search.scoring import SearchError
+    from rearrival.search.trace_advice import advise_trace
 
+    if trace is not None and plans_dir is not None:
+        raise SearchError("options --trace and --plans both give the inputs; pass one")
     cfg = load_study_config(config)
-    advice = make_advice(
-        cfg,
-        n=n,
-        plans_dir=plans_dir,
-        search_dir=search_dir,
-        workers=workers,
-        profile=_profile(cfg, profile),
-    )
+    n_set = _int_list("--n", n)
+    costs = _profile(cfg, profile)
+    if trace is None:
+        advice = make_advice(
+            cfg,
+            n=n_set,
+            plans_dir=plans_dir,
+            search_dir=search_dir,
+            workers=workers,
+            profile=costs,
+            study=study,
+        )
+    else:
+        try:
+            advice = advise_trace(
+                cfg,
+                trace,
+                n=n_set,
+                token_scale=token_scale,
+                search_dir=search_dir,
+                seed=seed,
+                resamples=resamples,
+                workers=workers,
+                profile=costs,
+            )
+        except TraceError as exc:
+            typer.echo(f"rearrival: error: {exc}", err=True)
+            raise typer.Exit(1) from None
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 

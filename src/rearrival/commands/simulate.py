@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
         dummy_block: str = typer.Option(
             "off",
             "--dummy-block",
-            help="off (paper's base) or pre-evict (measured stack's padding block, S9).",
+            help="Padding-block rule: off (paper's base), pre-evict (measured stack) or "
+            "reserved (paper's Supplementary S9 simulator, with deferred release).",
         ),
         variant: str = typer.Option(
             "wait",
@@ -54,7 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict decode steps, reuse and device time of plans on one configuration.
 
-        Runs the predictor simulator of paper Section IV (SPEC section 5) on each plan.
+        Runs the predictor simulator of paper Section IV (docs/DESIGN.md §4) on each plan.
         """
         import json
 

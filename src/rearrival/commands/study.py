@@ -187,12 +187,29 @@ def seal(
     ],
     out: Out,
     repo: Repo = DEFAULT_REPO,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Study definition; its signing: and witness: settings apply."
+        ),
+    ] = None,
 ) -> None:
-    """Commit the sha256 of every run record file of a study (ledger/<study>.json)."""
-    from rearrival.prereg.ledger import seal as seal_records
+    """Commit the sha256 of every run record file of a study (ledger/<study>.json).
 
-    record = seal_records(repo, study, replicates, out)
+    A sealed hash is never overwritten: changed or re-run records are refused unless
+    re-measured under a newer registration. With witness: set, the ledger is published.
+    """
+    from rearrival.prereg.ledger import seal as seal_records
+    from rearrival.prereg.registration import Signing, open_repo
+    from rearrival.prereg.witness import publish
+
+    cfg = _config(config) if config is not None else None
+    signing = Signing.from_key(cfg.signing_key) if cfg is not None else None
+    record = seal_records(repo, study, replicates, out, signing=signing)
     typer.echo(f"{study}: {record['files']} files sealed at {record['commit']}")
+    if cfg is not None and cfg.witness:
+        publish(open_repo(repo), cfg.witness, study)
+        typer.echo(f"{study}: registration and ledger commits published to {cfg.witness}")
 
 
 def compile_configurations(

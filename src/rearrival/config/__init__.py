@@ -1,2 +1,2 @@
-"""The study definition as typed, validated settings (SPEC 11): studies, configurations,
+"""The study definition as typed, validated settings (docs/DESIGN.md §10): studies, configurations,
 criteria, backends, and the calibration and model sections."""

@@ -1,5 +1,5 @@
 """Typed settings of calibration: ``profile:``, ``model:``, ``emulator_truth:`` and
-``calibration:`` of the study definition (SPEC section 4, "Calibration").
+``calibration:`` of the study definition (docs/DESIGN.md §3, "Calibration").
 
 These frozen dataclasses are the one source of defaults; ``config/schema.yaml``
 documents the same keys and values (a test checks that they agree). Cross-field rules the
@@ -124,7 +124,7 @@ DEFAULT_ARTIFACTS = (
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    """How the calibration stage measures (SPEC section 4; paper II-B, III-C, IV)."""
+    """How the calibration stage measures (docs/DESIGN.md §3; paper II-B, III-C, IV)."""
 
     artifacts: tuple[Artifact, ...] = DEFAULT_ARTIFACTS
     decode_steps: int = 200

@@ -1,4 +1,4 @@
-"""The study definition (SPEC section 11): config/config.yaml as typed, checked objects.
+"""The study definition (docs/DESIGN.md §10): config/config.yaml as typed, checked objects.
 
 The schema (config/schema.yaml) checks types; this module checks what a schema cannot
 (bucket sets holding their batch_size, studies naming defined configurations) and expands
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -22,8 +22,17 @@ from snakemake.utils import validate
 
 from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
 from rearrival.errors import RearrivalError, StageError
+from rearrival.model.plangen import (
+    MultiRoundSpec,
+    PlanGenError,
+    derive_seed,
+    generate_multi_round_plan,
+)
+from rearrival.model.plans import Plan
 from rearrival.model.profile import bucket_set_problem
 from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
+from rearrival.model.trace_plans import TraceError, file_sha256
+from rearrival.model.tracelab_import import plans_from_trace
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -61,7 +70,7 @@ def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configurat
     problem = bucket_set_problem(buckets, batch_size)
     if problem is not None:
         raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
-    slots = int(raw["slots"]) if "slots" in raw else batch_size  # eager attention, SPEC 1
+    slots = int(raw["slots"]) if "slots" in raw else batch_size  # docs/DESIGN.md §1
     return Configuration(name, buckets, batch_size, slots)
 
 
@@ -78,6 +87,83 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class TraceSource:
+    """A real agent trace a study samples its sessions from (TraceLab round trace)."""
+
+    path: str
+    sha256: str
+    token_scale: float
+    on_overflow: str
+    max_context: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A study's input plans when they are not the paper's two-round sessions: seeded
+    agent sessions (``kind`` multi_round, drawn by ``spec``) or sessions sampled from a
+    real trace (``kind`` trace, ``trace``)."""
+
+    kind: str
+    spec: MultiRoundSpec | None = None
+    trace: TraceSource | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the study registers: the kind and every setting (for a trace, its sha256,
+        so an edited trace file is a changed design)."""
+        if self.trace is not None:
+            t = self.trace
+            return {
+                "kind": self.kind,
+                "path": t.path,
+                "sha256": t.sha256,
+                "token_scale": t.token_scale,
+                "on_overflow": t.on_overflow,
+            }
+        return {"kind": self.kind, **self.spec.as_dict()}
+
+    def plan(
+        self, n: int, *, study_seed: int, replicate: int, block: int, tool_table: ToolTable
+    ) -> Plan:
+        """The plan of N sessions for one (replicate, block), seeded like every plan."""
+        if self.spec is not None:
+            return generate_multi_round_plan(
+                n,
+                study_seed=study_seed,
+                replicate=replicate,
+                block=block,
+                tool_table=tool_table,
+                spec=self.spec,
+            )
+        return _trace_plan(self.trace, n, study_seed, replicate, block)
+
+
+def _trace_plan(source: TraceSource, n: int, study_seed: int, replicate: int, block: int) -> Plan:
+    """N sessions sampled from the trace with a seed from (study seed, replicate, N,
+    block); a trace that cannot give N whole sessions is refused, never shrunk."""
+    seed = derive_seed(study_seed, replicate, n, block, "trace-sessions")
+    try:
+        result = plans_from_trace(
+            source.path,
+            sessions=n,
+            seed=seed,
+            max_context=source.max_context,
+            on_overflow=source.on_overflow,
+            token_scale=source.token_scale,
+        )
+    except TraceError as exc:
+        raise StudyConfigError(f"workload.path {source.path}: {exc}") from None
+    plan = result.plan
+    if plan.n != n:
+        raise StudyConfigError(
+            f"workload.path {source.path}: {n - plan.n} of the {n} sampled sessions do not "
+            f"fit the maximum sequence length {source.max_context} even in their first "
+            "round; lower the study's n or set workload.token_scale"
+        )
+    meta = replace(plan.meta, study_seed=study_seed, replicate=replicate, block=block, n=n)
+    return replace(plan, meta=meta)
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     kind: str
@@ -89,6 +175,16 @@ class Study:
     rule: str = "fixed"
     amends: str | None = None
     repeats: int = 1
+    workload: Workload | None = None
+    # the study's own configuration search (its pick is its 'selected'): the raw
+    # ``search`` block over the top-level search's values, typed by SearchSettings; left
+    # out of the hash (a mapping has none), so studies stay usable as dict keys
+    search: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    @property
+    def multi_round(self) -> bool:
+        """True when the study runs agent sessions rather than the paper's two rounds."""
+        return self.workload is not None
 
     @property
     def baseline(self) -> str:
@@ -167,6 +263,9 @@ class StudyConfig:
     rbln: RblnSettings
     # profile:, emulator_truth:, model: and calibration: (typed in rearrival.config.calibration)
     measurement: CalibrationConfig = field(default_factory=CalibrationConfig)
+    # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
+    witness: str | None = None
+    signing_key: Path | None = None
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -206,9 +305,83 @@ def _tuples(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+TRACE_KEYS = ("path", "token_scale", "on_overflow")
+
+
+def _workload(
+    name: str, raw: dict[str, Any] | None, max_seq_len: int, where: str
+) -> Workload | None:
+    """The study's workload block: a generator spec checked against the slot length, or a
+    trace file (hashed, so an edited trace is a changed design)."""
+    if raw is None:
+        return None
+    settings = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in raw.items()
+    }
+    kind = settings.pop("kind")
+    key_of = f"{where}: studies.{name}.workload"
+    foreign = [k for k in settings if (k in TRACE_KEYS) != (kind == "trace")]
+    if foreign:
+        raise StudyConfigError(
+            f"{key_of}.{foreign[0]}: not a key of kind {kind}; a multi_round workload takes "
+            "rounds, first_prompt_tokens, new_tokens, gen_tokens, start_spread_s, a trace "
+            f"workload {', '.join(TRACE_KEYS)}"
+        )
+    if kind == "trace":
+        return Workload(kind, trace=_trace_source(settings, max_seq_len, key_of))
+    try:
+        spec = MultiRoundSpec(**settings, max_context_tokens=max_seq_len)
+    except PlanGenError as exc:
+        key = exc.argument or "workload"
+        raise StudyConfigError(f"{where}: studies.{name}.workload.{key}: {exc}") from None
+    return Workload(kind, spec=spec)
+
+
+def _trace_source(settings: dict[str, Any], max_seq_len: int, key_of: str) -> TraceSource:
+    if "path" not in settings:
+        raise StudyConfigError(f"{key_of}.path: a trace workload names its trace file")
+    path = Path(settings["path"])
+    if not path.is_file():
+        raise StudyConfigError(
+            f"{key_of}.path: no such file {path}; give a TraceLab round trace (.jsonl[.gz])"
+        )
+    return TraceSource(
+        path=str(path),
+        sha256=file_sha256(path),
+        token_scale=float(settings.get("token_scale", 1.0)),
+        on_overflow=str(settings.get("on_overflow", "truncate")),
+        max_context=max_seq_len,
+    )
+
+
+def _study_search(
+    name: str, raw: dict[str, Any], top_search: Mapping[str, Any], where: str
+) -> Mapping[str, Any] | None:
+    """A study's own search block over the top-level search's values; a new N set keeps
+    only the restricted N sets inside it (as ``rearrival search --n`` does)."""
+    own = raw.get("search")
+    if own is None:
+        return None
+    if SELECTED not in raw["configurations"]:
+        raise StudyConfigError(
+            f"{where}: studies.{name}.search is set but the study does not compare "
+            f"'{SELECTED}'; add '{SELECTED}' to its configurations or drop its search"
+        )
+    merged = dict(top_search) | own
+    if "n" in own and "restricted_n" not in own:
+        merged["restricted_n"] = [s for s in top_search["restricted_n"] if set(s) <= set(own["n"])]
+    return MappingProxyType(merged)
+
+
 def _study(
-    name: str, raw: dict[str, Any], configurations: dict[str, Configuration], where: str
+    name: str,
+    raw: dict[str, Any],
+    configurations: dict[str, Configuration],
+    where: str,
+    context: tuple[Mapping[str, Any], int] = (MappingProxyType({}), 8192),
 ) -> Study:
+    """One study; ``context`` is the top-level search values and the slot length its
+    own search and workload build on."""
     for config_name in raw["configurations"]:
         if config_name != SELECTED and config_name not in configurations:
             raise StudyConfigError(
@@ -228,6 +401,8 @@ def _study(
         rule=str(values["rule"]),
         amends=values["amends"],
         repeats=int(values["repeats"]) if kind == "repeats" else 1,
+        workload=_workload(name, raw.get("workload"), context[1], where),
+        search=_study_search(name, raw, context[0], where),
     )
 
 
@@ -237,8 +412,11 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         name: make_configuration(name, value, f"{source}: configurations")
         for name, value in raw["configurations"].items()
     }
+    measurement = calibration_config_from_mapping(raw, source)
+    context = (_filled(raw, "search"), measurement.model.max_seq_len)
     studies = {
-        name: _study(name, value, configurations, source) for name, value in raw["studies"].items()
+        name: _study(name, value, configurations, source, context)
+        for name, value in raw["studies"].items()
     }
     blocks: dict[int, str] = {}
     for study in studies.values():
@@ -273,8 +451,19 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         search=MappingProxyType(_filled(raw, "search")),
         emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
         rbln=RblnSettings(**_filled(raw, "rbln")),
-        measurement=calibration_config_from_mapping(raw, source),
+        measurement=measurement,
+        witness=(raw.get("witness") or {}).get("remote"),
+        signing_key=_signing_key(raw, source),
     )
+
+
+def _signing_key(raw: dict[str, Any], source: str) -> Path | None:
+    """``signing.key`` as a path, relative ones against the config file's directory."""
+    key = (raw.get("signing") or {}).get("key")
+    if key is None:
+        return None
+    path = Path(key).expanduser()
+    return path if path.is_absolute() else Path(source).parent / path
 
 
 def config_schema_path() -> Path:
@@ -322,7 +511,10 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
+        raise StudyConfigError(
+            f"{path}: cannot read the study definition ({exc.strerror}: looked for "
+            f"{path.absolute()}); run from the repository root or pass --config PATH"
+        ) from exc
     except yaml.YAMLError as exc:
         raise StudyConfigError(yaml_problem(path, exc)) from exc
     validate_against_schema(raw, str(path), schema_path or config_schema_path())
@@ -333,10 +525,23 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
 
 
 def tool_table_for(cfg: StudyConfig) -> ToolTable:
-    """The configured tool-latency table; 'default' is the published TraceLab aggregate."""
+    """The configured tool-latency table; 'default' is the published TraceLab aggregate.
+
+    A relative path resolves against the current directory, as every other path of the
+    study definition and snakemake's own do (the workflow runs from the repository root),
+    so ``rearrival tools build ... --out summary.json`` then ``tool_table: summary.json``
+    works; a missing file is named with the directory it was looked for in.
+    """
     if cfg.tool_table == "default":
         return default_tool_table()
-    return load_summary_json(cfg.tool_table)
+    path = Path(cfg.tool_table)
+    if not path.is_file():
+        raise StudyConfigError(
+            f"{cfg.source}: tool_table {cfg.tool_table!r} is not a file (looked for "
+            f"{path.absolute()}; relative paths resolve against the current directory); "
+            "give an existing summary.json (`rearrival tools build`), an absolute path or default"
+        )
+    return load_summary_json(path)
 
 
 def read_selected(path: Path) -> Configuration:

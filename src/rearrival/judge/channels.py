@@ -1,4 +1,4 @@
-"""The two cost channels of the paper (Section II-D; SPEC section 8).
+"""The two cost channels of the paper (Section II-D; docs/DESIGN.md §7).
 
 The serving stack does not report device time, so the paper cross-checks two channels:
 

@@ -1,4 +1,4 @@
-"""The channels stage (rules/channels.smk, SPEC section 8): one row per run with Channel A
+"""The channels stage (rules/channels.smk, docs/DESIGN.md §7): one row per run with Channel A
 and B and the per-run statistics the mechanism tables show (paper III-A, III-B).
 
 It sits in the judge layer, not the workflow, because the audit recomputes the same
@@ -60,7 +60,7 @@ def collect_channels(
 def run_statistics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
     """What the mechanism tables show per run: reuse on re-arrivals (III-B), decode
     steps and padding (III-A), prefill work; read from the records, never predicted."""
-    followups = requests[requests["turn"] == 1]
+    followups = requests[requests["turn"] >= 1]  # every round after a session's first
     decode = steps[steps["kind"] == "decode"]
     buckets = decode["b"].astype("int64")
     histogram = decode.groupby(["n", "b"]).size()

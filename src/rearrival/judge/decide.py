@@ -1,4 +1,4 @@
-"""The paper's decision rules (Sections II-D, IV, V-C; SPEC section 10).
+"""The paper's decision rules (Sections II-D, IV, V-C; docs/DESIGN.md §9).
 
 A prediction is judged only after the two cost channels agree. Every quantity is a
 ratio of sums over the replicates (never a mean of per-replicate ratios):

@@ -1,5 +1,5 @@
 """Study-level decision tables: the rules of ``rearrival.judge.decide`` applied to a study's
-channel table and predictions (paper II-D, IV, V-C; SPEC 10).
+channel table and predictions (paper II-D, IV, V-C; docs/DESIGN.md §9).
 
 One CSV per study with one row per comparison. Validation studies get the preregistered
 verdicts (pass / fail / withheld / exploratory) under the criteria read back from the

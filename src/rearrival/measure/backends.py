@@ -1,4 +1,4 @@
-"""Measurement backends behind one call (SPEC section 6): every backend writes the same
+"""Measurement backends behind one call (docs/DESIGN.md §5): every backend writes the same
 run records, so decisions never know which produced them — but every manifest says.
 
 ``emulated`` runs the virtual-time twin in process; ``emulated-http`` and ``rbln`` replay
@@ -29,6 +29,8 @@ from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.emulate_server import server_argv
 from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
+from rearrival.model.plans import check_context
+from rearrival.model.profile import measured_profile
 from rearrival.vocabulary import BACKENDS
 
 if TYPE_CHECKING:
@@ -203,7 +205,12 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
 
 def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """Dispatch one run to its backend and return the written run directory. A run cut
-    short is written with status failed/partial and its reason, never as complete."""
+    short is written with status failed/partial and its reason, never as complete.
+
+    A plan with a round the compiled context cannot hold is refused before anything
+    starts (one line naming file, session, round and field), never half measured.
+    """
+    check_context(run.plan, measured_profile().slot_tokens, str(run.plan_path))
     runners = {
         "emulated": run_emulated_backend,
         "emulated-http": run_http_backend,

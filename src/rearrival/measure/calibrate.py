@@ -1,4 +1,4 @@
-"""The calibration stage: measure the cost model on the configured backend (SPEC section 4,
+"""The calibration stage: measure the cost model on the configured backend (docs/DESIGN.md §3,
 "Calibration"; paper II-B, III-C, IV, Tables VII and XV).
 
 The paper's constants came from controlled measurements; this module makes those
@@ -545,7 +545,7 @@ def profile_document(
             "value": round(_ms(value) - alpha_ms, 6),
             "kind": "interpolated",
             "between": list(between),
-            "source": "SPEC section 4 rule; computed again at run time, never a reference point",
+            "source": "docs/DESIGN.md §3 rule; computed again at run time, never a reference point",
         }
     prefill_runs = sorted(set(calibration.measured.prefill["run_id"]))
     decode_runs = sorted(set(calibration.measured.decode["run_id"]))
@@ -659,7 +659,7 @@ def profile_document(
             "interpolated_bucket_cost_ms": interpolated,
             "unmeasured_buckets": "linear interpolation between measured points; above the "
             "largest, extrapolation along the line through the two "
-            "largest (SPEC section 4); never used as reference points",
+            "largest (docs/DESIGN.md §3); never used as reference points",
         },
         "prefill": {
             "chunk_tokens": {
@@ -731,7 +731,7 @@ def _plain(value: Any) -> Any:
 def write_profile(document: dict[str, Any], path: Path) -> Path:
     """Write the profile YAML atomically with a header saying what it is."""
     header = (
-        "# Calibrated substrate profile written by `rearrival calibrate` (SPEC section 4).\n"
+        "# Calibrated substrate profile written by `rearrival calibrate` (docs/DESIGN.md §3).\n"
         "# Same schema as rearrival/data/profile_rbln_ca25.yaml; every value carries\n"
         "# its kind (measured/fitted/interpolated/assumed/model), CI, samples, backend\n"
         "# and run ids. Interpolated buckets are listed for reading only.\n"
@@ -745,7 +745,7 @@ def write_profile(document: dict[str, Any], path: Path) -> Path:
 
 
 def required_buckets(cfg: StudyConfig) -> tuple[int, ...]:
-    """Every bucket a configured study or the search can select (SPEC 12: the search
+    """Every bucket a configured study or the search can select (docs/DESIGN.md §12: the search
     draws buckets from 1..batch_size for each candidate batch size)."""
     wanted = {b for c in cfg.configurations.values() for b in c.buckets}
     batch_sizes = cfg.search.get("batch_sizes", [8, 10, 12, 16])

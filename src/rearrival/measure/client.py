@@ -1,11 +1,14 @@
-"""The async replay client (SPEC section 6 "rbln"/"emulated-http", paper Section II-C/D).
+"""The async replay client (paper Section II-C/D, docs/DESIGN.md "Measurement backends").
 
-One asyncio task per session sends the first request at t = 0, waits for the complete
-streamed response, sleeps the planned tool wait, and sends the re-arrival. Prompts are
-token ids, so prefix identity holds by construction: the follow-up is the exact token-id
-extension prompt + generated ids + 8 appended ids, and a session's ids are derived from
-(plan seed, session) so no two sessions share a prefix. Decoding is greedy (temperature
-0, fixed seed, ``ignore_eos``) so every request generates exactly its planned length.
+One asyncio task per session sends the session's round 0 at its ``start_s``, waits for
+the complete streamed response, sleeps the round's tool gap, and sends the next round,
+until the session's last round. Prompts are token ids, so prefix identity holds by
+construction: round k+1 sends the exact token-id transcript so far (every earlier
+prompt, the ids the server generated, and the round's new ids; for the paper's
+two-round session the follow-up is prompt + generated + 8 appended ids). A session's
+new ids are derived from (plan seed, session, round) so no two sessions share a
+prefix. Decoding is greedy (temperature 0, fixed seed, ``ignore_eos``) so every
+request generates exactly its planned length.
 
 The client records what channel B needs (send and completion time of every request) and
 every token time, scrapes the Prometheus counters before and after the run, and reads
@@ -34,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import finish_manifest, write_run
 from rearrival.measure.steplog import StepLogError, parse_step_log
-from rearrival.model.plans import Plan, Session
+from rearrival.model.plans import AnySession, Plan
 
 # Token ids drawn from Qwen3's ordinary vocabulary, away from the special tokens that
 # start at 151643; an emulator accepts any non-negative id.
@@ -51,8 +54,9 @@ class ClientError(RearrivalError):
 class ReplayOptions:
     """How the client drives a server; validated so a typo cannot silently change a run.
 
-    ``time_scale`` is wall seconds per plan second: tool waits are slept scaled and every
-    recorded time is divided by it, so records stay in plan (virtual) seconds.
+    ``time_scale`` is wall seconds per plan second: session starts and tool gaps are
+    slept scaled and every recorded time is divided by it, so records stay in plan
+    (virtual) seconds.
     """
 
     seed: int = 0
@@ -74,7 +78,10 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One finished request, times in plan seconds from the run origin."""
+    """One finished request, times in plan seconds from the run origin.
+
+    ``turn`` is the request's round index within its session (0 .. K-1).
+    """
 
     session: int
     turn: int
@@ -118,27 +125,30 @@ def plan_key(plan: Plan) -> str:
     return f"seed:{plan.meta.seed}" if plan.meta.seed is not None else f"sha:{plan.sha256()}"
 
 
-def first_prompt_ids(key: str, session: Session) -> list[int]:
-    """Deterministic ids of a session's first prompt.
+def new_ids(key: str, session: int, round_index: int, count: int) -> list[int]:
+    """Deterministic ids of the tokens round ``round_index`` appends to the transcript.
 
-    The first id encodes the session number, so two sessions differ at position 0 and
-    never share a cached prefix, whatever the random ids after it are.
+    Round 0's first id encodes the session number, so two sessions differ at position 0
+    and never share a cached prefix, whatever the random ids after it are. Rounds 0 and
+    1 draw from the streams the two-round client always used (the first prompt, then
+    the tool result appended before the re-arrival), so the paper's plans send the same
+    ids as before multi-round plans existed; later rounds get a stream each.
     """
-    rng = _rng("prompt", key, session.session)
-    head = TOKEN_ID_LOW + session.session
-    if head >= TOKEN_ID_HIGH:
-        raise ClientError(
-            f"session {session.session}: too many sessions for distinct prompt "
-            f"heads (at most {TOKEN_ID_HIGH - TOKEN_ID_LOW})"
-        )
-    rest = [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(session.prompt_tokens - 1)]
-    return [head, *rest]
-
-
-def appended_ids(key: str, session: Session) -> list[int]:
-    """The tool result appended before the re-arrival (plan's appended_tokens, 8)."""
-    rng = _rng("append", key, session.session)
-    return [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(session.appended_tokens)]
+    if round_index == 0:
+        head = TOKEN_ID_LOW + session
+        if head >= TOKEN_ID_HIGH:
+            raise ClientError(
+                f"session {session}: too many sessions for distinct prompt "
+                f"heads (at most {TOKEN_ID_HIGH - TOKEN_ID_LOW})"
+            )
+        rng = _rng("prompt", key, session)
+        return [head, *(rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(count - 1))]
+    rng = (
+        _rng("append", key, session)
+        if round_index == 1
+        else _rng("append", key, session, round_index)
+    )
+    return [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(count)]
 
 
 # --- metrics ---------------------------------------------------------------------------
@@ -268,6 +278,12 @@ class _Clock:
     def now(self) -> float:
         return (asyncio.get_running_loop().time() - self.origin) / self.scale
 
+    async def sleep_until(self, plan_s: float) -> None:
+        """Sleep until ``plan_s`` plan seconds after the origin (at once if past)."""
+        delay = self.origin + plan_s * self.scale - asyncio.get_running_loop().time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
 
 async def _complete(
     http: aiohttp.ClientSession, url: str, body: dict[str, Any], clock: _Clock
@@ -338,7 +354,7 @@ async def _request(
     }
     send_s, stream = await _complete(http, url, body, clock)
     complete_s = clock.now()
-    where = f"session {session} turn {turn}"
+    where = f"session {session} round {turn}"
     if len(stream.token_ids) != max_tokens:
         raise ClientError(
             f"{where}: server generated {len(stream.token_ids)} tokens, the plan "
@@ -362,43 +378,37 @@ async def _request(
 async def _session_task(
     http: aiohttp.ClientSession,
     url: str,
-    s: Session,
+    s: AnySession,
     key: str,
     model: str,
     options: ReplayOptions,
     clock: _Clock,
     done: list[RequestRecord],
 ) -> None:
-    """First request, tool wait, re-arrival with the exact token-id extension."""
-    prompt = first_prompt_ids(key, s)
-    first = await _request(
-        http,
-        url,
-        model=model,
-        prompt=prompt,
-        max_tokens=s.gen_tokens,
-        seed=options.seed,
-        clock=clock,
-        session=s.session,
-        turn=0,
-    )
-    done.append(first)
-    if s.tool_wait_s > 0:
-        await asyncio.sleep(s.tool_wait_s * options.time_scale)
-    followup = prompt + list(first.token_ids) + appended_ids(key, s)
-    done.append(
-        await _request(
+    """The session's rounds in order, each sending the exact token-id transcript so far.
+
+    Round 0 leaves at the session's ``start_s``; round k+1 leaves round k's gap after
+    round k's response was fully received.
+    """
+    await clock.sleep_until(s.start_s)
+    transcript: list[int] = []
+    for k, r in enumerate(s.rounds):
+        transcript += new_ids(key, s.session, k, r.new_tokens)
+        record = await _request(
             http,
             url,
             model=model,
-            prompt=followup,
-            max_tokens=s.followup_gen_tokens,
+            prompt=list(transcript),
+            max_tokens=r.gen_tokens,
             seed=options.seed,
             clock=clock,
             session=s.session,
-            turn=1,
+            turn=k,
         )
-    )
+        done.append(record)
+        transcript += record.token_ids
+        if r.gap_after_s > 0:
+            await asyncio.sleep(r.gap_after_s * options.time_scale)
 
 
 async def replay(
@@ -443,7 +453,7 @@ async def replay(
         status=status,
         reason=reason,
         model=model,
-        expected_requests=2 * plan.n,
+        expected_requests=plan.requests,
     )
 
 
@@ -458,7 +468,7 @@ def replay_sync(
 
 
 def requests_frame(run: ClientRun) -> pd.DataFrame:
-    """requests.parquet rows (SPEC 7); prefill_s is unknown over HTTP, so NaN."""
+    """requests.parquet rows (docs/DESIGN.md §6); prefill_s is unknown over HTTP, so NaN."""
     rows = run.requests
     return pd.DataFrame(
         {
@@ -538,7 +548,7 @@ class RunOutcome:
 def write_client_run(
     out: Path, run: ClientRun, *, manifest: dict[str, Any], server_log: str | None
 ) -> RunOutcome:
-    """Write a replay as a run directory (SPEC 7); incomplete runs keep their reason."""
+    """Write a replay as a run directory (docs/DESIGN.md §6); incomplete runs keep their reason."""
     try:
         steps = steps_from_log(server_log or "")
         status, reason = _outcome(run, steps)

@@ -1,6 +1,6 @@
 """The ``emulated-http`` backend: the emulator engine behind a real aiohttp server.
 
-SPEC section 6: the real replay client is tested against this server, so it speaks the
+docs/DESIGN.md §5: the real replay client is tested against this server, so it speaks the
 parts of vLLM's OpenAI-compatible API the client uses -- ``/v1/completions`` with
 token-id prompts, ``max_tokens``, ``ignore_eos`` and streaming (SSE ``data: {...}``
 chunks, ``data: [DONE]``), ``/v1/models``, ``/health`` and Prometheus ``/metrics`` with
@@ -17,9 +17,10 @@ arrival, exactly as the in-process driver does.
 
 Prefix identity: the engine reuses KV by session key. The server gives a request the
 key of the longest earlier prompt that is a token-for-token prefix of it, else a new
-key, so reuse arises only where the token ids really repeat (the client's follow-up is
-prompt + generated + appended ids). Generated ids are a deterministic function of the
-server seed and the prompt, like greedy decoding.
+key, so reuse arises only where the token ids really repeat (each later round of a
+client session is the transcript so far: earlier prompt + generated + new ids, so every
+round of a session maps to its round 0's key). Generated ids are a deterministic
+function of the server seed and the prompt, like greedy decoding.
 """
 
 from __future__ import annotations

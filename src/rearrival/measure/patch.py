@@ -1,4 +1,4 @@
-"""The observation-only patch of vllm-rbln (paper Section II-D, SPEC section 6 "rbln").
+"""The observation-only patch of vllm-rbln (paper Section II-D, docs/DESIGN.md §5 "rbln").
 
 The real serving stack does not report, per decode step, how many requests ran and
 which compiled bucket was chosen. The paper added five lines (one DEBUG log statement)
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from rearrival.errors import RearrivalError
 PACKAGE = "vllm_rbln"
 VERSION = "0.11.1"
 TARGET = "vllm_rbln/model_executor/models/optimum/model_base.py"
-# Published in SPEC section 6 and checked against the PyPI wheel vllm_rbln-0.11.1.
+# The unpatched file's sha256 in the PyPI wheel vllm_rbln-0.11.1 (tests check the wheel).
 SHA256_ORIGINAL = "46ce1675a2b55e36d4d6dd0154edae793cd3874ed1fbe16e74a40ed7c809298e"
 # Derived once: `pip download --no-deps vllm-rbln==0.11.1`, unzip, run `patched_text()` below
 # on the target file (insert ADDED after ANCHOR), sha256 of the resulting UTF-8 bytes.
@@ -39,7 +40,7 @@ ANCHOR = (
 )
 # Five lines, one log statement, after the bucket is chosen and before any padding.
 # Lazy %-formatting keeps the cost of a disabled DEBUG level to one level check.
-# The monotonic clock reading (SPEC section 4, calibration) turns consecutive lines into
+# The monotonic clock reading (docs/DESIGN.md §3, calibration) turns consecutive lines into
 # per-step durations; ``__import__`` keeps the edit to this one statement (the module does
 # not import ``time``), so no import line and no control flow changes.
 ADDED = (
@@ -53,6 +54,10 @@ ADDED = (
 
 class PatchError(RearrivalError):
     """The installed vllm-rbln cannot be patched or reverted safely; names file and fix."""
+
+
+class VllmRblnAbsent(PatchError):
+    """No vllm-rbln where we looked: nothing to check, apply or revert."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def locate_site_packages(site_packages: Path | None) -> Path:
     """The directory holding ``vllm_rbln/``: as given, or where Python would import it."""
     if site_packages is not None:
         if not (site_packages / PACKAGE).is_dir():
-            raise PatchError(
+            raise VllmRblnAbsent(
                 f"site-packages {site_packages}: no '{PACKAGE}' package there; "
                 f"pass the site-packages directory where vllm-rbln=={VERSION} "
                 "is installed"
@@ -88,9 +93,9 @@ def locate_site_packages(site_packages: Path | None) -> Path:
         return site_packages
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise PatchError(
-            f"vllm-rbln is not installed in this Python; install "
-            f"vllm-rbln=={VERSION} or give its site-packages directory"
+        raise VllmRblnAbsent(
+            f"vllm-rbln is not installed in this Python ({sys.executable}); install "
+            f"vllm-rbln=={VERSION} or pass --site-packages DIR where it is installed"
         )
     return Path(next(iter(spec.submodule_search_locations))).parent
 

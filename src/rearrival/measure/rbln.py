@@ -1,16 +1,16 @@
-"""The real-hardware path (SPEC section 6 "rbln"): compile job and server launcher.
+"""The real-hardware path (docs/DESIGN.md §5 "rbln"): compile job and server launcher.
 
 Compile: optimum-rbln exports Qwen3 for a given (batch_size, bucket set) once; the
 artifact lives in a content-addressed directory (hash of model id, configuration and
 compiler versions), so a configuration is compiled at most once and every run can name
 the exact artifact it served. Compile seconds and artifact bytes are recorded beside it
-because the search's compile-cost model (SPEC section 4) is checked against them.
+because the search's compile-cost model (docs/DESIGN.md §3) is checked against them.
 
 Serve: one fresh ``vllm serve`` per run (paper Section II-D: the server was restarted
 for every condition so no cache state carries over), DEBUG logging so the observation
 patch's ``[BUCKET]`` lines reach the captured log, readiness by polling, and a clean
 stop. Commands are argument lists, never shell strings, so no configuration value is
-ever interpreted by a shell (SPEC section 15).
+ever interpreted by a shell (docs/DESIGN.md §14).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def require_stack(modules: Sequence[str], *, dev_dir: Path = Path("/dev")) -> No
 
 @dataclass(frozen=True)
 class CompileConfig:
-    """One artifact's compile parameters (paper Section II-A; SPEC section 6)."""
+    """One artifact's compile parameters (paper Section II-A; docs/DESIGN.md §5)."""
 
     model: str
     batch_size: int
@@ -131,7 +131,7 @@ class CompileConfig:
             raise RblnError("max_seq_len and num_devices must be >= 1")
 
     def from_pretrained_kwargs(self) -> dict[str, object]:
-        """The optimum-rbln export arguments, exactly as SPEC section 6 names them."""
+        """The optimum-rbln export arguments of one configuration (paper Section II-A)."""
         return {
             "export": True,
             "rbln_batch_size": self.batch_size,
@@ -253,7 +253,7 @@ def vllm_serve_argv(
     max_seq_len: int = 8192,
     seed: int = 0,
 ) -> list[str]:
-    """``vllm serve`` for one run (SPEC section 6).
+    """``vllm serve`` for one run (docs/DESIGN.md §5).
 
     Block size = max_seq_len is the eager path's one-slot-per-sequence layout (paper
     II-A); prompt-token details make vLLM report per-request cached tokens.

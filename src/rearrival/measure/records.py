@@ -1,8 +1,8 @@
-"""Run records (SPEC section 7): the one file contract between measurement and decisions.
+"""Run records (docs/DESIGN.md §6): the one file contract between measurement and decisions.
 
 Every backend (emulated, emulated-http, rbln) writes a run directory through
 ``write_run`` and every later stage reads it through ``read_run``, so decisions never
-know which backend produced a run (SPEC section 6). A directory appears under its final
+know which backend produced a run (docs/DESIGN.md §5). A directory appears under its final
 name only when complete: everything is written into a temporary sibling directory,
 ``manifest.json`` last, and the directory is renamed in one step. A killed writer
 therefore leaves a hidden temp directory, never a half run that a decision could use.
@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rearrival.atomic import umask_mode
 from rearrival.errors import RearrivalError
 from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.vocabulary import BACKENDS, VARIANTS
@@ -48,6 +49,8 @@ STEP_KINDS = ("prefill", "decode")
 
 # (column, arrow type, nullable). "Nullable" integers are pandas Int64 in memory: an
 # unknown count is recorded as unknown, never as 0 (STYLE: UNKNOWN is an observation).
+# 'turn' is the request's round index in its session, 0 .. K-1 (the paper's session:
+# 0 = first request, 1 = re-arrival); the name is kept so existing records keep their bytes.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("session", pa.int64(), False),
     ("turn", pa.int64(), False),
@@ -119,7 +122,7 @@ class RunRecord:
     """One run as read back: the Parquet tables as DataFrames plus JSON and the step log.
 
     ``tokens`` holds optional per-token arrival times of streaming backends (not part of
-    the SPEC 7 contract, written as given); ``None`` when the run has none.
+    the docs/DESIGN.md §6 contract, written as given); ``None`` when the run has none.
     """
 
     requests: pd.DataFrame
@@ -150,7 +153,7 @@ def utc_now_iso() -> str:
 def software_versions() -> dict[str, str]:
     """Versions of Python and the packages that shape a run ('absent' when not installed).
 
-    Recorded in every manifest so a result can be traced to the exact stack (SPEC 7).
+    Recorded in every manifest so a result can be traced to the exact stack (docs/DESIGN.md §6).
     """
     versions = {"python": platform.python_version()}
     for name in SOFTWARE:
@@ -198,7 +201,7 @@ def manifest_template(
 ) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
     finished) until ``finish_manifest`` marks the outcome. ``slots`` None means
-    batch_size slots (eager attention, SPEC 1)."""
+    batch_size slots (eager attention, docs/DESIGN.md §1)."""
     return {
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
@@ -217,7 +220,7 @@ def manifest_template(
         "seeds": {"plan": plan_seed, "run": int(run_seed)},
         "software": software_versions(),
         "patch_sha256": patch_sha256,
-        "prereg": {key: (prereg or {}).get(key) for key in PREREG_KEYS},
+        "prereg": _prereg_entry(prereg or {}),
         "started_at": started_at or utc_now_iso(),
         "finished_at": None,
         "condition_order": [str(c) for c in condition_order],
@@ -225,6 +228,15 @@ def manifest_template(
         "reason": "run did not finish",
         "time_scale": float(time_scale),
     }
+
+
+def _prereg_entry(prereg: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``prereg`` field; ``witness`` (remote and ref) only when the study
+    has a witness, so manifests of the default pipeline keep their three keys."""
+    entry = {key: prereg.get(key) for key in PREREG_KEYS}
+    if prereg.get("witness"):
+        entry["witness"] = dict(prereg["witness"])
+    return entry
 
 
 def finish_manifest(
@@ -301,13 +313,13 @@ def _contract_table(
     missing = [name for name in names if name not in frame.columns]
     if missing:
         raise RunRecordError(
-            f"{where}: missing column '{missing[0]}'; the contract (SPEC 7) "
+            f"{where}: missing column '{missing[0]}'; the contract (docs/DESIGN.md §6) "
             f"needs {', '.join(names)}"
         )
     extra = [str(c) for c in frame.columns if c not in names]
     if extra:
         raise RunRecordError(
-            f"{where}: unexpected column '{extra[0]}'; the contract (SPEC 7) "
+            f"{where}: unexpected column '{extra[0]}'; the contract (docs/DESIGN.md §6) "
             f"has exactly {', '.join(names)}"
         )
     arrays = [
@@ -322,12 +334,7 @@ def _contract_table(
 
 def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
     rows = table.to_pydict()
-    for i, turn in enumerate(rows["turn"]):
-        if turn not in (0, 1):
-            raise RunRecordError(
-                f"{where}: row {i} column 'turn' is {turn}; use 0 for the first "
-                "request and 1 for the re-arrival"
-            )
+    _check_rounds(rows["session"], rows["turn"], where)
     for name in ("prompt_tokens", "generated_tokens", "cached_tokens", "computed_tokens"):
         for i, value in enumerate(rows[name]):
             if value is not None and value < 0:
@@ -341,6 +348,25 @@ def _check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
                 f"{where}: row {i} has send_s={send}, complete_s={done}; a "
                 "request needs finite times with complete_s >= send_s"
             )
+
+
+def _check_rounds(sessions: list[int], turns: list[int], where: str) -> None:
+    """Each session's rows carry its round indices 0 .. K-1 (column 'turn'), each once.
+
+    A turn that is negative, repeated, or not below the session's row count is the
+    first row that breaks this; with none such, the turns are exactly 0 .. K-1.
+    """
+    counts: dict[int, int] = {}
+    for session in sessions:
+        counts[session] = counts.get(session, 0) + 1
+    seen: set[tuple[int, int]] = set()
+    for i, (session, turn) in enumerate(zip(sessions, turns, strict=True)):
+        if not 0 <= turn < counts[session] or (session, turn) in seen:
+            raise RunRecordError(
+                f"{where}: row {i} column 'turn' is {turn}; session {session}'s rows "
+                "must carry its round indices 0, 1, ... once each (0 is the first request)"
+            )
+        seen.add((session, turn))
 
 
 def _check_steps(table: pa.Table, where: str) -> None:
@@ -504,7 +530,7 @@ def write_run(
         for name, data in contents.items():
             (tmp / name).write_bytes(data)
         (tmp / MANIFEST_FILE).write_bytes(_json_bytes(manifest))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a run dir is an ordinary result dir
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes 0700; a run dir is a result dir
         try:
             os.rename(tmp, out_dir)  # replaces only an empty dir; fails if someone won the race
         except OSError as exc:
@@ -519,6 +545,25 @@ def write_run(
 
 
 # --- reading -------------------------------------------------------------------------------
+
+
+def _schema_difference(
+    found: list[tuple[str, pa.DataType]], expected: list[tuple[str, pa.DataType]]
+) -> str:
+    """Which column differs and how: missing, unexpected, out of order, or its type
+    (both lists of names can be equal while a type is not)."""
+    found_types, expected_types = dict(found), dict(expected)
+    missing = [name for name in expected_types if name not in found_types]
+    extra = [name for name in found_types if name not in expected_types]
+    if missing:
+        return f"column '{missing[0]}' is missing"
+    if extra:
+        return f"column '{extra[0]}' is not in the contract"
+    for name, kind in expected:
+        if found_types[name] != kind:
+            return f"column '{name}' has type {found_types[name]}, the contract's is {kind}"
+    order = [name for name, _ in expected]
+    return f"columns are in the order {[n for n, _ in found]}, the contract's is {order}"
 
 
 def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
@@ -539,9 +584,9 @@ def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) 
     found = [(field.name, field.type) for field in table.schema]
     if found != expected:
         raise RunRecordError(
-            f"{path}: columns {[n for n, _ in found]} do not match the run "
-            f"record contract {[n for n, _ in expected]} (SPEC 7); re-run "
-            "the condition with this rearrival version"
+            f"{path}: {_schema_difference(found, expected)}, so it does not match the run "
+            "record contract (docs/DESIGN.md, run records); re-run the condition with this "
+            "rearrival version"
         )
     frame = {}
     for name, kind, nullable in columns:
@@ -572,7 +617,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
     """Read and validate one run directory.
 
     With ``require_complete`` (the default, and the only mode decisions use) a run whose
-    manifest status is not 'complete' is refused with the recorded reason (SPEC 7).
+    manifest status is not 'complete' is refused with the recorded reason (docs/DESIGN.md §6).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

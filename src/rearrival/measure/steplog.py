@@ -1,9 +1,9 @@
-"""The decode step log: one ``[BUCKET]`` line per decode step (SPEC section 6, paper II-D).
+"""The decode step log: one ``[BUCKET]`` line per decode step (docs/DESIGN.md §5, paper II-D).
 
 The serving stack does not report which bucket a decode step ran in, so the published
 study added one observation-only log statement to vllm-rbln's decoder preprocessing
 (``RBLNOptimumDecoderMixin.preprocess_for_decoder``, right after ``select_bucket_size``):
-``[BUCKET] request_nums=<n> padded_batch_size=<b>``, and since calibration (SPEC section 4)
+``[BUCKET] request_nums=<n> padded_batch_size=<b>``, and since calibration (docs/DESIGN.md §3)
 a trailing ``t_mono_ns=<t>``: a monotonic clock reading taken as the step is prepared, so
 the gap to the next decode line is that step's duration. Channel A is rebuilt from exactly
 these (n, b) pairs, so the emulated backend writes the same line and every backend's log

@@ -9,7 +9,7 @@ the residuals that say whether the paper's functional form holds on this backend
   g(b) = f(b) + alpha per measured bucket and beta, fitted as
   t(n) = g(b(n)) + beta * n by least squares on the per-(b, n) medians (the paper uses
   p50 step components).
-- prefill: server-side elapsed times of single prefills, fitted in the SPEC's chunked
+- prefill: server-side elapsed times of single prefills, fitted in the chunked
   form T(q) = ceil(q/128) * (a + b*q) on relative error, with the error per token range.
 - reuse: every re-arrival with a surviving prefix must report
   floor(min(P, L-1)/128)*128 cached tokens.
@@ -182,7 +182,7 @@ def fit_decode(
 
 
 def interpolate_bucket(points: dict[int, float], bucket: int) -> tuple[float, tuple[int, int]]:
-    """The SPEC section 4 rule for an unmeasured bucket: linear between the measured
+    """The docs/DESIGN.md §3 rule for an unmeasured bucket: linear between the measured
     neighbours, above the largest along the line through the two largest, below the
     smallest along the line through the two smallest. Returns (value, the two buckets)."""
     measured = sorted(points)

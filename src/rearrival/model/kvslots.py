@@ -2,7 +2,7 @@
 
 On the eager attention path one KV block holds one whole sequence, so the cache is a pool
 of S slots. Whether a re-arriving session finds its previous prompt still cached depends
-only on this pool's rules, which SPEC section 5 item 3 fixes:
+only on this pool's rules, which docs/DESIGN.md §4 rule 3 fixes:
 
 * FIFO eviction by allocation order: the victim is the evictable slot that was allocated
   earliest. A look-up that finds a slot does not refresh its order ("re-access does not
@@ -14,8 +14,11 @@ only on this pool's rules, which SPEC section 5 item 3 fixes:
   evicted) and only then looks up the session's surviving KV, so a request can evict its
   own prefix.
 * The look-up takes the largest cached prefix among the session's surviving slots.
-* ``pre_evict`` is the measured stack's dummy padding block (Supplementary S9): the oldest
-  evictable slot is evicted and left free for the next admission.
+* ``pre_evict`` is the measured stack's dummy padding block: the oldest evictable slot is
+  evicted and left free for the next admission.
+* ``reserved`` (the dummy-block rule of the paper's Supplementary S9 simulator): while the
+  scheduler says a padding block is held, one slot counts as taken, so an admission may
+  have to evict one slot more than its own.
 
 Choices the text implies and this module applies:
 
@@ -105,25 +108,43 @@ class SlotPool:
         self.next_key = 0
         self.deferred = release == "deferred"
 
-    def can_secure(self) -> bool:
-        """True when an admission could get a slot now (free or evictable)."""
-        return bool(self.free or self.evictable)
+    def can_secure(self, reserved: int = 0) -> bool:
+        """True when an admission could get a slot now: free + evictable >= 1, where
+        ``reserved`` free slots (the padding block's, dummy-block rule "reserved") do not
+        count as free."""
+        return len(self.free) - reserved + len(self.evictable) >= 1
 
     def admit(
-        self, session: int, tag: int, prompt_tokens: int, reusable: Callable[[int, int], int]
-    ) -> tuple[int, int, int, int]:
+        self,
+        session: int,
+        tag: int,
+        prompt_tokens: int,
+        reusable: Callable[[int, int], int],
+        reserved: int = 0,
+    ) -> tuple[int, int, int, int, tuple[tuple[int, int], ...]]:
         """Secure a slot, apply deferred releases, look up the session's surviving KV, occupy.
 
-        Returns ``(slot, evicted_tag, cached_tokens, source_slot)``; ``evicted_tag`` and
-        ``source_slot`` are ``NO_OWNER`` when a free slot was taken / nothing was reused.
+        With ``reserved`` slots held by the padding block, the free count is
+        ``len(free) - reserved``; when it is below 1 the oldest evictable slots are evicted
+        until one is free: the first ones stay free for the padding block, the last one
+        is this admission's. Returns ``(slot, evicted_tag, cached_tokens, source_slot,
+        evictions)``; ``evicted_tag`` (the KV in the slot this admission took) and
+        ``source_slot`` are ``NO_OWNER`` when a free slot was taken / nothing was reused;
+        ``evictions`` lists every ``(slot, tag)`` destroyed, oldest first.
         ``reusable(previous_prompt, prompt)`` is the profile's reuse rule. The caller must
-        check ``can_secure()`` first.
+        check ``can_secure(reserved)`` first.
         """
-        if self.free:
+        evictions = []
+        if len(self.free) > reserved:
             slot = heappop(self.free)
             evicted = NO_OWNER
         else:
+            for _ in range(reserved - len(self.free)):
+                freed = self._evict_oldest()
+                heappush(self.free, freed[0])
+                evictions.append(freed)
             slot, evicted = self._evict_oldest()
+            evictions.append((slot, evicted))
         self.release_deferred()
         cached, source = 0, NO_OWNER
         for other in self.survivors(session):  # the secured slot holds no KV now
@@ -133,7 +154,7 @@ class SlotPool:
         self.owner[slot] = (tag, session, prompt_tokens)
         self.key[slot] = self.next_key + slot
         self.next_key += self.slots
-        return slot, evicted, cached, source
+        return slot, evicted, cached, source, tuple(evictions)
 
     def finish(self, slot: int) -> None:
         """The request in ``slot`` finished: its KV stays cached and becomes evictable."""

@@ -32,10 +32,58 @@ class DeviceMemory:
     def fits(self, slots: int) -> bool:
         return self.gib_per_device(slots) <= self.per_device_gib
 
-    def max_slots(self) -> int:
-        """Most slots that fit (0 when even the weights do not)."""
+    def max_slots(self, slot_gib: float | None = None) -> int:
+        """Most slots that fit (0 when even the weights do not); ``slot_gib`` prices a
+        slot of another maximum sequence length (default: the profile's)."""
         room = self.per_device_gib * self.num_devices - self.weights_gib
-        return max(0, int(room // self.slot_gib))
+        return max(0, int(room // (self.slot_gib if slot_gib is None else slot_gib)))
+
+    def headroom_gib_per_device(self, slots: int) -> float:
+        """Memory left on each device after the weights and ``slots`` slots (< 0: no fit)."""
+        return self.per_device_gib - self.gib_per_device(slots)
+
+
+@dataclass(frozen=True)
+class ContextCost:
+    """What compiling for a longer maximum sequence length costs in KV memory.
+
+    On the eager path one slot reserves a whole ``max_seq_len`` sequence (Table XV), so
+    the slot grows linearly with it and fewer slots fit the same devices. The profile's
+    step and prefill costs were measured at ``measured_seq_len`` only: a configuration
+    at another length needs a profile measured there (``rearrival calibrate``).
+    """
+
+    max_seq_len: int
+    measured_seq_len: int
+    slot_gib: float  # one slot over the whole instance
+    slot_gib_per_device: float
+    max_slots: int
+
+    def sentence(self) -> str:
+        """One line a user can act on: KV per slot and how many slots would fit."""
+        text = (
+            f"a maximum sequence length of {self.max_seq_len:,} tokens needs "
+            f"{self.slot_gib:.3f} GiB of KV per slot ({self.slot_gib_per_device:.4f} GiB per "
+            f"device), so at most {self.max_slots} slots fit"
+        )
+        if self.max_seq_len == self.measured_seq_len:
+            return text
+        return (
+            f"{text}; the profile was measured at {self.measured_seq_len:,}, so its costs "
+            "do not apply there (calibrate at that length first)"
+        )
+
+
+def context_cost(profile: Profile, memory: DeviceMemory, max_seq_len: int) -> ContextCost:
+    """KV per slot and slots that fit when compiled for ``max_seq_len`` tokens."""
+    slot_gib = profile.kv_bytes_per_token * max_seq_len / GIB
+    return ContextCost(
+        max_seq_len,
+        profile.slot_tokens,
+        slot_gib,
+        slot_gib / profile.num_devices,
+        memory.max_slots(slot_gib),
+    )
 
 
 def device_memory(

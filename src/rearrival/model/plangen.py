@@ -1,9 +1,13 @@
-"""Seeded input-plan generator (SPEC section 3, paper Section II-C).
+"""Seeded input-plan generator (paper Section II-C; docs/DESIGN.md "Plans").
 
 Every draw of a replicate's plan comes from a seed derived with SHA-256 from the study
 seed, replicate, block and session index, so the same arguments give byte-identical
 plan files on any machine and Python version, and conditions of a replicate can be
 re-run independently without sharing generator state.
+
+Two generators share that rule: ``generate_plan`` makes the paper's two-round sessions,
+``generate_multi_round_plan`` agent sessions with several tool calls, a growing
+transcript and staggered starts (``MultiRoundSpec``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,15 @@ import random
 from dataclasses import dataclass
 
 from rearrival.errors import RearrivalError
-from rearrival.model.plans import APPENDED_TOKENS, Plan, PlanMeta, Session
+from rearrival.model.plans import (
+    APPENDED_TOKENS,
+    MULTI_ROUND_VERSION,
+    MultiRoundSession,
+    Plan,
+    PlanMeta,
+    Round,
+    Session,
+)
 from rearrival.model.tools import CAP_S, ToolTable, default_tool_table
 
 SEED_SCHEME = "rearrival-plan-seed/1"
@@ -103,7 +115,7 @@ def generate_plan(
 ) -> Plan:
     """N sessions of one replicate: L0, G0, G1 uniform, one capped tool wait each.
 
-    The plan seed comes from (study seed, replicate, N, block) as SPEC section 3 fixes,
+    The plan seed comes from (study seed, replicate, N, block) as docs/DESIGN.md §2 fixes,
     so plans of different N are independent draws rather than prefixes of one another
     (the mechanisms sweep compares N, and nested plans would correlate its points). Each
     session's seed comes from (plan seed, session index), so sessions never share
@@ -143,5 +155,137 @@ def generate_plan(
         block=block,
         tool_table=table.source,
         cap_fraction=capped / n,
+    )
+    return Plan(tuple(sessions), meta)
+
+
+# The multi-round stream has its own seed name, so a study's multi-round plans are never
+# correlated with the two-round plans of the same (study seed, replicate, N, block).
+MULTI_ROUND_STREAM = "multi-round-sessions"
+DEFAULT_MAX_CONTEXT = 8192
+
+
+@dataclass(frozen=True)
+class MultiRoundSpec:
+    """What an agent session looks like: K rounds, each after one tool call.
+
+    Round 0 sends a first prompt; every later round appends the previous tool's result
+    (``new_tokens``) to the transcript; every round generates ``gen_tokens``; the gap
+    after each non-last round is one capped draw from the tool table; a session starts
+    uniformly in [0, ``start_spread_s``]. Ranges are inclusive integer bounds. The
+    defaults are a coding agent's: tool results of 50-600 tokens (file snippets,
+    command output), 4-8 calls, the paper's first prompts and generations, and a
+    transcript that always fits ``max_context_tokens`` (the largest possible session
+    is checked, so no seed can draw a session a slot cannot hold).
+    """
+
+    rounds: tuple[int, int] = (4, 8)
+    first_prompt_tokens: tuple[int, int] = (800, 1600)
+    new_tokens: tuple[int, int] = (50, 600)
+    gen_tokens: tuple[int, int] = (32, 256)
+    start_spread_s: float = 0.0
+    tool_cap_s: float = CAP_S
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT
+
+    def __post_init__(self) -> None:
+        _check_range("rounds", self.rounds, 1)
+        _check_range("first_prompt_tokens", self.first_prompt_tokens, 1)
+        _check_range("new_tokens", self.new_tokens, 0)
+        _check_range("gen_tokens", self.gen_tokens, 1)
+        if not (isinstance(self.start_spread_s, int | float) and 0 <= self.start_spread_s < 1e6):
+            raise PlanGenError(
+                "MultiRoundSpec field 'start_spread_s' must be seconds in [0, 1e6)",
+                "start_spread_s",
+            )
+        if not self.tool_cap_s > 0:
+            raise PlanGenError("MultiRoundSpec field 'tool_cap_s' must be > 0 seconds")
+        if self.longest_transcript() > self.max_context_tokens:
+            raise PlanGenError(
+                f"MultiRoundSpec: a session of {self.rounds[1]} rounds can reach "
+                f"{self.longest_transcript()} tokens (first prompt {self.first_prompt_tokens[1]}"
+                f" + {self.rounds[1] - 1} x new {self.new_tokens[1]} + {self.rounds[1]} x gen "
+                f"{self.gen_tokens[1]}), over the maximum sequence length "
+                f"{self.max_context_tokens}; lower rounds, new_tokens or gen_tokens",
+                "rounds",
+            )
+
+    def longest_transcript(self) -> int:
+        """Tokens of the largest session the ranges allow (prompt + every generation)."""
+        most = self.rounds[1]
+        return (
+            self.first_prompt_tokens[1]
+            + (most - 1) * self.new_tokens[1]
+            + most * self.gen_tokens[1]
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """The spec as stored in a plan's metadata notes (what drew the sessions)."""
+        return {
+            "rounds": list(self.rounds),
+            "first_prompt_tokens": list(self.first_prompt_tokens),
+            "new_tokens": list(self.new_tokens),
+            "gen_tokens": list(self.gen_tokens),
+            "start_spread_s": self.start_spread_s,
+            "tool_cap_s": self.tool_cap_s,
+        }
+
+
+def _agent_session(
+    index: int, rng: random.Random, spec: MultiRoundSpec, table: ToolTable
+) -> tuple[MultiRoundSession, int]:
+    """One session's draws in a fixed order (rounds, start, then round by round), and how
+    many of its tool waits hit the cap."""
+    count = _uniform_int(rng, spec.rounds)
+    start = round(rng.random() * spec.start_spread_s, WAIT_DECIMALS)
+    rounds, capped = [], 0
+    for k in range(count):
+        new = _uniform_int(rng, spec.first_prompt_tokens if k == 0 else spec.new_tokens)
+        gen = _uniform_int(rng, spec.gen_tokens)
+        if k == count - 1:
+            rounds.append(Round(new, gen))
+            continue
+        wait = table.draw(rng, spec.tool_cap_s)
+        capped += wait.capped
+        rounds.append(Round(new, gen, round(wait.latency_s, WAIT_DECIMALS), wait.tool))
+    return MultiRoundSession(index, tuple(rounds), start), capped
+
+
+def generate_multi_round_plan(
+    n: int,
+    *,
+    study_seed: int,
+    replicate: int,
+    block: int = 0,
+    tool_table: ToolTable | None = None,
+    spec: MultiRoundSpec | None = None,
+) -> Plan:
+    """N agent sessions of one replicate (``MultiRoundSpec``), seeded like ``generate_plan``:
+    the plan seed from (study seed, replicate, N, block), each session's draws from (plan
+    seed, session index). ``meta.cap_fraction`` is over tool calls; ``meta.notes`` holds
+    the spec and the call count."""
+    _check_arg("n", n, 1)
+    _check_arg("study_seed", study_seed, 0)
+    _check_arg("replicate", replicate, 0)
+    _check_arg("block", block, 0)
+    table = tool_table or default_tool_table()
+    spec = spec or MultiRoundSpec()
+    seed = derive_seed(study_seed, replicate, n, block, MULTI_ROUND_STREAM)
+    sessions, capped = [], 0
+    for i in range(n):
+        session, hit = _agent_session(i, random.Random(session_seed(seed, i)), spec, table)
+        sessions.append(session)
+        capped += hit
+    calls = sum(len(s.rounds) - 1 for s in sessions)
+    meta = PlanMeta(
+        seed=seed,
+        n=n,
+        study_seed=study_seed,
+        replicate=replicate,
+        block=block,
+        tool_table=table.source,
+        cap_fraction=capped / calls if calls else 0.0,
+        generator_version=MULTI_ROUND_VERSION,
+        source="generator",
+        notes={"spec": spec.as_dict(), "tool_calls": calls},
     )
     return Plan(tuple(sessions), meta)

@@ -1,4 +1,4 @@
-"""The measured substrate profile (SPEC section 4): step, prefill, reuse, KV and compile models.
+"""The measured substrate profile (docs/DESIGN.md §3): step, prefill, reuse, KV and compile models.
 
 Every cost the predictor, channel A and the search use comes from here, so a reader can
 check one file against the paper. The numbers live in a versioned data file with their
@@ -213,7 +213,7 @@ def load_profile(path: str | Path | None = None) -> Profile:
     return profile_from_mapping(tree, str(path))
 
 
-# The architecture fields a profile shares with the served model (SPEC section 4, Table XV).
+# The architecture fields a profile shares with the served model (docs/DESIGN.md §3, Table XV).
 MODEL_FIELDS = (
     "kv.layers",
     "kv.kv_heads",
@@ -246,7 +246,7 @@ def profile_sha256(path: str | Path | None) -> str:
 def load_profile_for_model(
     path: str | Path | None, model_id: str, architecture: dict[str, int]
 ) -> Profile:
-    """Load a profile and refuse one made for another model (SPEC section 4).
+    """Load a profile and refuse one made for another model (docs/DESIGN.md §3).
 
     ``architecture`` maps the dotted :data:`MODEL_FIELDS` to the configured model's
     values. A profile naming another ``model_id``, or whose KV fields differ, is one
@@ -280,5 +280,5 @@ def load_profile_for_model(
 
 @cache
 def measured_profile() -> Profile:
-    """The authors' published constants (SPEC section 4), parsed once per process."""
+    """The authors' published constants (docs/DESIGN.md §3), parsed once per process."""
     return profile_from_mapping(shipped_mapping(DEFAULT_PROFILE), DEFAULT_PROFILE)

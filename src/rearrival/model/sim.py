@@ -1,18 +1,20 @@
-"""The predictor simulator (SPEC section 5, paper Section IV): cost of a plan on a configuration.
+"""The predictor simulator (docs/DESIGN.md §4, paper Section IV): cost of a plan on a configuration.
 
-Given the fixed inputs of a replicate (prompt, generation lengths and tool wait per
-session) and a compile-time configuration (bucket set, batch_size, KV slots), it replays
+Given the fixed inputs of a replicate (per session: its start and, per round, the new
+tokens, the generation length and the tool gap after it; the paper's two-round session is
+the K = 2 case) and a compile-time configuration (bucket set, batch_size, KV slots), it replays
 admission, prefill, decode, completion, re-arrival and KV eviction/reuse in time order,
 and reports the device time D (decode + prefill), the prefill interference W, the
 decode histogram h(n) and reuse. Re-arrival times are recomputed from completion times
 because a configuration change moves them (paper Section III-D), unless the
 fixed-arrival variant pins them (Table XI).
 
-Semantics (SPEC 5 items 1-5; the KV rules live in ``rearrival.model.kvslots``):
+Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.kvslots``):
 
 1. Requests enter a FIFO waiting queue in arrival order; simultaneous arrivals in session
-   index order. Arrivals are seen at step boundaries: an arrival at ``a`` counts at the
-   first boundary ``t >= a - 1e-12``.
+   index order (then round order). The queue is kept in (arrival time, session, round)
+   order, which is FIFO except in the fixed-arrival variant (a). Arrivals are seen at
+   step boundaries: an arrival at ``a`` counts at the first boundary ``t >= a - 1e-12``.
 2. A step is one prefill or one decode. If a request waits, fewer than batch_size run and
    a slot can be had, the head of the queue is admitted and its prefill owns the step.
    If a request waits and fewer than batch_size run but no slot is free or evictable,
@@ -20,27 +22,53 @@ Semantics (SPEC 5 items 1-5; the KV rules live in ``rearrival.model.kvslots``):
    running, admission is retried at once). Otherwise all running requests decode one
    token at bucket b(n); with nothing running, time jumps to the next arrival.
 3. Admission secures a slot first (evicting the oldest evictable by allocation order),
-   then looks up the session's surviving KV: C = profile.reusable_tokens(P, L1) with P
-   the prompt the earlier prefill wrote; q = L1 - C is computed at cost T(q).
+   then looks up the session's surviving KV: the largest C = profile.reusable_tokens(P,
+   L) among the session's surviving slots, P the prompt each slot's prefill wrote (every
+   earlier round's prompt is a prefix of this one's, so the latest surviving round
+   gives it); q = L - C is computed at cost T(q).
 4. Prefill emits the first token; a request generating G tokens then needs G-1 decode
-   steps. A first request's follow-up arrives at completion + tool wait.
+   steps. Round 0 of a session arrives at its ``start_s``; round k+1 at round k's
+   completion + round k's gap (client delay 0).
 5. D = sum of decode step times + sum of prefill times; W = sum over prefills of
    (requests running at admission) x T(q), in session-seconds, never added to D.
 
-Variants: (a) ``fixed_arrivals`` gives each session's re-arrival time; a follow-up still
-cannot be sent before the response it extends exists, so it arrives at
-max(fixed time, first request's completion). (b) ``dummy_block="pre-evict"``: before every
-decode step with 0 < running < batch_size, if no slot is free, the oldest evictable slot
-is evicted and left free (measured stack, Supplementary S9). (c) ``release``: "deferred"
-(paper's base simulator) or "immediate" (measured stack).
+Summary: ``prefill_steps`` counts every request, ``re_arrivals`` every round after a
+session's first; ``reuse_hits`` and ``computed_prefill_tokens`` are over rounds >= 1.
+Records carry the round index (``RequestRecord.turn``, alias ``round``).
 
-Choices where the SPEC is silent (identical in ``sim_reference``): a reuse hit is a
+Variants: (a) ``fixed_arrivals`` gives one time per re-arrival (every round k >= 1, in
+(session, round) order; for a two-round plan that is one per session, as in Table XI).
+The fixed time is the request's arrival time and its place in the queue, but a round
+cannot be queued before the round it extends has completed: a time that falls earlier
+queues it at that completion's boundary, ahead of requests that arrived later (as the
+authors' simulator does, which records the fixed time as the arrival).
+(b) ``dummy_block="pre-evict"``: before every decode step with 0 < running <
+batch_size, if no slot is free, the oldest evictable slot is evicted and left free (what
+the measured stack does). (c) ``release``: "deferred" (paper's base simulator) or
+"immediate" (measured stack). (d) ``dummy_block="reserved"``
+(the rule of the paper's Supplementary S9 simulator): at every admission attempt while
+0 < running < batch_size one slot counts as held by the padding block, so the free count
+is S - allocated - 1; admission is possible iff free + evictable >= 1 and evicts the
+oldest evictable slots until one is free (the first victims' slots stay free for the
+padding block; the admission takes the last one's).
+
+Under deferred release "pre-evict" gives exactly the base results ("off"): the slot it
+frees is the oldest evictable one, which is the victim the next admission would have
+chosen, and no look-up happens in between (the deferred releases that could add an
+older candidate are applied only after an admission's choice). Only the eviction
+records' cause and time differ; ``tests/test_sim_equivalence.py`` checks the summaries on
+random plans. S9's dummy-block predictions therefore use deferred + "reserved".
+
+Choices the design leaves open (identical in ``sim_reference``): a reuse hit is a
 re-arrival with C > 0 (a surviving slot with a prompt under 128 tokens reuses nothing,
 which a server's cached-token counter cannot tell from a miss); deferred releases are
 applied after every admission's slot choice, including one that took a free slot; a hit
 copies the prefix into the new slot and leaves the source slot cached with its old
 allocation order; decode steps run back to back with no prefill in between and the same
-n form one stretch.
+n form one stretch. "Simultaneous" arrivals have equal times; the authors' simulator
+compares arrival times rounded to the nanosecond, which orders two arrivals differently
+only when they are less than 1 ns apart yet unequal (none did in 10,800 random
+comparisons against it, two-round and multi-round, every rule set).
 
 The event core advances whole stretches of identical decode steps at once: n only
 changes at a completion, an arrival or an admission, so it jumps straight to the next
@@ -59,11 +87,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -81,12 +108,13 @@ from rearrival.vocabulary import (
 )
 
 # Simulator variants predicted for every condition. "base" is the paper's predictor
-# (Section IV) and the only one preregistered as the prediction; "dummy" adds the
-# observed dummy-block rule (Supplementary S9); "stack" uses the measured stack's rules
-# (immediate release + dummy block).
+# (Section IV) and the only one preregistered as the prediction; "dummy" adds the rule
+# the paper's Supplementary S9 simulator added, "reserved" (under deferred release
+# "pre-evict" gives the base results exactly, so it could not show S9's effect); "stack"
+# uses the measured stack's rules (immediate release + pre-evict dummy block).
 SIMULATORS: dict[str, tuple[str, str]] = {
     "base": ("deferred", "off"),
-    "dummy": ("deferred", "pre-evict"),
+    "dummy": ("deferred", "reserved"),
     "stack": ("immediate", "pre-evict"),
 }
 PREDICTION = "base"
@@ -112,16 +140,16 @@ def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, .
         keys = sorted(value)
         if keys != list(range(len(keys))):
             raise SimConfigError(
-                "SimConfig field 'fixed_arrivals': mapping keys must be the "
-                "session indices 0..N-1, one per session"
+                "SimConfig field 'fixed_arrivals': mapping keys must be the re-arrival "
+                "indices 0..R-1 in (session, round) order (session indices for a "
+                "two-round plan)"
             )
         value = [value[k] for k in keys]
     try:
         times = tuple(float(v) for v in value)
     except (TypeError, ValueError) as exc:
         raise SimConfigError(
-            "SimConfig field 'fixed_arrivals': give one re-arrival time in "
-            f"seconds per session ({exc})"
+            f"SimConfig field 'fixed_arrivals': give one time in seconds per re-arrival ({exc})"
         ) from exc
     if not all(math.isfinite(v) and v >= 0 for v in times):
         raise SimConfigError(
@@ -139,7 +167,9 @@ class SimConfig:
 
     ``slots`` defaults to batch_size (eager attention allocates one slot per sequence of
     the batch); after construction it is always an int. ``fixed_arrivals`` (variant (a))
-    is stored as a tuple of per-session re-arrival times in seconds, session order.
+    is a sequence of one time in seconds per re-arrival in (session, round) order, or a
+    mapping from the re-arrival index 0..R-1 (the session index for a two-round plan);
+    it is stored as a tuple.
     """
 
     buckets: tuple[int, ...] = (1, 2, 4, 8)
@@ -195,7 +225,9 @@ class SimConfig:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One request's outcome. ``turn`` is 0 (first request) or 1 (re-arrival).
+    """One request's outcome. ``turn`` is the round index within the session (0: the
+    first request; 1 the follow-up of a two-round session; k the k-th re-arrival of a
+    multi-round one); ``round`` is the same number under its multi-round name.
 
     ``evicted_slot``/``evicted_session``/``evicted_turn`` name the KV this admission
     destroyed to get its slot (None when it took a free slot); ``running_at_admission`` is
@@ -219,6 +251,10 @@ class RequestRecord:
     running_at_admission: int
 
     @property
+    def round(self) -> int:
+        return self.turn
+
+    @property
     def hit(self) -> bool:
         return self.cached_tokens > 0
 
@@ -234,7 +270,8 @@ class Stretch:
     end_s: float
 
 
-# Per-request arrays both simulators fill, indexed by request id rid = 2 * session + turn.
+# Per-request arrays both simulators fill, indexed by request id rid in (session, round)
+# order (``PlanArrays``).
 # first_token_s (= admit_s + prefill_s), computed_tokens and evicted_slot are derived when
 # records are built; evicted_tag is the victim's rid or NO_OWNER.
 REQUEST_COLUMNS = (
@@ -269,19 +306,19 @@ class SimResult:
         "_raw",
         "_records",
         "_stretch_rows",
+        "arrays",
         "config",
         "decode_s",
         "device_s",
         "interference_s",
         "makespan_s",
         "prefill_s",
-        "sessions",
     )
 
     def __init__(
         self,
         config: SimConfig,
-        sessions: int,
+        arrays: PlanArrays,
         histogram_nb: dict[tuple[int, int], int] | None,
         decode_s: float,
         prefill_s: float,
@@ -295,7 +332,7 @@ class SimResult:
         hist: tuple[Any, list[int], list[str]] | None = None,
     ) -> None:
         self.config = config
-        self.sessions = sessions
+        self.arrays = arrays  # the plan's per-request lists (rid order, round indices)
         self._histogram = histogram_nb  # {(n, b): decode steps}, sorted by (n, b)
         # or (steps per n array, b(n) list, "n->b" label list) from the compiled core
         self._hist = hist
@@ -309,13 +346,14 @@ class SimResult:
         self._eviction_rows = eviction_rows
         # (reuse hits, re-arrival computed tokens, decode steps, sum b*steps, sum n*steps)
         self._counts = counts
-        self._raw = raw  # (core module, its arguments, prompt list) to rebuild records
+        self._raw = raw  # (core module, its arguments) to rebuild records
         self._records: tuple[RequestRecord, ...] | None = None
 
     def _materialize(self) -> None:
         """Lists from the compiled core, on first detailed access: the core runs the same
         simulation again with records kept (deterministic, so the same run)."""
-        core, args, prompt = self._raw
+        core, args = self._raw
+        prompt = self.arrays.prompt
         req_f, req_i, st_i, st_f, ev_f, ev_i = core.run_records(*args)
         arrival, admit, complete, prefill = req_f.tolist()
         cached, slot, tag, running = req_i.tolist()
@@ -331,7 +369,8 @@ class SimResult:
 
     @property
     def columns(self) -> tuple[list[Any], ...]:
-        """Per-request columns (``REQUEST_COLUMNS``), indexed by rid = 2 * session + turn."""
+        """Per-request columns (``REQUEST_COLUMNS``), indexed by request id in (session,
+        round) order (``PlanArrays``)."""
         if self._columns is None:
             self._materialize()
         return self._columns
@@ -353,8 +392,13 @@ class SimResult:
         return sum(self.histogram_nb.values())
 
     @property
+    def sessions(self) -> int:
+        return self.arrays.sessions
+
+    @property
     def prefill_steps(self) -> int:
-        return 2 * self.sessions
+        """One prefill per request (every round of every session)."""
+        return self.arrays.requests
 
     @property
     def padding_ratio(self) -> float:
@@ -368,23 +412,25 @@ class SimResult:
 
     @property
     def re_arrivals(self) -> int:
-        return self.sessions
+        """Every round after a session's first."""
+        return self.arrays.requests - self.arrays.sessions
 
     @property
     def reuse_hits(self) -> int:
         if self._counts is not None:
             return self._counts[0]
-        return sum(1 for c in self.columns[_CACHED][1::2] if c > 0)
+        return sum(1 for c in self.columns[_CACHED] if c > 0)  # round 0 never reuses
 
     @property
     def computed_prefill_tokens(self) -> int:
-        """Re-arrival computed prefill tokens, sum of q = L1 - C over follow-ups (SPEC 5.5).
-
-        First requests never reuse anything; their tokens are in ``total_computed_tokens``.
+        """Re-arrival computed prefill tokens: sum of q = L - C over rounds >= 1 (paper
+        Section IV). First rounds never reuse anything; their tokens are in
+        ``total_computed_tokens``.
         """
         if self._counts is not None:
             return self._counts[1]
-        return sum(self.columns[_PROMPT][1::2]) - sum(self.columns[_CACHED][1::2])
+        prompt, cached = self.columns[_PROMPT], self.columns[_CACHED]
+        return sum(prompt[rid] - cached[rid] for rid, k in enumerate(self.arrays.round_of) if k)
 
     @property
     def total_computed_tokens(self) -> int:
@@ -393,9 +439,10 @@ class SimResult:
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:
-        """Per-request records in (session, turn) order."""
+        """Per-request records in (session, round) order."""
         if self._records is None:
             records = []
+            session_of, round_of = self.arrays.session_of, self.arrays.round_of
             for rid, (
                 arrival,
                 admit,
@@ -410,8 +457,8 @@ class SimResult:
                 evicted = tag != NO_OWNER
                 records.append(
                     RequestRecord(
-                        rid >> 1,
-                        rid & 1,
+                        session_of[rid],
+                        round_of[rid],
                         arrival,
                         admit,
                         admit + prefill,
@@ -422,8 +469,8 @@ class SimResult:
                         prefill,
                         slot,
                         slot if evicted else None,
-                        tag >> 1 if evicted else None,
-                        tag & 1 if evicted else None,
+                        session_of[tag] if evicted else None,
+                        round_of[tag] if evicted else None,
                         running,
                     )
                 )
@@ -447,13 +494,14 @@ class SimResult:
         if self._eviction_rows is None:
             self._materialize()
         prompt = self.columns[_PROMPT]  # a slot holds its request's prompt KV
+        session_of, round_of = self.arrays.session_of, self.arrays.round_of
         return tuple(
-            Eviction(time, slot, tag >> 1, prompt[tag], cause, tag & 1)
+            Eviction(time, slot, session_of[tag], prompt[tag], cause, round_of[tag])
             for time, slot, tag, cause in self._eviction_rows
         )
 
     def summary(self) -> dict[str, Any]:
-        """The SPEC section 5 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
+        """The docs/DESIGN.md §4 summary; ``computed_prefill_tokens`` counts re-arrivals only."""
         return {
             "decode_steps": self.decode_steps,
             "prefill_steps": self.prefill_steps,
@@ -545,65 +593,115 @@ def profile_memos(profile: Profile) -> tuple[Callable[[int], float], Callable[[i
     return entry[1], entry[2]
 
 
-def plan_arrays(plan: Any, config: SimConfig) -> tuple[list[int], list[int], list[float]]:
-    """Per request id (2*session + turn): prompt tokens and generation; per session: wait.
+@dataclass(frozen=True)
+class PlanArrays:
+    """A plan as per-request lists, request id ``rid`` in (session, round) order.
 
-    Cached per plan object (the search runs each plan on 2,077 candidates); callers must
-    treat the lists as read-only.
+    ``first[s]`` is session s's round 0 (``first[N]`` = requests); ``next_fixed[rid]`` is
+    the index into ``SimConfig.fixed_arrivals`` of the round after ``rid`` (the re-arrival
+    index ``rid - session``), or -1 on a session's last round. Callers must treat the
+    lists as read-only (they are cached per plan).
     """
-    sessions = plan.sessions
-    count = len(sessions)
-    if config.fixed_arrivals is not None and len(config.fixed_arrivals) != count:
-        raise SimConfigError(
-            f"SimConfig field 'fixed_arrivals' has "
-            f"{len(config.fixed_arrivals)} times for a plan of {count} "
-            "sessions; give one re-arrival time per session"
-        )
+
+    prompt: list[int]
+    gen: list[int]
+    gap: list[float]  # tool gap after the round (0 on the last)
+    round_of: list[int]
+    session_of: list[int]
+    next_fixed: list[int]
+    start: list[float]  # per session: when round 0 is sent
+    first: list[int]
+
+    @property
+    def sessions(self) -> int:
+        return len(self.start)
+
+    @property
+    def requests(self) -> int:
+        return len(self.prompt)
+
+
+def plan_arrays(plan: Any, config: SimConfig) -> PlanArrays:
+    """The plan's per-request lists (two-round and multi-round plans alike: only
+    ``s.start_s``, ``s.rounds`` and ``s.prompts()`` are read), and a check that
+    ``fixed_arrivals`` gives one time per re-arrival.
+
+    Cached per plan object (the search runs each plan on 2,077 candidates).
+    """
     entry = _PLAN_ARRAYS.get(id(plan))
-    if entry is not None and entry[0] is plan and len(entry[1][2]) == count:
-        return entry[1]
-    prompt = [0] * (2 * count)
-    gen = [0] * (2 * count)
-    wait = [0.0] * count
-    for i, s in enumerate(sessions):
-        prompt[2 * i] = s.prompt_tokens
-        prompt[2 * i + 1] = s.prompt_tokens + s.gen_tokens + s.appended_tokens
-        gen[2 * i] = s.gen_tokens
-        gen[2 * i + 1] = s.followup_gen_tokens
-        wait[i] = s.tool_wait_s
-    if len(_PLAN_ARRAYS) > 256:
-        _PLAN_ARRAYS.clear()
-    _PLAN_ARRAYS[id(plan)] = (plan, (prompt, gen, wait))
-    return prompt, gen, wait
+    if entry is not None and entry[0] is plan:
+        arrays = entry[1]
+    else:
+        prompt: list[int] = []
+        gen: list[int] = []
+        gap: list[float] = []
+        round_of: list[int] = []
+        session_of: list[int] = []
+        next_fixed: list[int] = []
+        start: list[float] = []
+        first: list[int] = []
+        for index, s in enumerate(plan.sessions):
+            first.append(len(prompt))
+            start.append(float(s.start_s))
+            rounds = s.rounds
+            for k, (r, tokens) in enumerate(zip(rounds, s.prompts(), strict=True)):
+                prompt.append(tokens)
+                gen.append(r.gen_tokens)
+                gap.append(float(r.gap_after_s))
+                round_of.append(k)
+                session_of.append(index)
+                next_fixed.append(len(prompt) - 1 - index if k + 1 < len(rounds) else -1)
+        first.append(len(prompt))
+        arrays = PlanArrays(prompt, gen, gap, round_of, session_of, next_fixed, start, first)
+        if len(_PLAN_ARRAYS) > 256:
+            _PLAN_ARRAYS.clear()
+        _PLAN_ARRAYS[id(plan)] = (plan, arrays)
+    re_arrivals = arrays.requests - arrays.sessions
+    if config.fixed_arrivals is not None and len(config.fixed_arrivals) != re_arrivals:
+        raise SimConfigError(
+            f"SimConfig field 'fixed_arrivals' has {len(config.fixed_arrivals)} times for a "
+            f"plan of {re_arrivals} re-arrivals; give one time per re-arrival in (session, "
+            "round) order (one per session for a two-round plan)"
+        )
+    return arrays
 
 
-_REQUEST_TABLES: dict[int, tuple[Any, Profile, list[int], tuple[list[Any], ...]]] = {}
+_REQUEST_TABLES: dict[int, tuple[Any, Profile, PlanArrays, tuple[list[Any], ...]]] = {}
 
 
-def request_tables(plan: Any, prompt: list[int], profile: Profile) -> tuple[list[Any], ...]:
-    """Per request id: T(L) with nothing cached; for a follow-up also the tokens C its first
-    request's KV gives and T(L - C); and the ``SlotPool.owner`` entry its admission writes.
+def request_tables(plan: Any, arrays: PlanArrays, profile: Profile) -> tuple[list[Any], ...]:
+    """Every prefill cost a plan can incur, computed once per plan and profile instead of
+    on each of the search's 2,077 candidates.
 
-    Each session sends two requests and a request's own slot is new, so the only KV a
-    follow-up can reuse is its first request's: these are every prefill cost a plan can
-    incur, computed once per plan and profile instead of on each of the search's 2,077
-    candidates. Callers must treat the lists as read-only.
+    Returns (miss_cost, pair_off, pair_reuse, pair_cost, owners): T(L) with nothing
+    cached per request; for round k >= 1 of a session, the tokens C = reusable(P_j, L)
+    the KV of the session's round j = k - d gives and T(L - C), at ``pair_off[rid] + d
+    - 1`` for d = 1..k; and the ``SlotPool.owner`` entry each admission writes. Callers
+    must treat the lists as read-only.
     """
     entry = _REQUEST_TABLES.get(id(plan))
-    if entry is not None and entry[0] is plan and entry[1] is profile and entry[2] is prompt:
+    if entry is not None and entry[0] is plan and entry[1] is profile and entry[2] is arrays:
         return entry[3]
     prefill_time, reusable = profile_memos(profile)
+    prompt = arrays.prompt
     miss_cost = [prefill_time(tokens) for tokens in prompt]
-    hit_reuse = [0] * len(prompt)
-    hit_cost = list(miss_cost)
-    for rid in range(1, len(prompt), 2):
-        reuse = hit_reuse[rid] = reusable(prompt[rid - 1], prompt[rid])
-        hit_cost[rid] = prefill_time(prompt[rid] - reuse)
-    owners = [(rid, rid >> 1, tokens) for rid, tokens in enumerate(prompt)]
+    pair_off = [0] * len(prompt)
+    pair_reuse: list[int] = []
+    pair_cost: list[float] = []
+    for rid, k in enumerate(arrays.round_of):
+        pair_off[rid] = len(pair_reuse)
+        for d in range(1, k + 1):
+            reuse = reusable(prompt[rid - d], prompt[rid])
+            pair_reuse.append(reuse)
+            pair_cost.append(prefill_time(prompt[rid] - reuse))
+    owners = [
+        (rid, session, tokens)
+        for rid, (session, tokens) in enumerate(zip(arrays.session_of, prompt, strict=True))
+    ]
     if len(_REQUEST_TABLES) > 256:
         _REQUEST_TABLES.clear()
-    tables = (miss_cost, hit_reuse, hit_cost, owners)
-    _REQUEST_TABLES[id(plan)] = (plan, profile, prompt, tables)
+    tables = (miss_cost, pair_off, pair_reuse, pair_cost, owners)
+    _REQUEST_TABLES[id(plan)] = (plan, profile, arrays, tables)
     return tables
 
 
@@ -611,9 +709,11 @@ def request_tables(plan: Any, prompt: list[int], profile: Profile) -> tuple[list
 class CoreInputs:
     """A plan as the compiled core's arrays, for one profile (``core_inputs``)."""
 
-    ints: Any  # int64 (3, requests): prompt, gen, C a surviving first request gives
-    floats: Any  # float64 (3, requests): tool wait per session (padded), T(L), T(L - C)
-    prompt_list: list[int]
+    ints: Any  # int64 (5, requests): prompt, gen, round, pair_off, next_fixed
+    floats: Any  # float64 (3, requests): gap after the round, T(L), start (round 0 only)
+    pair_reuse: Any  # int64: C per (request, earlier round of its session), request_tables
+    pair_cost: Any  # float64: T(L - C) likewise
+    arrays: PlanArrays
     compiled_ok: bool  # False: integer keys could overflow int64; use the Python core
 
 
@@ -631,14 +731,20 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
     # Lazy: simcore imports numba, 0.22 s measured; the Python core never needs it.
     from rearrival.model.simcore import fits_int64
 
-    prompt, gen, wait = plan_arrays(plan, SimConfig())
-    miss_cost, hit_reuse, hit_cost, _ = request_tables(plan, prompt, profile)
-    padded_wait = list(wait) + [0.0] * (len(prompt) - len(wait))
+    arrays = plan_arrays(plan, SimConfig())
+    miss_cost, pair_off, pair_reuse, pair_cost, _ = request_tables(plan, arrays, profile)
+    start = [
+        arrays.start[s] if k == 0 else 0.0
+        for s, k in zip(arrays.session_of, arrays.round_of, strict=True)
+    ]
+    ints = [arrays.prompt, arrays.gen, arrays.round_of, pair_off, arrays.next_fixed]
     inputs = CoreInputs(
-        np.array([prompt, gen, hit_reuse], dtype=np.int64).reshape(3, -1),
-        np.array([padded_wait, miss_cost, hit_cost], dtype=np.float64).reshape(3, -1),
-        prompt,
-        fits_int64(sum(gen), len(prompt), 1),
+        np.array(ints, dtype=np.int64).reshape(len(ints), -1),
+        np.array([arrays.gap, miss_cost, start], dtype=np.float64).reshape(3, -1),
+        np.array(pair_reuse, dtype=np.int64),
+        np.array(pair_cost, dtype=np.float64),
+        arrays,
+        fits_int64(sum(arrays.gen), arrays.requests, 1),
     )
     if len(_CORE_INPUTS) > 256:
         _CORE_INPUTS.clear()
@@ -714,7 +820,7 @@ def simulate(
     if (
         core_module is None
         or not inputs.compiled_ok
-        or not core_module.fits_int64(0, len(inputs.prompt_list), config.slots)
+        or not core_module.fits_int64(0, inputs.arrays.requests, config.slots)
     ):
         if core_module is not None:
             warnings.warn(
@@ -729,12 +835,15 @@ def simulate(
     args = (
         inputs.ints,
         inputs.floats,
+        inputs.pair_reuse,
+        inputs.pair_cost,
         _fixed_array(config),
         step_s,
         batch,
         config.slots,
         config.release == "deferred",
         batch if config.dummy_block == "pre-evict" else 0,
+        batch if config.dummy_block == "reserved" else 0,
         bucket_array,
     )
     hist, prefill_total, interference, makespan, decode_total, *counts = core_module.run_summary(
@@ -742,7 +851,7 @@ def simulate(
     )
     return SimResult(
         config,
-        len(inputs.prompt_list) // 2,
+        inputs.arrays,
         None,
         decode_total,
         prefill_total,
@@ -752,7 +861,7 @@ def simulate(
         None,
         None,
         tuple(counts),
-        (core_module, args, inputs.prompt_list),
+        (core_module, args),
         (hist, bucket_of, labels),
     )
 
@@ -762,11 +871,12 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     statement of what ``rearrival.model.simcore`` compiles (same operations, same order)."""
     # Per-plan and per-configuration work is cached (plan_arrays, request_tables,
     # step_table) and the loop below works on locals.
-    prompt, gen, wait = plan_arrays(plan, config)
-    miss_cost, hit_reuse, hit_cost, owners = request_tables(plan, prompt, profile)
+    arrays = plan_arrays(plan, config)
+    prompt, gen, gap = arrays.prompt, arrays.gen, arrays.gap
+    round_of, next_fixed = arrays.round_of, arrays.next_fixed
+    miss_cost, pair_off, pair_reuse, pair_cost, owners = request_tables(plan, arrays, profile)
     step_s, bucket_of = step_table(config, profile)
-    count = len(wait)
-    requests = 2 * count
+    requests = arrays.requests
     batch = config.batch_size
     fixed = config.fixed_arrivals
     eps = ARRIVAL_TOLERANCE_S
@@ -780,7 +890,8 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     deferred = pool.deferred
     release_deferred = pool.release_deferred
     pad_below = batch if config.dummy_block == "pre-evict" else 0  # dummy block when n < this
-    # "free or evictable" is the cheap form of pool.can_secure()
+    reserve_below = batch if config.dummy_block == "reserved" else 0  # reserved when n < this
+    # "free - reserved + evictable >= 1" is the cheap form of pool.can_secure(reserved)
     free = pool.free
     evictable = pool.evictable
     pending = pool.pending
@@ -798,8 +909,15 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     evicted_tag = [NO_OWNER] * requests
     running_at = [0] * requests
 
-    waiting = deque(range(0, requests, 2))  # every session starts at t = 0, index order
-    arrivals: list[tuple[float, int]] = []  # heap of (follow-up arrival time, its rid)
+    # heap of (arrival time, rid) of the queued requests: FIFO in arrival order, except
+    # that a fixed arrival time before the completion that queued it orders it by that time
+    waiting: list[tuple[float, int]] = []
+    # heap of (arrival time, rid): every session's round 0 at its start, then each
+    # re-arrival when the round before it completes (simultaneous: rid = session order)
+    arrivals = list(zip(arrays.start, arrays.first[:-1], strict=True))
+    heapify(arrivals)
+    for when, rid in arrivals:
+        arrival[rid] = when
     # Heap of ``decode clock at completion << shift | rid``: ordered like (clock, rid)
     # pairs, but plain ints, so a push builds no tuple and the heap compares ints.
     running: list[int] = []
@@ -814,23 +932,32 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     interference = 0.0
     stretch_n = 0  # n of the stretch a decode step would extend (0: a prefill came after it)
     inf = math.inf
-    due = inf  # earliest pending follow-up arrival
+    due = arrivals[0][0] if arrivals else inf  # earliest pending arrival
 
     while True:
         while due <= t + eps:
-            waiting.append(heappop(arrivals)[1])
+            heappush(waiting, heappop(arrivals))
             due = arrivals[0][0] if arrivals else inf
         nrun = len(running)
         if waiting and nrun < batch:
-            if free or evictable:
-                rid = waiting.popleft()
-                # SlotPool.admit: secure a slot (a free one, else the FIFO victim), apply the
-                # deferred releases, look up, occupy. The look-up is one check: a follow-up's
-                # only reusable KV is its first request's (request_tables), so it hits if
-                # that request's owner entry still sits in its slot.
-                if free:
+            # The padding block's reserved slot (variant d) while 0 < n < batch_size.
+            reserved = 1 if 0 < nrun < reserve_below else 0
+            if len(free) - reserved + len(evictable) >= 1:
+                rid = heappop(waiting)[1]
+                # SlotPool.admit: secure a slot (a free one, else the FIFO victims), apply
+                # the deferred releases, look up, occupy. The look-up walks the session's
+                # earlier rounds from the latest: a round's prompt contains every earlier
+                # one, so the latest whose owner entry still sits in its slot gives the
+                # largest cached prefix (request_tables holds C and T(L - C) per pair).
+                if len(free) > reserved:
                     slot = heappop(free)
                 else:
+                    for _ in range(reserved - len(free)):  # the padding block's slot
+                        slot = heappop(evictable) % slots
+                        victim = slot_owner[slot][0]
+                        slot_owner[slot] = None
+                        heappush(free, slot)
+                        evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
                     slot = heappop(evictable) % slots
                     victim = slot_owner[slot][0]
                     slot_owner[slot] = None  # its KV is gone, even if it was the prefix
@@ -840,11 +967,13 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                     for finished in pending:
                         heappush(evictable, slot_key[finished])
                     pending.clear()
-                if rid & 1 and slot_owner[slot_of[rid - 1]] is owners[rid - 1]:
-                    cached[rid] = hit_reuse[rid]
-                    cost = hit_cost[rid]
-                else:
-                    cost = miss_cost[rid]
+                cost = miss_cost[rid]
+                for d in range(1, round_of[rid] + 1):
+                    if slot_owner[slot_of[rid - d]] is owners[rid - d]:
+                        pair = pair_off[rid] + d - 1
+                        cached[rid] = pair_reuse[pair]
+                        cost = pair_cost[pair]
+                        break
                 slot_owner[slot] = owners[rid]
                 key = pool.next_key
                 slot_key[slot] = key + slot
@@ -866,9 +995,9 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                         pending.append(slot)
                     else:
                         heappush(evictable, slot_key[slot])
-                    if not rid & 1:
-                        session = rid >> 1
-                        when = t + wait[session] if fixed is None else max(fixed[session], t)
+                    nf = next_fixed[rid]
+                    if nf >= 0:  # the session's next round, after the tool gap
+                        when = t + gap[rid] if fixed is None else fixed[nf]
                         arrival[rid + 1] = when
                         heappush(arrivals, (when, rid + 1))
                         if when < due:
@@ -896,7 +1025,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
             # The head of the queue is blocked (batch full, or no slot even after the
             # releases): later arrivals queue behind it and change nothing before the
             # next completion, unless this step's release or dummy block freed a slot.
-            if nrun < batch and (free or evictable):
+            if nrun < batch and len(free) - reserved + len(evictable) >= 1:
                 k = 1
                 end = t + dt
         elif due <= end + eps and nrun < batch:
@@ -928,9 +1057,9 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                 pending.append(slot_of[rid])
             else:
                 heappush(evictable, slot_key[slot_of[rid]])
-            if not rid & 1:
-                session = rid >> 1
-                when = t + wait[session] if fixed is None else max(fixed[session], t)
+            nf = next_fixed[rid]
+            if nf >= 0:
+                when = t + gap[rid] if fixed is None else fixed[nf]
                 arrival[rid + 1] = when
                 heappush(arrivals, (when, rid + 1))
                 if when < due:
@@ -958,7 +1087,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     )
     return SimResult(
         config,
-        count,
+        arrays,
         histogram,
         decode_total,
         prefill_total,

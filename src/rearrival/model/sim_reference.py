@@ -1,4 +1,4 @@
-"""Plain step-by-step reference of the predictor simulator (SPEC section 5).
+"""Plain step-by-step reference of the predictor simulator (docs/DESIGN.md §4).
 
 Used ONLY by the tests and ``benchmarks/bench_sim.py`` to check the event core in
 ``rearrival.model.sim``: it executes one prefill or one decode step per loop iteration, runs
@@ -11,8 +11,11 @@ It applies the same rules and the same documented choices as ``rearrival.model.s
 module's docstring): FIFO queue with session-index ties, arrivals seen at step
 boundaries with 1e-12 s tolerance, slot secured before the KV look-up, FIFO eviction by
 allocation order without refresh, deferred or immediate release, the optional
-pre-evicted dummy block, a hit leaving its source slot cached, and follow-ups arriving at
-completion + tool wait (or max(fixed time, completion) in the fixed-arrival variant).
+pre-evicted or reserved dummy block, a hit leaving its source slot cached, the look-up
+taking the largest prefix among all the session's surviving slots, round 0 of a session
+sent at its start and every later round arriving at the previous round's completion +
+its gap (or at its fixed time, queued no earlier than that completion, in the
+fixed-arrival variant).
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ from rearrival.vocabulary import (
 
 @dataclass
 class _Request:
+    rid: int  # request id, (session, round) order
     session: int
-    turn: int
+    turn: int  # round index within the session
     prompt_tokens: int
     gen_tokens: int
-    arrival_s: float | None = None  # None until the session's first request completes
+    gap_after_s: float
+    arrival_s: float | None = None  # None until the session's previous round completes
     admit_s: float = 0.0
     first_token_s: float = 0.0
     complete_s: float = 0.0
@@ -59,11 +64,22 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
     """Step-by-step simulation with the same inputs and result type as ``sim.simulate``."""
     if profile is None:
         profile = measured_profile()
-    prompt, gen, wait = plan_arrays(plan, config)
-    count = len(wait)
-    requests = [_Request(rid // 2, rid % 2, prompt[rid], gen[rid]) for rid in range(2 * count)]
-    for session in range(count):
-        requests[2 * session].arrival_s = 0.0
+    arrays = plan_arrays(plan, config)
+    requests = [
+        _Request(rid, *fields)
+        for rid, fields in enumerate(
+            zip(
+                arrays.session_of,
+                arrays.round_of,
+                arrays.prompt,
+                arrays.gen,
+                arrays.gap,
+                strict=True,
+            )
+        )
+    ]
+    for session, rid in enumerate(arrays.first[:-1]):  # round 0 is sent at the session start
+        requests[rid].arrival_s = arrays.start[session]
     pool = SlotPool(config.slots, config.release)
     waiting: list[_Request] = []
     running: list[_Request] = []
@@ -78,12 +94,13 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
         request.state = "done"
         request.complete_s = t
         pool.finish(request.slot)
-        if request.turn == 0:
-            follow_up = requests[2 * request.session + 1]
+        rid = request.rid
+        if rid + 1 < arrays.first[request.session + 1]:  # the session's next round
+            follow_up = requests[rid + 1]
             if config.fixed_arrivals is None:
-                follow_up.arrival_s = t + wait[request.session]
-            else:
-                follow_up.arrival_s = max(config.fixed_arrivals[request.session], t)
+                follow_up.arrival_s = t + request.gap_after_s
+            else:  # re-arrival index: the re-arrivals of earlier sessions come first
+                follow_up.arrival_s = config.fixed_arrivals[rid - request.session]
 
     while not all(r.state == "done" for r in requests):
         arrived = [
@@ -93,20 +110,27 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
             and r.arrival_s is not None
             and r.arrival_s <= t + ARRIVAL_TOLERANCE_S
         ]
-        for request in sorted(arrived, key=lambda r: (r.arrival_s, r.session)):
+        for request in sorted(arrived, key=lambda r: (r.arrival_s, r.session, r.turn)):
             request.state = "waiting"
             waiting.append(request)
+        # the queue in (arrival, session, round) order: FIFO unless a fixed arrival time
+        # precedes the completion that let its request be queued
+        waiting.sort(key=lambda r: (r.arrival_s, r.session, r.turn))
 
         if waiting and len(running) < config.batch_size:
-            if pool.can_secure():
+            # dummy-block rule "reserved": the padding block holds a slot while 0 < n < batch
+            reserved = int(
+                config.dummy_block == "reserved" and 0 < len(running) < config.batch_size
+            )
+            if pool.can_secure(reserved):
                 request = waiting.pop(0)
-                tag = 2 * request.session + request.turn
-                slot, victim, cached, _ = pool.admit(
-                    request.session, tag, request.prompt_tokens, profile.reusable_tokens
+                tag = request.rid
+                slot, victim, cached, _, destroyed = pool.admit(
+                    request.session, tag, request.prompt_tokens, profile.reusable_tokens, reserved
                 )
-                if victim != NO_OWNER:
-                    request.evicted_tag = victim
-                    evictions.append((t, slot, victim, EVICTED_BY_ADMISSION))
+                request.evicted_tag = victim
+                for freed_slot, freed_tag in destroyed:
+                    evictions.append((t, freed_slot, freed_tag, EVICTED_BY_ADMISSION))
                 request.slot = slot
                 request.admit_s = t
                 request.cached_tokens = cached
@@ -129,7 +153,9 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
             if not running:
                 continue
         elif not running:
-            t = min(r.arrival_s for r in requests if r.state == "future")
+            t = min(
+                r.arrival_s for r in requests if r.state == "future" and r.arrival_s is not None
+            )
             continue
 
         n = len(running)
@@ -160,7 +186,7 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
         assert request.first_token_s == request.admit_s + request.prefill_s
     return SimResult(
         config,
-        count,
+        arrays,
         dict(sorted(histogram.items())),
         decode_s,
         prefill_s,

@@ -11,11 +11,15 @@ State (see ``rearrival.model.kvslots`` for the cache model it writes out):
 
 * int heaps on arrays: ``free`` slots (lowest index first), ``evictable`` eviction keys
   ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
-  the follow-up ``arrivals`` heap holds request ids ordered by (arrival time, rid).
+  the ``arrivals`` heap holds request ids ordered by (arrival time, rid): every
+  session's round 0 from the start, each later round once the round before completes.
+  Request ids run in (session, round) order, so rid order is session index order.
 * ``owner[slot]`` is the request id whose KV the slot holds (-1: none). Each request's
-  owner entry is unique, so "the first request's KV still sits in its slot" is
-  ``owner[slot_of[rid - 1]] == rid - 1`` (the Python core compares the entry's identity).
-* the waiting queue is an array with head and tail indices: every request joins it once.
+  owner entry is unique, so "round j's KV still sits in its slot" is
+  ``owner[slot_of[j]] == j`` (the Python core compares the entry's identity).
+* the waiting queue is a heap of request ids in the same (arrival time, rid) order:
+  first in, first out, except that a fixed arrival time earlier than the completion that
+  let the request be queued places it by that time (``rearrival.model.sim`` variant a).
 
 No validation happens here: ``rearrival.model.sim`` validates plan and configuration once and
 converts them to arrays (cached per plan and per configuration), and checks that the
@@ -125,16 +129,21 @@ def _pop_arrival(heap, size, when):
 @njit(cache=True)
 def run(
     gen,
-    wait,
+    gap,
+    rounds,
+    next_fixed,
+    start,
     fixed,
     miss_cost,
-    hit_reuse,
-    hit_cost,
+    pair_off,
+    pair_reuse,
+    pair_cost,
     step_s,
     batch,
     slots,
     deferred,
     pad_below,
+    reserve_below,
     req_f,
     req_i,
     work,
@@ -147,8 +156,11 @@ def run(
 ):
     """One simulation. Inputs (read only):
 
-    gen[rid], wait[session], fixed[session] (empty: re-arrival = completion + wait),
-    miss_cost/hit_reuse/hit_cost[rid] (``rearrival.model.sim.request_tables``), step_s[n] for
+    per request id (``rearrival.model.sim.PlanArrays``): gen, gap (tool gap after the
+    round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
+    time, -1 on a session's last round), start (round 0: the session's start);
+    fixed (empty: re-arrival = completion + gap); miss_cost, pair_off and the flat
+    pair_reuse/pair_cost (``rearrival.model.sim.request_tables``); step_s[n] for
     n = 0..batch. Outputs are written into the caller's arrays:
 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
@@ -160,7 +172,6 @@ def run(
     Returns (code, prefill_total, interference, makespan, stretches, evictions).
     """
     requests = gen.shape[0]
-    count = requests // 2
     has_fixed = fixed.shape[0] > 0
     eps = ARRIVAL_TOLERANCE_S
     inf = np.inf
@@ -180,11 +191,15 @@ def run(
     running = work[5]
     arrivals_heap = work[6]
     waiting = work[7]
+    n_arrivals = 0
     for rid in range(requests):
         arrival[rid] = 0.0
         cached[rid] = 0
         evicted_tag[rid] = NO_OWNER
         complete_s[rid] = 0.0
+        if rounds[rid] == 0:  # round 0 arrives at the session's start
+            arrival[rid] = start[rid]
+            n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid, arrival)
     for n in range(hist.shape[0]):
         hist[n] = 0
     for slot in range(slots):
@@ -196,12 +211,7 @@ def run(
     n_pending = 0
     next_key = 0
     n_running = 0
-    n_arrivals = 0
-    head = 0
-    tail = 0
-    for session in range(count):  # every session starts at t = 0, index order
-        waiting[tail] = 2 * session
-        tail += 1
+    n_waiting = 0
     shift = 0
     while (1 << shift) <= requests:
         shift += 1
@@ -215,22 +225,35 @@ def run(
     prefill_total = 0.0
     interference = 0.0
     stretch_n = 0
-    due = inf
+    due = arrival[arrivals_heap[0]] if n_arrivals else inf
 
     while True:
         while due <= t + eps:
             rid, n_arrivals = _pop_arrival(arrivals_heap, n_arrivals, arrival)
-            waiting[tail] = rid
-            tail += 1
+            n_waiting = _push_arrival(waiting, n_waiting, rid, arrival)
             due = arrival[arrivals_heap[0]] if n_arrivals else inf
         nrun = n_running
-        if head < tail and nrun < batch:
-            if n_free or n_evictable:
-                rid = waiting[head]
-                head += 1
-                if n_free:
+        if n_waiting and nrun < batch:
+            reserved = 1 if 0 < nrun < reserve_below else 0
+            if n_free - reserved + n_evictable >= 1:
+                rid, n_waiting = _pop_arrival(waiting, n_waiting, arrival)
+                if n_free > reserved:
                     slot, n_free = _pop(free, n_free)
                 else:
+                    for _ in range(reserved - n_free):  # the padding block's slot
+                        value, n_evictable = _pop(evictable, n_evictable)
+                        slot = value % slots
+                        victim = owner[slot]
+                        owner[slot] = NO_OWNER
+                        n_free = _push(free, n_free, slot)
+                        if record:
+                            if n_ev == ev_cap:
+                                return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
+                            ev_f[n_ev] = t
+                            ev_i[0, n_ev] = slot
+                            ev_i[1, n_ev] = victim
+                            ev_i[2, n_ev] = 0
+                            n_ev += 1
                     value, n_evictable = _pop(evictable, n_evictable)
                     slot = value % slots
                     victim = owner[slot]
@@ -247,11 +270,13 @@ def run(
                 for i in range(n_pending):
                     n_evictable = _push(evictable, n_evictable, key[pending[i]])
                 n_pending = 0
-                if rid & 1 and owner[slot_of[rid - 1]] == rid - 1:
-                    cached[rid] = hit_reuse[rid]
-                    cost = hit_cost[rid]
-                else:
-                    cost = miss_cost[rid]
+                cost = miss_cost[rid]
+                for d in range(1, rounds[rid] + 1):  # latest surviving earlier round
+                    if owner[slot_of[rid - d]] == rid - d:
+                        pair = pair_off[rid] + d - 1
+                        cached[rid] = pair_reuse[pair]
+                        cost = pair_cost[pair]
+                        break
                 owner[slot] = rid
                 key[slot] = next_key + slot
                 next_key += slots
@@ -273,9 +298,9 @@ def run(
                         n_pending += 1
                     else:
                         n_evictable = _push(evictable, n_evictable, key[slot])
-                    if not rid & 1:
-                        session = rid >> 1
-                        when = t + wait[session] if not has_fixed else max(fixed[session], t)
+                    nf = next_fixed[rid]
+                    if nf >= 0:
+                        when = t + gap[rid] if not has_fixed else fixed[nf]
                         arrival[rid + 1] = when
                         n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                         if when < due:
@@ -309,8 +334,8 @@ def run(
         dt = step_s[nrun]
         k = (running[0] >> shift) - clock
         end = t + k * dt
-        if head < tail:
-            if nrun < batch and (n_free or n_evictable):
+        if n_waiting:
+            if nrun < batch and n_free - reserved + n_evictable >= 1:
                 k = 1
                 end = t + dt
         elif due <= end + eps and nrun < batch:
@@ -346,9 +371,9 @@ def run(
                 n_pending += 1
             else:
                 n_evictable = _push(evictable, n_evictable, key[slot_of[rid]])
-            if not rid & 1:
-                session = rid >> 1
-                when = t + wait[session] if not has_fixed else max(fixed[session], t)
+            nf = next_fixed[rid]
+            if nf >= 0:
+                when = t + gap[rid] if not has_fixed else fixed[nf]
                 arrival[rid + 1] = when
                 n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                 if when < due:
@@ -367,11 +392,25 @@ def decode_total(hist, step_s):
 
 
 @njit(cache=True)
-def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
+def run_batch(
+    ints,
+    floats,
+    pair_reuse,
+    pair_cost,
+    step_table,
+    batches,
+    slot_counts,
+    deferred,
+    dummy,
+    out_f,
+    out_i,
+):
     """Many configurations of one plan in one call (the search's inner loop).
 
-    Base simulator only (deferred release, no dummy block, re-arrival = completion +
-    wait). ``ints``/``floats`` as in ``run_summary``. Configuration c has batch size
+    One rule set for all (``deferred`` release or immediate; ``dummy`` block 0 off,
+    1 pre-evict, 2 reserved, the index into ``rearrival.vocabulary.DUMMY_BLOCKS``),
+    re-arrival = completion + gap. ``ints``/``floats``/``pair_*`` as in ``run_summary``.
+    Configuration c has batch size
     ``batches[c]``, ``slot_counts[c]`` slots and step times
     ``step_table[c, :batches[c] + 1]``. Writes per configuration
     out_f[c] = (device_s, decode_s, prefill_s, interference_s, makespan_s) and
@@ -394,18 +433,21 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
         _, prefill_total, interference, makespan, _, _ = run_plan(
             ints,
             floats,
+            pair_reuse,
+            pair_cost,
             no_fixed,
             step_s,
             batch,
             slot_counts[c],
-            True,
-            0,
+            deferred,
+            batch if dummy == 1 else 0,
+            batch if dummy == 2 else 0,
             (req_f, req_i, work, h),
             no_records,
             False,
         )
         decode = decode_total(h, step_s)
-        hits, computed = _reuse_counts(ints[0], req_i)
+        hits, computed = _reuse_counts(ints, req_i)
         steps = 0
         for n in range(batch + 1):
             steps += h[n]
@@ -421,25 +463,44 @@ def run_batch(ints, floats, step_table, batches, slot_counts, out_f, out_i):
 
 @njit(cache=True, inline="always")
 def run_plan(
-    ints, floats, fixed, step_s, batch, slots, deferred, pad_below, scratch, records, record
+    ints,
+    floats,
+    pair_reuse,
+    pair_cost,
+    fixed,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    reserve_below,
+    scratch,
+    records,
+    record,
 ):
     """``run`` on a plan's arrays (``rearrival.model.sim.core_inputs``: ints rows prompt,
-    gen, hit_reuse; floats rows wait, miss_cost, hit_cost), with the per-request scratch
+    gen, round, pair_off, next_fixed; floats rows gap, miss_cost, start; the flat
+    pair_reuse and pair_cost), with the per-request scratch
     (req_f, req_i, work, hist) and the record tables (st_i, st_f, ev_f, ev_i) as tuples."""
     req_f, req_i, work, hist = scratch
     st_i, st_f, ev_f, ev_i = records
     return run(
         ints[1],
         floats[0],
+        ints[2],
+        ints[4],
+        floats[2],
         fixed,
         floats[1],
-        ints[2],
-        floats[2],
+        ints[3],
+        pair_reuse,
+        pair_cost,
         step_s,
         batch,
         slots,
         deferred,
         pad_below,
+        reserve_below,
         req_f,
         req_i,
         work,
@@ -474,13 +535,15 @@ def _scratch(requests, slots, batch):
 
 
 @njit(cache=True)
-def _reuse_counts(prompt, req_i):
-    """(reuse hits, computed prefill tokens) over re-arrivals (odd request ids)."""
+def _reuse_counts(ints, req_i):
+    """(reuse hits, computed prefill tokens) over re-arrivals (rounds >= 1)."""
     hits = 0
     reused = 0
     prompt_sum = 0
-    for rid in range(1, prompt.shape[0], 2):
-        prompt_sum += prompt[rid]
+    for rid in range(ints.shape[1]):
+        if ints[2, rid] == 0:
+            continue
+        prompt_sum += ints[0, rid]
         if req_i[0, rid] > 0:
             hits += 1
             reused += req_i[0, rid]
@@ -488,11 +551,24 @@ def _reuse_counts(prompt, req_i):
 
 
 @njit(cache=True)
-def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+def run_summary(
+    ints,
+    floats,
+    pair_reuse,
+    pair_cost,
+    fixed,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    reserve_below,
+    bucket_of,
+):
     """One simulation, scalars and histogram only (what ``summary()`` reads).
 
-    ``ints`` rows: prompt, gen, hit_reuse per rid; ``floats`` rows: wait (per session,
-    padded), miss_cost, hit_cost per rid; ``bucket_of[n]`` is b(n). Returns (hist,
+    ``ints``, ``floats``, ``pair_reuse``, ``pair_cost`` as ``run_plan`` reads them
+    (``rearrival.model.sim.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
     prefill_total, interference, makespan, decode_total, reuse_hits, computed prefill
     tokens of re-arrivals, decode steps, sum of b x steps, sum of n x steps).
     """
@@ -501,17 +577,20 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
     _, prefill_total, interference, makespan, _, _ = run_plan(
         ints,
         floats,
+        pair_reuse,
+        pair_cost,
         fixed,
         step_s,
         batch,
         slots,
         deferred,
         pad_below,
+        reserve_below,
         (req_f, req_i, work, hist),
         _record_tables(1),
         False,
     )
-    hits, computed = _reuse_counts(ints[0], req_i)
+    hits, computed = _reuse_counts(ints, req_i)
     steps = 0
     padded = 0
     used = 0
@@ -534,7 +613,20 @@ def run_summary(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
 
 
 @njit(cache=True)
-def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, bucket_of):
+def run_records(
+    ints,
+    floats,
+    pair_reuse,
+    pair_cost,
+    fixed,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    reserve_below,
+    bucket_of,
+):
     """The same simulation with every record kept, in arrays allocated here.
 
     Stretch and eviction rows start with room for 4 per request and double until they
@@ -549,12 +641,15 @@ def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
         code, _, _, _, n_st, n_ev = run_plan(
             ints,
             floats,
+            pair_reuse,
+            pair_cost,
             fixed,
             step_s,
             batch,
             slots,
             deferred,
             pad_below,
+            reserve_below,
             (req_f, req_i, work, hist),
             records,
             True,
@@ -569,21 +664,26 @@ def run_records(ints, floats, fixed, step_s, batch, slots, deferred, pad_below, 
 def warm_up() -> None:
     """Compile every kernel once for the argument types ``rearrival.model.sim`` and the search
     pass, filling the on-disk cache (``make`` runs this after installing)."""
-    ints = np.array([[130, 140], [2, 3], [0, 128]], dtype=np.int64)
-    floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.03, 0.02]])
+    # one session of two rounds (rearrival.model.sim.core_inputs's layout)
+    ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1]], dtype=np.int64)
+    floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0]])
+    pairs = (np.array([128], dtype=np.int64), np.array([0.02]))
     steps = np.array([0.0, 0.011])
     buckets = np.array([0, 1], dtype=np.int64)
     for fixed in (np.empty(0), np.array([0.1])):
         for deferred in (True, False):
-            args = (ints, floats, fixed, steps, 1, 1, deferred, 0, buckets)
+            args = (ints, floats, *pairs, fixed, steps, 1, 1, deferred, 0, 0, buckets)
             run_summary(*args)
             run_records(*args)
     run_batch(
         ints,
         floats,
+        *pairs,
         steps.reshape(1, -1),
         np.array([1], dtype=np.int64),
         np.array([1], dtype=np.int64),
+        True,
+        0,
         np.empty((1, 5)),
         np.empty((1, 3), dtype=np.int64),
     )

@@ -1,4 +1,4 @@
-"""Tool-latency mixture (SPEC section 3, paper Section II-C): how long a session waits.
+"""Tool-latency mixture (docs/DESIGN.md §2, paper Section II-C): how long a session waits.
 
 A tool table holds, per tool, the call count and the p50/p90/p99 latency that TraceLab
 publishes. A wait is drawn by picking a tool in proportion to its calls and reading a
@@ -30,7 +30,7 @@ HUMAN_WAITING_TOOLS = frozenset(
 )
 CAP_S = 60.0
 _STD_NORMAL = NormalDist()
-# Phi^-1(0.9); SPEC section 3 writes it rounded as 1.2816.
+# Phi^-1(0.9), often written rounded as 1.2816.
 Z90 = _STD_NORMAL.inv_cdf(0.9)
 # A p50 of 0 ms (sub-millisecond tools logged as 0) has no logarithm; TraceLab's
 # resolution is 1 ms, so half of it is the smallest latency the data can support.

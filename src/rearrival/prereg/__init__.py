@@ -1,1 +1,1 @@
-"""Preregistration commits and the audit of their order (SPEC 9)."""
+"""Preregistration commits and the audit of their order (docs/DESIGN.md §8)."""

@@ -1,4 +1,4 @@
-"""``rearrival audit`` (SPEC section 9): was every judged run measured after its prereg?
+"""``rearrival audit`` (docs/DESIGN.md §8): was every judged run measured after its prereg?
 
 The paper states that predictions and decision criteria "were committed to the
 repository before measurement and not changed afterward" and that validation used "new
@@ -19,7 +19,13 @@ under the results directory. Per complete run whose manifest names a prereg comm
     criteria, predictions as committed) and the run records;
 (g) every run record file has the sha256 the study's committed ledger sealed;
 (h) the run measured the registered design (backend, N, replicate, variant and the
-    configuration's buckets, batch size and slots in design.json).
+    configuration's buckets, batch size and slots in design.json);
+(i) the ledger is append-only: no later ledger commit changed or removed a sealed hash,
+    unless it declares a re-measurement under a newer registration;
+(j) given a witness, every registration and ledger commit is held by it with the same
+    hash, and it holds nothing the local history lacks (no rewritten history);
+(k) given an allowed-signers file, every registration and ledger commit is signed by
+    an allowed key.
 
 Runs whose status is not ``complete`` are listed as ``excluded`` (never judged), but
 their seeds still count as used.
@@ -31,6 +37,7 @@ import csv
 import hashlib
 import io
 import json
+import textwrap
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -41,7 +48,14 @@ from rearrival.errors import RearrivalError, StageError
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
 from rearrival.measure.records import RunRecordError
-from rearrival.prereg.ledger import committed_ledger_bytes, ledger_path, verify
+from rearrival.prereg.ledger import (
+    LEDGER_ROOT,
+    committed_ledger_bytes,
+    ledger_commits,
+    ledger_path,
+    overwrites,
+    verify,
+)
 from rearrival.prereg.registered import read_registration
 from rearrival.prereg.registration import (
     PREREG_ROOT,
@@ -56,11 +70,11 @@ from rearrival.prereg.registration import (
     registrations,
     starts_after,
 )
+from rearrival.prereg.signatures import check_signatures
+from rearrival.prereg.witness import compare, parse_ref
 
 OK, VIOLATION, EXCLUDED = "ok", "violation", "excluded"
 REGISTRATION_ROW = "(registration)"
-_COLUMNS = ("study", "run", "prereg_commit", "prereg_time", "run_start", "verdict", "reason")
-_HEADERS = ("study", "run", "prereg commit", "prereg time", "run start", "verdict", "reason")
 
 
 @dataclass(frozen=True)
@@ -93,30 +107,62 @@ class AuditReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "rows": [asdict(r) for r in self.rows]}
 
-    def table(self) -> str:
-        """Plain aligned text; the reason column is last and unpadded."""
-        cells = [_HEADERS] + [
-            tuple(_cell(name, getattr(row, name)) for name in _COLUMNS) for row in self.rows
-        ]
-        widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS) - 1)]
-        lines = [
-            "  ".join(
-                [*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]
-            ).rstrip()
-            for line in cells
-        ]
+    def totals(self) -> str:
         counts = {v: sum(r.verdict == v for r in self.rows) for v in (OK, VIOLATION, EXCLUDED)}
-        lines.append(
+        return (
             f"{len(self.rows)} rows: {counts[OK]} ok, {counts[VIOLATION]} violation, "
             f"{counts[EXCLUDED]} excluded"
+        )
+
+    def table(self, *, violations_only: bool = False) -> str:
+        """The totals first, then one block per row: verdict, run, prereg commit and
+        start on one line, the reason wrapped below it, all within ``WIDTH`` columns.
+        Runs of studies that were never registered (calibration) are one line per
+        study; ``violations_only`` keeps only the violations."""
+        shown = self.violations if violations_only else self.rows
+        unregistered: dict[str, int] = {}
+        lines = [self.totals()]
+        for row in shown:
+            if row.verdict == OK and row.reason == UNREGISTERED:
+                unregistered[row.study] = unregistered.get(row.study, 0) + 1
+                continue
+            lines.extend(_heading(row))
+            lines.extend(
+                textwrap.wrap(
+                    row.reason,
+                    WIDTH,
+                    initial_indent=_INDENT,
+                    subsequent_indent=_INDENT,
+                    break_on_hyphens=False,
+                )
+            )
+        lines.extend(
+            f"{OK:<{len(_INDENT)}}{study}: {count} run(s) not preregistered "
+            "(no prediction judges them)"
+            for study, count in sorted(unregistered.items())
         )
         return "\n".join(lines)
 
 
-def _cell(name: str, value: str | None) -> str:
-    if value is None:
-        return "-"
-    return value[:12] if name == "prereg_commit" else value
+WIDTH = 100
+_INDENT = " " * 10
+UNREGISTERED = "not preregistered: no prediction judges this run"
+
+
+def _heading(row: AuditRow) -> list[str]:
+    """Verdict, run, prereg commit and start; the last two on a line of their own when
+    one line would pass ``WIDTH``."""
+    named = row.run.startswith((f"{row.study}/", f"{row.study}."))
+    first = f"{row.verdict:<{len(_INDENT) - 1}} {row.run if named else f'{row.study} {row.run}'}"
+    details = []
+    if row.prereg_commit:
+        details.append(f"prereg {row.prereg_commit[:12]}")
+    if row.run_start:
+        details.append(f"started {row.run_start[:19]}")
+    joined = "  ".join([first, *details])
+    if len(joined) <= WIDTH or not details:
+        return [joined]
+    return [first, _INDENT + "  ".join(details)]
 
 
 @dataclass(frozen=True)
@@ -533,7 +579,7 @@ def _unregistered_row(auditor: _Auditor, run: _Run, study: str) -> AuditRow:
         None,
         run.started_at,
         OK,
-        "not preregistered: no prediction judges this run",
+        UNREGISTERED,
     )
 
 
@@ -626,15 +672,33 @@ def _decision_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
             )
 
 
+def _ledger_studies(auditor: _Auditor, results: Path) -> set[str]:
+    """Studies with run records, a decision table or a committed ledger at HEAD."""
+    studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
+    studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
+    if auditor.head is not None:
+        try:
+            tree = auditor.head.tree / LEDGER_ROOT
+            studies |= {b.name.removesuffix(".json") for b in tree.blobs}
+        except KeyError:
+            pass
+    return studies
+
+
 def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
     """Check (g): every study's run records are the files its committed ledger sealed;
     an edited, added or removed file is a violation naming the run and the file, and a
-    decided study without a ledger is one too."""
-    studies = {p.name for p in (results / "runs").glob("*") if p.is_dir()}
-    studies |= {p.stem for p in (results / "decisions").glob("*.csv")}
-    for study in sorted(studies):
+    decided study without a ledger is one too. Check (i): the ledger is append-only, so
+    a later ledger commit that changed or removed a sealed hash (without declaring a
+    re-measurement) is a violation naming the run, the file and both commits."""
+    for study in sorted(_ledger_studies(auditor, results)):
         replicates = sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir())
         label = f"(ledger) {ledger_path(study)}"
+        history = [
+            AuditRow(study, f"{study}/{o.run}", None, None, None, VIOLATION, o.describe())
+            for o in overwrites(auditor.repo, study)
+        ]
+        yield from history
         if committed_ledger_bytes(auditor.repo, study) is None:
             if (results / "decisions" / f"{study}.csv").exists():
                 yield AuditRow(
@@ -660,14 +724,98 @@ def _ledger_rows(auditor: _Auditor, results: Path) -> Iterator[AuditRow]:
                 VIOLATION,
                 f"{problem} (sealed in {ledger_path(study)})",
             )
-        if not problems:
+        if not problems and not history:
+            commits = len(ledger_commits(auditor.repo, study))
             yield AuditRow(
-                study, label, None, None, None, OK, "every run record file has its sealed sha256"
+                study,
+                label,
+                None,
+                None,
+                None,
+                OK,
+                f"every run record file has its sealed sha256; {commits} ledger "
+                "commit(s), append-only",
             )
 
 
-def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
-    """Audit every run manifest under ``results_dir`` against git history (SPEC 9)."""
+def _witness_rows(auditor: _Auditor, remote: str) -> Iterator[AuditRow]:
+    """Check (j): the witness holds every registration and ledger commit, and the local
+    history holds every commit the witness does."""
+    check = compare(auditor.repo, remote)
+    for item in check.missing:
+        yield AuditRow(
+            item.study,
+            f"(witness) {item.what} {item.commit[:12]}",
+            item.commit if item.what == "registration" else None,
+            None,
+            None,
+            VIOLATION,
+            f"{item.what} commit {item.commit[:12]} is not held by witness {remote} "
+            f"({item.ref}): publish it (`rearrival publish`), or, if it was published "
+            "before, the local history was rewritten",
+        )
+    for ref, sha in check.diverged:
+        named = parse_ref(ref)
+        yield AuditRow(
+            named.study if named else "?",
+            f"(witness) diverged {sha[:12]}",
+            None,
+            None,
+            None,
+            VIOLATION,
+            f"local history diverges from witness {remote}: it holds {ref} (commit "
+            f"{sha[:12]}), which HEAD's history does not contain; a published "
+            f"{named.what if named else 'commit'} was rewritten or dropped here",
+        )
+    for study in sorted({item.study for item in check.held}):
+        count = sum(item.study == study for item in check.held)
+        yield AuditRow(
+            study,
+            "(witness)",
+            None,
+            None,
+            None,
+            OK,
+            f"{count} registration and ledger commit(s) held by witness {remote}",
+        )
+
+
+def _signature_rows(auditor: _Auditor, allowed_signers: Path) -> Iterator[AuditRow]:
+    """Check (k): every registration and ledger commit is signed by an allowed key."""
+    check = check_signatures(auditor.repo, allowed_signers)
+    for item, why in check.problems:
+        yield AuditRow(
+            item.study,
+            f"(signature) {item.what} {item.commit[:12]}",
+            None,
+            None,
+            None,
+            VIOLATION,
+            f"{item.what} commit {item.commit[:12]} {why}; sign registration and ledger "
+            f"commits with a key in {allowed_signers} (config signing: key)",
+        )
+    for study in sorted({item.study for item, why in check.results if why is None}):
+        count = sum(item.study == study and why is None for item, why in check.results)
+        yield AuditRow(
+            study,
+            "(signature)",
+            None,
+            None,
+            None,
+            OK,
+            f"{count} registration and ledger commit(s) signed by keys {allowed_signers} allows",
+        )
+
+
+def audit(
+    repo_dir: str | Path,
+    results_dir: str | Path,
+    *,
+    witness: str | None = None,
+    allowed_signers: Path | None = None,
+) -> AuditReport:
+    """Audit every run manifest under ``results_dir`` against git history (paper II-D),
+    against the ``witness`` remote and the ``allowed_signers`` file when given."""
     repo = open_repo(repo_dir)
     results = Path(results_dir)
     if not results.is_dir():
@@ -682,6 +830,10 @@ def audit(repo_dir: str | Path, results_dir: str | Path) -> AuditReport:
     rows += [r if isinstance(r, AuditRow) else _audit_run(auditor, r) for r in loaded]
     rows += list(_decision_rows(auditor, results))
     rows += list(_ledger_rows(auditor, results))
+    if witness is not None:
+        rows += list(_witness_rows(auditor, witness))
+    if allowed_signers is not None:
+        rows += list(_signature_rows(auditor, allowed_signers))
     return AuditReport(
         tuple(
             sorted(

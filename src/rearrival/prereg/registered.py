@@ -1,4 +1,4 @@
-"""A study's registration read back from git (SPEC section 9): the design, criteria and
+"""A study's registration read back from git (docs/DESIGN.md §8): the design, criteria and
 predictions of the registration commit, which decisions and the audit judge by.
 
 ``rearrival.prereg.registration`` writes registrations; this module reads one back and

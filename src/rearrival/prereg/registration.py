@@ -1,4 +1,4 @@
-"""Preregistration (SPEC section 9; paper Section II-D): commit before you measure.
+"""Preregistration (docs/DESIGN.md §8; paper Section II-D): commit before you measure.
 
 The paper's claim "predictions and decision criteria were committed to the repository
 before measurement and not changed afterward, and the order of commit time and
@@ -47,7 +47,7 @@ PREREG_ROOT = "preregistration"
 RECORDS_SUBDIR = "prereg"
 PLAN_REGISTRY_SUFFIX = "plans.json"
 # The profile file a study's predictions used, committed beside design.json, which
-# records its sha256 (SPEC section 4, "Calibration"); the audit checks the pair.
+# records its sha256 (docs/DESIGN.md §3, "Calibration"); the audit checks the pair.
 PROFILE_FILE = "profile.yaml"
 STUDY_TRAILER = "Prereg-Study"
 AMENDS_TRAILER = "Prereg-Amends"
@@ -57,6 +57,33 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _LOCK_RETRIES = 30
 _LOCK_WAIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Signing:
+    """SSH signing of registration and ledger commits (config ``signing:``; git's
+    ``gpg.format ssh``): a signature ties each commit to a key a third party can check
+    with ``rearrival audit --allowed-signers``, which a rewritten commit cannot carry
+    unless the key signed it again."""
+
+    key: Path
+
+    def __post_init__(self) -> None:
+        if not Path(self.key).is_file():
+            raise PreregError(
+                f"signing.key {self.key}: no such file; give the SSH key that signs "
+                "registration and ledger commits (ssh-keygen -t ed25519 -f <path>) or remove "
+                "signing: from the config"
+            )
+
+    @classmethod
+    def from_key(cls, key: Path | None) -> Signing | None:
+        """The config's ``signing.key`` as settings, None when signing is off."""
+        return cls(key) if key is not None else None
+
+    def git_options(self) -> list[str]:
+        """``git -c`` options that make one commit SSH-signed with this key."""
+        return ["-c", "gpg.format=ssh", "-c", f"user.signingkey={self.key}"]
 
 
 def bad_revision_errors() -> tuple[type[Exception], ...]:
@@ -85,7 +112,7 @@ class PreregRecord:
     files: tuple[PreregFile, ...]
     amendment_of: str | None = None
 
-    def manifest_entry(self) -> dict[str, str]:
+    def manifest_entry(self) -> dict[str, Any]:
         """The run manifest's ``prereg`` field (TEAM.md run-record contract)."""
         return {"study": self.study, "commit": self.commit, "committed_at": self.committed_at}
 
@@ -269,11 +296,18 @@ def _iso(commit: Any) -> str:
     return datetime.fromtimestamp(commit.committed_date, UTC).isoformat()
 
 
+def trailer_values(message: str, key: str) -> list[str]:
+    """Every value of the trailer ``key`` in a commit message, in order."""
+    return [
+        line.split(": ", 1)[1].strip()
+        for line in message.splitlines()
+        if line.startswith(f"{key}: ")
+    ]
+
+
 def _trailer(message: str, key: str) -> str | None:
-    for line in message.splitlines():
-        if line.startswith(f"{key}: "):
-            return line.split(": ", 1)[1].strip()
-    return None
+    values = trailer_values(message, key)
+    return values[0] if values else None
 
 
 def record_at(repo: Any, commit: Any, study: str) -> PreregRecord:
@@ -317,12 +351,16 @@ def _resolve_amended(repo: Any, study: str, amendment_of: str) -> str:
     return commit.hexsha
 
 
-def commit_paths(repo: Any, paths: list[str], message: str) -> None:
-    """Stage and commit exactly ``paths``; retry while another process holds index.lock."""
+def commit_paths(
+    repo: Any, paths: list[str], message: str, *, signing: Signing | None = None
+) -> None:
+    """Stage and commit exactly ``paths`` (SSH-signed with ``signing``); retry while
+    another process holds index.lock."""
+    options = [*signing.git_options(), "commit", "-S"] if signing else ["commit"]
     for attempt in range(_LOCK_RETRIES):
         try:
             repo.git.add("--", *paths)
-            repo.git.commit("--only", "-m", message, "--", *paths)
+            repo.git.execute(["git", *options, "--only", "-m", message, "--", *paths])
             return
         except git.GitCommandError as exc:
             if "index.lock" not in str(exc) or attempt == _LOCK_RETRIES - 1:
@@ -369,8 +407,9 @@ def register(
     amendment_of: str | None = None,
     records_dir: str | Path | None = None,
     write_record: bool = True,
+    signing: Signing | None = None,
 ) -> PreregRecord:
-    """Commit a study's predictions and criteria before any run they judge (SPEC 9).
+    """Commit a study's predictions and criteria before any run they judge (docs/DESIGN.md §8).
 
     Writes ``files`` under ``preregistration/<study>/`` (dicts as key-sorted JSON) and
     commits only those paths. Re-registering identical content makes no commit and returns
@@ -379,7 +418,7 @@ def register(
     becomes a new commit. ``records_dir`` (default ``<repo>/results/prereg``) receives
     ``<study>.json`` with the sha and time, written after the commit (not with
     ``write_record`` False: an amendment leaves the amended study's record as its runs
-    saw it).
+    saw it). With ``signing`` the commit is SSH-signed.
     """
     _check_name(study, "study", "rename the study in config/config.yaml")
     if not files:
@@ -408,7 +447,7 @@ def register(
         trailers = f"{STUDY_TRAILER}: {study}"
         if amended:
             trailers += f"\n{AMENDS_TRAILER}: {amended}"
-        commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n")
+        commit_paths(repo, sorted(new_paths), f"{message.strip()}\n\n{trailers}\n", signing=signing)
     record = record_at(repo, _latest(repo, sorted(wanted)), study)
     if write_record:
         records = (
@@ -463,7 +502,7 @@ def _working_tree_problem(root: Path, study: str, committed: dict[str, Any]) -> 
 
 
 def check_before_run(repo_dir: str | Path, study: str) -> PreregRecord:
-    """Refuse to start a run unless its prereg is committed and unmodified (SPEC 9).
+    """Refuse to start a run unless its prereg is committed and unmodified (docs/DESIGN.md §8).
 
     Returns the registration in force at HEAD (including amendments); the run copies
     ``record.manifest_entry()`` into its manifest's ``prereg`` field.

@@ -1,1 +1,1 @@
-"""Tables, figures, analysis and the HTML report (SPEC 13)."""
+"""Tables, figures, analysis and the HTML report (docs/DESIGN.md §13)."""

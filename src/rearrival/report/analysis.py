@@ -7,8 +7,9 @@ much of the simulator's accuracy comes from which of its parts.
   time from the completion times of the configuration it simulates (the feedback path
   of Section III-D). The fixed-arrival variant instead pins each session's re-arrival
   at the send time observed in the BASELINE run of the same replicate
-  (``SimConfig.fixed_arrivals``; a follow-up still cannot precede the response it
-  extends, see ``rearrival.model.sim``). Both the baseline and the changed configuration are
+  (``SimConfig.fixed_arrivals``; as in the authors' simulator, the pinned time is the
+  arrival and the waiting queue is kept in (arrival, session, round) order, see
+  ``rearrival.model.sim``). Both the baseline and the changed configuration are
   simulated with those pinned times, so the ratio compares like with like; ratios are
   replicate sums, like every ratio in the paper.
 * Dummy-block and stack-rule simulators (S9) are already in the predictions table
@@ -29,6 +30,7 @@ from rearrival.config.study import Configuration
 from rearrival.errors import RearrivalError
 from rearrival.judge.decisions import predicted_ratio
 from rearrival.model.plans import Plan
+from rearrival.model.profile import Profile
 from rearrival.model.sim import SimConfig, simulate
 
 
@@ -49,10 +51,15 @@ def observed_rearrivals(requests: pd.DataFrame, sessions: int, where: str) -> li
 
 
 def fixed_arrival_device_s(
-    plan: Plan, configuration: Configuration, variant: str, arrivals: Sequence[float]
+    plan: Plan,
+    configuration: Configuration,
+    variant: str,
+    arrivals: Sequence[float],
+    profile: Profile | None = None,
 ) -> float:
     """Predicted device time D of one plan with re-arrivals pinned to ``arrivals``
-    (base rules: deferred release, no dummy block)."""
+    (base rules: deferred release, no dummy block), priced with ``profile`` (the one
+    the full predictions used; None: the published constants)."""
     config = SimConfig(
         buckets=configuration.buckets,
         batch_size=configuration.batch_size,
@@ -61,7 +68,7 @@ def fixed_arrival_device_s(
         dummy_block="off",
         fixed_arrivals=list(arrivals),
     )
-    return simulate(plan.variant(variant), config).device_s
+    return simulate(plan.variant(variant), config, profile).device_s
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,7 @@ def fixed_arrival_ratio(
     baseline: Configuration,
     changed: Configuration,
     variant: str,
+    profile: Profile | None = None,
 ) -> FixedArrivalRatio:
     """sum_k D_fixed(changed, k) / sum_k D_fixed(baseline, k) over the replicates k that
     have both a plan and an observed baseline run."""
@@ -96,8 +104,8 @@ def fixed_arrival_ratio(
         arrivals = observed_rearrivals(
             baseline_requests[k], plan.n, f"baseline run {baseline_run_ids[k]}"
         )
-        numerator.append(fixed_arrival_device_s(plan, changed, variant, arrivals))
-        denominator.append(fixed_arrival_device_s(plan, baseline, variant, arrivals))
+        numerator.append(fixed_arrival_device_s(plan, changed, variant, arrivals, profile))
+        denominator.append(fixed_arrival_device_s(plan, baseline, variant, arrivals, profile))
     return FixedArrivalRatio(
         math.fsum(numerator) / math.fsum(denominator),
         replicates,
@@ -112,12 +120,14 @@ def fixed_arrival_rows(
     plan_for: Callable[[int, int], Plan | None],
     read_requests: Callable[[str], pd.DataFrame],
     configuration_for: Callable[[str], Configuration | None],
+    profile: Profile | None = None,
 ) -> list[dict[str, Any]]:
     """Table XI rows for one validation study: observed ratio, full and fixed-arrival
     predictions, their errors (e = R_obs - R_pred) and which is closer.
 
     ``plan_for(n, replicate)`` gives the study's plan, ``read_requests(run_dir)`` a run's
-    requests table, ``configuration_for(name)`` a configuration as the runs recorded it.
+    requests table, ``configuration_for(name)`` a configuration as the runs recorded it;
+    ``profile`` is the one the full predictions used, so the two differ only in arrivals.
     Rows whose decision has no observed ratio (a withheld comparison with missing runs)
     are reported with the reason and no fixed-arrival prediction.
     """
@@ -164,6 +174,7 @@ def fixed_arrival_rows(
             baseline=baseline,
             changed=changed,
             variant=decision["variant"],
+            profile=profile,
         )
         row["ratio_pred_fixed"] = fixed.ratio
         row["error_fixed"] = row["ratio_obs_a"] - fixed.ratio

@@ -1,4 +1,4 @@
-"""Report tables and figure of the calibration stage (SPEC section 4; paper Table VII).
+"""Report tables and figure of the calibration stage (docs/DESIGN.md §3; paper Table VII).
 
 Table VII puts each measured g(b) = f(b) + alpha with its CI beside the paper's value,
 then beta and the residuals of the straight-line form; the prefill table does the same
@@ -73,7 +73,9 @@ def table_vii(res: Results) -> Table:
                 "ci_low": entry["g_ci95_ms"][0],
                 "ci_high": entry["g_ci95_ms"][1],
                 "paper_g_ms": paper_g,
-                "paper_kind": "measured" if int(bucket) in published else "interpolated (SPEC 4)",
+                "paper_kind": "measured"
+                if int(bucket) in published
+                else "interpolated (docs/DESIGN.md §3)",
                 "difference": entry["g_ms"] / paper_g - 1,
                 "run_ids": _runs(entry["run_ids"]),
             }
@@ -87,7 +89,7 @@ def table_vii(res: Results) -> Table:
                 "samples": 0,
                 "g_ms": entry["value"] + alpha_ms,
                 "paper_g_ms": (paper.bucket_cost_s(int(bucket)) + paper.alpha_s) * 1e3,
-                "paper_kind": "interpolated (SPEC 4)",
+                "paper_kind": "interpolated (docs/DESIGN.md §3)",
                 "run_ids": "",
             }
         )

@@ -1,4 +1,4 @@
-"""What every report figure is and how it becomes SVG (SPEC section 13).
+"""What every report figure is and how it becomes SVG (docs/DESIGN.md §13).
 
 Shared by the figure families (``figures``, ``calibration``) so neither imports the
 other's internals. Output is deterministic: a fixed ``svg.hashsalt`` per figure

@@ -1,4 +1,4 @@
-"""The report's figures (SPEC section 13), drawn from results with matplotlib (Agg).
+"""The report's figures (docs/DESIGN.md §13), drawn from results with matplotlib (Agg).
 
 Each figure is returned as inline SVG text so the HTML report is one self-contained
 file. Output is deterministic: a fixed ``svg.hashsalt`` per figure (clip-path ids are

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rearrival.model.sim import SIMULATORS
 from rearrival.report.paper_numbers import PaperNumber, parse_count
 
 HOLDS, FAILS, NOT_COMPARABLE = "holds", "does not hold", "not comparable"
@@ -65,6 +66,7 @@ class Finding:
     judge: Callable[[Evidence], Outcome]
     hardware: bool = False
     selected: bool = False  # compares the search's pick, which may differ from the paper's
+    search: bool = False  # judged on the search's ranking, computed once with the study's profile
 
 
 # --- reading the tables --------------------------------------------------------------------
@@ -453,7 +455,8 @@ def judge_dummy_block(ev: Evidence) -> Outcome:
         return missing("base vs dummy-block simulator comparison (S9)")
     worse = sum(abs(r["error_dummy"]) > abs(r["error_base"]) for r in judged)
     better = sum(abs(r["error_dummy"]) < abs(r["error_base"]) for r in judged)
-    ours = f"dummy worse in {worse}, better in {better} of {len(judged)}"
+    release, rule = SIMULATORS["dummy"]
+    ours = f"dummy ({release} + {rule}) worse in {worse}, better in {better} of {len(judged)}"
     return verdict(
         worse > better,
         ours,
@@ -886,6 +889,7 @@ def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
             ("search_candidates", "search_pick", "search_evaluation_score"),
             "same pick over the same candidate set",
             bind(judge_search_pick),
+            search=True,
         ),
         Finding(
             "search_top",
@@ -895,6 +899,7 @@ def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
             "every top candidate has the paper's batch size and the score spread is at "
             "most the paper's",
             bind(judge_search_top),
+            search=True,
         ),
         Finding(
             "search_n_sets",
@@ -908,6 +913,7 @@ def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
             ),
             "pick({6,8}) != full pick and pick({8,10}) == full pick",
             bind(judge_search_n_sets),
+            search=True,
         ),
         Finding(
             "search_mean_ratio",
@@ -916,6 +922,7 @@ def findings(numbers: dict[str, PaperNumber]) -> tuple[Finding, ...]:
             ("search_mean_ratio_same",),
             "no N set's pick changes under the mean-of-ratios score",
             bind(judge_mean_ratio),
+            search=True,
         ),
         Finding(
             "saturation",

@@ -1,4 +1,4 @@
-"""The report stage (SPEC section 13): every table and figure from this run's results.
+"""The report stage (docs/DESIGN.md §13): every table and figure from this run's results.
 
 ``build_report`` reads the results tree only (never reruns anything), writes each table
 as CSV, Markdown and LaTeX under ``<out>/tables/``, each figure as SVG under
@@ -6,10 +6,13 @@ as CSV, Markdown and LaTeX under ``<out>/tables/``, each figure as SVG under
 ``<out>/tables/index.json`` listing what was written. Every write is atomic, and the same
 results give the same bytes.
 
-The report states at the top which backend produced the runs, then opens with the
-scorecard of the paper's findings (``rearrival.report.scorecard``), also written as
+The report states at the top which backend produced the runs and which profile every
+prediction and channel A used, with its sha256 checked against each study's
+registration, then opens with the scorecard of the paper's findings
+(``rearrival.report.scorecard``), judged with that profile and, as an exploratory second
+evaluation, with the other one (``rearrival.report.recompute``), also written as
 ``<out>/tables/scorecard.csv`` and ``.md``. Numbers from the emulated
-substrate are described as such and never as hardware measurements (SPEC 6: every
+substrate are described as such and never as hardware measurements (docs/DESIGN.md §5: every
 report labels its backend). The "Reading the results" section is generated from this
 run's numbers in the paper's manner; withheld and failed verdicts are stated plainly.
 """
@@ -25,8 +28,12 @@ import jinja2
 
 from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, load_study_config, tool_table_for
+from rearrival.prereg.registration import PROFILE_FILE
+from rearrival.report.agents import build_agent_figures, reading_agents
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
+from rearrival.report.profiles import ProfileChoice, name_of_sha, other_choice
+from rearrival.report.recompute import RecomputedResults
 from rearrival.report.results import Results
 from rearrival.report.scorecard import (
     Scorecard,
@@ -34,6 +41,8 @@ from rearrival.report.scorecard import (
     score,
     scorecard_csv,
     scorecard_markdown,
+    with_other_profile,
+    without_other_profile,
 )
 from rearrival.report.table_model import (
     Table,
@@ -59,6 +68,17 @@ class Provenance:
     software: dict[str, str]
     software_from: str | None
     prereg: tuple[dict[str, Any], ...]
+    profile: ProfileChoice
+    other_profile: ProfileChoice | None = None
+
+    @property
+    def profile_mismatches(self) -> list[str]:
+        """Registered studies whose committed profile is not the one the config names."""
+        return [
+            p["study"]
+            for p in self.prereg
+            if p["commit"] and p["profile_sha256"] not in (None, self.profile.sha256)
+        ]
 
     @property
     def emulated(self) -> bool:
@@ -82,15 +102,21 @@ def provenance(res: Results) -> Provenance:
                 software = dict(sorted(json.loads(manifest.read_text())["software"].items()))
                 software_from = run_id
                 break
+    other = other_choice(res.cfg, res.root)
+    known = [c for c in (res.profile, other) if c is not None]
     prereg = []
     for name in res.cfg.studies:
-        record = res.prereg(name)
+        record = res.prereg(name) or {}
+        # the sha256 of the profile file committed beside the study's predictions
+        sha = record.get("files", {}).get(f"preregistration/{name}/{PROFILE_FILE}")
         prereg.append(
             {
                 "study": name,
-                "commit": (record or {}).get("commit"),
-                "committed_at": (record or {}).get("committed_at"),
-                "registrations": len((record or {}).get("history", [])),
+                "commit": record.get("commit"),
+                "committed_at": record.get("committed_at"),
+                "registrations": len(record.get("history", [])),
+                "profile": name_of_sha(sha, known),
+                "profile_sha256": sha,
             }
         )
     return Provenance(
@@ -100,6 +126,8 @@ def provenance(res: Results) -> Provenance:
         software,
         software_from,
         tuple(prereg),
+        res.profile,
+        other,
     )
 
 
@@ -279,7 +307,7 @@ def reading(res: Results, prov: Provenance, tables: dict[str, Table]) -> list[st
     paragraphs += reading_mechanisms(tables["M"])
     paragraphs += reading_validation(tables["IX"], tables["XII"])
     paragraphs += [n for n in tables["XI"].notes if n.startswith("Over ")]
-    paragraphs += [n for n in tables["S9"].notes if n.startswith("The dummy")]
+    paragraphs += [n for n in tables["S9"].notes if n.startswith(("Dummy-block rule", "The dummy"))]
     paragraphs += reading_saturation(tables["XIII"])
     paragraphs += reading_search(res)
     paragraphs += reading_repeats(tables["S1"], tau)
@@ -297,6 +325,7 @@ def render_html(
     paragraphs: list[str],
     missing: list[str],
     card: Scorecard | None = None,
+    agent_paragraphs: list[str] | None = None,
 ) -> str:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rearrival.report", "templates"),
@@ -315,7 +344,54 @@ def render_html(
         study_seed=cfg.study_seed,
         scorecard=[r.as_dict() for r in card.rows] if card else [],
         scorecard_counts=card.counts() if card else {},
+        other_counts=card.counts("other_verdict") if card else {},
+        differing=card.differing() if card else [],
+        profile_text=describe(prov.profile),
+        profile_check=profile_statement(prov),
+        other_text=describe(prov.other_profile) if prov.other_profile else "",
+        other_name=prov.other_profile.name if prov.other_profile else "",
+        agent_paragraphs=agent_paragraphs or [],
     )
+
+
+def describe(choice: ProfileChoice) -> str:
+    return f"{choice.describe()}, sha256 {choice.sha256 or 'unknown: file not produced yet'}"
+
+
+def profile_statement(prov: Provenance) -> str:
+    """Whether every registration committed the profile the header names."""
+    registered = [p for p in prov.prereg if p["commit"]]
+    if not registered:
+        return "No study is registered yet."
+    mismatched = prov.profile_mismatches
+    if mismatched:
+        return (
+            f"Registered with another profile: {', '.join(mismatched)} (their predictions "
+            "and decisions rest on the profile named in the Preregistration table)."
+        )
+    hashed = [p for p in registered if p["profile_sha256"]]
+    text = f"{len(hashed)} of {len(registered)} registrations committed this sha256"
+    if len(hashed) < len(registered):
+        text += "; the others record no profile hash"
+    return text + "."
+
+
+def scorecard(res: Results, tables: list[Table], prov: Provenance) -> Scorecard:
+    """The findings judged with the study's profile and, recomputed from the same plans
+    and run records, with the other profile (exploratory, never registered)."""
+    rows = score(evidence(res, tables))
+    other = prov.other_profile
+    if other is None:
+        rows = without_other_profile(
+            rows,
+            "the study used the published constants and this results tree has no "
+            "calibrated profile yet",
+        )
+        return Scorecard(tuple(rows), prov.backends, describe(res.profile))
+    alternative = RecomputedResults(res, other)
+    other_rows = score(evidence(alternative, build_tables(alternative)))
+    rows = with_other_profile(rows, other_rows, (res.profile.name, other.name))
+    return Scorecard(tuple(rows), prov.backends, describe(res.profile), describe(other))
 
 
 def build_report(config: Path | str, results: Path | str, out: Path | str) -> dict[str, Any]:
@@ -327,10 +403,12 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     res = Results(cfg, Path(results))
     out = Path(out)
     tables = build_tables(res)
-    figures = build_figures(res)
+    figures = build_figures(res) + build_agent_figures(res)
     prov = provenance(res)
-    paragraphs = reading(res, prov, {t.id: t for t in tables})
-    card = Scorecard(tuple(score(evidence(res, tables))), prov.backends)
+    by_id = {t.id: t for t in tables}
+    paragraphs = reading(res, prov, by_id)
+    agent_paragraphs = reading_agents(res, by_id) if res.agent_studies() else []
+    card = scorecard(res, tables, prov)
     index: dict[str, Any] = {"tables": {}, "figures": {}, "report": "report.html"}
     for table in tables:
         written = []
@@ -352,7 +430,16 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     }
     index["not_produced"] = sorted(res.missing)
     index["backends"] = list(prov.backends)
-    html = render_html(cfg, prov, tables, figures, paragraphs, sorted(res.missing), card)
+    index["profile"] = {"name": prov.profile.name, "sha256": prov.profile.sha256}
+    index["scorecard"]["other_profile"] = (
+        None
+        if prov.other_profile is None
+        else {"name": prov.other_profile.name, "sha256": prov.other_profile.sha256}
+    )
+    index["scorecard"]["differing"] = card.differing()
+    html = render_html(
+        cfg, prov, tables, figures, paragraphs, sorted(res.missing), card, agent_paragraphs
+    )
     atomic_write_text(out / "report.html", html)
     atomic_write_json(out / "tables" / "index.json", index)
     return index

@@ -1,4 +1,4 @@
-"""Read-only access to a results tree for the report (SPEC section 13).
+"""Read-only access to a results tree for the report (docs/DESIGN.md §13).
 
 The report reads only the files the pipeline wrote (channel tables, decision CSVs,
 predictions, plans, run records, the search outputs, the injection gaps, the calibrated
@@ -23,6 +23,9 @@ import yaml
 from rearrival.config.study import SELECTED, Configuration, Study, StudyConfig
 from rearrival.errors import RearrivalError
 from rearrival.model.plans import Plan, load_plan
+from rearrival.model.profile import Profile
+from rearrival.report.profiles import ProfileChoice, configured_choice
+from rearrival.vocabulary import INJECTION_BACKEND
 
 
 class ReportError(RearrivalError):
@@ -45,25 +48,36 @@ class Results:
     produced; accessors return ``None`` for absent files instead of raising.
     """
 
-    def __init__(self, cfg: StudyConfig, root: Path) -> None:
+    def __init__(self, cfg: StudyConfig, root: Path, profile: ProfileChoice | None = None) -> None:
         self.cfg = cfg
         self.root = Path(root)
+        # the constants the numbers rest on: the config's profile: unless a second
+        # evaluation names another (rearrival.report.recompute)
+        self.profile = profile or configured_choice(cfg, self.root)
         self._cache: dict[str, Any] = {}
         self.missing: list[str] = []
+
+    def prediction_profile(self) -> Profile:
+        """The profile the predictions and channel A of this tree used, which any
+        simulation the report runs itself (Table XI's fixed arrivals) must use too."""
+        if "profile:" not in self._cache:
+            self._cache["profile:"] = self.profile.load(self.cfg)
+        return self._cache["profile:"]
 
     def _note_missing(self, path: Path, how: str) -> None:
         line = f"{path} not produced ({how})"
         if line not in self.missing:
             self.missing.append(line)
 
-    def load(self, relative: str) -> Any:
-        """The results file at ``relative`` (parsed by its suffix), or None if absent."""
+    def load(self, relative: str, how: str | None = None) -> Any:
+        """The results file at ``relative`` (parsed by its suffix), or None if absent,
+        noted with ``how`` to produce it (default: the snakemake target)."""
         if relative not in self._cache:
             path = self.root / relative
             if path.exists():
                 self._cache[relative] = READERS[path.suffix](path)
             else:
-                self._note_missing(path, f"snakemake results/{relative}")
+                self._note_missing(path, how or f"snakemake results/{relative}")
                 self._cache[relative] = None
         return self._cache[relative]
 
@@ -89,7 +103,15 @@ class Results:
         return self.load("search/selected.json")
 
     def gaps(self) -> pd.DataFrame | None:
-        return self.load("injection/gaps.parquet")
+        """The injection gaps; on a backend without the injection driver the note says so
+        instead of suggesting a snakemake target that would fail."""
+        if self.cfg.backend == INJECTION_BACKEND:
+            return self.load("injection/gaps.parquet")
+        return self.load(
+            "injection/gaps.parquet",
+            f"the prefill injection runs only on backend {INJECTION_BACKEND}; "
+            f"backend {self.cfg.backend} leaves it out",
+        )
 
     def compile_records(self) -> list[tuple[Path, Any]]:
         """Every results/compile/*.json (hardware only), parsed."""
@@ -119,17 +141,36 @@ class Results:
         return self.root.parent / path
 
     def studies(self, *kinds: str) -> list[Study]:
-        return [s for s in self.cfg.studies.values() if not kinds or s.kind in kinds]
+        """The paper's studies (two-round sessions) of the given kinds; studies of agent
+        sessions have their own report section (``agent_studies``)."""
+        return [
+            s
+            for s in self.cfg.studies.values()
+            if not s.multi_round and (not kinds or s.kind in kinds)
+        ]
 
-    def all_channels(self) -> pd.DataFrame:
-        """Every study's channel rows that exist, one frame (empty when none)."""
-        frames = [f for s in self.cfg.studies for f in [self.channels(s)] if f is not None]
+    def agent_studies(self) -> list[Study]:
+        """Studies of agent sessions with several tool calls (a ``workload`` block)."""
+        return [s for s in self.cfg.studies.values() if s.multi_round]
+
+    def all_channels(self, studies: Iterable[Study] | None = None) -> pd.DataFrame:
+        """The channel rows that exist of ``studies`` (default: the paper's studies), one
+        frame (empty when none)."""
+        chosen = self.studies() if studies is None else studies
+        frames = [f for s in chosen for f in [self.channels(s.name)] if f is not None]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def backends(self) -> list[str]:
         """Backends that produced the runs (from the manifests, via the channel tables)."""
-        frame = self.all_channels()
+        frame = self.all_channels(self.cfg.studies.values())
         return sorted(set(frame["backend"])) if "backend" in frame else []
+
+    def study_selected(self, study: Study) -> dict[str, Any] | None:
+        """The search pick a study compares as 'selected': its own search's, when it has
+        one (results/study_search/<study>/), else the top-level search's."""
+        if study.search is None:
+            return self.selected()
+        return self.load(f"study_search/{study.name}/selected.json")
 
     def configuration(self, name: str) -> Configuration | None:
         """A configuration by name; ``selected`` comes from the search output."""

@@ -5,7 +5,12 @@ paper's numbers (from ``data/paper_numbers.yaml``), this run's numbers (computed
 regenerated tables and results, never typed), and a verdict, ``holds``, ``does not
 hold`` or ``not comparable``, with the reason and the stated test. The report opens
 with it; it is also written as CSV and Markdown beside the tables, and ``rearrival
-tables --scorecard`` prints one line per finding.
+tables --scorecard`` prints each finding within 100 columns.
+
+Each finding is judged twice: with the profile the study used and, in an exploratory
+second evaluation, with the other profile (``rearrival.report.profiles``); a line per
+finding says whether the verdict differs, so a verdict that rests on the cost constants
+is visible.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,7 @@ from rearrival.report.findings import (
     findings,
 )
 from rearrival.report.paper_numbers import PaperNumber, load_paper_numbers
-from rearrival.report.table_model import csv_text
+from rearrival.report.table_model import csv_text, wrap_markdown
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,10 @@ class ScoreRow:
     why: str
     test: str
     hardware: bool
+    # the same finding judged with the other profile, and whether the verdict differs
+    other_ours: str = ""
+    other_verdict: str = ""
+    profiles: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +62,9 @@ class ScoreRow:
             "why": self.why,
             "test": self.test,
             "hardware": "yes" if self.hardware else "no",
+            "other_ours": self.other_ours,
+            "other_verdict": self.other_verdict,
+            "profiles": self.profiles,
         }
 
 
@@ -85,6 +97,48 @@ def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[S
             )
         )
     return out
+
+
+def profile_line(row: ScoreRow, other: ScoreRow, names: tuple[str, str], search: bool) -> str:
+    """Whether a finding's verdict differs between the two profiles, in words."""
+    used, alternative = names
+    if search:
+        return (
+            f"not re-judged: the search ran once, with the {used} profile, and its pick is "
+            "what was measured"
+        )
+    if row.verdict == other.verdict:
+        return f"same verdict with the {used} and the {alternative} profile"
+    return f"DIFFERS: {row.verdict} with the {used} profile, {other.verdict} with the {alternative}"
+
+
+def with_other_profile(
+    rows: Sequence[ScoreRow],
+    other_rows: Sequence[ScoreRow],
+    names: tuple[str, str],
+    numbers: dict[str, PaperNumber] | None = None,
+) -> list[ScoreRow]:
+    """``rows`` (the study's profile) beside ``other_rows`` (the same findings judged on
+    the second evaluation); ``names`` are the two profiles' names in that order."""
+    searched = {f.id for f in findings(numbers or load_paper_numbers()) if f.search}
+    other_by_id = {r.id: r for r in other_rows}
+    out = []
+    for row in rows:
+        other = other_by_id[row.id]
+        out.append(
+            replace(
+                row,
+                other_ours=other.ours,
+                other_verdict=other.verdict,
+                profiles=profile_line(row, other, names, row.id in searched),
+            )
+        )
+    return out
+
+
+def without_other_profile(rows: Sequence[ScoreRow], reason: str) -> list[ScoreRow]:
+    """``rows`` when no second evaluation could be made, saying why on every row."""
+    return [replace(row, profiles=f"not judged with another profile: {reason}") for row in rows]
 
 
 def selected_note(ev: Evidence, numbers: dict[str, PaperNumber]) -> str:
@@ -167,7 +221,20 @@ def evidence(res: Any, tables: Sequence[Any]) -> Evidence:
 
 # --- rendering ------------------------------------------------------------------------------
 
-COLUMNS = ("id", "section", "claim", "paper", "ours", "verdict", "why", "test", "hardware")
+COLUMNS = (
+    "id",
+    "section",
+    "claim",
+    "paper",
+    "ours",
+    "verdict",
+    "why",
+    "test",
+    "hardware",
+    "other_ours",
+    "other_verdict",
+    "profiles",
+)
 HEADERS = {
     "id": "finding",
     "section": "section",
@@ -178,6 +245,9 @@ HEADERS = {
     "why": "why",
     "test": "test",
     "hardware": "needs RBLN hardware",
+    "other_ours": "this run, other profile",
+    "other_verdict": "verdict, other profile",
+    "profiles": "does the verdict depend on the profile?",
 }
 
 
@@ -185,9 +255,19 @@ HEADERS = {
 class Scorecard:
     rows: tuple[ScoreRow, ...]
     backends: tuple[str, ...] = field(default_factory=tuple)
+    # the profile the study used and the other one, each described with its sha256
+    profile: str = ""
+    other_profile: str = ""
 
-    def counts(self) -> dict[str, int]:
-        return {v: sum(r.verdict == v for r in self.rows) for v in (HOLDS, FAILS, NOT_COMPARABLE)}
+    def counts(self, column: str = "verdict") -> dict[str, int]:
+        return {
+            v: sum(getattr(r, column) == v for r in self.rows)
+            for v in (HOLDS, FAILS, NOT_COMPARABLE)
+        }
+
+    def differing(self) -> list[str]:
+        """Findings whose verdict differs between the two profiles."""
+        return [r.id for r in self.rows if r.profiles.startswith("DIFFERS")]
 
 
 def scorecard_csv(card: Scorecard) -> str:
@@ -195,23 +275,45 @@ def scorecard_csv(card: Scorecard) -> str:
 
 
 def scorecard_markdown(card: Scorecard) -> str:
+    """One section per finding (its long claim, reason and test as wrapped list items,
+    not pipe-table cells), so the file reads at 100 columns."""
     counts = card.counts()
     used = ", ".join(card.backends) or "no runs yet"
-    lines = [
-        "## Scorecard: the paper's findings against this run",
-        "",
+    intro = (
         f"Backend: {used}. {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
         f"{counts[NOT_COMPARABLE]} not comparable. Paper numbers from "
-        "src/rearrival/data/paper_numbers.yaml; each test is stated in the 'test' "
-        "column.",
-        "",
-        "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-        "|" + "|".join("---" for _ in COLUMNS) + "|",
-    ]
+        "src/rearrival/data/paper_numbers.yaml; each finding states its test."
+    )
+    lines = ["## Scorecard: the paper's findings against this run", "", *wrap_markdown(intro)]
+    for sentence in profile_sentences(card):
+        lines += ["", *wrap_markdown(sentence)]
+    optional = ("other_ours", "other_verdict", "profiles")  # only with a second profile
     for row in card.rows:
         data = row.as_dict()
-        lines.append("| " + " | ".join(str(data[c]).replace("|", "\\|") for c in COLUMNS) + " |")
+        lines += ["", f"### {row.id}: {row.verdict}", ""]
+        for key in COLUMNS:
+            if key in ("id", "verdict") or (key in optional and not data[key]):
+                continue
+            lines += wrap_markdown(f"- {HEADERS[key]}: {data[key] or 'n/a'}", indent="  ")
     return "\n".join(lines) + "\n"
+
+
+def profile_sentences(card: Scorecard) -> list[str]:
+    """What the two verdict columns rest on, and which findings depend on the profile."""
+    if not card.profile:
+        return []
+    out = [f"Verdicts with the study's profile: {card.profile}."]
+    if card.other_profile:
+        other = card.counts("other_verdict")
+        differing = card.differing()
+        out.append(
+            f"Second, exploratory evaluation with {card.other_profile}: predictions, channel "
+            "A and decisions recomputed by the report stage from the plans and run records, "
+            f"never registered; {other[HOLDS]} hold, {other[FAILS]} do not hold, "
+            f"{other[NOT_COMPARABLE]} not comparable. Verdicts that differ: "
+            f"{', '.join(differing) or 'none'}."
+        )
+    return out
 
 
 def read_scorecard_csv(path: Path) -> Scorecard:
@@ -229,9 +331,20 @@ def read_scorecard_csv(path: Path) -> Scorecard:
 
 
 def summary_lines(card: Scorecard) -> list[str]:
-    """One terminal line per finding: verdict, id, paper vs this run."""
+    """One entry per finding for the terminal: verdict, id, paper vs this run on its
+    first line, the reason below it, indented and wrapped so no line passes 100 columns."""
     width = max(len(v) for v in (HOLDS, FAILS, NOT_COMPARABLE))
+    indent = " " * (width + 2)
     return [
-        f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'} ({r.why})"
+        "\n".join(
+            [
+                *wrap_markdown(
+                    f"{r.verdict:<{width}}  {r.id}: paper {r.paper} | this run {r.ours or 'n/a'}",
+                    indent=indent,
+                ),
+                *wrap_markdown(f"{indent}({r.why})", indent=indent),
+                *(wrap_markdown(f"{indent}[{r.profiles}]", indent=indent) if r.profiles else []),
+            ]
+        )
         for r in card.rows
     ]

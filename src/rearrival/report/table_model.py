@@ -1,4 +1,4 @@
-"""The table type every report table is built as, and its renderers (SPEC section 13).
+"""The table type every report table is built as, and its renderers (docs/DESIGN.md §13).
 
 A table has one or more parts (e.g. Table XIII: ratios against the baseline per N, then
 the adjacent-pair saturation classification); each part has its own columns. The CSV
@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,23 +104,91 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+# Markdown files are read as text: every line fits this many columns where it can (a
+# single cell wider than that cannot be wrapped inside a pipe table and stays whole).
+MARKDOWN_WIDTH = 100
+
+
+def wrap_markdown(text: str, indent: str = "", width: int = MARKDOWN_WIDTH) -> list[str]:
+    """Prose lines (captions, notes, list items) wrapped at ``width``, words never split
+    (paths and ids stay whole); ``indent`` starts every line after the first."""
+    return textwrap.wrap(
+        text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    ) or [""]
+
+
+def _pipe_width(widths: Sequence[int], columns: Sequence[int]) -> int:
+    """Characters of one ``| a | b |`` line over ``columns``."""
+    return sum(widths[i] + 3 for i in columns) + 1
+
+
+def _key_columns(cells: Sequence[Sequence[str]], widths: Sequence[int], width: int) -> list[int]:
+    """The leading columns that tell the rows apart (the shortest prefix whose cells are
+    unique per row), at most half the width: each column block repeats them."""
+    keys = [0]
+    while (
+        len({tuple(row[i] for i in keys) for row in cells}) < len(cells)
+        and len(keys) < len(widths) - 1
+        and _pipe_width(widths, [*keys, len(keys)]) <= width // 2
+    ):
+        keys.append(len(keys))
+    return keys
+
+
+def _column_blocks(widths: Sequence[int], keys: Sequence[int], width: int) -> list[list[int]]:
+    """Columns split into blocks that each fit ``width``, every block led by ``keys``;
+    one block when the whole table fits."""
+    if _pipe_width(widths, range(len(widths))) <= width:
+        return [list(range(len(widths)))]
+    blocks: list[list[int]] = []
+    block = list(keys)
+    for column in range(len(keys), len(widths)):
+        if len(block) > len(keys) and _pipe_width(widths, [*block, column]) > width:
+            blocks.append(block)
+            block = list(keys)
+        block.append(column)
+    return [*blocks, block]
+
+
+def _pipe_lines(
+    headers: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequence[int], block: list[int]
+) -> list[str]:
+    def line(values: Sequence[str]) -> str:
+        return "| " + " | ".join(values[i].ljust(widths[i]) for i in block) + " |"
+
+    rule = "|" + "|".join("-" * (widths[i] + 2) for i in block) + "|"
+    return [line(headers), rule, *(line(row) for row in cells)]
+
+
+def markdown_pipe_table(
+    headers: Sequence[str], cells: Sequence[Sequence[str]], width: int = MARKDOWN_WIDTH
+) -> list[str]:
+    """Aligned pipe table; a table wider than ``width`` becomes several tables, one per
+    block of columns, each repeating the columns that identify a row."""
+    widths = [max(3, len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
+    lines: list[str] = []
+    for block in _column_blocks(widths, _key_columns(cells, widths, width), width):
+        lines += [*([""] if lines else []), *_pipe_lines(headers, cells, widths, block)]
+    return lines
+
+
 def table_markdown(table: Table) -> str:
-    """Markdown: heading, caption, one pipe table per part, then the notes."""
-    lines = [f"## Table {table.id}: {table.title}", "", table.caption, ""]
+    """Markdown: heading, caption, one pipe table per part, then the notes; readable as
+    text at 100 columns (wide parts split into column blocks, prose wrapped)."""
+    lines = [f"## Table {table.id}: {table.title}", "", *wrap_markdown(table.caption), ""]
     for part in table.parts:
         if len(table.parts) > 1:
             lines += [f"### {part.name}", ""]
         if not part.rows:
             lines += ["(no rows)", ""]
             continue
-        lines.append("| " + " | ".join(_md_cell(c.header) for c in part.columns) + " |")
-        lines.append("|" + "|".join("---" for _ in part.columns) + "|")
-        for row in part.rows:
-            cells = [_md_cell(display(row.get(c.key), c.fmt)) for c in part.columns]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += [f"- {note}" for note in table.notes]
-    lines.append(f"- Run ids of every row: table_{table.id}.csv, column run_ids.")
+        headers = [_md_cell(c.header) for c in part.columns]
+        cells = [
+            [_md_cell(display(row.get(c.key), c.fmt)) for c in part.columns] for row in part.rows
+        ]
+        lines += [*markdown_pipe_table(headers, cells), ""]
+    for note in [*table.notes, f"Run ids of every row: table_{table.id}.csv, column run_ids."]:
+        lines += wrap_markdown(f"- {note}", indent="  ")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from rearrival.config.study import StudyConfig, tool_table_for
-from rearrival.model.plans import Plan, load_plan
+from rearrival.model.memory import DeviceMemory, device_memory
+from rearrival.model.plans import Plan, check_context, load_plan
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.search.scoring import (
@@ -31,6 +33,7 @@ from rearrival.search.scoring import (
     SearchSettings,
     baseline_of,
     make_plan,
+    override_settings,
     parse_candidate_id,
     select,
 )
@@ -42,24 +45,34 @@ SMALL_GAIN = 0.005
 SLOT_STEP = 8
 
 
-def load_plan_dir(plans_dir: Path) -> list[Plan]:
-    """Every plan file (.parquet/.json) under ``plans_dir``, in path order."""
+def load_plan_dir(plans_dir: Path, max_seq_len: int | None = None) -> list[Plan]:
+    """Every plan file (.parquet/.json) under ``plans_dir``, in path order; with
+    ``max_seq_len`` (the profile's), a plan whose transcript outgrows it is refused, since
+    the profile's costs were not measured there."""
     paths = sorted(p for p in plans_dir.rglob("*") if p.suffix in (".parquet", ".json"))
     if not paths:
         raise SearchError(
             f"plans directory {plans_dir}: no .parquet or .json plan files; "
             "write some with `rearrival plan` or `rearrival search plans`"
         )
-    return [load_plan(p) for p in paths]
+    plans = [load_plan(p) for p in paths]
+    if max_seq_len is not None:
+        for path, plan in zip(paths, plans, strict=True):
+            check_context(plan, max_seq_len, f"{path} (profile measured at {max_seq_len:,})")
+    return plans
 
 
-def evaluation_plans(cfg: StudyConfig, n: int) -> list[Plan]:
-    """The config's evaluation inputs at one N: seeds x blocks plans never used to select."""
+def evaluation_plans(
+    cfg: StudyConfig, n_set: Sequence[int], settings: SearchSettings | None = None
+) -> list[Plan]:
+    """The config's evaluation inputs at each N: seeds x blocks plans never used to select
+    (``settings``: a study's own search, e.g. over agent sessions)."""
 
-    settings = SearchSettings.from_config(cfg)
+    settings = settings or SearchSettings.from_config(cfg)
     table = tool_table_for(cfg)
     return [
         make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table)
+        for n in n_set
         for seed in range(settings.seeds)
         for block in range(settings.blocks)
     ]
@@ -92,13 +105,17 @@ def predict(
 
 
 def full_reuse_tokens(plans: Sequence[Plan], profile: Profile) -> int:
-    """Re-arrival prefill tokens if every re-arrival found its own KV (the floor)."""
-    return sum(
-        s.followup_prompt_tokens
-        - profile.reusable_tokens(s.prompt_tokens, s.followup_prompt_tokens)
-        for p in plans
-        for s in p.sessions
-    )
+    """Re-arrival prefill tokens if every re-arrival found its own KV (the floor): each
+    round after a session's first computes its prompt minus what the previous prompt
+    leaves in the slot."""
+    total = 0
+    for plan in plans:
+        for s in plan.sessions:
+            prompts = s.prompts()
+            total += sum(
+                now - profile.reusable_tokens(before, now) for before, now in pairwise(prompts)
+            )
+    return total
 
 
 def larger_candidate(pick: Candidate, batch_sizes: Sequence[int]) -> Candidate:
@@ -109,85 +126,96 @@ def larger_candidate(pick: Candidate, batch_sizes: Sequence[int]) -> Candidate:
     return Candidate((*pick.buckets[:-1], top), top)
 
 
-def resources(candidate: Candidate, profile: Profile) -> dict[str, Any]:
+def resources(candidate: Candidate, profile: Profile, memory: DeviceMemory) -> dict[str, Any]:
+    """Compile cost, artifact and KV memory of a configuration, checked against the
+    devices: weights plus KV per device, the device's memory and what is left."""
     kv = profile.kv_gib(candidate.slots)
     compile_s = profile.compile_seconds(candidate.n_buckets)
     return {
         "kv_gib": kv,
         "kv_gib_per_device": kv / profile.num_devices,
+        "memory_gib_per_device": memory.gib_per_device(candidate.slots),
+        "device_memory_gib": memory.per_device_gib,
+        "headroom_gib_per_device": memory.headroom_gib_per_device(candidate.slots),
+        "fits_memory": memory.fits(candidate.slots),
         "compile_s": compile_s,
         "artifact_gib": profile.artifact_gib(candidate.n_buckets),
         "within_compile_budget": compile_s <= profile.compile_budget_s,
     }
 
 
-def _pick(
-    cfg: StudyConfig, search_dir: Path | None, workers: int, profile: Profile | None = None
-) -> tuple[Candidate, str]:
+def search_pick(
+    cfg: StudyConfig,
+    search_dir: Path | None,
+    workers: int,
+    profile: Profile,
+    settings: SearchSettings,
+) -> tuple[Candidate, str, tuple[int, ...] | None]:
+    """The pick, where it came from, and the N set the search chose it at (None when a
+    search result does not record it)."""
     if search_dir is None:
-        pick, score = select(cfg, workers, profile)
-        return pick, f"search run now on the config's search inputs (score {score:.4f})"
+        pick, score = select(cfg, workers, profile, settings)
+        n_text = ",".join(map(str, settings.n))
+        return pick, f"search run now at N {n_text} (score {score:.4f})", settings.n
     # --search takes the finished search's directory or its selected.json itself
     path = search_dir if search_dir.is_file() else search_dir / "selected.json"
     try:
         raw = json.loads(path.read_text())
         pick = parse_candidate_id(raw["id"])
-    except (OSError, ValueError, KeyError) as exc:
+        recorded = raw.get("search_n")
+        search_n = None if recorded is None else tuple(int(v) for v in recorded)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SearchError(
             f"{path}: no usable search result ({exc}); give the "
             "directory of a finished `rearrival search` or its "
             "selected.json, or no search result at all"
         ) from exc
-    return pick, f"{path} (search score {raw.get('search_score', float('nan')):.4f})"
+    score = raw.get("search_score", float("nan"))
+    return pick, f"{path} (search score {score:.4f})", search_n
 
 
-def advise(
-    cfg: StudyConfig,
-    *,
-    n: int = 8,
-    plans_dir: Path | None = None,
-    search_dir: Path | None = None,
-    workers: int = 2,
-    profile: Profile | None = None,
-) -> dict[str, Any]:
-    """The Section V-D summary as a JSON-ready dict (see ``to_markdown``)."""
-    profile = profile or measured_profile()
-    settings = SearchSettings.from_config(cfg)
-    if plans_dir is None:
-        plans = evaluation_plans(cfg, n)
-        source = (
-            f"{len(plans)} evaluation plans of the config at N={n} "
-            f"(seed block {settings.evaluation_seed_block}, never used to select)"
+def resolve_n(
+    asked: Sequence[int] | None,
+    search_n: Sequence[int] | None,
+    default: Sequence[int],
+    source: str,
+) -> tuple[int, ...]:
+    """The N set advice is evaluated at: the search's own (``default`` when the search
+    result does not record it), or ``asked`` when it agrees.
+
+    A pick chosen at one N set says nothing about another (paper V-A: the pick depended
+    on N), so a mismatch is refused rather than silently evaluated."""
+    if asked is None:
+        return tuple(sorted(default if search_n is None else search_n))
+    asked = tuple(sorted(set(asked)))
+    if search_n is not None and asked != tuple(sorted(search_n)):
+        wanted = ",".join(map(str, asked))
+        raise SearchError(
+            f"N {wanted} differs from the N set {','.join(map(str, sorted(search_n)))} the "
+            f"search chose its pick at ({source}); omit --n to evaluate at the search's N, "
+            f"or run the search at N {wanted} (`rearrival search --n {wanted} --out DIR`)"
         )
-    else:
-        plans = load_plan_dir(plans_dir)
-        source = f"{len(plans)} plan files under {plans_dir}"
-    baseline = baseline_of(cfg)
-    pick, pick_source = _pick(cfg, search_dir, workers, profile)
-    larger = larger_candidate(pick, settings.batch_sizes)
+    return asked
+
+
+def assess(
+    plans: Sequence[Plan],
+    baseline: Candidate,
+    pick: Candidate,
+    larger: Candidate,
+    profile: Profile,
+    memory: DeviceMemory,
+) -> dict[str, Any]:
+    """Steps (1), (2) and (4) of V-D on ``plans``: the three configurations predicted,
+    each with its reuse loss, compile cost and memory, and the more-slots verdict."""
     floor = full_reuse_tokens(plans, profile)
     base, chosen, more = (predict(plans, c, profile) for c in (baseline, pick, larger))
     for entry, cand in ((base, baseline), (chosen, pick), (more, larger)):
         entry["extra_prefill_tokens"] = entry["computed_prefill_tokens"] - floor
         entry["reuse_misses"] = entry["re_arrivals"] - entry["reuse_hits"]
-        entry.update(resources(cand, profile))
+        entry.update(resources(cand, profile, memory))
     further = 1 - more["device_s"] / chosen["device_s"]
-    complete = chosen["extra_prefill_tokens"] == 0
-    if further < SMALL_GAIN and complete:
-        verdict = (
-            "more slots would not help; consider the smaller configuration "
-            f"({pick.id} over {larger.id})"
-        )
-    elif further < SMALL_GAIN:
-        verdict = (
-            f"reuse is still incomplete at {pick.id}, but {larger.id} saves only "
-            f"{100 * further:.2f} % more; more slots would barely help"
-        )
-    else:
-        verdict = f"more slots still help: {larger.id} saves a further {100 * further:.2f} %"
     return {
-        "inputs": source,
-        "recommendation_source": pick_source,
         "baseline": base,
         "selected": chosen,
         "larger": more,
@@ -196,9 +224,89 @@ def advise(
         "decode_ratio": chosen["decode_s"] / base["decode_s"],
         "prefill_ratio": chosen["prefill_s"] / base["prefill_s"],
         "further_saving_larger": further,
-        "more_slots_verdict": verdict,
+        "more_slots_verdict": more_slots_verdict(pick, larger, chosen, more, further),
         "compile_budget_s": profile.compile_budget_s,
         "num_devices": profile.num_devices,
+        "max_slots_in_memory": memory.max_slots(),
+    }
+
+
+def more_slots_verdict(
+    pick: Candidate,
+    larger: Candidate,
+    chosen: dict[str, Any],
+    more: dict[str, Any],
+    further: float,
+) -> str:
+    """Step (4): do more slots pay, and do they fit the devices at all?"""
+    if not more["fits_memory"]:
+        return (
+            f"more slots do not fit: {larger.id} needs {more['memory_gib_per_device']:.2f} GiB "
+            f"per device of {more['device_memory_gib']:.2f} GiB (it would save a further "
+            f"{100 * further:.2f} %); {pick.id} is the most this device allows here"
+        )
+    if further >= SMALL_GAIN:
+        return f"more slots still help: {larger.id} saves a further {100 * further:.2f} %"
+    if chosen["extra_prefill_tokens"] == 0:
+        return (
+            "more slots would not help; consider the smaller configuration "
+            f"({pick.id} over {larger.id})"
+        )
+    return (
+        f"reuse is still incomplete at {pick.id}, but {larger.id} saves only "
+        f"{100 * further:.2f} % more; more slots would barely help"
+    )
+
+
+def advise(
+    cfg: StudyConfig,
+    *,
+    n: Sequence[int] | None = None,
+    plans_dir: Path | None = None,
+    search_dir: Path | None = None,
+    workers: int = 2,
+    profile: Profile | None = None,
+    study: str | None = None,
+) -> dict[str, Any]:
+    """The Section V-D summary as a JSON-ready dict (see ``to_markdown``).
+
+    Inputs are the config's evaluation plans at the search's N set (``n`` must agree with
+    it), or the plans under ``plans_dir`` (the search then runs at their N set). With
+    ``study``, that study's own search and evaluation inputs (e.g. agent sessions) and its
+    baseline."""
+    profile = profile or measured_profile()
+    settings = (
+        SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
+    )
+    plans = load_plan_dir(plans_dir, profile.slot_tokens) if plans_dir is not None else None
+    if plans is not None:
+        n = sorted({p.n for p in plans}) if n is None else n
+        if search_dir is None and settings.workload is None and any(p.multi_round for p in plans):
+            raise SearchError(
+                f"plans directory {plans_dir}: the plans are agent sessions (several rounds) "
+                "but the search would select on the paper's two-round sessions; give "
+                "--study NAME (a study with a workload and a search block) or --search DIR"
+            )
+    if search_dir is None and n is not None:
+        settings = override_settings(settings, n=tuple(sorted(set(n))))
+    pick, pick_source, search_n = search_pick(cfg, search_dir, workers, profile, settings)
+    n_set = resolve_n(n, search_n, settings.n, pick_source)
+    if plans is None:
+        plans = evaluation_plans(cfg, n_set, settings)
+        source = (
+            f"{len(plans)} evaluation plans of the config at N {','.join(map(str, n_set))} "
+            f"(seed block {settings.evaluation_seed_block}, never used to select)"
+        )
+    else:
+        source = f"{len(plans)} plan files under {plans_dir}"
+    larger = larger_candidate(pick, settings.batch_sizes)
+    baseline = baseline_of(cfg, study)
+    result = assess(plans, baseline, pick, larger, profile, device_memory(profile))
+    return {
+        "inputs": source,
+        "n": list(n_set),
+        "recommendation_source": pick_source,
+        **result,
     }
 
 
@@ -207,13 +315,56 @@ def _config_cell(entry: dict[str, Any]) -> str:
     return f"`{c['id']}` (slots {c['slots']})"
 
 
+def memory_sentence(entry: dict[str, Any]) -> str:
+    """Device memory of one configuration: used, available and left per device."""
+    c = entry["configuration"]
+    text = (
+        f"weights + {c['slots']} KV slots take {entry['memory_gib_per_device']:.2f} GiB per "
+        f"device of {entry['device_memory_gib']:.2f} GiB"
+    )
+    if entry["fits_memory"]:
+        return f"{text}: leaves {entry['headroom_gib_per_device']:.2f} GiB per device"
+    return f"{text}: DOES NOT FIT ({-entry['headroom_gib_per_device']:.2f} GiB short per device)"
+
+
+def _per_round_lines(advice: dict[str, Any]) -> list[str]:
+    """The baseline's reuse loss by round (multi-round workloads only)."""
+    rows = advice.get("baseline_per_round")
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| round | re-arrivals | KV misses | extra prefill tokens |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['round']} | {r['re_arrivals']} | {r['misses']} | {r['extra_prefill_tokens']:,} |"
+        for r in rows
+    ]
+    return lines
+
+
+def _spread_line(advice: dict[str, Any]) -> list[str]:
+    spread = advice.get("saving_spread")
+    if not spread:
+        return []
+    return [
+        f"Over {spread['resamples']} resampled session sets (bootstrap over sessions, seed "
+        f"{spread['seed']}): median {100 * spread['median']:.2f} %, 90 % of them between "
+        f"{100 * spread['p05']:.2f} % and {100 * spread['p95']:.2f} %.",
+    ]
+
+
 def to_markdown(advice: dict[str, Any]) -> str:
     """Human-readable report of ``advise`` (prints as Markdown)."""
     base, chosen, more = advice["baseline"], advice["selected"], advice["larger"]
+    n_text = ",".join(map(str, advice["n"]))
     lines = [
         "# What to compile (paper Section V-D)",
         "",
-        f"Inputs: {advice['inputs']}. Predictions of the base simulator, not measurements.",
+        f"Inputs: {advice['inputs']}; evaluated at N {n_text}. Predictions of the base "
+        "simulator, not measurements.",
+        *[f"- {note}" for note in advice.get("workload_notes", [])],
         "",
         "## 1. Baseline losses",
         "",
@@ -223,30 +374,34 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"{advice['full_reuse_prefill_tokens']:,} that full reuse would compute.",
         f"- Decode padding ratio {base['padding_ratio']:.3f}; steps by running count -> "
         "bucket: " + ", ".join(f"{k}: {v}" for k, v in base["histogram"].items()),
+        *_per_round_lines(advice),
         "",
         "## 2. Recommended configuration",
         "",
         f"Pick: {_config_cell(chosen)} from {advice['recommendation_source']}.",
         "",
         "| configuration | device s | decode s | prefill s | reuse | extra prefill tokens "
-        "| KV GiB (per device) | compile s | artifact GiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| KV GiB (per device) | memory left per device GiB | compile s | artifact GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in (base, chosen, more):
         lines.append(
             f"| {_config_cell(entry)} | {entry['device_s']:.3f} | {entry['decode_s']:.3f} | "
             f"{entry['prefill_s']:.3f} | {entry['reuse_hits']}/{entry['re_arrivals']} | "
             f"{entry['extra_prefill_tokens']:,} | {entry['kv_gib']:.3f} "
-            f"({entry['kv_gib_per_device']:.4f}) | {entry['compile_s']:.0f} | "
-            f"{entry['artifact_gib']:.2f} |"
+            f"({entry['kv_gib_per_device']:.4f}) | "
+            f"{entry['headroom_gib_per_device']:.2f}{'' if entry['fits_memory'] else ' (no fit)'}"
+            f" | {entry['compile_s']:.0f} | {entry['artifact_gib']:.2f} |"
         )
     lines += [
         "",
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         f"time (decode x{advice['decode_ratio']:.4f}, prefill x{advice['prefill_ratio']:.4f}).",
+        *_spread_line(advice),
+        f"Memory: {memory_sentence(chosen)} (at most {advice['max_slots_in_memory']} slots fit).",
         f"Compile budget {advice['compile_budget_s']:.0f} s: "
         + ("within" if chosen["within_compile_budget"] else "EXCEEDED")
-        + ".",
+        + f" ({chosen['compile_s']:.0f} s).",
         "",
         "## 3. More slots?",
         "",

@@ -1,4 +1,4 @@
-"""Configuration search over the compile-time candidates (SPEC section 12, paper Section V-A).
+"""Configuration search over the compile-time candidates (docs/DESIGN.md §12, paper Section V-A).
 
 The search predicts, with the base simulator (deferred release, no dummy-block rule), the
 device time D of every candidate configuration on fixed input plans and ranks candidates by
@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from rearrival.atomic import atomic_directory, atomic_write_json
-from rearrival.config.study import StudyConfig, tool_table_for
+from rearrival.config.study import StudyConfig, Workload, tool_table_for
 from rearrival.errors import RearrivalError
 from rearrival.model.memory import DeviceMemory, device_memory
 from rearrival.model.plangen import generate_plan
@@ -45,6 +45,7 @@ from rearrival.model.plans import Plan, load_plan, write_plan
 from rearrival.model.profile import Profile, measured_profile, select_bucket
 from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.parquet import write_frame
+from rearrival.progress import progress
 
 INPUT_SETS = ("search", "evaluation")
 RESULT_COLUMNS = (
@@ -233,6 +234,9 @@ class SearchSettings:
     top: int = 20
     shards: int = 4
     memory_filter: bool = True
+    # agent sessions (a study's own search over its workload: generated or sampled from
+    # a trace); None: the paper's two-round sessions
+    workload: Workload | None = None
 
     def __post_init__(self) -> None:
         if self.search_seed_block == self.evaluation_seed_block:
@@ -255,7 +259,27 @@ class SearchSettings:
 
     @classmethod
     def from_config(cls, cfg: StudyConfig) -> SearchSettings:
-        raw = dict(cfg.search)
+        """The top-level ``search`` block (the paper's search, two-round inputs)."""
+        settings = cls._from_mapping(cfg.search)
+        _check_seed_blocks(cfg)
+        return settings
+
+    @classmethod
+    def for_study(cls, cfg: StudyConfig, name: str) -> SearchSettings:
+        """A study's own search (``studies.<name>.search``) over the study's workload,
+        whose pick is that study's ``selected`` configuration."""
+        study = cfg.study(name)
+        if study.search is None:
+            raise SearchError(
+                f"{cfg.source}: studies.{name} has no search block; give it one (its pick "
+                "is the study's 'selected') or leave out --study for the top-level search"
+            )
+        _check_seed_blocks(cfg)
+        return replace(cls._from_mapping(study.search), workload=study.workload)
+
+    @classmethod
+    def _from_mapping(cls, mapping: Mapping[str, Any]) -> SearchSettings:
+        raw = dict(mapping)
         for key in ("batch_sizes", "n"):
             if key in raw:
                 raw[key] = tuple(int(v) for v in raw[key])
@@ -263,18 +287,30 @@ class SearchSettings:
             raw["restricted_n"] = tuple(
                 tuple(sorted(int(v) for v in s)) for s in raw["restricted_n"]
             )
-        settings = cls(**raw)
-        for study in cfg.studies.values():
-            if study.seed_block in (settings.search_seed_block, settings.evaluation_seed_block):
-                raise SearchError(
-                    f"{cfg.source}: studies.{study.name}.seed_block {study.seed_block} is also "
-                    "a search seed block; give the search its own search_seed_block and "
-                    "evaluation_seed_block"
-                )
-        return settings
+        return cls(**raw)
 
     def seed_block(self, inputs: str) -> int:
         return self.search_seed_block if inputs == "search" else self.evaluation_seed_block
+
+
+def _check_seed_blocks(cfg: StudyConfig) -> None:
+    """Every search (the top-level one and each study's own) draws from seed blocks no
+    study and no other search uses, so no input is ever shared."""
+    owners: dict[int, str] = {
+        s.seed_block: f"studies.{s.name}.seed_block" for s in cfg.studies.values()
+    }
+    searches = [("search", cfg.search)] + [
+        (f"studies.{s.name}.search", s.search) for s in cfg.studies.values() if s.search is not None
+    ]
+    for where, block in searches:
+        for key in ("search_seed_block", "evaluation_seed_block"):
+            value = int(block[key])
+            if value in owners:
+                raise SearchError(
+                    f"{cfg.source}: {where}.{key} {value} is also {owners[value]}; give "
+                    "every study and every search its own seed blocks"
+                )
+            owners[value] = f"{where}.{key}"
 
 
 @dataclass(frozen=True, order=True)
@@ -312,15 +348,18 @@ def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: An
     Each input set keeps its own seed block (``block`` argument of ``generate_plan``) and
     numbers its (seed, block) pairs as replicates ``seed * blocks + block``, so the search
     and evaluation sets, and every study's plans, never share a plan seed (the generator
-    also puts N in the seed, so the N levels are independent draws).
+    also puts N in the seed, so the N levels are independent draws). A search over agent
+    sessions (``settings.workload``) draws them with the same seeds from their own stream.
     """
-    return generate_plan(
-        key.n,
-        study_seed=study_seed,
-        replicate=key.seed * settings.blocks + key.block,
-        block=settings.seed_block(key.inputs),
-        tool_table=table,
-    )
+    seeds = {
+        "study_seed": study_seed,
+        "replicate": key.seed * settings.blocks + key.block,
+        "block": settings.seed_block(key.inputs),
+        "tool_table": table,
+    }
+    if settings.workload is not None:
+        return settings.workload.plan(key.n, **seeds)
+    return generate_plan(key.n, **seeds)
 
 
 def make_plans(cfg: StudyConfig, settings: SearchSettings) -> list[tuple[PlanKey, Plan]]:
@@ -439,15 +478,21 @@ def score_plan(plan: Plan, arrays: CandidateArrays) -> PlanScores:
         core.run_batch(
             inputs.ints,
             inputs.floats,
+            inputs.pair_reuse,
+            inputs.pair_cost,
             np.ascontiguousarray(arrays.steps[reps]),
             arrays.batches[reps],
             arrays.slots[reps],
+            True,  # the base simulator: deferred release, no dummy block
+            0,
             out_f,
             out_i,
         )
     else:  # the Python core, same bits (compiled_core or simulate warned)
         _python_batch(plan, arrays, reps.tolist(), profile, out_f, out_i)
-    return PlanScores(out_f[inverse, :3], out_i[inverse, :2], len(plan.sessions), len(reps))
+    return PlanScores(
+        out_f[inverse, :3], out_i[inverse, :2], plan.requests - len(plan.sessions), len(reps)
+    )
 
 
 def _python_batch(
@@ -489,13 +534,14 @@ def evaluate(
     simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
 
     One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
-    is a maximum: small searches run in this process.
+    is a maximum: small searches run in this process. On a terminal a bar counts the plans.
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
     outcomes: dict[int, PlanScores] = {}
+    what = f"simulating {len(cands):,} configurations"  # the candidates and the baseline
     if workers <= 1 or len(tasks) <= 1 or len(cands) * len(plans) < POOL_MIN_PAIRS:
         _init_worker(list(cands), profile)
-        for task in tasks:
+        for task in progress(tasks, len(tasks), what, "plan"):
             index, scores = _score_plan(task)
             outcomes[index] = scores
     else:
@@ -503,7 +549,8 @@ def evaluate(
         with context.Pool(
             workers, initializer=_init_worker, initargs=(list(cands), profile)
         ) as pool:
-            for index, scores in pool.imap_unordered(_score_plan, tasks):
+            done = pool.imap_unordered(_score_plan, tasks)
+            for index, scores in progress(done, len(tasks), what, "plan"):
                 outcomes[index] = scores
     simulations = sum(scores.simulations for scores in outcomes.values())
     return results_frame(cands, plans, outcomes), simulations
@@ -914,6 +961,7 @@ def summarize(
             "blocks": settings.blocks,
             "search_plans": len(settings.n) * settings.seeds * settings.blocks,
             "evaluation_plans": len(settings.n) * settings.seeds * settings.blocks,
+            **({"workload": settings.workload.as_dict()} if settings.workload else {}),
         },
         "selected": selected,
         "evaluation_score": best["evaluation_score"],
@@ -950,9 +998,11 @@ def write_outputs(
     return summary
 
 
-def baseline_of(cfg: StudyConfig) -> Candidate:
-    """The denominator of every score: the config's ``baseline`` configuration."""
-    raw = cfg.configurations.get("baseline")
+def baseline_of(cfg: StudyConfig, study: str | None = None) -> Candidate:
+    """The denominator of every score: the config's ``baseline`` configuration, or for a
+    study's own search that study's baseline (its first configuration)."""
+    name = "baseline" if study is None else cfg.study(study).baseline
+    raw = cfg.configurations.get(name)
     if raw is None:
         raise SearchError(
             f"{cfg.source}: configurations.baseline is missing; the search "
@@ -962,8 +1012,34 @@ def baseline_of(cfg: StudyConfig) -> Candidate:
 
 
 def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
-    return candidates(
+    """The searched candidates; refuses an empty space before anything is simulated or
+    written, naming the filter that removed the last candidate and how to relax it."""
+    profile = profile or measured_profile()
+    kept = candidates(
         settings.batch_sizes, settings.max_buckets, profile, memory_filter=settings.memory_filter
+    )
+    if not kept:
+        raise SearchError(empty_space_message(settings, profile))
+    return kept
+
+
+def empty_space_message(settings: SearchSettings, profile: Profile) -> str:
+    """Why no candidate is left: the compile budget (checked first) or device memory."""
+    every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
+    memory = device_memory(profile)
+    counts = filter_counts(every, profile, memory, settings.memory_filter)
+    sizes = ",".join(map(str, settings.batch_sizes))
+    if counts["excluded_by_compile_budget"] == len(every):
+        return (
+            f"no candidate left: the compile budget ({profile.compile_budget_s:g} s) removed "
+            f"all {len(every)} of batch sizes {sizes} with max_buckets {settings.max_buckets}; "
+            "lower --max-buckets"
+        )
+    return (
+        f"no candidate left: the memory filter removed all "
+        f"{counts['excluded_by_memory']} within the compile budget (batch sizes {sizes}; at "
+        f"most {memory.max_slots()} KV slots fit {memory.per_device_gib:g} GiB per device); "
+        f"use batch sizes <= {memory.max_slots()} or --no-memory-filter"
     )
 
 
@@ -985,24 +1061,33 @@ def run_search(
     workers: int = 2,
     profile: Profile | None = None,
     overrides: Mapping[str, Any] | None = None,
+    study: str | None = None,
 ) -> dict[str, Any]:
     """The whole search in one process (plans, every candidate, merge): DIR/plans/ and the
-    same scores/selected/summary files the sharded path writes, byte for byte."""
-    settings = override_settings(SearchSettings.from_config(cfg), **(overrides or {}))
+    same scores/selected/summary files the sharded path writes, byte for byte. With
+    ``study``, that study's own search over its workload."""
+    base = (
+        SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
+    )
+    settings = override_settings(base, **(overrides or {}))
+    cands = search_candidates(settings, profile)
     plans = make_plans(cfg, settings)
     write_plans(plans, out_dir / "plans")
-    cands = search_candidates(settings, profile)
-    baseline = baseline_of(cfg)
+    baseline = baseline_of(cfg, study)
     evaluated = cands if baseline in cands else [*cands, baseline]
     results, _ = evaluate(evaluated, plans, workers, profile)
     return write_outputs(results, cands, baseline, settings, out_dir, profile)
 
 
 def select(
-    cfg: StudyConfig, workers: int = 2, profile: Profile | None = None
+    cfg: StudyConfig,
+    workers: int = 2,
+    profile: Profile | None = None,
+    settings: SearchSettings | None = None,
 ) -> tuple[Candidate, float]:
-    """The search's pick and its score, from the search inputs alone (no files written)."""
-    settings = SearchSettings.from_config(cfg)
+    """The search's pick and its score, from the search inputs alone (no files written);
+    ``settings`` replaces the config's (e.g. another N set)."""
+    settings = settings or SearchSettings.from_config(cfg)
     plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
     cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)

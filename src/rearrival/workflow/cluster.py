@@ -3,7 +3,7 @@
 Why: a cluster profile that names partitions and generic resources nobody has breaks on
 first contact, and a submission that fails half-way leaves a user reading sbatch errors
 job by job. The site's partition, account and the generic resource a real-device job holds
-(SPEC 9: runs on one device never overlap) come from one documented place, the
+(docs/DESIGN.md §8: runs on one device never overlap) come from one documented place, the
 environment, read here; `check_slurm_site` turns "no Slurm", "controller down" and
 "no such partition" into one line naming the cause and the fix before the first sbatch.
 """

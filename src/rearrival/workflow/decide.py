@@ -1,4 +1,4 @@
-"""The decide stage (rules/decide.smk, SPEC section 10): a study's decision table from its
+"""The decide stage (rules/decide.smk, docs/DESIGN.md §9): a study's decision table from its
 registration commit (design, criteria, predictions registered before the runs) and the
 channels of its sealed runs.
 """

@@ -1,5 +1,5 @@
 """The config values each rule's jobs depend on (rules/common.smk passes them as params),
-so an edit reruns exactly the jobs it affects (SPEC section 11).
+so an edit reruns exactly the jobs it affects (docs/DESIGN.md §10).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-PLAN_KEYS = ("study", "study_seed", "replicates", "tool_table", "n", "seed_block")
+PLAN_KEYS = ("study", "study_seed", "replicates", "tool_table", "n", "seed_block", "workload")
 
 
 def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, str]:
@@ -32,7 +32,7 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
     params = {"report": _canonical(raw_config)}
     for name, study in cfg.studies.items():
         design = registered_design(cfg, study)
-        plans = {key: design[key] for key in PLAN_KEYS}
+        plans = {key: design[key] for key in PLAN_KEYS if key in design}
         params[f"plans:{name}"] = _canonical(plans)
         params[f"predict:{name}"] = _canonical(
             plans
@@ -41,6 +41,17 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
         params[f"prereg:{name}"] = _canonical(design | {"criteria": criteria})
         params[f"run:{name}"] = _canonical(design | {"settings": backend})
         params[f"decide:{name}"] = _canonical(design | {"criteria": criteria})
+        if study.search is not None:
+            params[f"search:{name}"] = _canonical(
+                {
+                    "search": dict(study.search),
+                    "workload": design.get("workload"),
+                    "study_seed": cfg.study_seed,
+                    "profile": cfg.measurement.profile,
+                    "tool_table": design["tool_table"],
+                    "baseline": cfg.configurations[study.baseline].as_dict(),
+                }
+            )
         params[f"compile:{name}"] = _canonical(
             {"configurations": design["configurations"], "rbln": asdict(cfg.rbln)}
         )

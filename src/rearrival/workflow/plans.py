@@ -1,4 +1,4 @@
-"""The plans stage (rules/plans.smk, SPEC section 11): every plan of a study, one per
+"""The plans stage (rules/plans.smk, docs/DESIGN.md §10): every plan of a study, one per
 (N, replicate), from the study's seed block, and reading them back for later stages.
 """
 
@@ -19,10 +19,12 @@ def plan_file(plans_dir: Path, n: int, replicate: int) -> Path:
 
 
 def study_plan(cfg: StudyConfig, study: Study, n: int, replicate: int, table: ToolTable) -> Plan:
-    """The plan of one (N, replicate): the study's own seed block keeps seeds disjoint."""
-    return generate_plan(
-        n, study_seed=cfg.study_seed, replicate=replicate, block=study.seed_block, tool_table=table
-    )
+    """The plan of one (N, replicate): the study's own seed block keeps seeds disjoint;
+    a study with a workload draws agent sessions from its spec or its trace."""
+    seeds = {"study_seed": cfg.study_seed, "replicate": replicate, "block": study.seed_block}
+    if study.workload is not None:
+        return study.workload.plan(n, **seeds, tool_table=table)
+    return generate_plan(n, **seeds, tool_table=table)
 
 
 def make_plans(cfg: StudyConfig, study_name: str, out_dir: Path) -> list[Path]:

@@ -1,4 +1,4 @@
-"""The preregister stage (rules/preregister.smk, SPEC section 9): commit a study's design,
+"""The preregister stage (rules/preregister.smk, docs/DESIGN.md §8): commit a study's design,
 criteria, plan registry and predictions before any run, and refuse a config that
 contradicts what is already registered (the Snakefile checks before scheduling a job).
 """
@@ -19,18 +19,20 @@ from rearrival.config.study import (
 )
 from rearrival.errors import StageError
 from rearrival.judge.decisions import criteria_from_config
+from rearrival.judge.predictions import predicted_ratios
 from rearrival.model.profile import profile_bytes, profile_sha256
 from rearrival.model.sim import PREDICTION, SIMULATORS
 from rearrival.parquet import read_frame
 from rearrival.prereg.registration import (
     PROFILE_FILE,
+    Signing,
     open_repo,
     register,
     registered_json,
     registrations,
 )
+from rearrival.prereg.witness import publish
 from rearrival.workflow.plans import read_study_plan
-from rearrival.workflow.predict import predicted_ratios
 
 
 def plan_registry(cfg: StudyConfig, study: Study, plans_dir: Path) -> dict[str, Any]:
@@ -83,8 +85,10 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     design.json except the one-line description (report text), the profile version and
     the search's pick (a result, known only after the search ran). The Snakefile passes
     it as a param, so an edit reruns the study's jobs, and compares it with the
-    registration, so an edit after registering is refused (:func:`design_changes`)."""
-    return {
+    registration, so an edit after registering is refused (:func:`design_changes`).
+    A study of agent sessions also registers its ``workload`` (left out for the paper's
+    two-round sessions, so their registrations keep their bytes)."""
+    design = {
         "study": study.name,
         "kind": study.kind,
         "backend": cfg.backend,
@@ -105,6 +109,9 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
             if name != SELECTED
         },
     }
+    if study.workload is not None:
+        design["workload"] = study.workload.as_dict()
+    return design
 
 
 def study_design(cfg: StudyConfig, study: Study, selected_path: Path | None) -> dict[str, Any]:
@@ -161,7 +168,7 @@ def design_changes(
 def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) -> None:
     """Refuse, before any job is scheduled, a config that contradicts a registration.
 
-    Registered files never change (SPEC 9), so re-running a registered study under an
+    Registered files never change (docs/DESIGN.md §8), so re-running a registered study under an
     edited design or criteria could only end in a refused prereg commit or, worse, in
     runs judged by criteria they were not registered under. One message per study names
     the changed keys, the registering commit and the two ways forward.
@@ -216,12 +223,15 @@ def preregister(
     records_dir: Path,
     selected_path: Path | None = None,
 ) -> dict[str, Any]:
-    """Commit a study's design, criteria, plan registry and predictions (SPEC 9).
+    """Commit a study's design, criteria, plan registry and predictions (docs/DESIGN.md §8).
 
     An amending study first commits its amendment to the study it amends, then its own
     registration; identical re-registration makes no commit (a re-run does no work).
+    With ``signing:`` the commits are SSH-signed; with ``witness:`` every registration is
+    then published, before any run can start.
     """
     study = cfg.study(study_name)
+    signing = Signing.from_key(cfg.signing_key)
     criteria = criteria_from_config(cfg).to_dict()
     if study.amends:
         amended = registrations(open_repo(repo_dir), study.amends)
@@ -239,6 +249,7 @@ def preregister(
             # the amended study's record stays as its runs saw it, so its finished
             # runs are not made stale; git holds the full history
             write_record=False,
+            signing=signing,
         )
     predictions = read_frame(predictions_path, "predict")
     design = study_design(cfg, study, selected_path)
@@ -260,5 +271,8 @@ def preregister(
         files,
         message=f"prereg({study.name}): predictions and criteria before runs",
         records_dir=records_dir,
+        signing=signing,
     )
+    if cfg.witness:
+        publish(open_repo(repo_dir), cfg.witness)
     return record.to_json()

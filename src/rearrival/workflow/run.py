@@ -1,4 +1,4 @@
-"""The run stage (rules/run.smk, SPEC sections 6 and 11): every condition of one replicate
+"""The run stage (rules/run.smk, docs/DESIGN.md §5, §10): every condition of one replicate
 in a seeded shuffled order, refused without a committed preregistration; and the prefill
 injection measurement (paper III-C), the other rule of rules/run.smk.
 """
@@ -19,10 +19,10 @@ from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.model.plangen import derive_seed
 from rearrival.parquet import write_frame
-from rearrival.prereg.registration import check_before_run
+from rearrival.prereg.registration import check_before_run, open_repo
+from rearrival.prereg.witness import require_witnessed
+from rearrival.vocabulary import INJECTION_BACKEND
 from rearrival.workflow.plans import plan_file, read_study_plan
-
-INJECTION_BACKEND = "emulated"  # the only backend with a prefill-injection driver
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,9 @@ def run_replicate(
     selected_path: Path | None = None,
     compile_record: Path | None = None,
 ) -> list[Path]:
-    """Run every condition of one replicate, refusing to start without a committed prereg.
+    """Run every condition of one replicate, refusing to start without a committed prereg
+    (and, with ``witness:`` set, until the witness holds the registration commit; the
+    manifests then record the witness and its ref).
 
     The replicate directory is published only when every run has been written (failed
     runs are written too, with their status and reason, and never used by a decision).
@@ -69,6 +71,9 @@ def run_replicate(
     study = cfg.study(study_name)
     settings = BackendSettings.from_study_config(cfg, compile_record)
     prereg = check_before_run(repo_dir, study.name).manifest_entry()
+    if cfg.witness:
+        ref = require_witnessed(open_repo(repo_dir), cfg.witness, study.name, prereg["commit"])
+        prereg["witness"] = {"remote": cfg.witness, "ref": ref}
     configurations = resolve_configurations(cfg, study, selected_path)
     plan_path = plan_file(plans_dir, n, replicate)
     plan = read_study_plan(plans_dir, n, replicate)

@@ -1,8 +1,9 @@
 """The client and the clock of an emulated run: a scripted client driving the engine.
 
-SPEC sections 6-7, paper Section II-C. One deterministic discrete-event loop in virtual
-time sends the plan's requests (first sends spread by jitter, follow-ups after the tool
-wait and client turnaround), applies HTTP ingress/egress latency, and steps the engine;
+Paper Section II-C, docs/DESIGN.md. One deterministic discrete-event loop in virtual
+time sends the plan's requests (each session's round 0 at its start plus send jitter,
+round k+1 after round k's response, its tool gap and the client turnaround), applies
+HTTP ingress/egress latency, and steps the engine;
 :func:`run_emulated` turns what happened into one run's records. Every random draw comes
 from the run seed alone, through :func:`~rearrival.measure.emulate.engine.stream_seed`.
 """
@@ -39,17 +40,21 @@ from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, EVICTED_BY_DUMMY_BLOCK
 
 @dataclass(frozen=True)
 class Script:
-    """What the client sends: first requests at fixed times, follow-ups after a wait."""
+    """What the client sends: round 0 at a fixed time, each later round after a gap.
 
-    prompts: tuple[tuple[int, ...], ...]  # per session, per turn
+    Per session and round (turn): the prompt length, the generation length and the
+    tool gap after that round's response (the last round's gap is never used).
+    """
+
+    prompts: tuple[tuple[int, ...], ...]
     gens: tuple[tuple[int, ...], ...]
-    waits_s: tuple[float, ...]  # tool wait before each follow-up (sessions with turns)
+    gaps_s: tuple[tuple[float, ...], ...]
     first_send_s: tuple[float, ...]
 
 
 @dataclass
 class EmulatedRun:
-    """Everything one emulated run produced, as plain data (SPEC section 7 contents).
+    """Everything one emulated run produced, as plain data (docs/DESIGN.md §6 contents).
 
     ``requests`` and ``steps`` follow the run-record contract of TEAM.md exactly;
     ``tokens`` holds every token's arrival at the client (session, turn, index, t_s;
@@ -126,7 +131,7 @@ class Client:
             )
 
     def observe(self, outcome: StepOutcome) -> None:
-        """Record a step; completed first requests schedule their follow-up."""
+        """Record a step; a completed round schedules the session's next round."""
         end = outcome.end_s
         self.step_rows.append((outcome.kind, outcome.n, outcome.b, outcome.start_s, end))
         if outcome.admission is not None:
@@ -159,7 +164,7 @@ class Client:
                     session,
                     turn + 1,
                     row["complete_s"]
-                    + self.script.waits_s[session]
+                    + self.script.gaps_s[session][turn]
                     + float(self.turnaround[session, turn]),
                 )
 
@@ -214,29 +219,34 @@ def run_emulated(
     truth: Truth | None = None,
     profile: Profile | None = None,
 ) -> EmulatedRun:
-    """One run of ``plan`` under one condition on the emulated stack (SPEC 6-7).
+    """One run of ``plan`` under one condition on the emulated stack (docs/DESIGN.md).
 
-    Each session sends its first request at t = first-send jitter, receives the
-    response (engine completion + HTTP egress), waits the variant's tool wait plus the
-    client turnaround, and sends the follow-up L1 = L0 + G0 + appended tokens. Same
-    arguments give identical records; the run seed alone sets every random draw.
+    Each session sends round 0 at its ``start_s`` plus first-send jitter, receives the
+    response (engine completion + HTTP egress), waits the variant's tool gap plus the
+    client turnaround, and sends the next round, whose prompt is the transcript so far
+    plus the round's new tokens (``prompts()``; for the paper's session L1 = L0 + G0 +
+    appended tokens). Same arguments give identical records; the run seed alone sets
+    every random draw, in the same order for a two-round plan as before multi-round
+    plans existed.
     """
     check_seed(seed)
     config = EngineConfig(tuple(buckets), batch_size, slots)
     truth = truth or default_truth()
     profile = profile or measured_profile()
     conditioned = plan.variant(variant)
+    sessions = conditioned.sessions
+    jitter = first_sends(seed, truth, conditioned.n)
     script = Script(
-        prompts=tuple((s.prompt_tokens, s.followup_prompt_tokens) for s in conditioned.sessions),
-        gens=tuple((s.gen_tokens, s.followup_gen_tokens) for s in conditioned.sessions),
-        waits_s=tuple(s.tool_wait_s for s in conditioned.sessions),
-        first_send_s=first_sends(seed, truth, conditioned.n),
+        prompts=tuple(s.prompts() for s in sessions),
+        gens=tuple(tuple(r.gen_tokens for r in s.rounds) for s in sessions),
+        gaps_s=tuple(tuple(r.gap_after_s for r in s.rounds) for s in sessions),
+        first_send_s=tuple(s.start_s + t for s, t in zip(sessions, jitter, strict=True)),
     )
     rec, engine = drive(script, config, truth, seed, profile)
     requests, steps, tokens, evictions = rec.frames()
-    follow = requests[requests["turn"] == 1]
+    follow = requests[requests["turn"] >= 1]
     reported = sum(
-        1 for (_, turn), row in rec.requests.items() if turn == 1 and row["reported_hit_tokens"] > 0
+        1 for (_, turn), row in rec.requests.items() if turn >= 1 and row["reported_hit_tokens"] > 0
     )
     counts = {
         "reuse_hits": int((follow["cached_tokens"] > 0).sum()),

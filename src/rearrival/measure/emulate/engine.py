@@ -1,6 +1,6 @@
 """The server side of the emulated twin: admission, KV slots, exclusive steps, true durations.
 
-SPEC sections 5-6, paper Section II-B. The engine is advanced one step at a time by
+docs/DESIGN.md §4-5, paper Section II-B. The engine is advanced one step at a time by
 whoever owns the clock (``submit`` then ``step(now)``), so the in-process driver
 (virtual time, :mod:`rearrival.measure.emulate.driver`) and the HTTP server
 (``rearrival emulate-server``, a real clock) run the very same scheduler rules.
@@ -44,7 +44,7 @@ METRIC_NAMES = (
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """A compiled configuration (bucket set, batch_size, KV slots; SPEC section 1)."""
+    """A compiled configuration (bucket set, batch_size, KV slots; docs/DESIGN.md §1)."""
 
     buckets: tuple[int, ...]
     batch_size: int
@@ -162,7 +162,7 @@ class _Noise:
 class Engine:
     """The server side of the twin, advanced one step at a time by an external clock.
 
-    Scheduling (paper II-B, SPEC sections 5-6): FIFO waiting queue by arrival at the
+    Scheduling (paper II-B, docs/DESIGN.md §4-5): FIFO waiting queue by arrival at the
     engine; each step is one prefill or one decode, never both. A waiting request is
     admitted when fewer than batch_size run and a slot can be had: admission first
     secures a slot (a free one, else FIFO-evicting the oldest evictable slot by
@@ -177,6 +177,8 @@ class Engine:
     Prefix identity is by ``session_key``: a request reuses
     ``profile.reusable_tokens(P, prompt)`` from the session's surviving slot with the
     largest cached prompt P (the HTTP layer maps token-id prefixes to session keys).
+    Every round of a multi-round session takes a slot of its own, so earlier rounds'
+    slots stay evictable beside it; a later round looks among all that survive.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""What the emulated client recorded, as the run-record frames of SPEC section 7.
+"""What the emulated client recorded, as the run-record frames of docs/DESIGN.md §6.
 
 Kept apart from the driver so the record layout (columns and dtypes of the requests,
 steps, tokens and evictions tables) is in one place, free of the event loop.

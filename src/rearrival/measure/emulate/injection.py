@@ -1,4 +1,4 @@
-"""The prefill-injection study on the emulated stack (paper Section III-C, SPEC 11 item 5).
+"""The prefill-injection study on the emulated stack (paper III-C, docs/DESIGN.md §10 item 5).
 
 Prefill and decode never share a step, so one prefill admitted while others stream stalls
 every stream for its whole duration. This drives the engine with background streams and
@@ -32,7 +32,7 @@ def run_injection(
 ) -> pd.DataFrame:
     """Inter-token gaps of streaming background sessions around one injected prefill.
 
-    Paper Section III-C / SPEC 11 item 5: prefill and decode never share a step, so a
+    Paper Section III-C / docs/DESIGN.md §10 item 5: prefill and decode never share a step, so a
     prefill admitted while others stream stalls every one of them for its whole
     duration. ``background_sessions`` stream ``gen_tokens`` each; at ``inject_at_s``
     the client sends one request of ``injected_prompt_tokens`` (no cached prefix,
@@ -58,7 +58,7 @@ def run_injection(
     script = Script(
         prompts=((background_prompt_tokens,),) * background_sessions + ((injected_prompt_tokens,),),
         gens=((gen_tokens,),) * background_sessions + ((1,),),
-        waits_s=(0.0,) * (background_sessions + 1),
+        gaps_s=((0.0,),) * (background_sessions + 1),
         first_send_s=sends,
     )
     rec, _ = drive(script, config, truth, seed, profile)

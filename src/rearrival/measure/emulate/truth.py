@@ -1,6 +1,6 @@
 """The emulated stack's ground truth: the truth file, its validation, and the true costs.
 
-SPEC section 6, paper Sections II-III. Everything the twin does that the predictor might
+docs/DESIGN.md §5, paper Sections II-III. Everything the twin does that the predictor might
 get wrong is a value here (``data/emulator_truth.yaml``, each with its reason): the true
 decode cost f(b) (PCHIP in log2 b, a quadratic above the largest measured bucket), the
 true prefill law, noise, client jitter and HTTP latency. Kept apart from the engine so a
@@ -22,6 +22,9 @@ from rearrival.errors import RearrivalError
 from rearrival.model.profile import Profile
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
 from rearrival.vocabulary import DUMMY_BLOCKS, RELEASES
+
+# The engine models a serving stack's padding block: none, or the measured pre-eviction.
+EMULATED_DUMMY_BLOCKS = tuple(mode for mode in DUMMY_BLOCKS if mode != "reserved")
 
 DEFAULT_TRUTH = "emulator_truth.yaml"
 
@@ -70,10 +73,11 @@ class Truth:
                 f"truth field 'scheduler.release' is {self.release!r}; "
                 f"use one of {', '.join(RELEASES)}"
             )
-        if self.dummy_block not in DUMMY_BLOCKS:
+        if self.dummy_block not in EMULATED_DUMMY_BLOCKS:
             raise EmulateError(
                 f"truth field 'scheduler.dummy_block' is {self.dummy_block!r}; "
-                f"use one of {', '.join(DUMMY_BLOCKS)}"
+                f"the emulated engine implements {', '.join(EMULATED_DUMMY_BLOCKS)} "
+                "('reserved' is a predictor rule of the paper's S9 simulator, not a stack's)"
             )
         nonnegative = {
             "decode.convexity_above_largest_ms_per_bucket2": self.convexity_s_per_bucket2,

@@ -1,5 +1,5 @@
 """Tables of the compared configurations and what they cost besides run time (paper
-Sections IV-B and V-D; SPEC section 13): Table VIII (bucket set, batch size, KV slots and
+Sections IV-B and V-D; docs/DESIGN.md §13): Table VIII (bucket set, batch size, KV slots and
 KV reservation of every configuration), Table XIV (compile time and artifact size,
 measured where hardware compile records exist, else the profile's fitted model) and
 Table XV (KV memory per token, slot and device from the model dimensions).
@@ -18,7 +18,7 @@ from rearrival.report.table_model import Column, Part, Table
 
 def configuration_names(res: Results) -> list[str]:
     names = list(res.cfg.configurations)
-    if any(s.uses_selected for s in res.cfg.studies.values()):
+    if any(s.uses_selected for s in res.studies()):
         names.append(SELECTED)
     return names
 
@@ -34,7 +34,7 @@ def _configuration_runs(res: Results, name: str) -> list[str]:
 def _resolved(res: Results, name: str) -> Configuration | None:
     conf = res.configuration(name)
     if conf is None:
-        for study in res.cfg.studies.values():
+        for study in res.studies():
             conf = run_configuration(res.channels(study.name), name)
             if conf is not None:
                 break
@@ -63,9 +63,7 @@ def table_viii(res: Results) -> Table:
                 "slots": conf.slots,
                 "kv_gib": kv,
                 "kv_gib_per_device": kv / profile.num_devices,
-                "studies": " ".join(
-                    s.name for s in res.cfg.studies.values() if name in s.configurations
-                ),
+                "studies": " ".join(s.name for s in res.studies() if name in s.configurations),
                 "source": "results/search/selected.json" if name == SELECTED else res.cfg.source,
                 "run_ids": " ".join(runs),
             }

@@ -1,4 +1,4 @@
-"""Tables of the three mechanisms (paper Section III; SPEC section 13): Table III (the
+"""Tables of the three mechanisms (paper Section III; docs/DESIGN.md §13): Table III (the
 slot intervention: reuse and prefill work), Table VI (the grid intervention: padding,
 decode steps and reuse) and Table M (the mechanism studies' workload variants on one
 configuration). Every row is a condition's replicate sums, with the run ids it sums.

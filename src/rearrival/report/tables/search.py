@@ -1,4 +1,4 @@
-"""The search's table (SPEC section 13; paper supplementary S8): the configuration the
+"""The search's table (docs/DESIGN.md §13; paper supplementary S8): the configuration the
 preregistered score selects against the mean-of-ratios score, on the full and the
 restricted N sets, then the top candidates of the full search. Simulator predictions
 only, read from results/search/.

@@ -1,5 +1,5 @@
 """Tables of the preregistered measured comparisons (paper Sections IV-B, V-B and V-C;
-SPEC section 13): Table IX (cost validation: predicted against observed ratios and the
+docs/DESIGN.md §13): Table IX (cost validation: predicted against observed ratios and the
 verdicts), Table X (baseline channel sums), Table XI (full against fixed-arrival
 simulator), Table XII (measured savings) and Table XIII (saturation of added slots).
 Rows come from the studies' decision tables and channel tables, with their run ids.
@@ -185,6 +185,7 @@ def table_xi(res: Results) -> Table:
             plan_for=lambda n, k, name=study.name: res.plan(name, n, k),
             read_requests=lambda run_dir: read_run(res.run_path(run_dir)).requests,
             configuration_for=lambda name, ch=channels: run_configuration(ch, name),
+            profile=res.prediction_profile(),
         )
     judged = [r for r in rows if r.get("closer")]
     if judged:

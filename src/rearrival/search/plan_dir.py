@@ -1,0 +1,113 @@
+"""The configuration search (paper V-A) over any directory of plans.
+
+``rearrival search --plans DIR`` ranks the same candidates as the generated search, on
+plans a user brought: imported from a trace (``rearrival plans from-trace``), written by
+``rearrival search plans``, or made by hand, two-round or multi-round. When ``DIR`` has
+``search/`` and ``evaluation/`` subdirectories they are the search and the held-out
+evaluation inputs, as in the generated search; otherwise every plan under ``DIR`` is a
+search input and is scored again as the evaluation input, which the summary marks as
+not held out. The N set is the plans' own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rearrival.atomic import atomic_write_json
+from rearrival.config.study import StudyConfig
+from rearrival.model.plans import Plan
+from rearrival.model.profile import Profile, measured_profile
+from rearrival.parquet import write_frame
+from rearrival.search.advise import load_plan_dir
+from rearrival.search.scoring import (
+    PlanKey,
+    SearchError,
+    SearchSettings,
+    baseline_of,
+    evaluate,
+    override_settings,
+    score_table,
+    search_candidates,
+    summarize,
+)
+
+
+def keyed_plans(
+    plans_dir: Path, max_seq_len: int | None = None
+) -> tuple[list[tuple[PlanKey, Plan]], bool]:
+    """(key, plan) for every input, and whether the evaluation inputs are held out."""
+    split = (plans_dir / "search").is_dir() and (plans_dir / "evaluation").is_dir()
+    sets = (
+        {
+            "search": load_plan_dir(plans_dir / "search", max_seq_len),
+            "evaluation": load_plan_dir(plans_dir / "evaluation", max_seq_len),
+        }
+        if split
+        else dict.fromkeys(("search", "evaluation"), load_plan_dir(plans_dir, max_seq_len))
+    )
+    keyed = []
+    for inputs, plans in sets.items():
+        seen: dict[int, int] = {}
+        for plan in plans:
+            index = seen[plan.n] = seen.get(plan.n, -1) + 1
+            keyed.append((PlanKey(inputs, plan.n, index, 0), plan))
+    return keyed, split
+
+
+def search_plan_dir(
+    cfg: StudyConfig,
+    plans_dir: Path,
+    out_dir: Path,
+    workers: int = 2,
+    profile: Profile | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score every candidate on the directory's plans; writes DIR/scores.parquet,
+    selected.json and summary.json (each atomically) and returns the summary."""
+    profile = profile or measured_profile()
+    keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
+    n_set = tuple(sorted({key.n for key, _ in keyed}))
+    search_n = tuple(sorted({key.n for key, _ in keyed if key.inputs == "search"}))
+    if held_out and search_n != n_set:
+        raise SearchError(
+            f"{plans_dir}: search/ holds N {','.join(map(str, search_n))} but evaluation/ "
+            f"holds N {','.join(map(str, n_set))}; give both the same N set"
+        )
+    asked = (overrides or {}).get("n")
+    if asked is not None and tuple(sorted(asked)) != n_set:
+        raise SearchError(
+            f"option --n {','.join(map(str, asked))}: the plans under {plans_dir} are at N "
+            f"{','.join(map(str, n_set))}; omit --n (the plans set it)"
+        )
+    changes = {k: v for k, v in (overrides or {}).items() if k != "n"}
+    settings = override_settings(SearchSettings.from_config(cfg), **changes, n=n_set)
+    cands = search_candidates(settings, profile)
+    if not cands:
+        raise SearchError(
+            "no candidate is left after the compile-budget and memory filters; allow "
+            "smaller batch sizes (--batch-sizes) or fewer buckets (--max-buckets)"
+        )
+    baseline = baseline_of(cfg)
+    evaluated = cands if baseline in cands else [*cands, baseline]
+    results, _ = evaluate(evaluated, keyed, workers, profile)
+    table, comparison = score_table(results, cands, baseline, settings, profile)
+    selected, summary = summarize(table, comparison, settings, profile)
+    counts = {inputs: sum(k.inputs == inputs for k, _ in keyed) for inputs in ("search",)}
+    summary["inputs"] = {
+        "plans_dir": str(plans_dir),
+        "n": list(n_set),
+        "search_plans": counts["search"],
+        "evaluation_plans": len(keyed) - counts["search"],
+        "evaluation_held_out": held_out,
+        "note": "search/ and evaluation/ subdirectories"
+        if held_out
+        else "every plan is a search input and is scored again as the evaluation input: "
+        "the evaluation score is not held out",
+        "multi_round_plans": sum(plan.multi_round for _, plan in keyed),
+    }
+    write_frame(table, out_dir / "scores.parquet")
+    atomic_write_json(out_dir / "selected.json", selected)
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary

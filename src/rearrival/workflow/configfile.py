@@ -1,0 +1,54 @@
+"""Which one study definition file the workflow's rules read.
+
+Why: every rule calls a ``rearrival`` verb with ``--config FILE``, so the study the DAG is
+built from and the study the jobs run must be the same single file. Snakemake's
+``--configfile`` merges its file into the ``configfile:`` of the Snakefile
+(config/config.yaml): the DAG would then be built from a mix of two studies while the
+jobs read config/config.yaml alone. Snakemake's ``--replace-workflow-config`` discards
+the Snakefile's config instead, which is the documented way to run another study
+(``make test-study`` runs the small one so); a merge is refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from os import PathLike
+from pathlib import Path
+
+from rearrival.errors import RearrivalError
+
+
+class ConfigFileError(RearrivalError):
+    """A combination of config files the rules cannot read as one study definition."""
+
+
+def study_config_file(
+    loaded: Sequence[str | PathLike[str]],
+    command_line: Sequence[str | PathLike[str]],
+    replaced: bool,
+) -> str:
+    """The file passed to every rule: the Snakefile's ``configfile:`` unless one
+    ``--configfile`` replaces it. ``loaded`` is ``workflow.configfiles`` (the command
+    line's files, then those the Snakefile loaded), ``command_line`` the command line's."""
+    directive = [f for f in loaded if f not in command_line]
+    if not command_line:
+        return str(directive[0])
+    if len(command_line) == 1 and (replaced or not directive):
+        return _relative(Path(command_line[0]))
+    given = " ".join(map(str, command_line))
+    merged_into = f" into {directive[0]}" if directive and not replaced else ""
+    raise ConfigFileError(
+        f"--configfile {given} would be merged{merged_into}, a mix of studies the rules "
+        "cannot read as one file; run one study definition in place of config/config.yaml: "
+        "`snakemake --configfile FILE --replace-workflow-config all` (`make test-study` "
+        "does this for the small study)"
+    )
+
+
+def _relative(path: Path) -> str:
+    """Snakemake makes ``--configfile`` absolute; inside the working directory the rules
+    get it relative, as they get config/config.yaml, so a moved checkout reruns nothing."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,158 @@
+"""`rearrival advise --trace`: the Section V-D procedure on workloads drawn from a trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import config_with_search
+from test_trace_import import SAMPLE, _call, _round, _write, needs_sample
+from typer.testing import CliRunner
+
+from rearrival.atomic import atomic_write_json
+from rearrival.cli import app
+from rearrival.config.study import load_study_config
+from rearrival.model.plans import MultiRoundSession
+from rearrival.search.advise import to_markdown
+from rearrival.search.scoring import Candidate, SearchError, candidates
+from rearrival.search.trace_advice import advise_trace, import_trace, workload_plans
+
+runner = CliRunner()
+SMALL = {
+    "batch_sizes": [2, 4],
+    "max_buckets": 3,
+    "n": [3, 5],
+    "seeds": 2,
+    "blocks": 1,
+    "restricted_n": [[3]],
+    "top": 3,
+    "shards": 1,
+}
+
+
+@pytest.fixture
+def small_config(tmp_path: Path) -> Path:
+    return config_with_search(tmp_path, SMALL)
+
+
+@pytest.fixture
+def two_round_trace(tmp_path: Path) -> Path:
+    """Four sessions of two rounds each, tool waits of 1-12 s (a shape the simulator of
+    every build runs)."""
+    rows = []
+    for i, (tokens, wait) in enumerate([(1500, 1.0), (2600, 12.0), (900, 4.0), (3100, 7.0)]):
+        start = 10.0 * i
+        rows.append(_round(f"s{i}", 0, start, tokens, 60, [_call("Bash", start + 1, wait)]))
+        rows.append(_round(f"s{i}", 1, start + 2 + wait, tokens + 60 + 300, 40))
+    return _write(tmp_path / "trace.jsonl", rows)
+
+
+def test_workloads_draw_sessions_with_replacement_at_time_zero(two_round_trace: Path) -> None:
+    from rearrival.model.profile import measured_profile
+
+    pool = import_trace(two_round_trace, 1.0, measured_profile()).plan
+    plans = workload_plans(pool, [3, 5], 2, seed=0, inputs="search")
+    assert [p.n for p in plans] == [3, 3, 5, 5]
+    rounds = {s.rounds for s in pool.sessions}
+    for plan in plans:
+        for s in plan.sessions:
+            assert s.start_s == 0.0
+            if isinstance(s, MultiRoundSession):
+                assert s.rounds in rounds
+    again = workload_plans(pool, [3, 5], 2, seed=0, inputs="search")
+    assert [p.sha256() for p in plans] == [p.sha256() for p in again]
+    other = workload_plans(pool, [3, 5], 2, seed=0, inputs="evaluation")
+    assert [p.sha256() for p in plans] != [p.sha256() for p in other]
+
+
+def test_advise_trace_runs_the_procedure(small_config: Path, two_round_trace: Path) -> None:
+    cfg = load_study_config(small_config)
+    advice = advise_trace(cfg, two_round_trace, resamples=20)
+    assert advice["n"] == [3, 5]
+    searched = {c.id for c in candidates((2, 4), 3)}
+    assert advice["selected"]["configuration"]["id"] in searched
+    assert "never used to select" in advice["inputs"]
+    assert "candidates" in advice["recommendation_source"]
+    # every drawn session re-arrives once (round 1): 2 draws x (3 + 5) sessions
+    (row,) = advice["baseline_per_round"]
+    assert row["round"] == 1 and row["re_arrivals"] == 16
+    assert row["extra_prefill_tokens"] == advice["baseline"]["extra_prefill_tokens"]
+    spread = advice["saving_spread"]
+    assert spread["p05"] <= spread["median"] <= spread["p95"] and spread["resamples"] == 20
+    assert advice["selected"]["fits_memory"] and advice["larger"]["fits_memory"]
+    assert advice["import"]["trace_sha256"] and advice["import"]["flags"]["time_origin"] == "zero"
+    text = to_markdown(advice)
+    assert "| round | re-arrivals | KV misses | extra prefill tokens |" in text
+    assert "Over 20 resampled session sets" in text and "leaves" in text
+    assert advise_trace(cfg, two_round_trace, resamples=20) == advice  # seeded
+
+
+def test_advise_trace_refuses_n_other_than_the_search(
+    small_config: Path, two_round_trace: Path, tmp_path: Path
+) -> None:
+    search = tmp_path / "search"
+    atomic_write_json(search / "selected.json", {**Candidate((1, 4), 4).as_dict(), "search_n": [3]})
+    cfg = load_study_config(small_config)
+    with pytest.raises(SearchError, match="N 5 differs from the N set 3"):
+        advise_trace(cfg, two_round_trace, n=[5], search_dir=search, resamples=5)
+    advice = advise_trace(cfg, two_round_trace, search_dir=search, resamples=5)
+    assert advice["n"] == [3] and advice["selected"]["configuration"]["id"] == "4:1,4"
+
+
+def test_cli_json_and_malformed_trace(small_config: Path, two_round_trace: Path) -> None:
+    args = ["advise", "--config", str(small_config), "--resamples", "5"]
+    result = runner.invoke(app, [*args, "--trace", str(two_round_trace), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["n"] == [3, 5]
+    bad = two_round_trace.with_name("bad.jsonl")
+    bad.write_text('{"session_id": "a"}\n')
+    result = runner.invoke(app, [*args, "--trace", str(bad)])
+    assert result.exit_code == 1 and "line 1" in result.output
+
+
+@needs_sample
+def test_sample_without_scale_says_how_to_proceed(small_config: Path) -> None:
+    args = ["advise", "--config", str(small_config), "--trace", str(SAMPLE)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert "nothing fits" in result.output and "--token-scale 0.16" in result.output
+
+
+@needs_sample
+def test_sample_with_token_scale_recommends(small_config: Path) -> None:
+    """The issue's done-when: the 19-round sample at --token-scale 0.15 gives a pick."""
+    args = ["advise", "--config", str(small_config), "--trace", str(SAMPLE)]
+    result = runner.invoke(app, [*args, "--token-scale", "0.15", "--resamples", "10"])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "2 sessions, 19 rounds" in text and "WHAT-IF" in text
+    assert "## 2. Recommended configuration" in text and "Pick: `" in text
+    assert "Over 10 resampled session sets" in text and "leaves" in text
+    # rounds 1..9 appear in the per-round table (the longer session has 10 rounds)
+    assert "| 9 |" in text and "| 10 |" not in text
+
+
+def test_advise_trace_shows_its_long_steps_on_a_terminal_only(
+    small_config: Path, two_round_trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search over drawn workloads and the bootstrap spread draw progress bars on a
+    terminal's stderr and print nothing into a log."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    cfg = load_study_config(small_config)
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    quiet = advise_trace(cfg, two_round_trace, resamples=5)
+    assert log.getvalue() == ""
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert advise_trace(cfg, two_round_trace, resamples=5) == quiet
+    shown = terminal.getvalue()
+    assert "advise: simulating the candidates" in shown
+    assert "advise: spread of the saving" in shown
