@@ -158,6 +158,16 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
     return {name: int(count) for name, count in rows}
 
 
+def assert_same_run_records(replicate: Path, reference: Path) -> None:
+    """A replicate run again holds the same record files with the same bytes as the
+    reference, except the manifests (they name their repository's commits and times)."""
+    records = sorted(p.relative_to(replicate) for p in replicate.rglob("*") if p.is_file())
+    assert records == sorted(p.relative_to(reference) for p in reference.rglob("*") if p.is_file())
+    for record in records:
+        if record.name != "manifest.json":
+            assert (replicate / record).read_bytes() == (reference / record).read_bytes(), record
+
+
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory) -> tuple[Path, Path]:
     """The small study run once per session through `snakemake all`: (repository, HOME).

@@ -18,6 +18,7 @@ import yaml
 from conftest import (
     BIN,
     REPO,
+    assert_same_run_records,
     job_counts,
     small_config,
     snakemake,
@@ -411,11 +412,7 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study, study_co
     assert redo.returncode == 0, redo.stderr[-3000:]
     assert job_counts(redo.stdout + redo.stderr) == {"run_replicate": 1}
     reference = finished_study[0] / target.relative_to(work)
-    records = sorted(p.relative_to(target) for p in target.rglob("*") if p.is_file())
-    assert records == sorted(p.relative_to(reference) for p in reference.rglob("*") if p.is_file())
-    for record in records:  # the manifest names this repository's commit and times
-        if record.name != "manifest.json":
-            assert (target / record).read_bytes() == (reference / record).read_bytes(), record
+    assert_same_run_records(target, reference)
 
 
 def test_config_errors_name_the_key(tmp_path):
