@@ -49,10 +49,12 @@ import numpy as np
 from rearrival.model.plangen import generate_plan
 from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round
 from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.sim import SimConfig, compiled_core, core_inputs, simulate
+from rearrival.model.sim import SimConfig, compiled_core, simulate
+from rearrival.model.sim_inputs import core_inputs
 from rearrival.model.sim_reference import simulate_reference
 from rearrival.model.tools import default_tool_table
-from rearrival.search.scoring import CandidateArrays, enumerate_candidates
+from rearrival.search.candidates import enumerate_candidates
+from rearrival.search.evaluate import CandidateArrays
 
 MIX_N = (3, 4, 5, 6, 7, 8, 10, 12, 16)
 PLANS_PER_N = 5

@@ -4,7 +4,7 @@ emulator truths (issue 11; SPEC section 4). Not a speed benchmark: an experiment
 For each truth (``default``: the twin of the paper's stack; ``assumed``: the clearly
 hypothetical stack of ``rearrival/data/emulator_truth_assumed.yaml``):
 
-1. calibrate on the emulated backend with that truth (``rearrival.measure.calibrate``);
+1. calibrate on the emulated backend with that truth (``rearrival.measure.calibration``);
 2. for each profile (published constants, this calibration), run the search to pick a
    configuration, then predict the validation study's ratios (baseline vs slots16 and vs
    the pick, N in {6, 8, 10}, the config's three replicates) with the base simulator;
@@ -22,18 +22,19 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rearrival.config.calibration import CalibrationConfig
+from rearrival.config.calibration import MeasurementSettings
 from rearrival.config.study import load_study_config, tool_table_for
 from rearrival.judge.channels import channel_a
 from rearrival.measure.backends import BackendSettings
-from rearrival.measure.calibrate import calibrate, profile_document, write_profile
+from rearrival.measure.calibration.document import profile_document, write_profile
+from rearrival.measure.calibration.drive import calibrate
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
 from rearrival.model.plangen import derive_seed
 from rearrival.model.profile import load_profile, measured_profile
 from rearrival.model.sim import SimConfig, simulate
-from rearrival.search.scoring import select
+from rearrival.search.run import select
 from rearrival.workflow.plans import study_plan
 
 TOLERANCE = 0.03
@@ -84,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = load_study_config(args.config)
     settings = cfg.measurement
-    settings = CalibrationConfig(
+    settings = MeasurementSettings(
         profile=settings.profile,
         model=settings.model,
         emulator_truth=args.truth,

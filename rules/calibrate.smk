@@ -42,7 +42,7 @@ rule calibrate:
     params:
         config_file=CONFIG_FILE,
         values=constant("calibration"),
-        compiled=calibration_compiled_option,
+        compiled=compiled_option,
     shell:
         "rearrival calibrate --config {params.config_file:q} --out {output.profile:q}"
         " {params.compiled} > {log:q} 2>&1"

@@ -11,6 +11,7 @@ from rearrival.workflow.params import workflow_params
 from rearrival.workflow.preregister import refuse_changed_designs
 from rearrival.workflow.run import INJECTION_BACKEND
 from rearrival.config.study import study_config_from_mapping
+from rearrival.vocabulary import RBLN
 
 CONFIG_FILE = study_config_file(
     workflow.configfiles,
@@ -28,7 +29,7 @@ PARAMS = workflow_params(STUDY, config)
 
 # Site settings for profiles/slurm come from the environment (rearrival.workflow.cluster): the
 # generic resource a real-device job holds on the cluster, '' for emulated backends.
-REAL_DEVICE = STUDY.backend == "rbln"
+REAL_DEVICE = STUDY.backend == RBLN
 DEVICE_GRES = device_gres(os.environ, real_device=REAL_DEVICE)
 
 
@@ -48,16 +49,6 @@ def values(stage):
 def constant(stage):
     """The same for a stage without a study wildcard (search, injection, report)."""
     return lambda wildcards: PARAMS[stage]
-
-
-def plan_files(study):
-    """Every plan of a study: one per N and replicate."""
-    s = STUDY.study(study)
-    return [
-        f"{RESULTS}/plans/{study}/n{n}_r{rep}.parquet"
-        for n in s.n
-        for rep in range(STUDY.replicates)
-    ]
 
 
 def run_dirs(study):
@@ -95,7 +86,7 @@ def selected_input(wildcards):
 
 def study_search_shards(wildcards):
     """The shard files of a study's own search."""
-    shards = STUDY.study(wildcards.study).search["shards"]
+    shards = STUDY.study(wildcards.study).search.shards
     return [
         f"{RESULTS}/study_search/{wildcards.study}/shards/shard_{k}.parquet" for k in range(shards)
     ]
@@ -103,7 +94,7 @@ def study_search_shards(wildcards):
 
 def study_search_count(wildcards):
     """The shard count of a study's own search."""
-    return STUDY.study(wildcards.study).search["shards"]
+    return STUDY.study(wildcards.study).search.shards
 
 
 def selected_option(wildcards, input):
@@ -113,13 +104,14 @@ def selected_option(wildcards, input):
 
 def compile_inputs(wildcards):
     """On real hardware every configuration of the study is compiled first."""
-    if STUDY.backend != "rbln":
+    if STUDY.backend != RBLN:
         return []
     return [f"{RESULTS}/compile/{wildcards.study}.json"]
 
 
 def compiled_option(wildcards, input):
-    """The compile record a hardware run reads its artifacts from (rbln only)."""
+    """The compile record a hardware run or the calibration reads its artifacts from
+    (rbln only)."""
     return f"--compiled '{input.compiled}'" if input.compiled else ""
 
 
@@ -144,7 +136,7 @@ def report_inputs(wildcards):
         ]
     if STUDY.backend == INJECTION_BACKEND:
         inputs["injection"] = f"{RESULTS}/injection/gaps.parquet"
-    if STUDY.backend == "rbln":
+    if STUDY.backend == RBLN:
         inputs["compile"] = [f"{RESULTS}/compile/{name}.json" for name in STUDY_NAMES]
     return inputs
 
@@ -163,14 +155,9 @@ def profile_input(wildcards):
 
 def calibration_compile_input(wildcards):
     """On real hardware the calibration artifacts are compiled first."""
-    if STUDY.backend != "rbln":
+    if STUDY.backend != RBLN:
         return []
     return f"{RESULTS}/calibration/compile.json"
-
-
-def calibration_compiled_option(wildcards, input):
-    """The compile record the calibration runs read their artifacts from (rbln only)."""
-    return f"--compiled '{input.compiled}'" if input.compiled else ""
 
 
 def final_targets():

@@ -29,7 +29,7 @@ rule search_shard:
     params:
         config_file=CONFIG_FILE,
         values=constant("search"),
-        shards=STUDY.search["shards"],
+        shards=STUDY.search.shards,
     shell:
         "rearrival search shard --config {params.config_file:q} --plans {input.plans:q}"
         " --shard {wildcards.shard} --shards {params.shards} --out {output:q} > {log:q} 2>&1"
@@ -39,7 +39,7 @@ rule search_merge:
     input:
         shards=expand(
             "results/search/shards/shard_{shard}.parquet",
-            shard=range(STUDY.search["shards"]),
+            shard=range(STUDY.search.shards),
         ),
         profile=profile_input,
     output:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
+from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
 from rearrival.model.plans import write_plan
 from rearrival.model.profile import measured_profile
@@ -22,7 +23,7 @@ from rearrival.search.advise import (
     predict,
     to_markdown,
 )
-from rearrival.search.scoring import BASELINE, Candidate, SearchError
+from rearrival.search.candidates import BASELINE, Candidate
 
 TINY_SEARCH = {
     "batch_sizes": [4, 6],

@@ -10,23 +10,17 @@ import pytest
 import yaml
 from conftest import TRACELAB_SAMPLE as TRACE
 
+from rearrival.config.errors import StudyConfigError
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import (
-    StudyConfigError,
     config_schema_path,
     study_config_from_mapping,
     validate_against_schema,
 )
-from rearrival.judge.decisions import criteria_from_config
 from rearrival.model.plangen import MultiRoundSpec, generate_multi_round_plan, generate_plan
 from rearrival.model.plans import load_plan
-from rearrival.search.scoring import (
-    SearchError,
-    SearchSettings,
-    baseline_of,
-)
-from rearrival.search.scoring import (
-    make_plans as search_plans,
-)
+from rearrival.search.candidates import baseline_of
+from rearrival.search.inputs import make_plans as search_plans
 from rearrival.workflow.params import workflow_params
 from rearrival.workflow.plans import make_plans, plan_file
 from rearrival.workflow.preregister import design_changes, registered_design
@@ -119,7 +113,7 @@ def test_a_workload_edit_after_registering_is_named_as_a_change():
     cfg = _cfg(copy.deepcopy(SMALL))
     study = cfg.study("agents")
     design = registered_design(cfg, study) | {"description": "", "profile": "p"}
-    criteria = criteria_from_config(cfg).to_dict()
+    criteria = cfg.decision.to_dict()
     assert design_changes(cfg, study, design, criteria) == []
     edited = copy.deepcopy(SMALL)
     edited["studies"]["agents"]["workload"]["rounds"] = [3, 5]

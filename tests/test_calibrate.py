@@ -15,25 +15,21 @@ import pandas as pd
 import pytest
 import yaml
 
+from rearrival.config.backends import RblnSettings
 from rearrival.config.calibration import (
     Artifact,
-    CalibrationConfig,
     CalibrationConfigError,
     CalibrationSettings,
+    MeasurementSettings,
     ModelSpec,
-    calibration_config_from_mapping,
+    measurement_settings_from_mapping,
     model_from_config_json,
 )
-from rearrival.config.study import RblnSettings
 from rearrival.measure.backends import BackendSettings
-from rearrival.measure.calibrate import (
-    CalibrationError,
-    calibrate,
-    characterised,
-    profile_document,
-    steady_durations,
-    write_profile,
-)
+from rearrival.measure.calibration.design import CalibrationError, characterised
+from rearrival.measure.calibration.document import profile_document, write_profile
+from rearrival.measure.calibration.drive import calibrate
+from rearrival.measure.calibration.parse import steady_durations
 from rearrival.measure.emulate.truth import load_truth, true_bucket_cost_s, true_prefill_s
 from rearrival.measure.steplog import format_bucket_line
 from rearrival.model.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
@@ -49,7 +45,7 @@ SEED = 20260601
 QWEN = ModelSpec()
 
 
-def _calibrate(tmp: Path, config: CalibrationConfig):
+def _calibrate(tmp: Path, config: MeasurementSettings):
     backend = BackendSettings(emulator_truth=config.truth_path())
     return calibrate(config, backend, tmp, seed=SEED)
 
@@ -58,7 +54,7 @@ def _calibrate(tmp: Path, config: CalibrationConfig):
 def default_run(tmp_path_factory):
     """One full default calibration on the default emulator truth (a few seconds)."""
     out = tmp_path_factory.mktemp("calibration")
-    config = CalibrationConfig()
+    config = MeasurementSettings()
     result = _calibrate(out, config)
     path = write_profile(
         profile_document(result, config, (1, 2, 4, 6, 8, 10, 16, 24, 32)), out / "profile.yaml"
@@ -88,7 +84,7 @@ def test_default_truth_is_recovered(default_run):
 
 
 def test_assumed_truth_is_recovered(tmp_path):
-    config = CalibrationConfig(emulator_truth="assumed")
+    config = MeasurementSettings(emulator_truth="assumed")
     result = _calibrate(tmp_path, config)
     _recovers_truth(result, config.truth_path())
     # the hypothetical stack is not the paper's: calibration must see that
@@ -121,7 +117,7 @@ def test_unmeasured_buckets_are_interpolated_and_marked(tmp_path):
     settings = CalibrationSettings(
         artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=60, min_steps=40, prefill_repeats=1
     )
-    config = CalibrationConfig(calibration=settings)
+    config = MeasurementSettings(calibration=settings)
     result = _calibrate(tmp_path, config)
     tree = profile_document(result, config, (1, 2, 4, 6, 8, 10))
     marked = tree["decode"]["interpolated_bucket_cost_ms"]
@@ -140,7 +136,7 @@ def test_interpolation_follows_spec_rule():
 
 def test_published_choice_is_the_shipped_profile():
     """profile: published must leave every prediction exactly as it was."""
-    chosen = CalibrationConfig().prediction_profile()
+    chosen = MeasurementSettings().prediction_profile()
     assert chosen == measured_profile()
 
 
@@ -157,7 +153,7 @@ def test_too_few_steps_names_bucket_and_fix(tmp_path):
         match=r"bucket 1, n=1: \d+ usable decode steps.*"
         r"calibration\.decode_steps",
     ):
-        _calibrate(tmp_path, CalibrationConfig(calibration=settings))
+        _calibrate(tmp_path, MeasurementSettings(calibration=settings))
 
 
 def _steps(points: dict[tuple[int, int], float], count: int = 60) -> pd.DataFrame:
@@ -269,16 +265,16 @@ def test_profile_missing_field_is_named(tmp_path, profile_tree):
 def test_calibrated_choice_without_a_calibration_is_an_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ProfileError, match=r"results/calibration/profile\.yaml.*calibrate"):
-        CalibrationConfig(profile="calibrated").prediction_profile()
+        MeasurementSettings(profile="calibrated").prediction_profile()
 
 
 def test_bad_settings_name_the_key():
     with pytest.raises(CalibrationConfigError, match=r"calibration\.artifacts\[0\].*batch_size"):
-        calibration_config_from_mapping(
+        measurement_settings_from_mapping(
             {"calibration": {"artifacts": [{"buckets": [1, 2, 4], "batch_size": 8}]}}, "c.yaml"
         )
     with pytest.raises(CalibrationConfigError, match=r"calibration\.steps is not a setting"):
-        calibration_config_from_mapping({"calibration": {"steps": 3}}, "c.yaml")
+        measurement_settings_from_mapping({"calibration": {"steps": 3}}, "c.yaml")
 
 
 def test_model_from_config_json(tmp_path):
@@ -310,8 +306,8 @@ def test_schema_documents_the_dataclass_defaults():
 
     schema = yaml.safe_load((Path(__file__).parents[1] / "config" / "schema.yaml").read_text())
     props = schema["properties"]
-    assert props["profile"]["default"] == CalibrationConfig().profile
-    assert props["emulator_truth"]["default"] == CalibrationConfig().emulator_truth
+    assert props["profile"]["default"] == MeasurementSettings().profile
+    assert props["emulator_truth"]["default"] == MeasurementSettings().emulator_truth
     model = props["model"]["properties"]
     for f in fields(ModelSpec):
         if f.default is not None:
@@ -328,9 +324,9 @@ def test_schema_documents_the_dataclass_defaults():
 
 def test_shipped_config_parses_to_the_defaults():
     path = Path(__file__).parents[1] / "config" / "config.yaml"
-    loaded = calibration_config_from_mapping(yaml.safe_load(path.read_text()), str(path))
+    loaded = measurement_settings_from_mapping(yaml.safe_load(path.read_text()), str(path))
     # every calibration setting is the default; the profile is the study's own calibration
-    assert replace(loaded, source="<config>") == CalibrationConfig(profile="calibrated")
+    assert replace(loaded, source="<config>") == MeasurementSettings(profile="calibrated")
 
 
 def test_calibrated_profile_meets_the_criteria_on_the_assumed_truth():
@@ -375,7 +371,7 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
     import json
 
     from rearrival.measure import rbln
-    from rearrival.measure.calibrate import compile_calibration, compile_records
+    from rearrival.measure.calibration.rbln_compile import compile_calibration, compile_records
     from rearrival.model.fits import fit_compile
 
     def fake_compile(config, artifacts_dir):
@@ -401,7 +397,7 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
         artifacts=str(tmp_path / "a"),
         site_packages=None,
     )
-    out = compile_calibration(CalibrationConfig(), rbln_settings, tmp_path / "compile.json")
+    out = compile_calibration(MeasurementSettings(), rbln_settings, tmp_path / "compile.json")
     records = compile_records(out)
     assert sorted(r[0] for r in records) == [2, 4, 5, 7]
     fit = fit_compile(records)
@@ -443,7 +439,7 @@ def test_cli_bad_backend_is_one_line(tmp_path):
 def _emulated_http_recovers_truth(tmp_path: Path, settings: CalibrationSettings, scale: float):
     """The same measurement plans through a fresh loopback server per run (backend
     emulated-http): only the step log and the client's records are read."""
-    config = CalibrationConfig(calibration=settings)
+    config = MeasurementSettings(calibration=settings)
     result = calibrate(
         config, BackendSettings(backend="emulated-http", time_scale=scale), tmp_path, seed=SEED
     )

@@ -19,28 +19,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.judge.decide import (
     DEFAULT_CRITERIA,
-    DecisionCriteria,
-    DecisionError,
-    comparison_row,
     decide_comparison,
     decide_table,
-    judge_rows,
     load_criteria,
-    replicate_sums,
     saturation,
     summed_ratio,
     tau_for,
 )
-from rearrival.measure import records
-from rearrival.measure.records import read_run, write_run
-from rearrival.model.profile import measured_profile
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
@@ -191,7 +183,7 @@ def test_criteria_round_trip_and_validation(tmp_path: Path) -> None:
         == "fail"
     )
     with pytest.raises(DecisionError, match="band"):
-        DecisionCriteria(band=(1.01, 1.02))
+        DecisionCriteria(equivalence_band=(1.01, 1.02))
     with pytest.raises(DecisionError, match="both confirmatory and exploratory"):
         DecisionCriteria(exploratory_n=(8, 10))
     with pytest.raises(DecisionError, match="missing key 'band'"):
@@ -231,119 +223,6 @@ def test_saturation_refuses_too_few_or_nan() -> None:
         saturation([1.0])
     with pytest.raises(DecisionError):
         saturation([1.0, math.nan, 1.0])
-
-
-# --- comparison rows from run records ------------------------------------------------------
-
-
-def _run(
-    root: Path,
-    name: str,
-    *,
-    replicate: int,
-    computed: int,
-    busy_s: float,
-    plan: str = "p",
-    status: str = "complete",
-) -> Path:
-    """A one-request run whose channel A is T(computed) and channel B is busy_s."""
-    requests = pd.DataFrame(
-        {
-            "session": [0],
-            "turn": [0],
-            "send_s": [0.0],
-            "first_token_s": [busy_s],
-            "complete_s": [busy_s],
-            "prompt_tokens": [computed],
-            "cached_tokens": pd.array([0], dtype="Int64"),
-            "computed_tokens": pd.array([computed], dtype="Int64"),
-            "generated_tokens": [1],
-            "prefill_s": [float("nan")],
-        }
-    )
-    steps = pd.DataFrame(
-        {
-            "step": [0],
-            "kind": ["prefill"],
-            "n": [1],
-            "b": pd.array([None], dtype="Int64"),
-            "start_s": [0.0],
-            "end_s": [busy_s],
-        }
-    )
-    manifest = records.finish_manifest(
-        records.manifest_template(
-            study="v",
-            backend="emulated",
-            buckets=[1, 2, 4, 8],
-            batch_size=8,
-            slots=None,
-            variant="wait",
-            condition=name,
-            replicate=replicate,
-            n=1,
-            plan_path="p",
-            plan_sha256=(plan * 64)[:64],
-            plan_seed=replicate,
-            run_seed=0,
-            condition_order=[name],
-        ),
-        status=status,
-        reason=None if status == "complete" else "killed",
-    )
-    return write_run(
-        root / f"{name}-r{replicate}",
-        requests=requests,
-        steps=steps,
-        metrics={"before": {}, "after": {}},
-        manifest=manifest,
-    )
-
-
-def _records(root: Path, name: str, computed, busy, **kwargs):
-    return [
-        read_run(
-            _run(root, name, replicate=k, computed=q, busy_s=b, **kwargs), require_complete=False
-        )
-        for k, (q, b) in enumerate(zip(computed, busy, strict=True))
-    ]
-
-
-def test_replicate_sums_from_run_records(tmp_path: Path) -> None:
-    prefill = measured_profile().prefill_s
-    base_q, changed_q = (6000, 1000, 1200), (3000, 1000, 1100)
-    base = _records(tmp_path, "base", base_q, (4.0, 1.0, 1.0))
-    changed = _records(tmp_path, "slots", changed_q, (3.0, 1.0, 1.0))
-    sums = replicate_sums(base, changed)
-    expected_a = sum(map(prefill, changed_q)) / sum(map(prefill, base_q))
-    assert sums.replicates == (0, 1, 2)
-    assert sums.ratio_obs_a == pytest.approx(expected_a, rel=1e-12)
-    mean_of_ratios = np.mean(
-        [prefill(c) / prefill(b) for c, b in zip(changed_q, base_q, strict=True)]
-    )
-    assert abs(sums.ratio_obs_a - mean_of_ratios) > 1e-3
-    assert sums.ratio_obs_b == pytest.approx(5.0 / 6.0)
-    assert sums.b_base_s == pytest.approx(6.0)
-    assert sums.r_base_s == pytest.approx(6.0 - sum(map(prefill, base_q)))
-    row = comparison_row("slots", n=1, ratio_pred=0.7, sums=sums, rule="tau")
-    judged = judge_rows([row])[0]
-    assert judged["tau"] == pytest.approx(max(0.02, sums.r_base_s / 6.0))
-    assert judged["error"] == pytest.approx(expected_a - 0.7)
-
-
-def test_replicate_sums_refuses_bad_pairings(tmp_path: Path) -> None:
-    base = _records(tmp_path, "base", (1000, 1000, 1000), (1.0, 1.0, 1.0))
-    changed = _records(tmp_path, "slots", (900, 900, 900), (1.0, 1.0, 1.0))
-    with pytest.raises(DecisionError, match="no changed run for replicate 2"):
-        replicate_sums(base, changed[:2])
-    with pytest.raises(DecisionError, match="expected 3"):
-        replicate_sums(base[:2], changed[:2])
-    other_plan = _records(tmp_path / "o", "slots", (900, 900, 900), (1.0, 1.0, 1.0), plan="q")
-    with pytest.raises(DecisionError, match="pair runs of the same input plan"):
-        replicate_sums(base, other_plan)
-    partial = _records(tmp_path / "p", "slots", (900, 900, 900), (1.0, 1.0, 1.0), status="partial")
-    with pytest.raises(DecisionError, match="reason: killed"):
-        replicate_sums(base, partial)
 
 
 # --- the `rearrival decide` table verb ----------------------------------------------------

@@ -127,6 +127,23 @@ def test_missing_replicate_withholds(cfg):
     assert row["verdict"] == "withheld" and "replicate 2 of big-wait has no run" in row["note"]
 
 
+def test_a_replicate_run_twice_withholds_instead_of_counting_twice(cfg):
+    """Sums pair the sides replicate by replicate: a second complete run of one
+    replicate would weigh it twice in one side's sum, so the comparison is withheld."""
+    channels = channel_rows([10, 20, 30], [9, 19, 27])
+    again = channels[(channels["configuration"] == "big") & (channels["replicate"] == 1)]
+    channels = pd.concat([channels, again.assign(run_id="big.r1.again")], ignore_index=True)
+    (row,) = validation_rows(
+        cfg.replicates,
+        cfg.study("validation"),
+        channels,
+        predictions([10, 20, 30], [9, 18, 28]),
+        DEFAULT_CRITERIA,
+    )
+    assert row["verdict"] == "withheld"
+    assert "replicate 1 of big-wait has 2 runs (big.r1 big.r1.again)" in row["note"]
+
+
 def test_comparison_pairs_cover_interventions_and_workloads():
     study = Study("grid", "comparison", "", (6,), ("baseline", "grid6"), ("control", "wait"), 2)
     labels = [(a.label, b.label) for a, b in comparison_pairs(study)]

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
 from rearrival.cli import app
-from rearrival.config.study import StudyConfigError, load_study_config, tool_table_for
+from rearrival.config.errors import StudyConfigError
+from rearrival.config.study import load_study_config, tool_table_for
 from rearrival.progress import progress
 from rearrival.report.results import Results
 from rearrival.report.scorecard import Scorecard, ScoreRow, scorecard_markdown, summary_lines

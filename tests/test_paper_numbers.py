@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -17,7 +18,7 @@ from rearrival.report.paper_numbers import (
     with_paper,
 )
 from rearrival.report.results import Results
-from rearrival.report.table_model import Column, Part, Table
+from rearrival.report.table_model import Column, Part, Table, cell_number
 from rearrival.report.tables import TABLE_BUILDERS, build_tables
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
@@ -145,6 +146,30 @@ def _toy_table() -> Table:
         },
     )
     return Table("VI", "toy", "caption", (Part("p", columns, rows),), ("a note",), "emulated")
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        (0.25, 0.25),
+        (6, 6.0),
+        (np.float32(0.5), 0.5),
+        (np.int64(8), 8.0),
+        (float("inf"), float("inf")),
+        (None, None),
+        (float("nan"), None),
+        (np.nan, None),
+        (True, None),
+        ("0.25", None),
+        ("18/18", None),
+        ([1.0], None),
+    ],
+)
+def test_a_cell_is_a_number_only_when_it_holds_one(cell, expected) -> None:
+    """The one float-or-None reading shared by the scorecard, the paper columns and the
+    fixed-arrival analysis: text (labels, "k/m" counts) and booleans are never numbers,
+    NaN (an empty cell read back) is absent."""
+    assert cell_number(cell) == expected
 
 
 def test_with_paper_joins_values_and_differences() -> None:

@@ -21,7 +21,7 @@ import yaml
 from rearrival.config.calibration import PUBLISHED
 from rearrival.config.study import Configuration, load_study_config
 from rearrival.judge.collect import collect_channels
-from rearrival.judge.decisions import criteria_from_config, decision_table
+from rearrival.judge.decisions import decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.model.profile import profile_bytes, profile_sha256
 from rearrival.model.sim import SIMULATORS
@@ -171,7 +171,7 @@ def build_tree(root: Path) -> Path:
             cfg.study_seed,
             pd.read_parquet(channels),
             pd.read_parquet(predictions),
-            criteria_from_config(cfg),
+            cfg.decision,
         )
         (results / "decisions").mkdir(parents=True, exist_ok=True)
         (results / "decisions" / f"{name}.csv").write_text(text)

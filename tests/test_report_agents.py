@@ -13,7 +13,7 @@ import yaml
 
 from rearrival.config.study import load_study_config, resolve_configurations
 from rearrival.judge.collect import collect_channels
-from rearrival.judge.decisions import criteria_from_config, decision_table
+from rearrival.judge.decisions import decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.report.render import build_report
 from rearrival.report.tables import table_family
@@ -112,7 +112,7 @@ def tree(tmp_path_factory) -> Path:
         cfg.study_seed,
         pd.read_parquet(channels),
         pd.read_parquet(predictions),
-        criteria_from_config(cfg),
+        cfg.decision,
     )
     (results / "decisions").mkdir()
     (results / "decisions" / "agents.csv").write_text(text)

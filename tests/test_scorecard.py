@@ -11,11 +11,12 @@ from rearrival.report.findings import (
     FAILS,
     HOLDS,
     NOT_COMPARABLE,
+    ORDER,
+    SECTIONS,
     Evidence,
     findings,
-    in_printed_range,
-    within_printed,
 )
+from rearrival.report.findings.base import in_printed_range, within_printed
 from rearrival.report.paper_numbers import load_paper_numbers
 from rearrival.report.scorecard import (
     Scorecard,
@@ -88,6 +89,15 @@ def test_findings_are_well_formed_and_claims_hold_no_paper_numbers() -> None:
             number = NUMBERS[number_id]
             if any(ch.isdigit() for ch in number.text):
                 assert number.text not in finding.claim, (finding.id, number.text)
+
+
+def test_the_registry_lists_every_section_finding_once_in_the_paper_order() -> None:
+    """ORDER is the one sequence the scorecard reads: every finding a section module
+    defines appears in it exactly once, and nothing else does."""
+    defined = [f.id for section in SECTIONS for f in section.findings(NUMBERS)]
+    assert sorted(defined) == sorted(ORDER)
+    assert len(set(ORDER)) == len(ORDER)
+    assert [f.id for f in findings(NUMBERS)] == list(ORDER)
 
 
 def test_hardware_findings_are_those_resting_on_hardware_numbers() -> None:

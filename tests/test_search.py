@@ -16,34 +16,27 @@ from conftest import config_with_search
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.model.memory import device_memory
 from rearrival.model.profile import ProfileError, measured_profile
 from rearrival.model.sim import simulate
 from rearrival.parquet import write_frame
-from rearrival.search.scoring import (
+from rearrival.search import evaluate as evaluate_module
+from rearrival.search.candidates import (
     BASELINE,
     Candidate,
-    CandidateArrays,
-    Outcome,
-    PlanKey,
-    SearchError,
-    SearchSettings,
     candidates,
-    combine_shards,
-    compare_n_sets,
     enumerate_candidates,
-    evaluate,
     filter_counts,
-    make_plan,
     over_budget,
     parse_candidate_id,
-    plan_keys,
-    run_shard,
-    score_plan,
-    score_table,
     search_candidates,
-    write_outputs,
 )
+from rearrival.search.evaluate import CandidateArrays, Outcome, evaluate, run_shard, score_plan
+from rearrival.search.inputs import PlanKey, make_plan, plan_keys
+from rearrival.search.merge import combine_shards
+from rearrival.search.outputs import OutputPaths, write_outputs
+from rearrival.search.rank import compare_n_sets, score_table
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
@@ -183,6 +176,30 @@ def test_batch_scores_with_reuse_equal_direct_simulation() -> None:
             assert scores.outcome(index) == direct(plan, cand), cand.id
 
 
+def test_pool_starts_only_above_the_simulation_threshold(monkeypatch) -> None:
+    """Workers are a maximum: a search with fewer distinct simulations than the threshold
+    runs in this process (no spawn); above it the pool is asked for."""
+    settings = tiny_settings()
+    cands = candidates(settings.batch_sizes, settings.max_buckets)
+    plans = tiny_plans(settings)
+
+    class PoolAsked(Exception):
+        pass
+
+    def no_pool(method: str):
+        raise PoolAsked(method)
+
+    monkeypatch.setattr(evaluate_module.multiprocessing, "get_context", no_pool)
+    frame, simulations = evaluate(cands, plans, workers=2)
+    assert 0 < simulations < evaluate_module.POOL_MIN_SIMULATIONS
+    assert len(frame) == len(cands) * len(plans)
+    monkeypatch.setattr(evaluate_module, "POOL_MIN_SIMULATIONS", simulations)
+    with pytest.raises(PoolAsked, match="spawn"):
+        evaluate(cands, plans, workers=2)
+    monkeypatch.setattr(evaluate_module, "POOL_MIN_SIMULATIONS", simulations + 1)
+    assert evaluate(cands, plans, workers=2)[0].equals(frame)
+
+
 def test_baseline_and_its_twin_score_exactly_one() -> None:
     settings = tiny_settings()
     plans = tiny_plans(settings)
@@ -214,7 +231,7 @@ def test_baseline_and_its_twin_score_exactly_one() -> None:
 
 
 def _merge(shard_frames, cands, settings, out: Path) -> dict[str, bytes]:
-    write_outputs(combine_shards(shard_frames), cands, BASELINE, settings, out)
+    write_outputs(combine_shards(shard_frames), cands, BASELINE, settings, OutputPaths.under(out))
     return {
         name: (out / name).read_bytes()
         for name in ("scores.parquet", "selected.json", "summary.json")
@@ -333,6 +350,72 @@ def test_cli_sharded_and_single_process_agree(tmp_path: Path) -> None:
     scores = pd.read_parquet(merged / "scores.parquet")
     assert list(scores["rank"]) == list(range(1, 9))
     assert scores.iloc[0]["id"] == selected["id"]
+
+
+def test_cli_writes_exactly_the_files_it_is_given(tmp_path: Path) -> None:
+    """Every file the search writes is a path the caller names (a workflow declares them);
+    the defaults under --out hold the same bytes."""
+    config = str(tiny_config(tmp_path))
+    named = tmp_path / "named"
+    files = {
+        "--scores": named / "a" / "ranking.parquet",
+        "--selected": named / "b" / "pick.json",
+        "--summary": named / "c" / "about.json",
+    }
+    options = [str(part) for flag, path in files.items() for part in (flag, path)]
+    base = ["search", "--config", config, "--workers", "1", *options]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code != 0 and "--plans-out" in str(refused.exception or refused.output)
+    assert not named.exists()
+    result = runner.invoke(app, [*base, "--plans-out", str(named / "inputs")])
+    assert result.exit_code == 0, result.output
+    written = {p for p in named.rglob("*") if p.is_file()}
+    plans = {p for p in written if (named / "inputs") in p.parents}
+    assert written - plans == set(files.values())
+    assert len(plans) == 8
+    default = tmp_path / "default"
+    result = runner.invoke(
+        app, ["search", "--config", config, "--workers", "1", "--out", str(default)]
+    )
+    assert result.exit_code == 0, result.output
+    for path, name in zip(
+        files.values(), ("scores.parquet", "selected.json", "summary.json"), strict=True
+    ):
+        assert path.read_bytes() == (default / name).read_bytes()
+
+
+def test_merge_writes_the_named_files(tmp_path: Path) -> None:
+    """``search merge`` with each file named (as a workflow rule passes its declared
+    outputs) writes those files and nothing else, with the bytes of ``--out-dir``."""
+    config = str(tiny_config(tmp_path))
+    plans, shard = tmp_path / "plans", tmp_path / "shard.parquet"
+    one = ["--shards", "1", "--out", str(shard)]
+    for args in (
+        ["search", "plans", "--config", config, "--out", str(plans)],
+        ["search", "shard", "--config", config, "--plans", str(plans), "--shard", "0", *one],
+        ["search", "merge", "--config", config, "--out-dir", str(tmp_path / "dir"), str(shard)],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    named = tmp_path / "named"
+    files = {
+        "--scores": named / "s.parquet",
+        "--selected": named / "pick.json",
+        "--summary": named / "sub" / "about.json",
+    }
+    options = [str(part) for flag, path in files.items() for part in (flag, path)]
+    result = runner.invoke(app, ["search", "merge", "--config", config, *options, str(shard)])
+    assert result.exit_code == 0, result.output
+    assert {p for p in named.rglob("*") if p.is_file()} == set(files.values())
+    for path, name in zip(
+        files.values(), ("scores.parquet", "selected.json", "summary.json"), strict=True
+    ):
+        assert path.read_bytes() == (tmp_path / "dir" / name).read_bytes()
+    partial = runner.invoke(
+        app, ["search", "merge", "--config", config, "--scores", str(tmp_path / "x"), str(shard)]
+    )
+    assert partial.exit_code != 0 and not (tmp_path / "x").exists()
+    assert "--selected, --summary" in str(partial.exception or partial.output)
 
 
 def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:

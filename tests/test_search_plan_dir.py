@@ -11,12 +11,14 @@ from test_trace_import import _round, _three_sessions, _write
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
 from rearrival.model.plans import PlanError, write_plan
 from rearrival.model.tracelab_import import plans_from_trace
 from rearrival.search.advise import predict
+from rearrival.search.candidates import Candidate, candidates
+from rearrival.search.outputs import OutputPaths
 from rearrival.search.plan_dir import search_plan_dir
-from rearrival.search.scoring import Candidate, SearchError, candidates
 
 runner = CliRunner()
 SMALL = {
@@ -48,7 +50,7 @@ def test_search_over_a_plan_directory_ranks_by_summed_seconds(
 ) -> None:
     config, plans = setup
     cfg = load_study_config(config)
-    summary = search_plan_dir(cfg, plans, tmp_path / "out", workers=1)
+    summary = search_plan_dir(cfg, plans, OutputPaths.under(tmp_path / "out"), workers=1)
     selected = json.loads((tmp_path / "out" / "selected.json").read_text())
     assert selected["search_n"] == [2, 3] and summary["inputs"]["n"] == [2, 3]
     assert summary["inputs"]["evaluation_held_out"] is False
@@ -84,7 +86,9 @@ def test_empty_directory_is_refused(setup: tuple[Path, Path], tmp_path: Path) ->
     config, _ = setup
     (tmp_path / "none").mkdir()
     with pytest.raises(SearchError, match=r"no \.parquet or \.json plan files"):
-        search_plan_dir(load_study_config(config), tmp_path / "none", tmp_path / "out")
+        search_plan_dir(
+            load_study_config(config), tmp_path / "none", OutputPaths.under(tmp_path / "out")
+        )
 
 
 def test_plans_longer_than_the_profile_are_refused(
@@ -97,5 +101,5 @@ def test_plans_longer_than_the_profile_are_refused(
     plans = tmp_path / "long"
     write_plan(plans_from_trace(long_trace, max_context=16_384).plan, plans / "p.parquet")
     with pytest.raises(PlanError, match=r"9100 tokens, over the maximum sequence length 8192"):
-        search_plan_dir(load_study_config(config), plans, tmp_path / "out")
+        search_plan_dir(load_study_config(config), plans, OutputPaths.under(tmp_path / "out"))
     assert not (tmp_path / "out").exists()

@@ -123,7 +123,7 @@ def test_config_signing_key_resolves_against_the_config_directory(tmp_path):
 
 
 def test_a_witness_without_a_remote_is_refused_naming_the_key(tmp_path):
-    from rearrival.config.study import StudyConfigError
+    from rearrival.config.errors import StudyConfigError
 
     raw = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
     config = tmp_path / "config.yaml"

@@ -21,7 +21,8 @@ from conftest import random_plan
 
 from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session
 from rearrival.model.profile import measured_profile
-from rearrival.model.sim import SimConfig, SimResult, simulate, simulate_python
+from rearrival.model.sim import SimConfig, SimResult, simulate
+from rearrival.model.sim_event import simulate_python
 from rearrival.model.sim_reference import simulate_reference
 
 # bucket sets chosen so that many n fall between buckets, plus single-bucket grids

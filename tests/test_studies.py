@@ -1,5 +1,6 @@
-"""The typed study definition: one source of defaults (config/schema.yaml), every section
-a frozen dataclass, and the per-rule config values the workflow passes as params."""
+"""The typed study definition: every section a frozen dataclass (tests/test_config_schema.py
+checks them against config/schema.yaml), and the per-rule config values the workflow
+passes as params."""
 
 from __future__ import annotations
 
@@ -11,72 +12,20 @@ import pytest
 import yaml
 
 from rearrival.config.calibration import CALIBRATED, CALIBRATED_PROFILE, PUBLISHED
-from rearrival.config.study import (
-    DecisionSettings,
-    EmulatedHttpSettings,
-    InjectionSettings,
-    RblnSettings,
-    config_schema_path,
-    load_study_config,
-    schema_defaults,
-    study_config_from_mapping,
-)
-from rearrival.judge.decide import DecisionCriteria
-from rearrival.judge.decisions import criteria_from_config
-from rearrival.measure.backends import BackendSettings
+from rearrival.config.study import load_study_config, study_config_from_mapping
 from rearrival.workflow.params import workflow_params
 from rearrival.workflow.preregister import design_changes, registered_design
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
-SECTIONS = {
-    "decision": DecisionSettings,
-    "injection": InjectionSettings,
-    "emulated_http": EmulatedHttpSettings,
-    "rbln": RblnSettings,
-}
 
 
 def _minimal() -> dict:
-    """Only the required keys: every section comes from the schema's defaults."""
+    """Only the required keys: every section takes its model's defaults."""
     return {
         key: copy.deepcopy(SMALL[key])
         for key in ("backend", "study_seed", "replicates", "configurations", "studies")
     }
-
-
-@pytest.mark.parametrize("section", sorted(SECTIONS))
-def test_every_schema_key_of_a_section_is_a_typed_field(section):
-    schema = yaml.safe_load(config_schema_path().read_text())
-    keys = set(schema["properties"][section]["properties"])
-    assert {f.name for f in dataclasses.fields(SECTIONS[section])} == keys
-
-
-def test_a_config_without_sections_gets_the_schema_defaults(tmp_path):
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(_minimal()))
-    cfg = load_study_config(path)
-    defaults = schema_defaults()
-    for section, kind in SECTIONS.items():
-        typed = dataclasses.asdict(getattr(cfg, section))
-        assert typed == {
-            key: tuple(v) if isinstance(v, list) else v for key, v in defaults[section].items()
-        }, section
-        assert isinstance(getattr(cfg, section), kind)
-    assert dict(cfg.search) == defaults["search"]
-    assert cfg.tool_table == defaults["tool_table"]
-
-
-def test_time_scale_has_one_default_the_schemas():
-    raw = _minimal() | {"backend": "emulated-http"}
-    cfg = study_config_from_mapping(raw, "<test>")
-    assert cfg.emulated_http.time_scale == schema_defaults()["emulated_http"]["time_scale"]
-    assert BackendSettings.from_study_config(cfg).time_scale == cfg.emulated_http.time_scale
-
-
-def test_decision_criteria_defaults_agree_with_the_schema():
-    cfg = study_config_from_mapping(_minimal(), "<test>")
-    assert criteria_from_config(cfg) == DecisionCriteria()
 
 
 def test_sections_are_frozen():
@@ -150,18 +99,24 @@ def test_the_default_studies_predict_with_their_own_calibration():
 
 def test_a_profile_edit_re_registers_every_study_once():
     """The profile is part of every registered design: switching it re-predicts,
-    re-registers, re-runs and re-decides every study, and reruns the search."""
+    re-registers, re-runs and re-decides every study, and reruns the search (the shared
+    one and every study's own)."""
     raw = copy.deepcopy(SMALL)
     before = _params(raw)
     raw["profile"] = PUBLISHED
     stages = ("predict", "prereg", "run", "decide")
-    assert _changed(before, _params(raw)) == {
-        f"{stage}:{study}" for study in SMALL["studies"] for stage in stages
-    } | {"search", "report"}
+    own_searches = {f"search:{name}" for name, s in SMALL["studies"].items() if "search" in s}
+    assert own_searches, "the small config has a study with its own search (agents)"
+    assert (
+        _changed(before, _params(raw))
+        == {f"{stage}:{study}" for study in SMALL["studies"] for stage in stages}
+        | {"search", "report"}
+        | own_searches
+    )
     cfg = study_config_from_mapping(raw, "<test>")
     study = cfg.study("validation")
     registered = registered_design(study_config_from_mapping(copy.deepcopy(SMALL), "<t>"), study)
-    criteria = criteria_from_config(cfg).to_dict()
+    criteria = cfg.decision.to_dict()
     assert design_changes(cfg, study, registered, criteria) == [
         "prediction_profile: registered 'calibrated', config 'published'"
     ]
@@ -176,7 +131,7 @@ def test_design_changes_name_each_changed_key():
         "configurations": registered_design(cfg, study)["configurations"]
         | {"selected": {"buckets": [1, 8], "batch_size": 8, "slots": 8}},
     }
-    criteria = criteria_from_config(cfg).to_dict()
+    criteria = cfg.decision.to_dict()
     assert design_changes(cfg, study, design, criteria) == []
     edited = copy.deepcopy(SMALL)
     edited["study_seed"] = 8

@@ -7,7 +7,8 @@ import pytest
 import yaml
 from conftest import CONFIG_FILE
 
-from rearrival.config.study import StudyConfigError, load_study_config
+from rearrival.config.errors import StudyConfigError
+from rearrival.config.study import load_study_config
 
 
 def _config(tmp_path, n: list[int]):

@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
+from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
 from rearrival.model.plans import MultiRoundSession
 from rearrival.search.advise import to_markdown
-from rearrival.search.scoring import Candidate, SearchError, candidates
+from rearrival.search.candidates import Candidate, candidates
 from rearrival.search.trace_advice import advise_trace, import_trace, workload_plans
 
 runner = CliRunner()

@@ -10,10 +10,11 @@ always was; the order of a tuple shows only in error messages ("use one of ...")
 from __future__ import annotations
 
 # Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, hardware.
-BACKENDS = ("emulated", "emulated-http", "rbln")
+EMULATED, EMULATED_HTTP, RBLN = "emulated", "emulated-http", "rbln"
+BACKENDS = (EMULATED, EMULATED_HTTP, RBLN)
 # The only backend with a prefill-injection driver (paper III-C); `all` leaves the
 # injection out on the others.
-INJECTION_BACKEND = "emulated"
+INJECTION_BACKEND = EMULATED
 
 # Workload variants of a plan (docs/DESIGN.md §2): the measured tool wait, no wait, one equal wait.
 VARIANTS = ("wait", "control", "equal")

@@ -57,40 +57,40 @@ def calibrate(
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
     from dataclasses import replace
 
-    from rearrival.config.calibration import CalibrationConfig
-    from rearrival.config.study import load_study_config, schema_defaults
+    from rearrival.config.backends import EmulatedHttpSettings
+    from rearrival.config.calibration import MeasurementSettings
+    from rearrival.config.study import load_study_config
     from rearrival.measure.backends import BackendSettings
-    from rearrival.measure.calibrate import calibrate as run_calibration
-    from rearrival.measure.calibrate import (
-        compile_records,
+    from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
-        write_samples,
     )
+    from rearrival.measure.calibration.drive import calibrate as run_calibration
+    from rearrival.measure.calibration.drive import write_samples
+    from rearrival.measure.calibration.rbln_compile import compile_records
+    from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
 
     cfg = load_study_config(config) if config.is_file() else None
-    settings = cfg.measurement if cfg is not None else CalibrationConfig()
+    settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
-    chosen = backend or (cfg.backend if cfg is not None else "emulated")
+    chosen = backend or (cfg.backend if cfg is not None else EMULATED)
     base = (
         BackendSettings.from_study_config(cfg, compiled)
         if cfg is not None
         else BackendSettings(compile_record=compiled)
     )
     scale = time_scale or (
-        cfg.emulated_http.time_scale
-        if cfg is not None
-        else schema_defaults()["emulated_http"]["time_scale"]
+        cfg.emulated_http.time_scale if cfg is not None else EmulatedHttpSettings().time_scale
     )
     backend_settings = replace(
         base,
         backend=chosen,
-        time_scale=scale if chosen == "emulated-http" else 1.0,
+        time_scale=scale if chosen == EMULATED_HTTP else 1.0,
         emulator_truth=settings.truth_path(),
     )
-    records = compile_records(compiled) if compiled is not None and chosen == "rbln" else None
+    records = compile_records(compiled) if compiled is not None and chosen == RBLN else None
     result = run_calibration(
         settings,
         backend_settings,
@@ -118,7 +118,7 @@ def calibrate_compile(
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
     from rearrival.config.study import load_study_config
-    from rearrival.measure.calibrate import compile_calibration
+    from rearrival.measure.calibration.rbln_compile import compile_calibration
 
     cfg = load_study_config(config)
     compile_calibration(cfg.measurement, cfg.rbln, out)

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP
+
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
@@ -80,7 +82,7 @@ def run(
     out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
     backend: Annotated[
         str, typer.Option("--backend", help="emulated (in process), emulated-http or rbln.")
-    ] = "emulated",
+    ] = EMULATED,
     buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
     batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
     slots: Annotated[
@@ -136,7 +138,6 @@ def run(
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
     from rearrival.model.plans import load_plan
-    from rearrival.vocabulary import BACKENDS
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
@@ -153,7 +154,7 @@ def run(
     plan = load_plan(plan_path)
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
-    if backend == "emulated-http" and url is not None:
+    if backend == EMULATED_HTTP and url is not None:
         from rearrival.measure.client import ClientError, server_configuration
 
         try:
@@ -197,7 +198,7 @@ def _time_scale(backend: str, asked: float | None, served: dict | None, url: str
     server's own scale for a running emulate-server, else the schema's default."""
     from rearrival.errors import RearrivalError
 
-    if backend == "emulated":
+    if backend == EMULATED:
         return 1.0
     if served is not None:
         if asked is not None and asked != served["time_scale"]:
@@ -208,13 +209,9 @@ def _time_scale(backend: str, asked: float | None, served: dict | None, url: str
         return float(served["time_scale"])
     if asked is not None:
         return asked
-    from rearrival.config.study import schema_defaults
+    from rearrival.config.backends import EmulatedHttpSettings
 
-    return (
-        float(schema_defaults()["emulated_http"]["time_scale"])
-        if backend == "emulated-http"
-        else 1.0
-    )
+    return EmulatedHttpSettings().time_scale if backend == EMULATED_HTTP else 1.0
 
 
 def emulate_server(

@@ -166,8 +166,10 @@ class CalibrationSettings:
 
 
 @dataclass(frozen=True)
-class CalibrationConfig:
-    """The calibration-related part of a study definition."""
+class MeasurementSettings:
+    """What predictions are made with and measurements are checked against: the profile
+    of cost constants, the served model, the emulator's truth and how calibration
+    measures (``profile:``, ``model:``, ``emulator_truth:``, ``calibration:``)."""
 
     profile: str = PUBLISHED
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -218,7 +220,7 @@ def _typed(cls: type, raw: Any, key: str) -> Any:
     return cls(**values)
 
 
-def calibration_config_from_mapping(raw: dict[str, Any], source: str) -> CalibrationConfig:
+def measurement_settings_from_mapping(raw: dict[str, Any], source: str) -> MeasurementSettings:
     """Typed calibration settings from a (schema-valid) study definition mapping."""
     try:
         model = _typed(ModelSpec, raw.get("model"), "model")
@@ -230,7 +232,7 @@ def calibration_config_from_mapping(raw: dict[str, Any], source: str) -> Calibra
                 Artifact(tuple(a["buckets"]), int(a["batch_size"])) for a in section["artifacts"]
             ]
         settings = _typed(CalibrationSettings, section, "calibration")
-        return CalibrationConfig(
+        return MeasurementSettings(
             profile=str(raw.get("profile", PUBLISHED)),
             model=model,
             emulator_truth=str(raw.get("emulator_truth", "default")),

@@ -1,44 +1,36 @@
 """The study definition (docs/DESIGN.md §10): config/config.yaml as typed, checked objects.
 
-The schema (config/schema.yaml) checks types; this module checks what a schema cannot
-(bucket sets holding their batch_size, studies naming defined configurations) and expands
-each study into its plans and conditions, so the Snakefile and every stage agree on one
-list of files without repeating the rules.
+The schema (config/schema.yaml) checks types; the section models under rearrival.config
+hold the defaults (tests/test_config_schema.py checks that the schema documents the same);
+this module checks what a schema cannot (bucket sets holding their batch_size, studies
+naming defined configurations) and expands each study into its plans and conditions, so
+the Snakefile and every stage agree on one list of files without repeating the rules.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from functools import cache
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import jsonschema
 import yaml
 from snakemake.utils import validate
 
-from rearrival.config.calibration import CalibrationConfig, calibration_config_from_mapping
-from rearrival.errors import RearrivalError, StageError
-from rearrival.model.plangen import (
-    MultiRoundSpec,
-    PlanGenError,
-    derive_seed,
-    generate_multi_round_plan,
-)
-from rearrival.model.plans import Plan
+from rearrival.config.backends import EmulatedHttpSettings, RblnSettings
+from rearrival.config.calibration import MeasurementSettings, measurement_settings_from_mapping
+from rearrival.config.decision import DecisionCriteria, DecisionError
+from rearrival.config.errors import StudyConfigError
+from rearrival.config.injection import InjectionSettings
+from rearrival.config.search import SearchError, SearchSettings
+from rearrival.config.workload import Workload, workload_from_mapping
+from rearrival.errors import StageError
 from rearrival.model.profile import bucket_set_problem
 from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
-from rearrival.model.trace_plans import TraceError, file_sha256
-from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.vocabulary import EMULATED
 
 SELECTED = "selected"  # the configuration chosen by the search stage
-
-
-class StudyConfigError(RearrivalError):
-    """The study definition is inconsistent; the message names the key and the fix."""
 
 
 class SelectionMissingError(StageError):
@@ -87,83 +79,6 @@ class Condition:
 
 
 @dataclass(frozen=True)
-class TraceSource:
-    """A real agent trace a study samples its sessions from (TraceLab round trace)."""
-
-    path: str
-    sha256: str
-    token_scale: float
-    on_overflow: str
-    max_context: int
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A study's input plans when they are not the paper's two-round sessions: seeded
-    agent sessions (``kind`` multi_round, drawn by ``spec``) or sessions sampled from a
-    real trace (``kind`` trace, ``trace``)."""
-
-    kind: str
-    spec: MultiRoundSpec | None = None
-    trace: TraceSource | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """What the study registers: the kind and every setting (for a trace, its sha256,
-        so an edited trace file is a changed design)."""
-        if self.trace is not None:
-            t = self.trace
-            return {
-                "kind": self.kind,
-                "path": t.path,
-                "sha256": t.sha256,
-                "token_scale": t.token_scale,
-                "on_overflow": t.on_overflow,
-            }
-        return {"kind": self.kind, **self.spec.as_dict()}
-
-    def plan(
-        self, n: int, *, study_seed: int, replicate: int, block: int, tool_table: ToolTable
-    ) -> Plan:
-        """The plan of N sessions for one (replicate, block), seeded like every plan."""
-        if self.spec is not None:
-            return generate_multi_round_plan(
-                n,
-                study_seed=study_seed,
-                replicate=replicate,
-                block=block,
-                tool_table=tool_table,
-                spec=self.spec,
-            )
-        return _trace_plan(self.trace, n, study_seed, replicate, block)
-
-
-def _trace_plan(source: TraceSource, n: int, study_seed: int, replicate: int, block: int) -> Plan:
-    """N sessions sampled from the trace with a seed from (study seed, replicate, N,
-    block); a trace that cannot give N whole sessions is refused, never shrunk."""
-    seed = derive_seed(study_seed, replicate, n, block, "trace-sessions")
-    try:
-        result = plans_from_trace(
-            source.path,
-            sessions=n,
-            seed=seed,
-            max_context=source.max_context,
-            on_overflow=source.on_overflow,
-            token_scale=source.token_scale,
-        )
-    except TraceError as exc:
-        raise StudyConfigError(f"workload.path {source.path}: {exc}") from None
-    plan = result.plan
-    if plan.n != n:
-        raise StudyConfigError(
-            f"workload.path {source.path}: {n - plan.n} of the {n} sampled sessions do not "
-            f"fit the maximum sequence length {source.max_context} even in their first "
-            "round; lower the study's n or set workload.token_scale"
-        )
-    meta = replace(plan.meta, study_seed=study_seed, replicate=replicate, block=block, n=n)
-    return replace(plan, meta=meta)
-
-
-@dataclass(frozen=True)
 class Study:
     name: str
     kind: str
@@ -176,10 +91,9 @@ class Study:
     amends: str | None = None
     repeats: int = 1
     workload: Workload | None = None
-    # the study's own configuration search (its pick is its 'selected'): the raw
-    # ``search`` block over the top-level search's values, typed by SearchSettings; left
-    # out of the hash (a mapping has none), so studies stay usable as dict keys
-    search: Mapping[str, Any] | None = field(default=None, hash=False)
+    # the study's own configuration search (its pick is its 'selected'): its ``search``
+    # block over the top-level search's values, searching the study's workload
+    search: SearchSettings | None = None
 
     @property
     def multi_round(self) -> bool:
@@ -199,70 +113,31 @@ class Study:
         return tuple(Condition(c, v) for c in self.configurations for v in self.variants)
 
 
-@dataclass(frozen=True)
-class DecisionSettings:
-    """The ``decision`` section: the criteria a study registers (paper II-D, IV, V-C)."""
-
-    confirmatory_n: tuple[int, ...]
-    exploratory_n: tuple[int, ...]
-    tau_fixed: float
-    error_tolerance: float
-    equivalence_band: tuple[float, float]
-    saturation_width: float
-    bootstrap_resamples: int
-
-
-@dataclass(frozen=True)
-class InjectionSettings:
-    """The ``injection`` section: the prefill-injection study (paper III-C)."""
-
-    background_sessions: int
-    background_gen_tokens: int
-    injected_prompt_tokens: tuple[int, ...]
-    inject_at_s: float
-    configuration: str
-
-
-@dataclass(frozen=True)
-class EmulatedHttpSettings:
-    """The ``emulated_http`` section: wall seconds per emulated second."""
-
-    time_scale: float
-
-
-@dataclass(frozen=True)
-class RblnSettings:
-    """The ``rbln`` section: what real hardware compiles and where artifacts go."""
-
-    model: str
-    max_seq_len: int
-    num_devices: int
-    artifacts: str
-    site_packages: str | None
+# A repeats study runs each condition this many times unless it sets ``repeats``; every
+# other kind runs each condition once.
+DEFAULT_REPEATS = 2
 
 
 @dataclass(frozen=True)
 class StudyConfig:
-    """The whole validated study definition.
-
-    Every section is typed; ``search`` stays the schema-filled mapping that
-    :class:`rearrival.search.scoring.SearchSettings` types and checks (the search owns its keys).
-    """
+    """The whole validated study definition: one typed section per schema section, each
+    section's defaults in its own model (tests/test_config_schema.py checks that
+    config/schema.yaml documents the same values)."""
 
     source: str
-    backend: str
-    study_seed: int
-    replicates: int
-    tool_table: str
     configurations: dict[str, Configuration]
     studies: dict[str, Study]
-    decision: DecisionSettings
-    injection: InjectionSettings
-    search: Mapping[str, Any]
-    emulated_http: EmulatedHttpSettings
-    rbln: RblnSettings
-    # profile:, emulator_truth:, model: and calibration: (typed in rearrival.config.calibration)
-    measurement: CalibrationConfig = field(default_factory=CalibrationConfig)
+    backend: str = EMULATED
+    study_seed: int = 20260601
+    replicates: int = 3
+    tool_table: str = "default"
+    decision: DecisionCriteria = field(default_factory=DecisionCriteria)
+    injection: InjectionSettings = field(default_factory=InjectionSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    emulated_http: EmulatedHttpSettings = field(default_factory=EmulatedHttpSettings)
+    rbln: RblnSettings = field(default_factory=RblnSettings)
+    # profile:, emulator_truth:, model: and calibration: (rearrival.config.calibration)
+    measurement: MeasurementSettings = field(default_factory=MeasurementSettings)
     # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
     witness: str | None = None
     signing_key: Path | None = None
@@ -276,27 +151,74 @@ class StudyConfig:
         return self.studies[name]
 
 
-@cache
-def schema_defaults() -> dict[str, Any]:
-    """Every documented default, read from config/schema.yaml: the one place defaults
-    live. Top-level keys map to their default, sections to {key: default}, and
-    ``studies`` to the per-study defaults."""
-    schema = yaml.safe_load(config_schema_path().read_text())
-    props = schema["properties"]
-    out: dict[str, Any] = {key: spec["default"] for key, spec in props.items() if "default" in spec}
-    for key, spec in props.items():
-        if spec.get("type") == "object" and "properties" in spec:
-            out[key] = {name: inner.get("default") for name, inner in spec["properties"].items()}
-    study_props = props["studies"]["additionalProperties"]["properties"]
-    out["studies"] = {
-        name: inner["default"] for name, inner in study_props.items() if "default" in inner
-    }
-    return out
+def _study_search(
+    name: str, raw: dict[str, Any], top_search: SearchSettings, workload: Workload | None
+) -> SearchSettings | None:
+    """A study's own search block over the top-level search's values, over its workload."""
+    own = raw.get("search")
+    if own is None:
+        return None
+    if SELECTED not in raw["configurations"]:
+        raise StudyConfigError(
+            f"studies.{name}.search is set but the study does not compare "
+            f"'{SELECTED}'; add '{SELECTED}' to its configurations or drop its search"
+        )
+    return top_search.with_study_block(own, workload)
 
 
-def _filled(raw: dict[str, Any], section: str) -> dict[str, Any]:
-    """A section's values over the schema defaults (a key may be left out of the YAML)."""
-    return schema_defaults()[section] | (raw.get(section) or {})
+def _study(
+    name: str,
+    raw: dict[str, Any],
+    configurations: dict[str, Configuration],
+    where: str,
+    context: tuple[SearchSettings, int],
+) -> Study:
+    """One study; ``context`` is the top-level search and the slot length its own search
+    and workload build on."""
+    for config_name in raw["configurations"]:
+        if config_name != SELECTED and config_name not in configurations:
+            raise StudyConfigError(
+                f"{where}: studies.{name}.configurations names '{config_name}', which is not "
+                f"under configurations; define it or use one of {', '.join(configurations)}"
+            )
+    kind = raw["kind"]
+    workload = workload_from_mapping(name, raw.get("workload"), context[1], where)
+    try:
+        search = _study_search(name, raw, context[0], workload)
+    except (StudyConfigError, SearchError) as exc:
+        raise StudyConfigError(f"{where}: {exc}") from None
+    return Study(
+        name=name,
+        kind=kind,
+        description=str(raw.get("description", "")),
+        n=tuple(int(n) for n in raw["n"]),
+        configurations=tuple(raw["configurations"]),
+        variants=tuple(raw["variants"]),
+        seed_block=int(raw["seed_block"]),
+        rule=str(raw.get("rule", Study.rule)),
+        amends=raw.get("amends"),
+        repeats=int(raw.get("repeats", DEFAULT_REPEATS)) if kind == "repeats" else 1,
+        workload=workload,
+        search=search,
+    )
+
+
+TOP_LEVEL = ("backend", "study_seed", "replicates", "tool_table")
+
+
+def _sections(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """The typed sections (keys left out take the models' defaults); a value the model
+    refuses is one line naming the file and the key."""
+    try:
+        return {
+            "decision": DecisionCriteria.from_mapping(raw.get("decision")),
+            "injection": InjectionSettings(**_tuples(raw.get("injection") or {})),
+            "search": SearchSettings.from_mapping(raw.get("search") or {}),
+            "emulated_http": EmulatedHttpSettings(**(raw.get("emulated_http") or {})),
+            "rbln": RblnSettings(**(raw.get("rbln") or {})),
+        }
+    except (DecisionError, SearchError) as exc:
+        raise StudyConfigError(f"{source}: {exc}") from None
 
 
 def _tuples(values: dict[str, Any]) -> dict[str, Any]:
@@ -305,115 +227,15 @@ def _tuples(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TRACE_KEYS = ("path", "token_scale", "on_overflow")
-
-
-def _workload(
-    name: str, raw: dict[str, Any] | None, max_seq_len: int, where: str
-) -> Workload | None:
-    """The study's workload block: a generator spec checked against the slot length, or a
-    trace file (hashed, so an edited trace is a changed design)."""
-    if raw is None:
-        return None
-    settings = {
-        key: tuple(value) if isinstance(value, list) else value for key, value in raw.items()
-    }
-    kind = settings.pop("kind")
-    key_of = f"{where}: studies.{name}.workload"
-    foreign = [k for k in settings if (k in TRACE_KEYS) != (kind == "trace")]
-    if foreign:
-        raise StudyConfigError(
-            f"{key_of}.{foreign[0]}: not a key of kind {kind}; a multi_round workload takes "
-            "rounds, first_prompt_tokens, new_tokens, gen_tokens, start_spread_s, a trace "
-            f"workload {', '.join(TRACE_KEYS)}"
-        )
-    if kind == "trace":
-        return Workload(kind, trace=_trace_source(settings, max_seq_len, key_of))
-    try:
-        spec = MultiRoundSpec(**settings, max_context_tokens=max_seq_len)
-    except PlanGenError as exc:
-        key = exc.argument or "workload"
-        raise StudyConfigError(f"{where}: studies.{name}.workload.{key}: {exc}") from None
-    return Workload(kind, spec=spec)
-
-
-def _trace_source(settings: dict[str, Any], max_seq_len: int, key_of: str) -> TraceSource:
-    if "path" not in settings:
-        raise StudyConfigError(f"{key_of}.path: a trace workload names its trace file")
-    path = Path(settings["path"])
-    if not path.is_file():
-        raise StudyConfigError(
-            f"{key_of}.path: no such file {path}; give a TraceLab round trace (.jsonl[.gz])"
-        )
-    return TraceSource(
-        path=str(path),
-        sha256=file_sha256(path),
-        token_scale=float(settings.get("token_scale", 1.0)),
-        on_overflow=str(settings.get("on_overflow", "truncate")),
-        max_context=max_seq_len,
-    )
-
-
-def _study_search(
-    name: str, raw: dict[str, Any], top_search: Mapping[str, Any], where: str
-) -> Mapping[str, Any] | None:
-    """A study's own search block over the top-level search's values; a new N set keeps
-    only the restricted N sets inside it (as ``rearrival search --n`` does)."""
-    own = raw.get("search")
-    if own is None:
-        return None
-    if SELECTED not in raw["configurations"]:
-        raise StudyConfigError(
-            f"{where}: studies.{name}.search is set but the study does not compare "
-            f"'{SELECTED}'; add '{SELECTED}' to its configurations or drop its search"
-        )
-    merged = dict(top_search) | own
-    if "n" in own and "restricted_n" not in own:
-        merged["restricted_n"] = [s for s in top_search["restricted_n"] if set(s) <= set(own["n"])]
-    return MappingProxyType(merged)
-
-
-def _study(
-    name: str,
-    raw: dict[str, Any],
-    configurations: dict[str, Configuration],
-    where: str,
-    context: tuple[Mapping[str, Any], int] = (MappingProxyType({}), 8192),
-) -> Study:
-    """One study; ``context`` is the top-level search values and the slot length its
-    own search and workload build on."""
-    for config_name in raw["configurations"]:
-        if config_name != SELECTED and config_name not in configurations:
-            raise StudyConfigError(
-                f"{where}: studies.{name}.configurations names '{config_name}', which is not "
-                f"under configurations; define it or use one of {', '.join(configurations)}"
-            )
-    values = schema_defaults()["studies"] | {"description": "", "amends": None} | raw
-    kind = values["kind"]
-    return Study(
-        name=name,
-        kind=kind,
-        description=str(values["description"]),
-        n=tuple(int(n) for n in values["n"]),
-        configurations=tuple(values["configurations"]),
-        variants=tuple(values["variants"]),
-        seed_block=int(values["seed_block"]),
-        rule=str(values["rule"]),
-        amends=values["amends"],
-        repeats=int(values["repeats"]) if kind == "repeats" else 1,
-        workload=_workload(name, raw.get("workload"), context[1], where),
-        search=_study_search(name, raw, context[0], where),
-    )
-
-
 def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
     """Build the typed study definition from a schema-valid mapping."""
     configurations = {
         name: make_configuration(name, value, f"{source}: configurations")
         for name, value in raw["configurations"].items()
     }
-    measurement = calibration_config_from_mapping(raw, source)
-    context = (_filled(raw, "search"), measurement.model.max_seq_len)
+    measurement = measurement_settings_from_mapping(raw, source)
+    sections = _sections(raw, source)
+    context = (sections["search"], measurement.model.max_seq_len)
     studies = {
         name: _study(name, value, configurations, source, context)
         for name, value in raw["studies"].items()
@@ -430,27 +252,20 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
             raise StudyConfigError(
                 f"{source}: studies.{study.name}.amends names unknown study '{study.amends}'"
             )
-    top = schema_defaults() | raw
-    injection = InjectionSettings(**_tuples(_filled(raw, "injection")))
+    injection = sections["injection"]
     if injection.configuration not in configurations:
         raise StudyConfigError(
             f"{source}: injection.configuration names "
             f"'{injection.configuration}', which is not under "
             f"configurations; use one of {', '.join(configurations)}"
         )
+    top = {key: raw[key] for key in TOP_LEVEL if key in raw}
     return StudyConfig(
         source=source,
-        backend=str(top["backend"]),
-        study_seed=int(top["study_seed"]),
-        replicates=int(top["replicates"]),
-        tool_table=str(top["tool_table"]),
         configurations=configurations,
         studies=studies,
-        decision=DecisionSettings(**_tuples(_filled(raw, "decision"))),
-        injection=injection,
-        search=MappingProxyType(_filled(raw, "search")),
-        emulated_http=EmulatedHttpSettings(**_filled(raw, "emulated_http")),
-        rbln=RblnSettings(**_filled(raw, "rbln")),
+        **top,
+        **sections,
         measurement=measurement,
         witness=(raw.get("witness") or {}).get("remote"),
         signing_key=_signing_key(raw, source),

@@ -32,17 +32,14 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rearrival.atomic import atomic_write_text
-from rearrival.errors import RearrivalError
-from rearrival.judge.channels import channel_a, channel_b
-from rearrival.measure.records import RunRecord
-from rearrival.model.profile import Profile
+from rearrival.config.decision import DecisionCriteria, DecisionError
 
 RULES = ("fixed", "tau")
 INPUT_COLUMNS = (
@@ -57,63 +54,6 @@ INPUT_COLUMNS = (
 )
 OUTPUT_COLUMNS = ("tau", "channel_diff", "error", "verdict")
 SLACK = 1e-12
-
-
-class DecisionError(RearrivalError, ValueError):
-    """Inputs a decision cannot be made from; names the file/row/column and the fix."""
-
-
-@dataclass(frozen=True)
-class DecisionCriteria:
-    """The preregistered thresholds (paper II-D, IV, V-C); committed before measurement."""
-
-    tau_fixed: float = 0.02
-    error_tolerance: float = 0.03
-    band: tuple[float, float] = (0.98, 1.02)
-    confirmatory_n: tuple[int, ...] = (6, 8)
-    exploratory_n: tuple[int, ...] = (10,)
-    saturation_width: float = 0.04
-    saturation_confidence: float = 0.95
-    bootstrap_resamples: int = 10000
-    rule_version: str = "paper-IID-IV-VC/1"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "band", tuple(float(x) for x in self.band))
-        object.__setattr__(self, "confirmatory_n", tuple(int(x) for x in self.confirmatory_n))
-        object.__setattr__(self, "exploratory_n", tuple(int(x) for x in self.exploratory_n))
-        for name in ("tau_fixed", "error_tolerance", "saturation_width"):
-            if not getattr(self, name) > 0:
-                raise DecisionError(f"decision criteria: '{name}' must be > 0")
-        if len(self.band) != 2 or not self.band[0] < 1.0 < self.band[1]:
-            raise DecisionError("decision criteria: 'band' must be (low, high) with low < 1 < high")
-        if not 0 < self.saturation_confidence < 1:
-            raise DecisionError("decision criteria: 'saturation_confidence' must be in (0, 1)")
-        if set(self.confirmatory_n) & set(self.exploratory_n):
-            raise DecisionError(
-                "decision criteria: an N cannot be both confirmatory and exploratory"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form written to preregistration/<study>/ (lists for tuples)."""
-        return {
-            key: list(value) if isinstance(value, tuple) else value
-            for key, value in asdict(self).items()
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<criteria>") -> DecisionCriteria:
-        names = [f.name for f in fields(cls)]
-        unknown = [key for key in data if key not in names]
-        missing = [name for name in names if name not in data]
-        if unknown or missing:
-            what = f"unknown key '{unknown[0]}'" if unknown else f"missing key '{missing[0]}'"
-            raise DecisionError(
-                f"{source}: {what}; decision criteria have exactly {', '.join(names)}"
-            )
-        try:
-            return cls(**{key: tuple(v) if isinstance(v, list) else v for key, v in data.items()})
-        except (TypeError, ValueError) as exc:
-            raise DecisionError(f"{source}: {exc}") from None
 
 
 DEFAULT_CRITERIA = DecisionCriteria()
@@ -213,125 +153,12 @@ def decide_comparison(
     elif n not in criteria.confirmatory_n:
         verdict = "exploratory"
     elif abs(error) <= criteria.error_tolerance + SLACK and _same_side_or_in_band(
-        ratio_pred, ratio_obs_a, criteria.band
+        ratio_pred, ratio_obs_a, criteria.equivalence_band
     ):
         verdict = "pass"
     else:
         verdict = "fail"
     return Decision(tau=tau, channel_diff=channel_diff, error=error, verdict=verdict)
-
-
-# --- comparison rows from run records ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplicateSums:
-    """Per-replicate channel A and B of a baseline and a changed configuration (seconds),
-    paired by replicate; the ratios and baseline r/B are sums over replicates."""
-
-    replicates: tuple[int, ...]
-    a_base: tuple[float, ...]
-    a_changed: tuple[float, ...]
-    b_base: tuple[float, ...]
-    b_changed: tuple[float, ...]
-
-    @property
-    def ratio_obs_a(self) -> float:
-        return summed_ratio(self.a_changed, self.a_base)
-
-    @property
-    def ratio_obs_b(self) -> float:
-        return summed_ratio(self.b_changed, self.b_base)
-
-    @property
-    def b_base_s(self) -> float:
-        return math.fsum(self.b_base)
-
-    @property
-    def r_base_s(self) -> float:
-        return self.b_base_s - math.fsum(self.a_base)
-
-
-def _by_replicate(runs: Sequence[RunRecord], side: str) -> dict[int, RunRecord]:
-    found: dict[int, RunRecord] = {}
-    for run in runs:
-        if run.manifest.get("status") != "complete":
-            raise DecisionError(
-                f"{run.path}: {side} run status is '{run.manifest.get('status')}' "
-                f"(reason: {run.manifest.get('reason')}); decisions use "
-                "complete runs only, re-run it"
-            )
-        if run.replicate in found:
-            raise DecisionError(
-                f"{run.path}: {side} replicate {run.replicate} also in "
-                f"{found[run.replicate].path}; pass one run per replicate"
-            )
-        found[run.replicate] = run
-    return found
-
-
-def replicate_sums(
-    baseline: Sequence[RunRecord],
-    changed: Sequence[RunRecord],
-    *,
-    profile: Profile | None = None,
-    expected_replicates: int | None = 3,
-) -> ReplicateSums:
-    """Pair baseline and changed runs by replicate and compute both channels of each.
-
-    Refuses missing or duplicated replicates and pairs that did not run the same input
-    plan (a paired comparison shares the plan, Section II-D).
-    """
-    base, change = _by_replicate(baseline, "baseline"), _by_replicate(changed, "changed")
-    for side, runs, other in (("baseline", base, change), ("changed", change, base)):
-        absent = sorted(set(other) - set(runs))
-        if absent:
-            where = other[absent[0]].path
-            raise DecisionError(
-                f"{where}: no {side} run for replicate {absent[0]}; run that "
-                "replicate or drop it from both sides"
-            )
-    if expected_replicates is not None and len(base) != expected_replicates:
-        raise DecisionError(
-            f"comparison has replicates {sorted(base)}, expected "
-            f"{expected_replicates}; run the missing replicates (sums over "
-            "replicates need all of them)"
-        )
-    replicates = tuple(sorted(base))
-    for k in replicates:
-        b_man, c_man = base[k].manifest, change[k].manifest
-        if b_man["n"] != c_man["n"] or (
-            b_man["variant"] == c_man["variant"] and b_man["plan_sha256"] != c_man["plan_sha256"]
-        ):
-            raise DecisionError(
-                f"{change[k].path}: replicate {k} ran plan "
-                f"{c_man['plan_sha256'][:12]} (N={c_man['n']}) but its baseline "
-                f"{base[k].path} ran {b_man['plan_sha256'][:12]} "
-                f"(N={b_man['n']}); pair runs of the same input plan"
-            )
-    return ReplicateSums(
-        replicates=replicates,
-        a_base=tuple(channel_a(base[k], profile).total_s for k in replicates),
-        a_changed=tuple(channel_a(change[k], profile).total_s for k in replicates),
-        b_base=tuple(channel_b(base[k]) for k in replicates),
-        b_changed=tuple(channel_b(change[k]) for k in replicates),
-    )
-
-
-def comparison_row(
-    comparison: str, *, n: int, ratio_pred: float, sums: ReplicateSums, rule: str
-) -> dict[str, Any]:
-    """One input row of a decision table (the columns `rearrival decide` reads)."""
-    return {
-        "comparison": comparison,
-        "n": int(n),
-        "ratio_pred": float(ratio_pred),
-        "ratio_obs_a": sums.ratio_obs_a,
-        "ratio_obs_b": sums.ratio_obs_b,
-        "rule": rule,
-        "r_base_s": sums.r_base_s,
-        "b_base_s": sums.b_base_s,
-    }
 
 
 # --- decision tables -----------------------------------------------------------------------

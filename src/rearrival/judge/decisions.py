@@ -18,8 +18,9 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.study import Condition, Study, StudyConfig
-from rearrival.judge.decide import DecisionCriteria, judge_rows, saturation, summed_ratio, table_csv
+from rearrival.config.decision import DecisionCriteria
+from rearrival.config.study import Condition, Study
+from rearrival.judge.decide import judge_rows, saturation, summed_ratio, table_csv
 
 COLUMNS = (
     "study",
@@ -63,7 +64,10 @@ def condition_runs(
     replicates: int,
     condition: str | None = None,
 ) -> Side:
-    """Complete runs of a condition at N; ``missing`` explains any absent replicate."""
+    """Complete runs of a condition at N, one per replicate. This is the one pairing of
+    replicates (a comparison sums its sides over the same replicates): a replicate with
+    no run, an incomplete run or more than one run withholds the comparison, and
+    ``missing`` says which run and why."""
     chosen = channels[
         (channels["n"] == n)
         & (channels["configuration"] == configuration)
@@ -80,6 +84,11 @@ def condition_runs(
         elif (rows["status"] != "complete").any():
             bad = rows[rows["status"] != "complete"].iloc[0]
             problems.append(f"run {bad['run_id']} is {bad['status']} ({bad['reason']})")
+        elif len(rows) > 1:
+            problems.append(
+                f"replicate {replicate} of {configuration}-{variant} has {len(rows)} runs "
+                f"({' '.join(rows['run_id'])}); keep one"
+            )
     return Side(complete, "; ".join(problems) or None)
 
 
@@ -332,17 +341,3 @@ def decision_table(
     ordered = [{column: row.get(column) for column in COLUMNS} for row in rows]
     text = table_csv(ordered) if ordered else ",".join(COLUMNS) + "\n"
     return text, pd.DataFrame(ordered, columns=list(COLUMNS))
-
-
-def criteria_from_config(cfg: StudyConfig) -> DecisionCriteria:
-    """The criteria a study registers, from the config's decision section."""
-    decision = cfg.decision
-    return DecisionCriteria(
-        tau_fixed=decision.tau_fixed,
-        error_tolerance=decision.error_tolerance,
-        band=decision.equivalence_band,
-        confirmatory_n=decision.confirmatory_n,
-        exploratory_n=decision.exploratory_n,
-        saturation_width=decision.saturation_width,
-        bootstrap_resamples=decision.bootstrap_resamples,
-    )

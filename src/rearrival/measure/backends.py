@@ -31,7 +31,7 @@ from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_w
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
 from rearrival.model.plans import check_context
 from rearrival.model.profile import measured_profile
-from rearrival.vocabulary import BACKENDS
+from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN
 
 if TYPE_CHECKING:
     from rearrival.config.study import Configuration, StudyConfig
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 class BackendSettings:
     """Which backend measures, and its settings from the study definition."""
 
-    backend: str = "emulated"
+    backend: str = EMULATED
     time_scale: float = 1.0  # wall s per plan s; 1 = real time (in-process twin, hardware)
     site_packages: Path | None = None  # rbln: the patched vllm_rbln (default: this env's)
     compile_record: Path | None = None
@@ -64,7 +64,7 @@ class BackendSettings:
         site_packages = cfg.rbln.site_packages
         return cls(
             backend=cfg.backend,
-            time_scale=(cfg.emulated_http.time_scale if cfg.backend == "emulated-http" else 1.0),
+            time_scale=(cfg.emulated_http.time_scale if cfg.backend == EMULATED_HTTP else 1.0),
             site_packages=Path(site_packages) if site_packages else None,
             compile_record=compile_record,
             emulator_truth=cfg.measurement.truth_path(),
@@ -212,9 +212,9 @@ def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """
     check_context(run.plan, measured_profile().slot_tokens, str(run.plan_path))
     runners = {
-        "emulated": run_emulated_backend,
-        "emulated-http": run_http_backend,
-        "rbln": run_rbln_backend,
+        EMULATED: run_emulated_backend,
+        EMULATED_HTTP: run_http_backend,
+        RBLN: run_rbln_backend,
     }
     return runners[settings.backend](settings, run, out)
 

@@ -1,6 +1,6 @@
 """Fits of the cost model to calibration measurements (paper II-B, III-C, IV; Table VII).
 
-The calibration stage (``rearrival.measure.calibrate``) measures; this module only turns the
+The calibration stage (``rearrival.measure.calibration``) measures; this module only turns the
 measurements into the profile's numbers, each with a bootstrap CI, its sample count and
 the residuals that say whether the paper's functional form holds on this backend:
 

@@ -30,7 +30,7 @@ Choices the text implies and this module applies:
 
 This module is the cache model only; when to admit, decode or pre-evict is the scheduler
 policy. The step-by-step reference (``rearrival.model.sim_reference``) calls these
-methods; the event cores (``rearrival.model.sim`` in Python, ``rearrival.model.simcore``
+methods; the event cores (``rearrival.model.sim_event`` in Python, ``rearrival.model.simcore``
 compiled on arrays) write
 ``admit``, ``finish`` and ``pre_evict`` out inline, because they run once per request on
 every candidate of the search. The equivalence tests (thousands of random plans, every

@@ -25,12 +25,8 @@ from typing import Any
 
 from rearrival.model.kvslots import NO_OWNER, SlotPool
 from rearrival.model.profile import Profile, measured_profile, select_bucket
-from rearrival.model.sim import (
-    REQUEST_COLUMNS,
-    SimConfig,
-    SimResult,
-    plan_arrays,
-)
+from rearrival.model.sim_inputs import plan_arrays
+from rearrival.model.sim_types import REQUEST_COLUMNS, SimConfig, SimResult
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
     EVICTED_BY_ADMISSION,

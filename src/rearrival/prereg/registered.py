@@ -16,9 +16,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from rearrival.config.decision import DecisionCriteria
 from rearrival.config.study import Study
 from rearrival.errors import StageError
-from rearrival.judge.decide import DecisionCriteria
 from rearrival.model.profile import Profile, measured_profile, profile_from_mapping
 from rearrival.model.sim import PREDICTION
 from rearrival.parquet import read_frame

@@ -12,7 +12,7 @@ from typing import Any
 
 from rearrival.config.study import Study
 from rearrival.measure.records import read_run
-from rearrival.report.figure_model import Figure, absent, pyplot, to_svg
+from rearrival.report.figure_model import Figure, absent, pyplot, round_spans, to_svg
 from rearrival.report.results import Results
 from rearrival.report.table_model import Table, display
 
@@ -32,13 +32,7 @@ def session_spans(requests: Any) -> list[dict[str, Any]]:
         rounds = sorted(group.to_dict("records"), key=lambda r: int(r["turn"]))
         spans, marks = [], []
         for k, r in enumerate(rounds):
-            prefill = r["prefill_s"] if r["prefill_s"] == r["prefill_s"] else 0.0
-            start_prefill = max(r["send_s"], r["first_token_s"] - prefill)
-            spans += [
-                ("queue", r["send_s"], start_prefill),
-                ("prefill", start_prefill, r["first_token_s"]),
-                ("decode", r["first_token_s"], r["complete_s"]),
-            ]
+            spans += round_spans(r)
             if k > 0:
                 spans.append(("tool wait", rounds[k - 1]["complete_s"], r["send_s"]))
                 cached = r["cached_tokens"]

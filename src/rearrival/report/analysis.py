@@ -32,6 +32,7 @@ from rearrival.judge.decisions import predicted_ratio
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile
 from rearrival.model.sim import SimConfig, simulate
+from rearrival.report.table_model import cell_number
 
 
 class AnalysisError(RearrivalError):
@@ -139,8 +140,8 @@ def fixed_arrival_rows(
             "n": int(decision["n"]),
             "comparison": decision["comparison"],
             "variant": decision["variant"],
-            "ratio_obs_a": _number(decision.get("ratio_obs_a")),
-            "ratio_pred_full": _number(decision.get("ratio_pred")),
+            "ratio_obs_a": cell_number(decision.get("ratio_obs_a")),
+            "ratio_pred_full": cell_number(decision.get("ratio_pred")),
             "run_ids": decision.get("run_ids") or "",
         }
         row["error_full"] = _difference(row["ratio_obs_a"], row["ratio_pred_full"])
@@ -202,7 +203,7 @@ def simulator_error_rows(
     against the observed channel-A ratio, per comparison."""
     rows = []
     for decision in decisions.to_dict("records"):
-        observed = _number(decision.get("ratio_obs_a"))
+        observed = cell_number(decision.get("ratio_obs_a"))
         row = {
             "study": decision["study"],
             "n": int(decision["n"]),
@@ -245,16 +246,6 @@ def predicted_reuse(
     if chosen.empty:
         return None
     return int(chosen["reuse_hits"].sum()), int(chosen["re_arrivals"].sum())
-
-
-def _number(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _difference(observed: float | None, predicted: float | None) -> float | None:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rearrival.measure.calibrate import DECODE_STEPS_FILE, PREFILL_FILE, PROFILE_FILE
+from rearrival.measure.calibration.document import PROFILE_FILE
+from rearrival.measure.calibration.drive import DECODE_STEPS_FILE, PREFILL_FILE
 from rearrival.model.profile import load_profile, measured_profile
 from rearrival.model.sim import SimConfig, simulate
 from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg

@@ -26,6 +26,19 @@ BUCKET_COLOURS = (
 )
 
 
+def round_spans(r: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """Queue, prefill and decode of one observed round on the client clock, the prefill
+    placed before the first token by the server's ``prefill_s`` (none when unknown, NaN),
+    so the session timelines of the mechanism and the agent sections draw the same spans."""
+    prefill = r["prefill_s"] if r["prefill_s"] == r["prefill_s"] else 0.0
+    start_prefill = max(r["send_s"], r["first_token_s"] - prefill)
+    return [
+        ("queue", r["send_s"], start_prefill),
+        ("prefill", start_prefill, r["first_token_s"]),
+        ("decode", r["first_token_s"], r["complete_s"]),
+    ]
+
+
 @dataclass(frozen=True)
 class Figure:
     """One report figure: inline SVG (None when its inputs are absent) and the backend

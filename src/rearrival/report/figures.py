@@ -19,7 +19,14 @@ from rearrival.measure.records import read_run
 from rearrival.model.sim import SimConfig, simulate
 from rearrival.report.calibration import step_time_figure
 from rearrival.report.conditions import condition_sums, grid_studies, slot_studies
-from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg
+from rearrival.report.figure_model import (
+    BUCKET_COLOURS,
+    Figure,
+    absent,
+    pyplot,
+    round_spans,
+    to_svg,
+)
 from rearrival.report.results import Results, decision_records, run_configuration, study_backend
 
 VERDICT_COLOURS = {
@@ -187,14 +194,7 @@ def observed_session_rows(requests: Any) -> list[dict[str, Any]]:
         spans = []
         by_turn = {int(r["turn"]): r for r in group.to_dict("records")}
         for turn in sorted(by_turn):
-            r = by_turn[turn]
-            prefill = r["prefill_s"] if r["prefill_s"] == r["prefill_s"] else 0.0
-            start_prefill = max(r["send_s"], r["first_token_s"] - prefill)
-            spans += [
-                ("queue", r["send_s"], start_prefill),
-                ("prefill", start_prefill, r["first_token_s"]),
-                ("decode", r["first_token_s"], r["complete_s"]),
-            ]
+            spans += round_spans(by_turn[turn])
         row: dict[str, Any] = {"session": int(session), "spans": spans, "rearrival_s": None}
         if 0 in by_turn and 1 in by_turn:
             spans.append(("tool wait", by_turn[0]["complete_s"], by_turn[1]["send_s"]))
@@ -395,7 +395,7 @@ def search_figure(res: Results) -> Figure:
     dens.set_xlabel("score (sum D / sum D baseline)")
     dens.set_ylabel("candidates")
     dens.legend(fontsize=7)
-    top = scores.sort_values("rank").head(max(20, int(res.cfg.search.get("top", 20))))
+    top = scores.sort_values("rank").head(max(20, res.cfg.search.top))
     for batch, group in top.groupby("batch_size"):
         best.scatter(
             group["rank"], group["score"], s=14, color=colours[batch], label=f"batch {batch}"

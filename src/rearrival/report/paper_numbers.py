@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from rearrival.errors import RearrivalError
-from rearrival.report.table_model import Column, Part, Table
+from rearrival.report.table_model import Column, Part, Table, cell_number
 
 DATA_FILE = "paper_numbers.yaml"
 PROVENANCE = ("unit", "text", "where", "experiment", "measures", "quote")
@@ -135,7 +135,7 @@ class PaperNumber:
         a label, "same" or "different"."""
         if self.is_label:
             return None if ours is None else "same" if str(ours) == self.value else "different"
-        number = _float(ours)
+        number = cell_number(ours)
         if self.of is not None:
             got = parse_count(ours)
             if got is not None:
@@ -147,16 +147,6 @@ class PaperNumber:
             low, high = self.bounds
             return number - high if number > high else number - low if number < low else 0.0
         return None if self.number is None else number - self.number
-
-
-def _float(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
 
 
 def parse_count(value: Any) -> tuple[int, int] | None:

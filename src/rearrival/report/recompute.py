@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rearrival.judge.collect import collect_channels
-from rearrival.judge.decisions import criteria_from_config, decision_table
+from rearrival.judge.decisions import decision_table
 from rearrival.judge.predictions import prediction_frame
 from rearrival.report.profiles import ProfileChoice
 from rearrival.report.results import READERS, Results
@@ -102,6 +102,6 @@ class RecomputedResults(Results):
             self.cfg.study_seed,
             channels,
             predictions,
-            criteria_from_config(self.cfg),
+            self.cfg.decision,
         )
         return READERS[".csv"](io.StringIO(text))

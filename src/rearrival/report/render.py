@@ -53,9 +53,9 @@ from rearrival.report.table_model import (
     table_markdown,
 )
 from rearrival.report.tables import build_tables
+from rearrival.vocabulary import RBLN
 
 TEMPLATE = "report.html.j2"
-HARDWARE = "rbln"
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,13 @@ class Provenance:
 
     @property
     def emulated(self) -> bool:
-        return any(b != HARDWARE for b in self.backends) or (
-            not self.backends and self.configured_backend != HARDWARE
+        return any(b != RBLN for b in self.backends) or (
+            not self.backends and self.configured_backend != RBLN
         )
 
     @property
     def hardware(self) -> bool:
-        return HARDWARE in self.backends
+        return RBLN in self.backends
 
 
 def provenance(res: Results) -> Provenance:

@@ -55,6 +55,19 @@ class Table:
     backend: str = "unknown"
 
 
+def cell_number(value: Any) -> float | None:
+    """A cell or result value as a float, or None when it holds no number: absent, NaN
+    (an empty cell read back by pandas), a boolean, or text (a label or a "k/m" count,
+    which is never read as a number even when it looks like one). Infinity is a number."""
+    if value is None or isinstance(value, bool | str):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
 def display(value: Any, fmt: str) -> str:
     """A cell as shown in Markdown, LaTeX and HTML (the CSV keeps full precision)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -21,22 +21,16 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.memory import DeviceMemory, device_memory
 from rearrival.model.plans import Plan, check_context, load_plan
 from rearrival.model.profile import Profile, measured_profile
 from rearrival.model.sim import simulate
-from rearrival.search.scoring import (
-    Candidate,
-    PlanKey,
-    SearchError,
-    SearchSettings,
-    baseline_of,
-    make_plan,
-    override_settings,
-    parse_candidate_id,
-    select,
-)
+from rearrival.search.candidates import Candidate, baseline_of, parse_candidate_id
+from rearrival.search.inputs import PlanKey, make_plan
+from rearrival.search.run import select
+from rearrival.search.settings import override_settings
 
 # Below this further saving (paper V-C: 16 -> 24 -> 32 slots changed cost by < 0.1 %
 # once reuse was complete) more slots are not worth their memory and compile cost.

@@ -15,23 +15,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rearrival.atomic import atomic_write_json
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.plans import Plan
 from rearrival.model.profile import Profile, measured_profile
-from rearrival.parquet import write_frame
 from rearrival.search.advise import load_plan_dir
-from rearrival.search.scoring import (
-    PlanKey,
-    SearchError,
-    SearchSettings,
-    baseline_of,
-    evaluate,
-    override_settings,
-    score_table,
-    search_candidates,
-    summarize,
-)
+from rearrival.search.candidates import baseline_of, search_candidates
+from rearrival.search.evaluate import evaluate
+from rearrival.search.inputs import PlanKey
+from rearrival.search.outputs import OutputPaths, summarize, write_ranking
+from rearrival.search.rank import score_table
+from rearrival.search.settings import override_settings
 
 
 def keyed_plans(
@@ -59,13 +53,13 @@ def keyed_plans(
 def search_plan_dir(
     cfg: StudyConfig,
     plans_dir: Path,
-    out_dir: Path,
+    paths: OutputPaths,
     workers: int = 2,
     profile: Profile | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score every candidate on the directory's plans; writes DIR/scores.parquet,
-    selected.json and summary.json (each atomically) and returns the summary."""
+    """Score every candidate on the directory's plans; writes the three ``paths`` (each
+    atomically) and returns the summary."""
     profile = profile or measured_profile()
     keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
     n_set = tuple(sorted({key.n for key, _ in keyed}))
@@ -107,7 +101,5 @@ def search_plan_dir(
         "the evaluation score is not held out",
         "multi_round_plans": sum(plan.multi_round for _, plan in keyed),
     }
-    write_frame(table, out_dir / "scores.parquet")
-    atomic_write_json(out_dir / "selected.json", selected)
-    atomic_write_json(out_dir / "summary.json", summary)
+    write_ranking(table, selected, summary, paths)
     return summary

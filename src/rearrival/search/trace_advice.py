@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.memory import device_memory
 from rearrival.model.otel_import import plans_from_otel
@@ -37,17 +38,16 @@ from rearrival.model.trace_plans import ImportResult
 from rearrival.model.tracelab_import import plans_from_trace
 from rearrival.progress import progress
 from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
-from rearrival.search.scoring import (
+from rearrival.search.candidates import (
     Candidate,
-    CandidateArrays,
-    SearchSettings,
     baseline_of,
     candidates,
     enumerate_candidates,
     filter_counts,
-    override_settings,
-    ranking,
 )
+from rearrival.search.evaluate import CandidateArrays
+from rearrival.search.rank import ranking
+from rearrival.search.settings import override_settings
 
 RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)

@@ -9,7 +9,6 @@ from dataclasses import asdict
 from typing import Any
 
 from rearrival.config.study import StudyConfig, tool_table_for
-from rearrival.judge.decisions import criteria_from_config
 from rearrival.measure.backends import BackendSettings
 from rearrival.workflow.preregister import registered_design
 
@@ -27,7 +26,7 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
     reruns a job whose params changed: a seed or N edit reruns a study's plans and
     everything after them, a report-only edit (a study's description) only the report.
     """
-    criteria = criteria_from_config(cfg).to_dict()
+    criteria = cfg.decision.to_dict()
     backend = asdict(BackendSettings.from_study_config(cfg))
     params = {"report": _canonical(raw_config)}
     for name, study in cfg.studies.items():
@@ -44,7 +43,7 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
         if study.search is not None:
             params[f"search:{name}"] = _canonical(
                 {
-                    "search": dict(study.search),
+                    "search": study.search.as_dict(),
                     "workload": design.get("workload"),
                     "study_seed": cfg.study_seed,
                     "profile": cfg.measurement.profile,
@@ -74,7 +73,7 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
     )
     params["search"] = _canonical(
         {
-            "search": dict(cfg.search),
+            "search": cfg.search.as_dict(),
             "study_seed": cfg.study_seed,
             "profile": cfg.measurement.profile,
             "tool_table": tool_table_for(cfg).source,

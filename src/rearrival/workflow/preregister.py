@@ -18,7 +18,6 @@ from rearrival.config.study import (
     tool_table_for,
 )
 from rearrival.errors import StageError
-from rearrival.judge.decisions import criteria_from_config
 from rearrival.judge.predictions import predicted_ratios
 from rearrival.model.profile import profile_bytes, profile_sha256
 from rearrival.model.sim import PREDICTION, SIMULATORS
@@ -152,9 +151,7 @@ def design_changes(
         if name != SELECTED
     }
     old = _flat(registered, "design") | _flat(registered_criteria, "decision")
-    new = _flat(registered_design(cfg, study), "design") | _flat(
-        criteria_from_config(cfg).to_dict(), "decision"
-    )
+    new = _flat(registered_design(cfg, study), "design") | _flat(cfg.decision.to_dict(), "decision")
     keys = sorted(set(old) | set(new))
     missing = "(absent)"
     return [
@@ -232,7 +229,7 @@ def preregister(
     """
     study = cfg.study(study_name)
     signing = Signing.from_key(cfg.signing_key)
-    criteria = criteria_from_config(cfg).to_dict()
+    criteria = cfg.decision.to_dict()
     if study.amends:
         amended = registrations(open_repo(repo_dir), study.amends)
         if not amended:

@@ -67,7 +67,7 @@ def table_s8(res: Results) -> Table:
                 f"{cands.get('searched')} searched."
             )
     if scores is not None:
-        count = int(res.cfg.search["top"])
+        count = res.cfg.search.top
         for row in scores.head(count).to_dict("records"):
             top.append(
                 {

@@ -14,7 +14,6 @@ import pandas as pd
 
 from rearrival.config.study import Study
 from rearrival.judge.decide import judge_rows
-from rearrival.judge.decisions import criteria_from_config
 from rearrival.measure.records import read_run
 from rearrival.report.analysis import fixed_arrival_rows
 from rearrival.report.conditions import (
@@ -56,7 +55,7 @@ def verdict_under_initial_rule(res: Results, row: dict[str, Any]) -> str | None:
                 "b_base_s": "",
             }
         ],
-        criteria=criteria_from_config(res.cfg),
+        criteria=res.cfg.decision,
         source="Table IX",
     )
     return judged[0]["verdict"]
