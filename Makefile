@@ -28,9 +28,10 @@ test-study: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 \
 		--configfile .test/config/config.yaml --replace-workflow-config all
 
+# Two workers, one module at a time each; the study modules are one unit (tests/conftest.py).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder
 
 # The formatters only check here; `make format` rewrites.
 lint: $(STAMP)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import TRACELAB_SAMPLE as TRACE
 
 from rearrival.config.errors import StudyConfigError
 from rearrival.config.search import SearchError, SearchSettings
@@ -194,9 +195,6 @@ def test_advise_on_a_study_uses_its_agent_sessions(tmp_path):
     write_plan(plans[0], tmp_path / "a.parquet")
     with pytest.raises(SearchError, match="--study NAME"):
         advise(cfg, plans_dir=tmp_path, workers=1)
-
-
-TRACE = Path("/work/shared/data/tracelab/round_trace.example.jsonl")
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="TraceLab sample not present")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TRACELAB_SAMPLE as TRACE
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -16,7 +17,6 @@ from rearrival.model.plangen import generate_plan
 from rearrival.model.plans import load_plan
 from rearrival.model.tools import build_summary_from_trace
 
-TRACE = Path("/work/shared/data/tracelab/round_trace.example.jsonl")
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import config_with_search
-from test_pipeline import _snakemake, _workflow_repo, small_config
+from conftest import config_with_search, small_config, snakemake, workflow_repo
 from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
@@ -150,7 +149,7 @@ def test_one_configfile_replaces_the_snakefile_config_only_when_asked() -> None:
 
 
 def _workflow_commands(work: Path, home: Path, *args: str) -> tuple[int, str]:
-    done = _snakemake(work, home, "-n", "-p", "all", *args)  # --configfile takes nargs
+    done = snakemake(work, home, "-n", "-p", "all", *args)  # --configfile takes nargs
     return done.returncode, done.stdout + done.stderr
 
 
@@ -160,7 +159,7 @@ def test_small_study_runs_alone_in_place_of_the_full_config(tmp_path: Path) -> N
     home = tmp_path / "home"
     home.mkdir()
     full = yaml.safe_load(CONFIG_FILE.read_text())
-    work = _workflow_repo(tmp_path, full)
+    work = workflow_repo(tmp_path, full)
     small_file = work / ".test" / "config" / "config.yaml"
     small_file.parent.mkdir(parents=True)
     small_file.write_text(yaml.safe_dump(small_config(), sort_keys=False))

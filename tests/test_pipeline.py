@@ -1,92 +1,38 @@
 """The workflow end to end on the small CI study (.test/config/config.yaml).
 
-The workflow is copied into a scratch git repository, because it commits its own
-preregistration records: the project history must never hold a study's records.
+The study runs once per session (``finished_study`` in tests/conftest.py), in a scratch git
+repository, because it commits its own preregistration records: the project history must
+never hold a study's records. Tests that tamper with it work on a copy (``study_copy``).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import (
+    BIN,
+    REPO,
+    assert_same_run_records,
+    job_counts,
+    small_config,
+    snakemake,
+    workflow_env,
+    workflow_repo,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-WORKFLOW_FILES = ("Snakefile", "rules", "envs", "config/schema.yaml", "profiles")
+from rearrival.config.study import study_config_from_mapping
+from rearrival.errors import StageError
+from rearrival.workflow.preregister import refuse_changed_designs
 
-
-def _env(home: Path) -> dict[str, str]:
-    """No machine git identity leaks in: the pipeline must configure its own."""
-    return os.environ | {
-        "PATH": f"{BIN}:{os.environ['PATH']}",
-        "HOME": str(home),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "XDG_CONFIG_HOME": str(home / ".config"),
-    }
-
-
-def _workflow_repo(tmp: Path, config: dict) -> Path:
-    work = tmp / "study"
-    for name in WORKFLOW_FILES:
-        source, target = REPO / name, work / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target)
-        else:
-            shutil.copy(source, target)
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(work),
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "workflow",
-        ],
-        check=True,
-    )
-    return work
-
-
-def _snakemake(work: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "snakemake"), "--cores", "2", *args],
-        cwd=work,
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-def small_config() -> dict:
-    return yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
-
-
-@pytest.fixture(scope="module")
-def finished_study(tmp_path_factory) -> tuple[Path, Path]:
-    """The small study run once through `snakemake all` for the tests below."""
-    tmp = tmp_path_factory.mktemp("pipeline")
-    home = tmp / "home"
-    home.mkdir()
-    work = _workflow_repo(tmp, small_config())
-    done = _snakemake(work, home, "all")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return work, home
+# The first test here sets up the session's small study (about 85 s alone, several
+# minutes on a loaded 2-core machine), over the 300 s default.
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_all_runs_every_study_and_audit_passes(finished_study):
@@ -97,7 +43,7 @@ def test_all_runs_every_study_and_audit_passes(finished_study):
     audit = subprocess.run(
         [str(BIN / "rearrival"), "audit", "--repo", ".", "--results", "results"],
         cwd=work,
-        env=_env(home),
+        env=workflow_env(home),
         capture_output=True,
         text=True,
     )
@@ -121,16 +67,9 @@ def test_prereg_commits_precede_runs_and_identity_is_local(finished_study):
 
 def test_second_run_has_nothing_to_do(finished_study):
     work, home = finished_study
-    dry = _snakemake(work, home, "-n", "all")
+    dry = snakemake(work, home, "-n", "all")
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert "Nothing to be done" in dry.stdout + dry.stderr
-
-
-def _job_counts(dry_run_output: str) -> dict[str, int]:
-    """Rule -> job count from the 'Job stats' table of a snakemake dry run."""
-    table = dry_run_output.split("Job stats:", 1)[1].split("total", 1)[0]
-    rows = [line.split() for line in table.splitlines()[3:] if line.strip()]
-    return {name: int(count) for name, count in rows}
 
 
 def _dry_run_with(work: Path, home: Path, edit) -> subprocess.CompletedProcess:
@@ -141,7 +80,7 @@ def _dry_run_with(work: Path, home: Path, edit) -> subprocess.CompletedProcess:
     edit(config)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     try:
-        return _snakemake(work, home, "-n", "--quiet", "rules", "all")
+        return snakemake(work, home, "-n", "--quiet", "rules", "all")
     finally:
         path.write_text(original)
 
@@ -176,13 +115,10 @@ def _set(*path_and_value):
     return edit
 
 
-# (edit, studies refused, changed key as the message names it)
+STUDIES = sorted(small_config()["studies"])
+# (edit, exactly the studies refused, changed key as the message names it)
 REFUSED_EDITS = {
-    "seed": (
-        _set("study_seed", 8),
-        ["grid", "mechanisms", "validation"],
-        "study_seed: registered 7, config 8",
-    ),
+    "seed": (_set("study_seed", 8), STUDIES, "study_seed: registered 7, config 8"),
     "n": (_set("studies", "grid", "n", [6, 8]), ["grid"], "n: registered [6], config [6, 8]"),
     "workload": (
         _set("studies", "agents", "workload", "rounds", [3, 5]),
@@ -196,33 +132,20 @@ REFUSED_EDITS = {
     ),
     "tau_fixed": (
         _set("decision", "tau_fixed", 0.05),
-        ["validation", "saturation"],
+        STUDIES,
         "decision.tau_fixed: registered 0.02, config 0.05",
     ),
     "error_tolerance": (
         _set("decision", "error_tolerance", 0.05),
-        ["validation"],
+        STUDIES,
         "decision.error_tolerance: registered 0.03, config 0.05",
     ),
-    "replicates": (
-        _set("replicates", 3),
-        ["repeats", "validation_remeasure"],
-        "replicates: registered 2, config 3",
-    ),
+    "replicates": (_set("replicates", 3), STUDIES, "replicates: registered 2, config 3"),
 }
 
 
-@pytest.mark.parametrize("edit", sorted(REFUSED_EDITS))
-def test_a_registered_design_or_criteria_edit_is_refused_before_any_job(finished_study, edit):
-    """Once a study is registered and measured, a design or criteria edit is refused when
-    the DAG is built: the message names the study, the key, the registering commit and
-    the two ways forward, and no job is scheduled."""
-    work, home = finished_study
-    change, studies, key = REFUSED_EDITS[edit]
-    dry = _dry_run_with(work, home, change)
-    output = dry.stdout + dry.stderr
-    assert dry.returncode != 0, output[-2000:]
-    assert "Job stats" not in output
+def _assert_refusal_names(output: str, work: Path, studies: list[str], key: str) -> None:
+    """Each refused study with its registering commit, the changed key, the ways forward."""
     for study in studies:
         assert f"study {study} has " in output, output[-3000:]
         assert f"registration commit {_first_registration(work, study)[:12]}" in output
@@ -230,19 +153,48 @@ def test_a_registered_design_or_criteria_edit_is_refused_before_any_job(finished
     assert "amends: " in output and "new study name" in output
 
 
+@pytest.mark.parametrize("edit", sorted(REFUSED_EDITS))
+def test_a_registered_design_or_criteria_edit_is_refused(finished_study, edit):
+    """Against the finished study's registration commits, each design or criteria edit is
+    refused for exactly the studies it changes: the check the workflow makes when it
+    builds the DAG (rules/common.smk), called directly."""
+    work, _ = finished_study
+    change, studies, key = REFUSED_EDITS[edit]
+    raw = small_config()
+    change(raw)
+    cfg = study_config_from_mapping(raw, "config/config.yaml")
+    with pytest.raises(StageError) as refused:
+        refuse_changed_designs(cfg, work, work / "results" / "runs")
+    output = str(refused.value)
+    assert sorted(line.split()[1] for line in output.splitlines()) == studies
+    _assert_refusal_names(output, work, studies, key)
+
+
+def test_a_registered_edit_is_refused_before_any_job(finished_study):
+    """End to end for one edit: `snakemake` refuses while building the DAG, naming the
+    study, the key, the registering commit and the two ways forward; no job is scheduled."""
+    work, home = finished_study
+    change, studies, key = REFUSED_EDITS["seed"]
+    dry = _dry_run_with(work, home, change)
+    output = dry.stdout + dry.stderr
+    assert dry.returncode != 0, output[-2000:]
+    assert "Job stats" not in output
+    _assert_refusal_names(output, work, studies, key)
+
+
 def test_a_report_only_edit_reruns_only_the_report(finished_study):
     work, home = finished_study
     # braces as in the full config ({1,2,4,8}) must not be read as wildcards
     dry = _dry_run_with(work, home, _set("studies", "grid", "description", "{1,2,4,8} new"))
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert _job_counts(dry.stdout + dry.stderr) == {"report": 1, "all": 1}
+    assert job_counts(dry.stdout + dry.stderr) == {"report": 1, "all": 1}
 
 
 def test_an_injection_edit_reruns_only_the_injection_and_the_report(finished_study):
     work, home = finished_study
     dry = _dry_run_with(work, home, _set("injection", "inject_at_s", 0.7))
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert _job_counts(dry.stdout + dry.stderr) == {"injection": 1, "report": 1, "all": 1}
+    assert job_counts(dry.stdout + dry.stderr) == {"injection": 1, "report": 1, "all": 1}
 
 
 def test_a_new_study_schedules_its_own_jobs_only(finished_study):
@@ -254,7 +206,7 @@ def test_a_new_study_schedules_its_own_jobs_only(finished_study):
 
     dry = _dry_run_with(work, home, add)
     assert dry.returncode == 0, dry.stderr[-2000:]
-    counts = _job_counts(dry.stdout + dry.stderr)
+    counts = job_counts(dry.stdout + dry.stderr)
     assert counts == {
         "plans": 1,
         "predict": 1,
@@ -279,7 +231,11 @@ def study_copy(finished_study, tmp_path) -> tuple[Path, Path]:
 
 def _rearrival(work: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(BIN / "rearrival"), *args], cwd=work, env=_env(home), capture_output=True, text=True
+        [str(BIN / "rearrival"), *args],
+        cwd=work,
+        env=workflow_env(home),
+        capture_output=True,
+        text=True,
     )
 
 
@@ -371,7 +327,7 @@ def test_re_registering_after_a_description_edit_keeps_the_registration(study_co
         text=True,
         check=True,
     ).stdout
-    done = _snakemake(work, home, "results/prereg/grid.json", "--forcerun", "preregister")
+    done = snakemake(work, home, "results/prereg/grid.json", "--forcerun", "preregister")
     assert "preregister" in done.stdout + done.stderr
     assert done.returncode == 0, done.stderr[-2000:]
     assert (
@@ -400,10 +356,11 @@ def test_a_run_outside_the_registered_design_is_flagged_by_audit(study_copy):
     assert "run does not match the registered design: configuration grid6" in _words(audit.stdout)
 
 
-def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
+def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study, study_copy):
     """As if the first `snakemake all` died inside one run job: nothing downstream of it
-    exists yet, and the killed job must leave nothing a decision could read."""
-    work, home = finished_study
+    exists yet, and the killed job must leave nothing a decision could read. Rerunning
+    the one replicate (not the whole study again) reproduces its records byte for byte."""
+    work, home = study_copy
     target = work / "results" / "runs" / "mechanisms" / "n8_r1"
     for downstream in (
         "results/channels/mechanisms.parquet",
@@ -428,7 +385,7 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
         str(target),
     ]
     job = subprocess.Popen(
-        command, cwd=work, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        command, cwd=work, env=workflow_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 60
     while (
@@ -441,9 +398,9 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
     job.send_signal(signal.SIGKILL)
     job.wait()
     assert not target.exists(), "a killed run must not leave its replicate directory"
-    dry = _snakemake(work, home, "-n", "all")
+    dry = snakemake(work, home, "-n", "all")
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert _job_counts(dry.stdout + dry.stderr) == {
+    assert job_counts(dry.stdout + dry.stderr) == {
         "run_replicate": 1,
         "seal": 1,
         "channels": 1,
@@ -451,9 +408,11 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study):
         "report": 1,
         "all": 1,
     }
-    redo = _snakemake(work, home, "all")
+    redo = snakemake(work, home, str(target.relative_to(work)))
     assert redo.returncode == 0, redo.stderr[-3000:]
-    assert (target / "baseline-wait" / "manifest.json").exists()
+    assert job_counts(redo.stdout + redo.stderr) == {"run_replicate": 1}
+    reference = finished_study[0] / target.relative_to(work)
+    assert_same_run_records(target, reference)
 
 
 def test_config_errors_name_the_key(tmp_path):
@@ -461,8 +420,8 @@ def test_config_errors_name_the_key(tmp_path):
     home.mkdir()
     broken = small_config()
     broken["backend"] = "gpu"
-    work = _workflow_repo(tmp_path, broken)
-    result = _snakemake(work, home, "-n", "all")
+    work = workflow_repo(tmp_path, broken)
+    result = snakemake(work, home, "-n", "all")
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "instance['backend']" in output and "gpu" in output
@@ -473,8 +432,8 @@ def test_bucket_set_without_batch_size_is_refused(tmp_path):
     home.mkdir()
     broken = small_config()
     broken["configurations"]["grid6"]["buckets"] = [1, 2, 4, 6]
-    work = _workflow_repo(tmp_path, broken)
-    result = _snakemake(work, home, "-n", "all")
+    work = workflow_repo(tmp_path, broken)
+    result = snakemake(work, home, "-n", "all")
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "grid6.buckets" in output and "batch_size 8" in output
@@ -485,14 +444,18 @@ def test_full_study_end_to_end(tmp_path):
     """The default study definition, every study and the full search (a few minutes)."""
     home = tmp_path / "home"
     home.mkdir()
-    work = _workflow_repo(tmp_path, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    done = _snakemake(work, home, "all")
+    work = workflow_repo(tmp_path, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    done = snakemake(work, home, "all")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     audit = subprocess.run(
-        [str(BIN / "rearrival"), "audit"], cwd=work, env=_env(home), capture_output=True, text=True
+        [str(BIN / "rearrival"), "audit"],
+        cwd=work,
+        env=workflow_env(home),
+        capture_output=True,
+        text=True,
     )
     assert audit.returncode == 0, audit.stdout[-3000:]
-    dry = _snakemake(work, home, "-n", "all")
+    dry = snakemake(work, home, "-n", "all")
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
@@ -502,8 +465,8 @@ def test_same_config_and_seeds_give_the_same_bytes(finished_study, tmp_path):
     work, _ = finished_study
     home = tmp_path / "home"
     home.mkdir()
-    again = _workflow_repo(tmp_path, small_config())
-    done = _snakemake(again, home, "results/decisions/grid.csv")
+    again = workflow_repo(tmp_path, small_config())
+    done = snakemake(again, home, "results/decisions/grid.csv")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     produced = sorted(
         p.relative_to(again)

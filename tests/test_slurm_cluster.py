@@ -3,7 +3,8 @@
 A throwaway single-node cluster (scripts/slurm/cluster.sh) is brought up for this module
 and torn down after it. Without Slurm on the machine the module skips, except under CI
 (CI=true), where a cluster that cannot start is a failure. The workflow repositories are
-built with the helpers of tests/test_pipeline.py, whose local run of the same study is the
+built with the helpers of tests/conftest.py, whose local run of the same study
+(``finished_study``, run once per session and shared with tests/test_pipeline.py) is the
 reference every Slurm result must match byte for byte.
 """
 
@@ -19,15 +20,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_pipeline import (  # the local run of the same study, for byte comparisons
+from conftest import (
     BIN,
     REPO,
-    _env,
-    _job_counts,
-    _snakemake,
-    _workflow_repo,
-    finished_study,
+    assert_same_run_records,
+    job_counts,
     small_config,
+    snakemake,
+    workflow_env,
+    workflow_repo,
 )
 
 from rearrival.workflow.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITION
@@ -35,13 +36,19 @@ from rearrival.workflow.cluster import ENV_ACCOUNT, ENV_DEVICE_GRES, ENV_PARTITI
 CLUSTER = REPO / "scripts" / "slurm" / "cluster.sh"
 PARTITION = "rearrival"  # the test cluster's one partition (cluster.sh)
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-LOCAL_RULES = {"preregister", "seal", "all"}  # git commits stay on the submitting host
+LOCAL_RULES = {"preregister", "seal"}  # git commits stay on the submitting host
+# What the module runs through Slurm: two studies' decisions (one of them through the
+# sharded search) and the injection, so every kind of stage but the report is an sbatch
+# job; 22 jobs instead of the 47 of `all`, whose every output the local run covers.
+STUDIES = ("mechanisms", "validation")
+TARGETS = (
+    *(f"results/decisions/{study}.csv" for study in STUDIES),
+    "results/injection/gaps.parquet",
+)
 IN_CI = os.environ.get("CI") == "true"
 # Each Slurm job starts snakemake twice (sbatch step, srun step) before its command: the
 # small study takes about 4 minutes on a loaded 2-core machine, over the 300 s default.
 pytestmark = pytest.mark.timeout(900)
-
-__all__ = ["finished_study"]  # imported as a fixture: the local reference run
 
 
 def _unavailable(reason: str) -> None:
@@ -86,7 +93,7 @@ def _slurm(
 ) -> subprocess.CompletedProcess:
     """`snakemake --profile profiles/slurm ...` as a user would type it."""
     if env is None:
-        return _snakemake(work, home, "--profile", "profiles/slurm", *args)
+        return snakemake(work, home, "--profile", "profiles/slurm", *args)
     return subprocess.run(
         [str(BIN / "snakemake"), "--profile", "profiles/slurm", *args],
         cwd=work,
@@ -123,19 +130,19 @@ def _overlap(a: int, b: int) -> bool:
 
 @pytest.fixture(scope="module")
 def slurm_study(cluster, tmp_path_factory) -> tuple[Path, Path, str]:
-    """The small study run once through the Slurm profile on the test cluster."""
+    """The small study's TARGETS run once through the Slurm profile on the test cluster."""
     tmp = tmp_path_factory.mktemp("slurm")
     home = tmp / "home"
     home.mkdir()
-    work = _workflow_repo(tmp, small_config())
-    done = _slurm(work, home, "all")
+    work = workflow_repo(tmp, small_config())
+    done = _slurm(work, home, *TARGETS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return work, home, done.stdout + done.stderr
 
 
 def test_every_job_went_through_sbatch(slurm_study):
     _, _, output = slurm_study
-    planned = _job_counts(output)
+    planned = job_counts(output)
     submitted = _submissions(output)
     assert {rule: len(jobs) for rule, jobs in submitted.items()} == {
         rule: count for rule, count in planned.items() if rule not in LOCAL_RULES
@@ -188,7 +195,7 @@ def test_audit_passes_and_prereg_commits_are_serial(slurm_study):
     audit = subprocess.run(
         [str(BIN / "rearrival"), "audit", "--repo", ".", "--results", "results"],
         cwd=work,
-        env=_env(home),
+        env=workflow_env(home),
         capture_output=True,
         text=True,
     )
@@ -202,13 +209,13 @@ def test_audit_passes_and_prereg_commits_are_serial(slurm_study):
         check=True,
     ).stdout.splitlines()
     prereg = [line for line in history if "prereg(" in line]
-    assert len(prereg) == len(small_config()["studies"]) + 1
+    assert len(prereg) == len(STUDIES)
     assert all(len(line.split("|")[0].split()) == 1 for line in history[:-1])  # linear
 
 
 def test_second_invocation_does_nothing(slurm_study):
     work, home, _ = slurm_study
-    again = _slurm(work, home, "all")
+    again = _slurm(work, home, *TARGETS)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "Nothing to be done" in again.stdout + again.stderr
     assert not SUBMITTED.search(again.stdout + again.stderr)
@@ -239,8 +246,8 @@ def test_rbln_backend_requests_the_site_device_gres(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     config = small_config() | {"backend": "rbln"}
-    work = _workflow_repo(tmp_path, config)
-    env = _env(home) | {ENV_DEVICE_GRES: "rbln:4"}
+    work = workflow_repo(tmp_path, config)
+    env = workflow_env(home) | {ENV_DEVICE_GRES: "rbln:4"}
     dry = subprocess.run(
         [str(BIN / "snakemake"), "-n", "--cores", "2", "all"],
         cwd=work,
@@ -260,8 +267,8 @@ def test_rbln_backend_requests_the_site_device_gres(tmp_path):
 def test_unknown_partition_is_one_line_before_any_submission(cluster, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    work = _workflow_repo(tmp_path, small_config())
-    env = _env(home) | {ENV_PARTITION: "nonexistent"}
+    work = workflow_repo(tmp_path, small_config())
+    env = workflow_env(home) | {ENV_PARTITION: "nonexistent"}
     result = _slurm(work, home, "all", env=env)
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -276,14 +283,14 @@ def test_controller_down_is_one_line(cluster, tmp_path):
     """A slurm.conf naming a port no controller listens on, as when slurmctld is down."""
     home = tmp_path / "home"
     home.mkdir()
-    work = _workflow_repo(tmp_path, small_config())
+    work = workflow_repo(tmp_path, small_config())
     conf = tmp_path / "slurm.conf"
     conf.write_text(
         re.sub(
             r"SlurmctldPort=\d+", "SlurmctldPort=6899", Path("/etc/slurm/slurm.conf").read_text()
         )
     )
-    result = _slurm(work, home, "all", env=_env(home) | {"SLURM_CONF": str(conf)})
+    result = _slurm(work, home, "all", env=workflow_env(home) | {"SLURM_CONF": str(conf)})
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert any(
@@ -296,12 +303,12 @@ def test_no_slurm_is_one_line(cluster, tmp_path):
     """PATH without Slurm's tools, as on a machine where Slurm is not installed."""
     home = tmp_path / "home"
     home.mkdir()
-    work = _workflow_repo(tmp_path, small_config())
+    work = workflow_repo(tmp_path, small_config())
     tools = tmp_path / "bin"
     tools.mkdir()
     for tool in ("git", "sh", "bash", "which"):  # what any machine has; the plugin needs which
         (tools / tool).symlink_to(shutil.which(tool))
-    result = _slurm(work, home, "all", env=_env(home) | {"PATH": f"{BIN}:{tools}"})
+    result = _slurm(work, home, "all", env=workflow_env(home) | {"PATH": f"{BIN}:{tools}"})
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert any(
@@ -330,17 +337,14 @@ def test_cancelled_job_is_named_unused_and_only_missing_jobs_rerun(slurm_study, 
     copy = tmp_path / "study"
     shutil.copytree(work, copy, symlinks=True)
     target = copy / "results" / "runs" / "mechanisms" / "n8_r1"
-    for downstream in (
-        "results/channels/mechanisms.parquet",
-        "results/decisions/mechanisms.csv",
-        "reports/report.html",
-    ):
+    relative = Path("results/decisions/mechanisms.csv")
+    for downstream in ("results/channels/mechanisms.parquet", relative):
         (copy / downstream).unlink()
     shutil.rmtree(target)
     job = subprocess.Popen(
-        [str(BIN / "snakemake"), "--profile", "profiles/slurm", "all"],
+        [str(BIN / "snakemake"), "--profile", "profiles/slurm", str(relative)],
         cwd=copy,
-        env=_env(home),
+        env=workflow_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -351,25 +355,18 @@ def test_cancelled_job_is_named_unused_and_only_missing_jobs_rerun(slurm_study, 
     assert job.returncode != 0
     assert f"SLURM-job '{slurm_id}' failed, SLURM status is: 'CANCELLED'." in output
     assert not target.exists(), "a cancelled run must not leave its replicate directory"
-    dry = _snakemake(copy, home, "-n", "all")
-    assert _job_counts(dry.stdout + dry.stderr) == {
+    dry = snakemake(copy, home, "-n", str(relative))
+    assert job_counts(dry.stdout + dry.stderr) == {
         "run_replicate": 1,
         "seal": 1,
         "channels": 1,
         "decide": 1,
-        "report": 1,
-        "all": 1,
     }
-    redo = _slurm(copy, home, "all")
+    redo = _slurm(copy, home, str(target.relative_to(copy)))  # the cancelled job alone
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
-    assert {rule for rule in _submissions(redo.stdout + redo.stderr)} == {
-        "run_replicate",
-        "channels",
-        "decide",
-        "report",
-    }  # seal is local (a git commit)
-    relative = Path("results/decisions/mechanisms.csv")
-    assert (copy / relative).read_bytes() == (work / relative).read_bytes()
+    assert set(_submissions(redo.stdout + redo.stderr)) == {"run_replicate"}
+    reference = work / target.relative_to(copy)
+    assert_same_run_records(target, reference)
 
 
 def test_profile_names_no_site_partition():

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import TRACELAB_SAMPLE as TRACE
 
 from rearrival.model.tools import (
     CAP_S,
@@ -24,7 +25,6 @@ from rearrival.model.tools import (
     table_from_summary,
 )
 
-TRACE = Path("/work/shared/data/tracelab/round_trace.example.jsonl")
 ROWS = (
     ToolStats("Bash", 500, 0.187, 0.7254, 0.8465),
     ToolStats("WebSearch", 300, 12.0, 18.65, 40.0),

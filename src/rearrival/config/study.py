@@ -303,6 +303,23 @@ def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
     validate(raw, str(schema_path))
 
 
+def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
+    """A parser error as one line with the position to fix: PyYAML's own message spans
+    several lines (a quoted excerpt and a caret), where every other error is one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return f"{path}: not valid YAML ({' '.join(str(exc).split())}); fix its syntax"
+    context = getattr(exc, "context", None)
+    opened = getattr(exc, "context_mark", None)
+    if context and opened is not None and opened.line != mark.line:
+        problem += f", {context} that starts at line {opened.line + 1}"
+    return (
+        f"{path}: line {mark.line + 1}, column {mark.column + 1}: not valid YAML ({problem}); "
+        "fix the syntax there"
+    )
+
+
 def load_study_config(path: str | Path, schema_path: Path | None = None) -> StudyConfig:
     """Read, schema-validate and cross-check a config file."""
     path = Path(path)
@@ -314,7 +331,7 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
             f"{path.absolute()}); run from the repository root or pass --config PATH"
         ) from exc
     except yaml.YAMLError as exc:
-        raise StudyConfigError(f"{path}: cannot read the study definition ({exc})") from exc
+        raise StudyConfigError(yaml_problem(path, exc)) from exc
     validate_against_schema(raw, str(path), schema_path or config_schema_path())
     return study_config_from_mapping(raw, str(path))
 
