@@ -31,16 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rearrival.model.profile import Profile
 from rearrival.model.trace_plans import (
-    ImportOptions,
-    ImportResult,
     ToolCall,
     TraceError,
+    TraceImporter,
     TraceRound,
     TraceSession,
-    build_plan,
-    file_sha256,
     read_json_lines,
 )
 
@@ -229,28 +225,6 @@ def _documents(path: Path) -> list[tuple[str, Any]]:
     return documents
 
 
-def plans_from_otel(
-    path: str | Path,
-    *,
-    sessions: int | None = None,
-    seed: int = 0,
-    max_context: int = 8192,
-    on_overflow: str = "truncate",
-    time_origin: str = "first",
-    token_scale: float = 1.0,
-    profile: Profile | None = None,
-) -> ImportResult:
-    """A multi-round plan from OTLP JSON GenAI spans; the same shape and rules as
-    ``tracelab_import.plans_from_trace``. Nothing is written."""
-    path = Path(path)
-    options = ImportOptions(sessions, seed, max_context, on_overflow, time_origin, token_scale)
-    parsed, notes = read_otel(path)
-    return build_plan(
-        parsed,
-        path=path,
-        source=SOURCE,
-        trace_sha256=file_sha256(path),
-        options=options,
-        profile=profile,
-        extra_notes=notes,
-    )
+# A multi-round plan from OTLP JSON GenAI spans; the same flags and rules as
+# ``tracelab_import.plans_from_trace``. Nothing is written.
+plans_from_otel = TraceImporter(read_otel, SOURCE)

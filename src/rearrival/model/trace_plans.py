@@ -44,7 +44,7 @@ import json
 import math
 import random
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -444,6 +444,45 @@ def build_plan(
         sum(len(s.rounds) for s in trace_sessions),
         notes,
     )
+
+
+# A format's reader: the sessions of a trace file and notes on how it was read.
+TraceReader = Callable[[Path], tuple[list[TraceSession], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class TraceImporter:
+    """``plans_from_<format>(path, **flags)`` for one format: read the file with ``read``
+    and build the plan under the shared rules; nothing is written. One class serves every
+    importer, so flags, defaults and the recorded source and hash stay the same for all."""
+
+    read: TraceReader
+    source: str
+
+    def __call__(
+        self,
+        path: str | Path,
+        *,
+        sessions: int | None = None,
+        seed: int = 0,
+        max_context: int = 8192,
+        on_overflow: str = "truncate",
+        time_origin: str = "first",
+        token_scale: float = 1.0,
+        profile: Profile | None = None,
+    ) -> ImportResult:
+        path = Path(path)
+        options = ImportOptions(sessions, seed, max_context, on_overflow, time_origin, token_scale)
+        parsed, notes = self.read(path)
+        return build_plan(
+            parsed,
+            path=path,
+            source=self.source,
+            trace_sha256=file_sha256(path),
+            options=options,
+            profile=profile,
+            extra_notes=notes,
+        )
 
 
 def _notes(

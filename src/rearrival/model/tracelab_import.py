@@ -22,16 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rearrival.model.profile import Profile
 from rearrival.model.trace_plans import (
-    ImportOptions,
-    ImportResult,
     ToolCall,
     TraceError,
+    TraceImporter,
     TraceRound,
     TraceSession,
-    build_plan,
-    file_sha256,
     read_json_lines,
 )
 
@@ -204,36 +200,16 @@ def _sessions(lines: list[_Line], path: Path) -> list[TraceSession]:
     return out
 
 
-def read_tracelab(path: Path) -> list[TraceSession]:
-    """Every session of a TraceLab normalized round trace, validated line by line."""
+def read_tracelab(path: Path) -> tuple[list[TraceSession], dict[str, Any]]:
+    """Every session of a TraceLab normalized round trace, validated line by line, and
+    no reading notes (the format has one way to read it)."""
     lines = [_Line(record, f"{path}: line {n}") for n, record in read_json_lines(path)]
     if not lines:
         raise TraceError(f"{path}: the file is empty; pass a TraceLab round trace (JSONL)")
-    return _sessions(lines, path)
+    return _sessions(lines, path), {}
 
 
-def plans_from_trace(
-    path: str | Path,
-    *,
-    sessions: int | None = None,
-    seed: int = 0,
-    max_context: int = 8192,
-    on_overflow: str = "truncate",
-    time_origin: str = "first",
-    token_scale: float = 1.0,
-    profile: Profile | None = None,
-) -> ImportResult:
-    """A multi-round plan from a TraceLab round trace (JSONL or JSONL.gz); see
-    ``trace_plans`` for how rounds, gaps, think time and context limits are turned into
-    the plan. Nothing is written; ``ImportResult.plan`` is the plan."""
-    path = Path(path)
-    options = ImportOptions(sessions, seed, max_context, on_overflow, time_origin, token_scale)
-    parsed = read_tracelab(path)
-    return build_plan(
-        parsed,
-        path=path,
-        source=SOURCE,
-        trace_sha256=file_sha256(path),
-        options=options,
-        profile=profile,
-    )
+# A multi-round plan from a TraceLab round trace (JSONL or JSONL.gz); see
+# ``trace_plans`` for how rounds, gaps, think time and context limits are turned into
+# the plan. Nothing is written; ``ImportResult.plan`` is the plan.
+plans_from_trace = TraceImporter(read_tracelab, SOURCE)
