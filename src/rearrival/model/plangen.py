@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rearrival.errors import RearrivalError
 from rearrival.model.plans import (
@@ -104,6 +106,47 @@ def _check_arg(name: str, value: int, low: int) -> None:
         raise PlanGenError(f"{name} must be an integer >= {low}, got {value!r}", name)
 
 
+def _checked_plan_seed(n: int, study_seed: int, replicate: int, block: int, stream: str) -> int:
+    """The plan seed of (study seed, replicate, N, block) in ``stream``, after checking
+    each; both generators seed this way (docs/DESIGN.md §2)."""
+    _check_arg("n", n, 1)
+    _check_arg("study_seed", study_seed, 0)
+    _check_arg("replicate", replicate, 0)
+    _check_arg("block", block, 0)
+    return derive_seed(study_seed, replicate, n, block, stream)
+
+
+SessionT = TypeVar("SessionT")  # a two-round Session or a MultiRoundSession
+
+
+def _draw_sessions(
+    n: int, seed: int, draw: Callable[[int, random.Random], tuple[SessionT, int]]
+) -> tuple[list[SessionT], int]:
+    """Sessions 0..n-1, each drawn from its own generator seeded by (plan seed, index),
+    and how many tool waits hit the cap in all."""
+    sessions: list[SessionT] = []
+    capped = 0
+    for i in range(n):
+        session, hit = draw(i, random.Random(session_seed(seed, i)))
+        sessions.append(session)
+        capped += hit
+    return sessions, capped
+
+
+def _two_round_session(
+    index: int, rng: random.Random, spec: PlanSpec, table: ToolTable
+) -> tuple[Session, int]:
+    """One two-round session's draws in a fixed order (prompt, G0, G1, tool wait), and
+    whether its wait hit the cap."""
+    prompt = _uniform_int(rng, spec.prompt_tokens)
+    gen = _uniform_int(rng, spec.gen_tokens)
+    followup = _uniform_int(rng, spec.followup_gen_tokens)
+    wait = table.draw(rng, spec.tool_cap_s)
+    latency = round(wait.latency_s, WAIT_DECIMALS)
+    session = Session(index, prompt, gen, followup, spec.appended_tokens, latency, wait.tool)
+    return session, int(wait.capped)
+
+
 def generate_plan(
     n: int,
     *,
@@ -121,32 +164,12 @@ def generate_plan(
     session's seed comes from (plan seed, session index), so sessions never share
     generator state. The stored ``meta.seed`` reproduces the plan.
     """
-    _check_arg("n", n, 1)
-    _check_arg("study_seed", study_seed, 0)
-    _check_arg("replicate", replicate, 0)
-    _check_arg("block", block, 0)
+    seed = _checked_plan_seed(n, study_seed, replicate, block, "sessions")
     table = tool_table or default_tool_table()
-    spec = spec or PlanSpec()
-    seed = derive_seed(study_seed, replicate, n, block, "sessions")
-    sessions, capped = [], 0
-    for i in range(n):
-        rng = random.Random(session_seed(seed, i))
-        prompt = _uniform_int(rng, spec.prompt_tokens)
-        gen = _uniform_int(rng, spec.gen_tokens)
-        followup = _uniform_int(rng, spec.followup_gen_tokens)
-        wait = table.draw(rng, spec.tool_cap_s)
-        capped += wait.capped
-        sessions.append(
-            Session(
-                i,
-                prompt,
-                gen,
-                followup,
-                spec.appended_tokens,
-                round(wait.latency_s, WAIT_DECIMALS),
-                wait.tool,
-            )
-        )
+    chosen = spec or PlanSpec()
+    sessions, capped = _draw_sessions(
+        n, seed, lambda i, rng: _two_round_session(i, rng, chosen, table)
+    )
     meta = PlanMeta(
         seed=seed,
         n=n,
@@ -263,18 +286,10 @@ def generate_multi_round_plan(
     the plan seed from (study seed, replicate, N, block), each session's draws from (plan
     seed, session index). ``meta.cap_fraction`` is over tool calls; ``meta.notes`` holds
     the spec and the call count."""
-    _check_arg("n", n, 1)
-    _check_arg("study_seed", study_seed, 0)
-    _check_arg("replicate", replicate, 0)
-    _check_arg("block", block, 0)
+    seed = _checked_plan_seed(n, study_seed, replicate, block, MULTI_ROUND_STREAM)
     table = tool_table or default_tool_table()
-    spec = spec or MultiRoundSpec()
-    seed = derive_seed(study_seed, replicate, n, block, MULTI_ROUND_STREAM)
-    sessions, capped = [], 0
-    for i in range(n):
-        session, hit = _agent_session(i, random.Random(session_seed(seed, i)), spec, table)
-        sessions.append(session)
-        capped += hit
+    chosen = spec or MultiRoundSpec()
+    sessions, capped = _draw_sessions(n, seed, lambda i, rng: _agent_session(i, rng, chosen, table))
     calls = sum(len(s.rounds) - 1 for s in sessions)
     meta = PlanMeta(
         seed=seed,
@@ -286,6 +301,6 @@ def generate_multi_round_plan(
         cap_fraction=capped / calls if calls else 0.0,
         generator_version=MULTI_ROUND_VERSION,
         source="generator",
-        notes={"spec": spec.as_dict(), "tool_calls": calls},
+        notes={"spec": chosen.as_dict(), "tool_calls": calls},
     )
     return Plan(tuple(sessions), meta)
