@@ -25,11 +25,13 @@ from rearrival.errors import RearrivalError
 PACKAGE = "vllm_rbln"
 VERSION = "0.11.1"
 TARGET = "vllm_rbln/model_executor/models/optimum/model_base.py"
-# The unpatched file's sha256 in the PyPI wheel vllm_rbln-0.11.1 (tests check the wheel).
+# The unpatched file's sha256 in the PyPI wheel vllm_rbln-0.11.1, taken once from
+# `pip download --no-deps vllm-rbln==0.11.1` (unzip, sha256 of TARGET's bytes).
 SHA256_ORIGINAL = "46ce1675a2b55e36d4d6dd0154edae793cd3874ed1fbe16e74a40ed7c809298e"
-# Derived once: `pip download --no-deps vllm-rbln==0.11.1`, unzip, run `patched_text()` below
-# on the target file (insert ADDED after ANCHOR), sha256 of the resulting UTF-8 bytes.
-# tests/test_patch.py recomputes it from the real wheel, so a drift cannot go unnoticed.
+# Derived once from the same download: run `patched_text()` below on TARGET (insert ADDED
+# after ANCHOR), sha256 of the resulting UTF-8 bytes. tests/test_patch.py needs no network:
+# it uses a stand-in site-packages with its own two hashes; on the device host `rearrival
+# rbln patch check` names any other hash, and apply/revert refuse it.
 SHA256_PATCHED = "37fc8029a907fa939a3ce72f30b4bd3fdf4632a69605251ec91f71ea2376683f"
 
 # The select_bucket_size call inside preprocess_for_decoder (occurs exactly once).
