@@ -13,6 +13,7 @@ import pytest
 from rearrival.errors import RearrivalError
 from rearrival.measure import records
 from rearrival.measure.records import RunRecordError, read_run, write_run
+from rearrival.measure.records import write as records_write
 
 
 def _requests() -> pd.DataFrame:
@@ -135,7 +136,7 @@ def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> N
             raise OSError("disk full")
         return b"x"
 
-    monkeypatch.setattr(records, "_parquet_bytes", exploding)
+    monkeypatch.setattr(records_write, "_parquet_bytes", exploding)
     with pytest.raises(OSError):
         _write(tmp_path / "run")
     assert list(tmp_path.iterdir()) == []
