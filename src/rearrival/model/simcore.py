@@ -126,6 +126,26 @@ def _pop_arrival(heap, size, when):
     return top, size
 
 
+@njit(cache=True, inline="always")
+def _evict_oldest(evictable, n_evictable, owner, slots):
+    """FIFO eviction by allocation order: the oldest evictable slot loses its KV."""
+    value, n_evictable = _pop(evictable, n_evictable)
+    slot = value % slots
+    victim = owner[slot]
+    owner[slot] = NO_OWNER
+    return slot, victim, n_evictable
+
+
+@njit(cache=True, inline="always")
+def _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, cause):
+    """One eviction row (time; slot, victim, cause); the caller checks the capacity."""
+    ev_f[n_ev] = t
+    ev_i[0, n_ev] = slot
+    ev_i[1, n_ev] = victim
+    ev_i[2, n_ev] = cause
+    return n_ev + 1
+
+
 @njit(cache=True)
 def run(
     gen,
@@ -241,32 +261,20 @@ def run(
                     slot, n_free = _pop(free, n_free)
                 else:
                     for _ in range(reserved - n_free):  # the padding block's slot
-                        value, n_evictable = _pop(evictable, n_evictable)
-                        slot = value % slots
-                        victim = owner[slot]
-                        owner[slot] = NO_OWNER
+                        slot, victim, n_evictable = _evict_oldest(
+                            evictable, n_evictable, owner, slots
+                        )
                         n_free = _push(free, n_free, slot)
                         if record:
                             if n_ev == ev_cap:
                                 return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
-                            ev_f[n_ev] = t
-                            ev_i[0, n_ev] = slot
-                            ev_i[1, n_ev] = victim
-                            ev_i[2, n_ev] = 0
-                            n_ev += 1
-                    value, n_evictable = _pop(evictable, n_evictable)
-                    slot = value % slots
-                    victim = owner[slot]
-                    owner[slot] = NO_OWNER
+                            n_ev = _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, 0)
+                    slot, victim, n_evictable = _evict_oldest(evictable, n_evictable, owner, slots)
                     evicted_tag[rid] = victim
                     if record:
                         if n_ev == ev_cap:
                             return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
-                        ev_f[n_ev] = t
-                        ev_i[0, n_ev] = slot
-                        ev_i[1, n_ev] = victim
-                        ev_i[2, n_ev] = 0
-                        n_ev += 1
+                        n_ev = _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, 0)
                 for i in range(n_pending):
                     n_evictable = _push(evictable, n_evictable, key[pending[i]])
                 n_pending = 0
@@ -318,19 +326,12 @@ def run(
             continue
 
         if nrun < pad_below and not n_free and n_evictable:  # dummy block (S9)
-            value, n_evictable = _pop(evictable, n_evictable)
-            slot = value % slots
-            victim = owner[slot]
-            owner[slot] = NO_OWNER
+            slot, victim, n_evictable = _evict_oldest(evictable, n_evictable, owner, slots)
             n_free = _push(free, n_free, slot)
             if record:
                 if n_ev == ev_cap:
                     return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
-                ev_f[n_ev] = t
-                ev_i[0, n_ev] = slot
-                ev_i[1, n_ev] = victim
-                ev_i[2, n_ev] = 1
-                n_ev += 1
+                n_ev = _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, 1)
         dt = step_s[nrun]
         k = (running[0] >> shift) - clock
         end = t + k * dt
