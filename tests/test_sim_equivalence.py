@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 from conftest import random_plan
@@ -116,27 +117,36 @@ def assert_identical(core: SimResult, python: SimResult, label: str) -> None:
 
 
 def check_random_plans(
-    release: str, dummy_block: str, fixed: bool, count: int, seed_base: int
+    make_case: Callable[..., tuple[Plan, SimConfig]],
+    variant: tuple[str, str, bool],
+    count: int,
+    seed_base: int,
 ) -> None:
-    rng = random.Random(seed_base + VARIANTS.index((release, dummy_block, fixed)))
+    """The three cores agree on ``count`` random plans from ``make_case`` (two-round or
+    multi-round), and every request is one prefill and every round after the first a
+    re-arrival."""
+    rng = random.Random(seed_base + VARIANTS.index(variant))
     profile = measured_profile()
     for index in range(count):
-        plan, config = random_case(rng, release, dummy_block, fixed)
-        label = f"case {index} N={plan.n} {config}"
+        plan, config = make_case(rng, *variant)
+        label = f"case {index} N={plan.n} requests={plan.requests} {config}"
         core = simulate(plan, config, core="compiled")
+        summary = core.summary()
+        assert summary["prefill_steps"] == plan.requests
+        assert summary["re_arrivals"] == plan.requests - plan.n
         assert_same(core, simulate_reference(plan, config), label)
         assert_identical(core, simulate_python(plan, config, profile), label)
 
 
 @pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
 def test_core_matches_reference_on_random_plans(release, dummy_block, fixed):
-    check_random_plans(release, dummy_block, fixed, PLANS_PER_VARIANT, 1000)
+    check_random_plans(random_case, (release, dummy_block, fixed), PLANS_PER_VARIANT, 1000)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
 def test_core_matches_reference_on_many_random_plans(release, dummy_block, fixed):
-    check_random_plans(release, dummy_block, fixed, SLOW_PLANS_PER_VARIANT, 5000)
+    check_random_plans(random_case, (release, dummy_block, fixed), SLOW_PLANS_PER_VARIANT, 5000)
 
 
 @pytest.mark.parametrize("n", [6, 8, 10])
@@ -247,31 +257,17 @@ def random_multi_case(rng: random.Random, release: str, dummy_block: str, fixed:
     return plan, config
 
 
-def check_random_multi_round_plans(
-    release: str, dummy_block: str, fixed: bool, count: int, seed_base: int
-) -> None:
-    rng = random.Random(seed_base + VARIANTS.index((release, dummy_block, fixed)))
-    profile = measured_profile()
-    for index in range(count):
-        plan, config = random_multi_case(rng, release, dummy_block, fixed)
-        label = f"multi-round case {index} N={plan.n} requests={plan.requests} {config}"
-        core = simulate(plan, config, core="compiled")
-        summary = core.summary()
-        assert summary["prefill_steps"] == plan.requests
-        assert summary["re_arrivals"] == plan.requests - plan.n
-        assert_same(core, simulate_reference(plan, config), label)
-        assert_identical(core, simulate_python(plan, config, profile), label)
-
-
 @pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
 def test_cores_agree_on_random_multi_round_plans(release, dummy_block, fixed):
-    check_random_multi_round_plans(release, dummy_block, fixed, MULTI_PLANS_PER_VARIANT, 3000)
+    variant = (release, dummy_block, fixed)
+    check_random_plans(random_multi_case, variant, MULTI_PLANS_PER_VARIANT, 3000)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("release", "dummy_block", "fixed"), VARIANTS)
 def test_cores_agree_on_many_random_multi_round_plans(release, dummy_block, fixed):
-    check_random_multi_round_plans(release, dummy_block, fixed, SLOW_MULTI_PLANS_PER_VARIANT, 7000)
+    variant = (release, dummy_block, fixed)
+    check_random_plans(random_multi_case, variant, SLOW_MULTI_PLANS_PER_VARIANT, 7000)
 
 
 @pytest.mark.parametrize(
