@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	# compile the simulator core once into its on-disk cache (about 10 s), so the first
 	# `rearrival simulate` or search of a fresh checkout does not pay it
 	@echo "make: compiling the simulator core once with numba (10-30 s)"
-	$(BIN)/python -c "from rearrival.model.simcore import warm_up; warm_up()"
+	$(BIN)/python -c "from rearrival.model.simulator.simcore import warm_up; warm_up()"
 	touch $(STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.

@@ -31,9 +31,9 @@ from rearrival.measure.calibration.drive import calibrate
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
-from rearrival.model.plangen import derive_seed
-from rearrival.model.profile import load_profile, measured_profile
-from rearrival.model.sim import SimConfig, simulate
+from rearrival.model.cost.profile import load_profile, measured_profile
+from rearrival.model.plans.plangen import derive_seed
+from rearrival.model.simulator.sim import SimConfig, simulate
 from rearrival.search.run import select
 from rearrival.workflow.plans import study_plan
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rearrival.model.plans import Plan, PlanMeta, Session
+from rearrival.model.plans.plan import Plan, PlanMeta, Session
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_FILE = REPO / "config" / "config.yaml"

@@ -14,8 +14,8 @@ from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
 from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
-from rearrival.model.plans import write_plan
-from rearrival.model.profile import measured_profile
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import write_plan
 from rearrival.search.advise import (
     advise,
     full_reuse_tokens,

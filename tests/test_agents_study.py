@@ -17,8 +17,8 @@ from rearrival.config.study import (
     study_config_from_mapping,
     validate_against_schema,
 )
-from rearrival.model.plangen import MultiRoundSpec, generate_multi_round_plan, generate_plan
-from rearrival.model.plans import load_plan
+from rearrival.model.plans.plan import load_plan
+from rearrival.model.plans.plangen import MultiRoundSpec, generate_multi_round_plan, generate_plan
 from rearrival.search.candidates import baseline_of
 from rearrival.search.inputs import make_plans as search_plans
 from rearrival.workflow.params import workflow_params
@@ -180,7 +180,7 @@ def test_the_study_search_draws_agent_sessions_and_the_paper_search_does_not():
 
 
 def test_advise_on_a_study_uses_its_agent_sessions(tmp_path):
-    from rearrival.model.plans import write_plan
+    from rearrival.model.plans.plan import write_plan
     from rearrival.search.advise import advise, evaluation_plans
 
     cfg = _cfg(copy.deepcopy(SMALL))
@@ -199,8 +199,8 @@ def test_advise_on_a_study_uses_its_agent_sessions(tmp_path):
 
 @pytest.mark.skipif(not TRACE.exists(), reason="TraceLab sample not present")
 def test_a_trace_workload_samples_whole_sessions_and_registers_the_trace_hash(tmp_path):
-    from rearrival.model.trace_plans import file_sha256
-    from rearrival.model.tracelab_import import plans_from_trace
+    from rearrival.model.plans.trace_plans import file_sha256
+    from rearrival.model.plans.tracelab_import import plans_from_trace
 
     raw = copy.deepcopy(SMALL)
     agents = raw["studies"]["agents"]

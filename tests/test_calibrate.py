@@ -32,8 +32,14 @@ from rearrival.measure.calibration.drive import calibrate
 from rearrival.measure.calibration.parse import steady_durations
 from rearrival.measure.emulate.truth import load_truth, true_bucket_cost_s, true_prefill_s
 from rearrival.measure.steplog import format_bucket_line
-from rearrival.model.fits import FitError, check_reuse, fit_decode, fit_prefill, interpolate_bucket
-from rearrival.model.profile import (
+from rearrival.model.cost.fits import (
+    FitError,
+    check_reuse,
+    fit_decode,
+    fit_prefill,
+    interpolate_bucket,
+)
+from rearrival.model.cost.profile import (
     ProfileError,
     load_profile,
     load_profile_for_model,
@@ -372,7 +378,7 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
 
     from rearrival.measure import rbln
     from rearrival.measure.calibration.rbln_compile import compile_calibration, compile_records
-    from rearrival.model.fits import fit_compile
+    from rearrival.model.cost.fits import fit_compile
 
     def fake_compile(config, artifacts_dir):
         count = len(config.buckets)

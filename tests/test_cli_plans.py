@@ -13,9 +13,9 @@ from conftest import TRACELAB_SAMPLE as TRACE
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.model.plangen import generate_plan
-from rearrival.model.plans import load_plan
-from rearrival.model.tools import build_summary_from_trace
+from rearrival.model.plans.plan import load_plan
+from rearrival.model.plans.plangen import generate_plan
+from rearrival.model.plans.tools import build_summary_from_trace
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()

@@ -23,7 +23,7 @@ from aiohttp import web
 from rearrival.measure import client, rbln
 from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
-from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
+from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)

@@ -29,7 +29,7 @@ from rearrival.config.study import (
 )
 from rearrival.config.workload import TRACE_KEYS, TraceSource
 from rearrival.measure.backends import BackendSettings
-from rearrival.model.plangen import MultiRoundSpec
+from rearrival.model.plans.plangen import MultiRoundSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load(config_schema_path().read_text())

@@ -26,8 +26,9 @@ from rearrival.measure.emulate.truth import (
     true_bucket_cost_s,
 )
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session
-from rearrival.model.profile import measured_profile, select_bucket
+from rearrival.model.buckets import select_bucket
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
 
 PROFILE = measured_profile()
 BASELINE = {"buckets": (1, 2, 4, 8), "batch_size": 8}

@@ -37,10 +37,10 @@ from rearrival.measure import rbln
 from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.engine import EngineConfig
-from rearrival.measure.emulate_server import EmulateServer, ServerOptions
+from rearrival.measure.emulate.server import EmulateServer, ServerOptions
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta, Round, Session
+from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 TIME_SCALE = 0.2

@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.model.memory import context_cost, device_memory
-from rearrival.model.otel_import import plans_from_otel
-from rearrival.model.plans import load_plan
-from rearrival.model.profile import measured_profile
-from rearrival.model.trace_plans import TraceError
+from rearrival.model.cost.memory import context_cost, device_memory
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.otel_import import plans_from_otel
+from rearrival.model.plans.plan import load_plan
+from rearrival.model.plans.trace_plans import TraceError
 
 runner = CliRunner()
 EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z

@@ -1,4 +1,4 @@
-"""Every refusal of rearrival.model.plans is one line naming the file, the field and the fix.
+"""Every refusal of rearrival.model.plans.plan is one line naming the file, the field and the fix.
 
 A plan is the fixed input of a replicate (paper Section II-C): a file the simulator, the
 emulator or a server could not run must be refused before any run starts, with a message
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rearrival.model.plans import (
+from rearrival.model.plans.plan import (
     ROUND_SCHEMA,
     SCHEMA,
     MultiRoundSession,

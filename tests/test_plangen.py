@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.model.plangen import PlanGenError, PlanSpec, derive_seed, generate_plan
-from rearrival.model.plans import load_plan, write_plan
-from rearrival.model.tools import CAP_S, ToolStats, ToolTable, default_tool_table
+from rearrival.model.plans.plan import load_plan, write_plan
+from rearrival.model.plans.plangen import PlanGenError, PlanSpec, derive_seed, generate_plan
+from rearrival.model.plans.tools import CAP_S, ToolStats, ToolTable, default_tool_table
 
 # Content hash of generate_plan(8, study_seed=2026, replicate=0): changes only when the
 # generator (seed scheme, draw order, ranges, default table, inverse CDF) changes. If

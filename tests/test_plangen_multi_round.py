@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rearrival.model.plangen import (
+from rearrival.model.plans.plan import MULTI_ROUND_VERSION, check_context, load_plan, write_plan
+from rearrival.model.plans.plangen import (
     MULTI_ROUND_STREAM,
     MultiRoundSpec,
     PlanGenError,
@@ -17,8 +18,7 @@ from rearrival.model.plangen import (
     generate_plan,
     session_seed,
 )
-from rearrival.model.plans import MULTI_ROUND_VERSION, check_context, load_plan, write_plan
-from rearrival.model.tools import CAP_S, ToolStats, ToolTable, default_tool_table
+from rearrival.model.plans.tools import CAP_S, ToolStats, ToolTable, default_tool_table
 
 # Content hash of generate_multi_round_plan(8, study_seed=2026, replicate=0, spec with a
 # 3 s start spread): changes only when the multi-round generator changes (seed scheme,

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from rearrival.model.profile import ProfileError, load_profile, measured_profile, select_bucket
+from rearrival.model.buckets import select_bucket
+from rearrival.model.cost.profile import ProfileError, load_profile, measured_profile
 
 
 @pytest.fixture(scope="module")

@@ -253,7 +253,7 @@ def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
     """Every pre-flight check fails in one line before a server or run directory exists."""
     from rearrival.measure import patch
     from rearrival.measure.client import ReplayOptions
-    from rearrival.model.plans import Plan, Session
+    from rearrival.model.plans.plan import Plan, Session
 
     plan = Plan((Session(0, 100, 4, 4, 8, 1.0, "aggregate"),))
     fake = tmp_path / "fake"

@@ -23,8 +23,7 @@ from rearrival.config.study import Configuration, load_study_config
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
-from rearrival.model.profile import profile_bytes, profile_sha256
-from rearrival.model.sim import SIMULATORS
+from rearrival.model.cost.profile import profile_bytes, profile_sha256
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.profiles import choice
 from rearrival.report.recompute import RecomputedResults
@@ -32,6 +31,7 @@ from rearrival.report.render import build_report
 from rearrival.report.results import Results
 from rearrival.report.table_model import Column, Part, Table, display, table_csv, tex_escape
 from rearrival.report.tables import TABLE_BUILDERS, table_family
+from rearrival.vocabulary import RULE_SETS
 from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
 from rearrival.workflow.predict import predict
 from rearrival.workflow.run import injection, run_slots
@@ -105,7 +105,7 @@ TINY_CONFIG = {
 
 def _short_plans(plans_dir: Path) -> None:
     """Shorten generations so the emulated runs take milliseconds (inputs stay valid)."""
-    from rearrival.model.plans import load_plan, write_plan
+    from rearrival.model.plans.plan import load_plan, write_plan
 
     for path in sorted(plans_dir.glob("*.parquet")):
         plan = load_plan(path)
@@ -303,7 +303,7 @@ def test_templates_and_code_hold_no_paper_numbers():
 def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(small_plan):
     """Oracle: pinning re-arrivals at the times the full simulator computes changes
     nothing, so the fixed-arrival path differs only through the arrivals it is given."""
-    from rearrival.model.sim import SimConfig, simulate
+    from rearrival.model.simulator.sim import SimConfig, simulate
 
     conf = Configuration("baseline", (1, 2, 4), 4, 4)
     full = simulate(small_plan, SimConfig(buckets=(1, 2, 4), batch_size=4))
@@ -546,7 +546,7 @@ def test_scorecard_judges_again_with_the_published_constants(tree, rendered, tmp
 
 
 def test_s9_names_the_dummy_block_rule_and_the_engines(rendered):
-    release, rule = SIMULATORS["dummy"]
+    release, rule = RULE_SETS["dummy"]
     notes = " ".join((rendered / "tables" / "table_S9.md").read_text().split())  # unwrapped
     assert f"'dummy' simulator: {release} release + {rule!r}" in notes
     engine = "The emulated engine stays immediate release + 'pre-evict', which is what the real"
@@ -556,7 +556,7 @@ def test_s9_names_the_dummy_block_rule_and_the_engines(rendered):
 def test_s9_reserved_rule_binds_only_where_a_slot_is_contended(stored, rendered):
     """S9's dummy simulator (deferred + reserved) moves predictions where slots run out
     and cannot where every request of every session plus the padding block fits."""
-    assert SIMULATORS["dummy"] == ("deferred", "reserved")
+    assert RULE_SETS["dummy"] == ("deferred", "reserved")
     keys = ["n", "replicate", "configuration", "variant"]
     frame = stored.predictions("saturation").set_index(keys)
     base, dummy = (frame[frame["simulator"] == s] for s in ("base", "dummy"))

@@ -57,7 +57,7 @@ def _capped_waits(plans_dir: Path) -> None:
     """Waits cut to at most 1.5 s so the runs stay short (inputs stay valid)."""
     from dataclasses import replace
 
-    from rearrival.model.plans import load_plan, write_plan
+    from rearrival.model.plans.plan import load_plan, write_plan
 
     for path in sorted(plans_dir.glob("*.parquet")):
         plan = load_plan(path)

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from rearrival.cli import app
 from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
-from rearrival.model.plans import PlanError, write_plan
-from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.model.plans.plan import PlanError, write_plan
+from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.search.advise import predict
 from rearrival.search.candidates import Candidate, candidates
 from rearrival.search.outputs import OutputPaths

@@ -15,7 +15,9 @@ from conftest import random_plan
 from typer.testing import CliRunner
 
 from rearrival.errors import RearrivalError
-from rearrival.model.plans import (
+from rearrival.model.buckets import select_bucket
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import (
     MultiRoundSession,
     Plan,
     PlanMeta,
@@ -24,8 +26,7 @@ from rearrival.model.plans import (
     load_plan,
     write_plan,
 )
-from rearrival.model.profile import measured_profile, select_bucket
-from rearrival.model.sim import SimConfig, SimConfigError, simulate
+from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
 
 # The keys of SimResult.summary(), in order (the record schema of the predictions).
 SUMMARY_KEYS = (

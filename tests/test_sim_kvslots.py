@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rearrival.model.kvslots import NO_OWNER, SlotPool
-from rearrival.model.profile import measured_profile
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.simulator.kvslots import NO_OWNER, SlotPool
 
 REUSE = measured_profile().reusable_tokens
 

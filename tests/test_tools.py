@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import TRACELAB_SAMPLE as TRACE
 
-from rearrival.model.tools import (
+from rearrival.model.plans.tools import (
     CAP_S,
     HUMAN_WAITING_TOOLS,
     ToolStats,

@@ -14,7 +14,7 @@ from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
 from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
-from rearrival.model.plans import MultiRoundSession
+from rearrival.model.plans.plan import MultiRoundSession
 from rearrival.search.advise import to_markdown
 from rearrival.search.candidates import Candidate, candidates
 from rearrival.search.trace_advice import advise_trace, import_trace, workload_plans
@@ -50,7 +50,7 @@ def two_round_trace(tmp_path: Path) -> Path:
 
 
 def test_workloads_draw_sessions_with_replacement_at_time_zero(two_round_trace: Path) -> None:
-    from rearrival.model.profile import measured_profile
+    from rearrival.model.cost.profile import measured_profile
 
     pool = import_trace(two_round_trace, 1.0, measured_profile()).plan
     plans = workload_plans(pool, [3, 5], 2, seed=0, inputs="search")

@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.model.memory import context_cost, device_memory
-from rearrival.model.plans import load_plan
-from rearrival.model.profile import measured_profile
-from rearrival.model.trace_plans import ToolCall, TraceError, combine_calls
-from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.model.cost.memory import context_cost, device_memory
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import load_plan
+from rearrival.model.plans.trace_plans import ToolCall, TraceError, combine_calls
+from rearrival.model.plans.tracelab_import import plans_from_trace
 
 runner = CliRunner()
 
@@ -162,7 +162,7 @@ def test_overflow_truncates_and_counts_or_refuses(tmp_path: Path) -> None:
 
 
 def test_fitting_scale_keeps_every_round() -> None:
-    from rearrival.model.trace_plans import ImportOptions, fitting_scale
+    from rearrival.model.plans.trace_plans import ImportOptions, fitting_scale
 
     assert fitting_scale(ImportOptions(), 49_157) == 0.16  # 8,192 / 49,157 = 0.1666
     assert fitting_scale(ImportOptions(), 2_000_000) == 0.0040  # 0.0041 rounded down

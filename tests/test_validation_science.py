@@ -12,8 +12,8 @@ import pytest
 from rearrival.judge.channels import channel_a, channel_b
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.records import RunRecord
-from rearrival.model.plangen import derive_seed, generate_plan
-from rearrival.model.sim import SimConfig, simulate
+from rearrival.model.plans.plangen import derive_seed, generate_plan
+from rearrival.model.simulator.sim import SimConfig, simulate
 
 BASELINE = ((1, 2, 4, 8), 8)
 MORE_SLOTS = ((1, 2, 4, 8, 16), 16)

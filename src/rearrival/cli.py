@@ -31,7 +31,7 @@ for register in ALL_AREAS:
 def version() -> None:
     """Print the rearrival version and the measured profile it uses by default."""
     from rearrival import __version__
-    from rearrival.model.profile import measured_profile
+    from rearrival.model.cost.profile import measured_profile
 
     typer.echo(f"rearrival {__version__} (profile {measured_profile().version})")
 

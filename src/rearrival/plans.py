@@ -1,8 +1,8 @@
 """Stable import path for plan files and trace imports (docs/DESIGN.md "Plans"); the code
-lives in rearrival.model.plans, .tracelab_import and .otel_import."""
+lives in rearrival.model.plans.plan, .tracelab_import and .otel_import."""
 
-from rearrival.model.otel_import import plans_from_otel
-from rearrival.model.plans import (
+from rearrival.model.plans.otel_import import plans_from_otel
+from rearrival.model.plans.plan import (
     MultiRoundSession,
     Plan,
     PlanError,
@@ -11,8 +11,8 @@ from rearrival.model.plans import (
     load_plan,
     write_plan,
 )
-from rearrival.model.trace_plans import ImportResult, TraceError
-from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.model.plans.trace_plans import ImportResult, TraceError
+from rearrival.model.plans.tracelab_import import plans_from_trace
 
 __all__ = [
     "ImportResult",

@@ -1,5 +1,6 @@
-"""Stable import path for the predictor (docs/DESIGN.md §4); the code is rearrival.model.sim."""
+"""Stable import path for the predictor (docs/DESIGN.md §4); the code is
+rearrival.model.simulator.sim."""
 
-from rearrival.model.sim import SimConfig, SimConfigError, SimResult, simulate
+from rearrival.model.simulator.sim import SimConfig, SimConfigError, SimResult, simulate
 
 __all__ = ["SimConfig", "SimConfigError", "SimResult", "simulate"]

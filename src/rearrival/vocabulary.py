@@ -38,3 +38,15 @@ EVICTION_CAUSES = (EVICTED_BY_ADMISSION, EVICTED_BY_DUMMY_BLOCK)
 # An arrival at t counts at the first step boundary >= t - ARRIVAL_TOLERANCE_S, so float
 # round-off in "completion + wait" never delays an admission by a step (docs/DESIGN.md §4).
 ARRIVAL_TOLERANCE_S = 1e-12
+
+# The predictor's rule sets for the paper's substrate, as (release, dummy_block): "base" is
+# the paper's predictor (Section IV) and the one preregistered as the prediction; "dummy"
+# adds the rule the paper's Supplementary S9 simulator added ("reserved"); "stack" is the
+# measured stack (immediate release + the pre-evict padding block).
+RULE_SETS: dict[str, tuple[str, str]] = {
+    "base": ("deferred", "off"),
+    "dummy": ("deferred", "reserved"),
+    "stack": ("immediate", "pre-evict"),
+}
+# The rule set every registered prediction uses; the others are reported beside it.
+PREDICTION = "base"

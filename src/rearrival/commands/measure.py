@@ -43,7 +43,7 @@ def channels(
 
     from rearrival.judge.channels import channels as run_channels
     from rearrival.measure.records import read_run
-    from rearrival.model.profile import load_profile
+    from rearrival.model.cost.profile import load_profile
 
     costs = load_profile(profile)
     for run_dir in run_dirs:
@@ -137,7 +137,7 @@ def run(
     from rearrival.config.study import make_configuration
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
-    from rearrival.model.plans import load_plan
+    from rearrival.model.plans.plan import load_plan
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
@@ -249,7 +249,7 @@ def emulate_server(
     import asyncio
 
     from rearrival.measure.emulate.engine import EngineConfig
-    from rearrival.measure.emulate_server import ServerOptions, serve
+    from rearrival.measure.emulate.server import ServerOptions, serve
 
     options = ServerOptions(
         EngineConfig(_buckets(buckets), batch_size, slots),

@@ -18,14 +18,14 @@ class PlanOutputError(RearrivalError, ValueError):
 
 
 def _tool_table(path: Path | None):
-    from rearrival.model.tools import default_tool_table, load_summary_json
+    from rearrival.model.plans.tools import default_tool_table, load_summary_json
 
     return default_tool_table() if path is None else load_summary_json(path)
 
 
 def _range_option(option: str, text: str | None) -> tuple[int, int] | None:
     """``LO-HI`` (or one integer) as inclusive bounds; None when the option is absent."""
-    from rearrival.model.plangen import PlanGenError
+    from rearrival.model.plans.plangen import PlanGenError
 
     if text is None:
         return None
@@ -41,7 +41,7 @@ def _range_option(option: str, text: str | None) -> tuple[int, int] | None:
 
 def _multi_round_spec(rounds: str | None, new_tokens: str | None, spread: float | None):
     """The multi-round spec the options ask for, or None for the paper's two-round plan."""
-    from rearrival.model.plangen import MultiRoundSpec
+    from rearrival.model.plans.plangen import MultiRoundSpec
 
     chosen = {
         "rounds": _range_option("--rounds", rounds),
@@ -92,8 +92,8 @@ def plan(
     several tool calls (docs/DESIGN.md "Plans")."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
-    from rearrival.model.plangen import PlanGenError, generate_multi_round_plan, generate_plan
-    from rearrival.model.plans import write_plan
+    from rearrival.model.plans.plan import write_plan
+    from rearrival.model.plans.plangen import PlanGenError, generate_multi_round_plan, generate_plan
 
     try:
         spec = _multi_round_spec(rounds, new_tokens, start_spread_s)
@@ -120,7 +120,7 @@ def _shown_table(source: Path | None):
     ``tools build`` would write it, or the published aggregate."""
     if source is None or source.suffix == ".json":
         return _tool_table(source)
-    from rearrival.model.tools import build_summary_from_trace, table_from_summary
+    from rearrival.model.plans.tools import build_summary_from_trace, table_from_summary
 
     return table_from_summary(build_summary_from_trace(source), str(source), str(source))
 
@@ -131,7 +131,7 @@ def tools_build(
 ) -> None:
     """Summarise a TraceLab round trace into summary.json (per-tool n, p50/p90/p99 in ms)."""
     from rearrival.atomic import atomic_write_json
-    from rearrival.model.tools import build_summary_from_trace, table_from_summary
+    from rearrival.model.plans.tools import build_summary_from_trace, table_from_summary
 
     summary = build_summary_from_trace(trace)
     table_from_summary(summary, str(trace), str(out))  # refuse to write an unusable table
@@ -216,10 +216,10 @@ ScaleOption = Annotated[
 def _import(kind: str, out: Path, **options) -> None:
     """Run an importer, print what it did, write DIR/plan.parquet; a malformed trace is
     one error line and exit code 1 with nothing written."""
-    from rearrival.model.otel_import import plans_from_otel
-    from rearrival.model.plans import write_plan
-    from rearrival.model.trace_plans import TraceError
-    from rearrival.model.tracelab_import import plans_from_trace
+    from rearrival.model.plans.otel_import import plans_from_otel
+    from rearrival.model.plans.plan import write_plan
+    from rearrival.model.plans.trace_plans import TraceError
+    from rearrival.model.plans.tracelab_import import plans_from_trace
 
     importer = plans_from_trace if kind == "tracelab" else plans_from_otel
     try:

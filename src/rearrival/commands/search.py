@@ -419,7 +419,7 @@ def advise(
     slots would still help and fit."""
     from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
-    from rearrival.model.trace_plans import TraceError
+    from rearrival.model.plans.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
     from rearrival.search.trace_advice import advise_trace

@@ -9,7 +9,7 @@ import typer
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8); anything else is a one-line error naming --buckets."""
-    from rearrival.model.sim import SimConfigError
+    from rearrival.model.simulator.sim import SimConfigError
 
     try:
         return tuple(int(part) for part in text.split(","))
@@ -59,9 +59,9 @@ def register(app: typer.Typer) -> None:
         """
         import json
 
-        from rearrival.model.plans import load_plan
-        from rearrival.model.profile import load_profile
-        from rearrival.model.sim import SimConfig, SimConfigError, simulate
+        from rearrival.model.cost.profile import load_profile
+        from rearrival.model.plans.plan import load_plan
+        from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
 
         try:
             config = SimConfig(

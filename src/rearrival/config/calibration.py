@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.fits import DTYPE_BYTES
-from rearrival.model.profile import Profile, bucket_set_problem, load_profile_for_model
+from rearrival.model.buckets import bucket_set_problem
+from rearrival.model.cost.fits import DTYPE_BYTES
+from rearrival.model.cost.profile import Profile, load_profile_for_model
 
 PUBLISHED = "published"
 CALIBRATED = "calibrated"
@@ -64,7 +65,7 @@ class ModelSpec:
         return DTYPE_BYTES[self.dtype]
 
     def architecture(self) -> dict[str, int]:
-        """The profile's KV fields this model fixes (rearrival.model.profile.MODEL_FIELDS)."""
+        """The profile's KV fields this model fixes (rearrival.model.cost.profile.MODEL_FIELDS)."""
         return {
             "kv.layers": self.layers,
             "kv.kv_heads": self.kv_heads,

@@ -26,8 +26,8 @@ from rearrival.config.injection import InjectionSettings
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.workload import Workload, workload_from_mapping
 from rearrival.errors import StageError
-from rearrival.model.profile import bucket_set_problem
-from rearrival.model.tools import ToolTable, default_tool_table, load_summary_json
+from rearrival.model.buckets import bucket_set_problem
+from rearrival.model.plans.tools import ToolTable, default_tool_table, load_summary_json
 from rearrival.vocabulary import EMULATED
 
 SELECTED = "selected"  # the configuration chosen by the search stage

@@ -1,6 +1,6 @@
 """The ``workload`` block of a study (docs/DESIGN.md §10): a study's input plans when they
 are not the paper's two-round sessions, seeded agent sessions or sessions sampled from a
-real trace. The generator's defaults are :class:`rearrival.model.plangen.MultiRoundSpec`'s."""
+real trace. The generator's defaults are :class:`rearrival.model.plans.plangen.MultiRoundSpec`'s."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.config.errors import StudyConfigError
-from rearrival.model.plangen import (
+from rearrival.model.plans.plan import Plan
+from rearrival.model.plans.plangen import (
     MultiRoundSpec,
     PlanGenError,
     derive_seed,
     generate_multi_round_plan,
 )
-from rearrival.model.plans import Plan
-from rearrival.model.tools import ToolTable
-from rearrival.model.trace_plans import TraceError, file_sha256
-from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.model.plans.tools import ToolTable
+from rearrival.model.plans.trace_plans import TraceError, file_sha256
+from rearrival.model.plans.tracelab_import import plans_from_trace
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import REQUESTS_FILE, SERVER_LOG_FILE, STEPS_FILE, RunRecord
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.profile import Profile, measured_profile
 
 
 class ChannelError(RearrivalError, ValueError):

@@ -15,7 +15,7 @@ import pandas as pd
 
 from rearrival.judge.channels import channels
 from rearrival.measure.records import read_run
-from rearrival.model.profile import Profile
+from rearrival.model.cost.profile import Profile
 from rearrival.parquet import write_frame
 
 

@@ -1,5 +1,5 @@
 """What the simulator predicts for a study (paper Section IV): one summary per plan x
-condition x simulator variant (``rearrival.model.sim.SIMULATORS``).
+condition x simulator variant (``rearrival.model.simulator.sim.RULE_SETS``).
 
 The predict stage writes this table with the study's profile and the preregistration
 commits its base-simulator rows; the report recomputes it with the other profile for the
@@ -16,9 +16,10 @@ from typing import Any
 import pandas as pd
 
 from rearrival.config.study import Configuration, Study
-from rearrival.model.plans import Plan
-from rearrival.model.profile import Profile
-from rearrival.model.sim import PREDICTION, SIMULATORS, SimConfig, simulate
+from rearrival.model.cost.profile import Profile
+from rearrival.model.plans.plan import Plan
+from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.vocabulary import PREDICTION, RULE_SETS
 
 
 def simulate_condition(
@@ -29,7 +30,7 @@ def simulate_condition(
     profile: Profile | None = None,
 ) -> dict[str, Any]:
     """One simulator summary for one plan under one condition."""
-    release, dummy_block = SIMULATORS[simulator]
+    release, dummy_block = RULE_SETS[simulator]
     config = SimConfig(
         buckets=configuration.buckets,
         batch_size=configuration.batch_size,
@@ -59,7 +60,7 @@ def prediction_frame(
             plan = plan_for(n, replicate)
             for condition in study.conditions():
                 configuration = configurations[condition.configuration]
-                for simulator in SIMULATORS:
+                for simulator in RULE_SETS:
                     summary = simulate_condition(
                         plan, configuration, condition.variant, simulator, profile
                     )

@@ -25,17 +25,17 @@ from rearrival.measure.client import (
 )
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.engine import EngineConfig
+from rearrival.measure.emulate.server import server_argv
 from rearrival.measure.emulate.truth import load_truth
-from rearrival.measure.emulate_server import server_argv
 from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
-from rearrival.model.plans import check_context
-from rearrival.model.profile import measured_profile
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import check_context
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN
 
 if TYPE_CHECKING:
     from rearrival.config.study import Configuration, StudyConfig
-    from rearrival.model.plans import Plan
+    from rearrival.model.plans.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import finish_manifest, write_run
 from rearrival.measure.steplog import StepLogError, parse_step_log
-from rearrival.model.plans import AnySession, Plan
+from rearrival.model.plans.plan import AnySession, Plan
 
 # Token ids drawn from Qwen3's ordinary vocabulary, away from the special tokens that
 # start at 151643; an emulator accepts any non-negative id.

@@ -44,10 +44,10 @@ from rearrival.measure.client import (
     replay_sync,
     write_client_run,
 )
-from rearrival.model.profile import bucket_set_problem
+from rearrival.model.buckets import bucket_set_problem
 
 if TYPE_CHECKING:
-    from rearrival.model.plans import Plan
+    from rearrival.model.plans.plan import Plan
 
 STACK_VERSION = "0.11.1"
 INSTALL_HINT = (

@@ -1,3 +1,4 @@
-"""The predictor and its inputs: input plans and their generator, the tool-latency mixture,
-the measured profile and its calibration fits, KV slots, device memory, and the simulator
-with its compiled core and plain reference (paper Sections II-C, III-B, IV; docs/DESIGN.md §2-4)."""
+"""The predictor and its inputs, one subpackage each: ``plans`` (input plans, their generator,
+the tool-latency mixture, trace importers), ``cost`` (the measured profile, its calibration
+fits, device memory) and ``simulator`` (KV slots, the simulator, its compiled core and plain
+reference); paper Sections II-C, III-B, IV; docs/DESIGN.md §2-4."""

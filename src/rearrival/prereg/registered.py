@@ -19,10 +19,10 @@ import yaml
 from rearrival.config.decision import DecisionCriteria
 from rearrival.config.study import Study
 from rearrival.errors import StageError
-from rearrival.model.profile import Profile, measured_profile, profile_from_mapping
-from rearrival.model.sim import PREDICTION
+from rearrival.model.cost.profile import Profile, measured_profile, profile_from_mapping
 from rearrival.parquet import read_frame
 from rearrival.prereg.registration import PROFILE_FILE, open_repo, registrations
+from rearrival.vocabulary import PREDICTION
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ much of the simulator's accuracy comes from which of its parts.
   at the send time observed in the BASELINE run of the same replicate
   (``SimConfig.fixed_arrivals``; as in the authors' simulator, the pinned time is the
   arrival and the waiting queue is kept in (arrival, session, round) order, see
-  ``rearrival.model.sim``). Both the baseline and the changed configuration are
+  ``rearrival.model.simulator.sim``). Both the baseline and the changed configuration are
   simulated with those pinned times, so the ratio compares like with like; ratios are
   replicate sums, like every ratio in the paper.
 * Dummy-block and stack-rule simulators (S9) are already in the predictions table
@@ -29,9 +29,9 @@ import pandas as pd
 from rearrival.config.study import Configuration
 from rearrival.errors import RearrivalError
 from rearrival.judge.decisions import predicted_ratio
-from rearrival.model.plans import Plan
-from rearrival.model.profile import Profile
-from rearrival.model.sim import SimConfig, simulate
+from rearrival.model.cost.profile import Profile
+from rearrival.model.plans.plan import Plan
+from rearrival.model.simulator.sim import SimConfig, simulate
 from rearrival.report.table_model import cell_number
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from rearrival.measure.calibration.document import PROFILE_FILE
 from rearrival.measure.calibration.drive import DECODE_STEPS_FILE, PREFILL_FILE
-from rearrival.model.profile import load_profile, measured_profile
-from rearrival.model.sim import SimConfig, simulate
+from rearrival.model.cost.profile import load_profile, measured_profile
+from rearrival.model.simulator.sim import SimConfig, simulate
 from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg
 from rearrival.report.results import Results, decision_records, study_backend
 from rearrival.report.table_model import Column, Part, Table

@@ -16,7 +16,7 @@ import numpy as np
 
 from rearrival.config.study import Study
 from rearrival.measure.records import read_run
-from rearrival.model.sim import SimConfig, simulate
+from rearrival.model.simulator.sim import SimConfig, simulate
 from rearrival.report.calibration import step_time_figure
 from rearrival.report.conditions import condition_sums, grid_studies, slot_studies
 from rearrival.report.figure_model import (

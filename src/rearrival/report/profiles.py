@@ -20,7 +20,12 @@ from pathlib import Path
 
 from rearrival.config.calibration import CALIBRATED, PUBLISHED
 from rearrival.config.study import StudyConfig
-from rearrival.model.profile import DEFAULT_PROFILE, Profile, load_profile_for_model, profile_sha256
+from rearrival.model.cost.profile import (
+    DEFAULT_PROFILE,
+    Profile,
+    load_profile_for_model,
+    profile_sha256,
+)
 
 # Where the calibration stage writes its profile, relative to the results tree.
 CALIBRATED_IN_RESULTS = Path("calibration") / "profile.yaml"

@@ -22,8 +22,8 @@ import yaml
 
 from rearrival.config.study import SELECTED, Configuration, Study, StudyConfig
 from rearrival.errors import RearrivalError
-from rearrival.model.plans import Plan, load_plan
-from rearrival.model.profile import Profile
+from rearrival.model.cost.profile import Profile
+from rearrival.model.plans.plan import Plan, load_plan
 from rearrival.report.profiles import ProfileChoice, configured_choice
 from rearrival.vocabulary import INJECTION_BACKEND
 

@@ -23,10 +23,10 @@ from typing import Any
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
-from rearrival.model.memory import DeviceMemory, device_memory
-from rearrival.model.plans import Plan, check_context, load_plan
-from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.sim import simulate
+from rearrival.model.cost.memory import DeviceMemory, device_memory
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import Plan, check_context, load_plan
+from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import Candidate, baseline_of, parse_candidate_id
 from rearrival.search.inputs import PlanKey, make_plan
 from rearrival.search.run import select

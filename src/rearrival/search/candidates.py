@@ -22,9 +22,10 @@ from typing import Any
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
-from rearrival.model.memory import DeviceMemory, device_memory
-from rearrival.model.profile import Profile, measured_profile, select_bucket
-from rearrival.model.sim import SimConfig
+from rearrival.model.buckets import select_bucket
+from rearrival.model.cost.memory import DeviceMemory, device_memory
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.simulator.sim import SimConfig
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from rearrival.config.search import SearchError
-from rearrival.model.plans import Plan
-from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.sim import compiled_core, core_inputs, simulate
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import Plan
+from rearrival.model.simulator.sim import compiled_core, core_inputs, simulate
 from rearrival.progress import progress
 from rearrival.search.candidates import Candidate
 from rearrival.search.inputs import PlanKey

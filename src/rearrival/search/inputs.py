@@ -11,8 +11,8 @@ from typing import Any
 from rearrival.atomic import atomic_directory
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
-from rearrival.model.plangen import generate_plan
-from rearrival.model.plans import Plan, load_plan, write_plan
+from rearrival.model.plans.plan import Plan, load_plan, write_plan
+from rearrival.model.plans.plangen import generate_plan
 
 INPUT_SETS = ("search", "evaluation")
 

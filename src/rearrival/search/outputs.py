@@ -12,8 +12,8 @@ import pandas as pd
 
 from rearrival.atomic import atomic_write_json
 from rearrival.config.search import SearchSettings
-from rearrival.model.memory import device_memory
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.memory import device_memory
+from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.parquet import write_frame
 from rearrival.search.candidates import (
     Candidate,

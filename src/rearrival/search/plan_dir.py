@@ -17,8 +17,8 @@ from typing import Any
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
-from rearrival.model.plans import Plan
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import Plan
 from rearrival.search.advise import load_plan_dir
 from rearrival.search.candidates import baseline_of, search_candidates
 from rearrival.search.evaluate import evaluate

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from rearrival.config.search import SearchSettings
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.search.candidates import Candidate, resource_costs
 from rearrival.search.evaluate import sort_results
 from rearrival.search.inputs import INPUT_SETS

@@ -20,7 +20,7 @@ from typing import Any
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
-from rearrival.model.profile import Profile
+from rearrival.model.cost.profile import Profile
 from rearrival.search.candidates import (
     Candidate,
     baseline_of,

@@ -29,13 +29,13 @@ from typing import Any
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
-from rearrival.model.memory import device_memory
-from rearrival.model.otel_import import plans_from_otel
-from rearrival.model.plans import MultiRoundSession, Plan, PlanMeta
-from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.sim import simulate
-from rearrival.model.trace_plans import ImportResult
-from rearrival.model.tracelab_import import plans_from_trace
+from rearrival.model.cost.memory import device_memory
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.otel_import import plans_from_otel
+from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta
+from rearrival.model.plans.trace_plans import ImportResult
+from rearrival.model.plans.tracelab_import import plans_from_trace
+from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
 from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
 from rearrival.search.candidates import (

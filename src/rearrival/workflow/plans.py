@@ -9,9 +9,9 @@ from pathlib import Path
 from rearrival.atomic import atomic_directory
 from rearrival.config.study import Study, StudyConfig, tool_table_for
 from rearrival.errors import StageError
-from rearrival.model.plangen import generate_plan
-from rearrival.model.plans import Plan, load_plan, write_plan
-from rearrival.model.tools import ToolTable
+from rearrival.model.plans.plan import Plan, load_plan, write_plan
+from rearrival.model.plans.plangen import generate_plan
+from rearrival.model.plans.tools import ToolTable
 
 
 def plan_file(plans_dir: Path, n: int, replicate: int) -> Path:

@@ -19,8 +19,7 @@ from rearrival.config.study import (
 )
 from rearrival.errors import StageError
 from rearrival.judge.predictions import predicted_ratios
-from rearrival.model.profile import profile_bytes, profile_sha256
-from rearrival.model.sim import PREDICTION, SIMULATORS
+from rearrival.model.cost.profile import profile_bytes, profile_sha256
 from rearrival.parquet import read_frame
 from rearrival.prereg.registration import (
     PROFILE_FILE,
@@ -31,6 +30,7 @@ from rearrival.prereg.registration import (
     registrations,
 )
 from rearrival.prereg.witness import publish
+from rearrival.vocabulary import PREDICTION, RULE_SETS
 from rearrival.workflow.plans import read_study_plan
 from rearrival.workflow.profile import stage_profile
 
@@ -52,8 +52,8 @@ def prediction_record(predictions: pd.DataFrame, study: Study) -> dict[str, Any]
     sums = predicted_ratios(predictions, study.baseline)
     per_plan = predictions[predictions["simulator"] == PREDICTION]
     return {
-        "simulator": f"{PREDICTION} (release={SIMULATORS[PREDICTION][0]}, "
-        f"dummy_block={SIMULATORS[PREDICTION][1]})",
+        "simulator": f"{PREDICTION} (release={RULE_SETS[PREDICTION][0]}, "
+        f"dummy_block={RULE_SETS[PREDICTION][1]})",
         "ratios": [
             {
                 "n": int(r.n),

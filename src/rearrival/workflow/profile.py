@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rearrival.config.calibration import PUBLISHED, MeasurementSettings
 from rearrival.errors import StageError
-from rearrival.model.profile import Profile, load_profile_for_model
+from rearrival.model.cost.profile import Profile, load_profile_for_model
 
 
 def stage_profile_path(measurement: MeasurementSettings, given: Path | None) -> Path | None:

@@ -17,7 +17,7 @@ from rearrival.errors import StageError
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
-from rearrival.model.plangen import derive_seed
+from rearrival.model.plans.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.prereg.registered import recorded_registration
 from rearrival.prereg.registration import check_before_run, open_repo

@@ -23,7 +23,7 @@ measurements a stage of the workflow on whatever backend the study runs on:
 
 Every plan runs through the backends dispatcher
 (``rearrival.measure.backends.run_backend``), so ``emulated``, ``emulated-http`` and
-``rbln`` measure the same plans and write the same run records. ``rearrival.model.fits``
+``rbln`` measure the same plans and write the same run records. ``rearrival.model.cost.fits``
 turns the records into numbers; the profile document writes them in the schema of
 ``data/profile_rbln_ca25.yaml`` with CIs, sample counts, backend, run ids and a
 measured/interpolated mark on every bucket.

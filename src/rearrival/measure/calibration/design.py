@@ -16,8 +16,9 @@ import numpy as np
 
 from rearrival.config.calibration import Artifact, CalibrationSettings
 from rearrival.errors import RearrivalError
-from rearrival.model.plans import Plan, PlanMeta, Session
-from rearrival.model.profile import measured_profile, select_bucket
+from rearrival.model.buckets import select_bucket
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import Plan, PlanMeta, Session
 
 STUDY = "calibration"
 # Steps before the last admission: arrival spread (first sends 2-12 ms plus HTTP ingress)

@@ -20,8 +20,8 @@ from rearrival.atomic import atomic_write_bytes
 from rearrival.config.calibration import MeasurementSettings, ModelSpec
 from rearrival.config.study import StudyConfig
 from rearrival.measure.calibration.drive import Calibration
-from rearrival.model.fits import interpolate_bucket, kv_bytes_per_token
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.fits import interpolate_bucket, kv_bytes_per_token
+from rearrival.model.cost.profile import Profile, measured_profile
 
 PROFILE_FILE = "profile.yaml"
 

@@ -23,7 +23,7 @@ from rearrival.measure.calibration.design import (
 )
 from rearrival.measure.calibration.parse import Measured, collect
 from rearrival.measure.emulate.truth import load_truth
-from rearrival.model.fits import (
+from rearrival.model.cost.fits import (
     CompileFit,
     DecodeFit,
     PrefillFit,
@@ -33,9 +33,9 @@ from rearrival.model.fits import (
     fit_decode,
     fit_prefill,
 )
-from rearrival.model.plangen import derive_seed
-from rearrival.model.plans import write_plan
-from rearrival.model.profile import measured_profile
+from rearrival.model.cost.profile import measured_profile
+from rearrival.model.plans.plan import write_plan
+from rearrival.model.plans.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.vocabulary import RBLN
 
@@ -94,7 +94,7 @@ def calibrate(
     """Measure, fit and return a calibration; the runs go to ``out_dir/runs``.
 
     ``backend`` is a :class:`rearrival.measure.backends.BackendSettings`. Any fit that does not
-    hold raises (``rearrival.model.fits.FitError``) naming bucket or range and the fix.
+    hold raises (``rearrival.model.cost.fits.FitError``) naming bucket or range and the fix.
     """
     settings = config.calibration
     seed = seed + settings.seed_block

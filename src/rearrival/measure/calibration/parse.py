@@ -18,7 +18,7 @@ from rearrival.errors import RearrivalError
 from rearrival.measure.calibration.design import CalibrationError, Measurement
 from rearrival.measure.records import RunRecord, read_run
 from rearrival.measure.steplog import parse_step_times
-from rearrival.model.profile import select_bucket
+from rearrival.model.buckets import select_bucket
 
 # A gap this many times the median step gap holds a prefill (T(q) >= one chunk's cost,
 # about twice a decode step on the paper's stack).

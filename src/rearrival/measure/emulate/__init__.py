@@ -1,7 +1,7 @@
 """The ``emulated`` measurement backend: a virtual-time twin of the measured RBLN stack.
 
-docs/DESIGN.md §5, paper Sections II-III. The predictor (``rearrival.model.sim``) is validated
-against runs of this backend when no hardware is attached, so the twin is deliberately
+docs/DESIGN.md §5, paper Sections II-III. The predictor (``rearrival.model.simulator.sim``) is
+validated against runs of this backend when no hardware is attached, so the twin is deliberately
 richer than the predictor: it follows the measured stack's scheduler rules (immediate
 slot release and the dummy padding block, docs/DESIGN.md §4 variants) rather than the
 predictor's base rules, uses a true f(b) that is not the predictor's linear
@@ -18,6 +18,8 @@ engine from a real clock:
 - :mod:`.driver`: the in-process client and clock (:func:`~.driver.run_emulated`).
 - :mod:`.frames`: what the client recorded as the run records of docs/DESIGN.md §6.
 - :mod:`.injection`: the prefill-injection study (:func:`~.injection.run_injection`).
+- :mod:`.server`: the same engine behind a loopback OpenAI-compatible HTTP server
+  (``rearrival emulate-server``, the ``emulated-http`` backend).
 
 Import from the modules; this package re-exports nothing.
 """

@@ -33,8 +33,8 @@ from rearrival.measure.emulate.frames import (
     run_frames,
 )
 from rearrival.measure.emulate.truth import EmulateError, Truth, default_truth
-from rearrival.model.plans import Plan
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import Plan
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, EVICTED_BY_DUMMY_BLOCK
 
 

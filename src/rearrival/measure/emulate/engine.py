@@ -24,8 +24,9 @@ from rearrival.measure.emulate.truth import (
     true_prefill_s,
 )
 from rearrival.measure.steplog import format_bucket_line
-from rearrival.model.kvslots import Eviction
-from rearrival.model.profile import Profile, bucket_set_problem, measured_profile, select_bucket
+from rearrival.model.buckets import bucket_set_problem, select_bucket
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.simulator.kvslots import Eviction
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
     EVICTED_BY_ADMISSION,

@@ -12,7 +12,7 @@ import pandas as pd
 from rearrival.measure.emulate.driver import Script, check_seed, drive, first_sends
 from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate.truth import EmulateError, Truth, default_truth
-from rearrival.model.profile import Profile, measured_profile
+from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rearrival.errors import RearrivalError
-from rearrival.model.profile import Profile
+from rearrival.model.cost.profile import Profile
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
 from rearrival.vocabulary import DUMMY_BLOCKS, RELEASES
 

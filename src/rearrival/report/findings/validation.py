@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-from rearrival.model.sim import SIMULATORS
 from rearrival.report.findings.base import (
     Evidence,
     Finding,
@@ -22,6 +21,7 @@ from rearrival.report.findings.base import (
 )
 from rearrival.report.paper_numbers import PaperNumber
 from rearrival.report.table_model import cell_number
+from rearrival.vocabulary import RULE_SETS
 
 
 def _ix(ev: Evidence) -> list[dict]:
@@ -144,7 +144,7 @@ def judge_dummy_block(ev: Evidence) -> Outcome:
         return missing("base vs dummy-block simulator comparison (S9)")
     worse = sum(abs(r["error_dummy"]) > abs(r["error_base"]) for r in judged)
     better = sum(abs(r["error_dummy"]) < abs(r["error_base"]) for r in judged)
-    release, rule = SIMULATORS["dummy"]
+    release, rule = RULE_SETS["dummy"]
     ours = f"dummy ({release} + {rule}) worse in {worse}, better in {better} of {len(judged)}"
     return verdict(
         worse > better,

@@ -17,7 +17,6 @@ import pandas as pd
 from rearrival.config.study import SELECTED, Configuration, Study
 from rearrival.judge.predictions import predicted_ratios
 from rearrival.measure.records import read_run
-from rearrival.model.sim import PREDICTION
 from rearrival.report.conditions import condition_sums, ids, missing_notes, paired, ratio
 from rearrival.report.results import (
     Results,
@@ -27,6 +26,7 @@ from rearrival.report.results import (
     study_note,
 )
 from rearrival.report.table_model import Column, Part, Table
+from rearrival.vocabulary import PREDICTION
 
 
 def study_configuration(res: Results, study: Study, name: str) -> Configuration | None:

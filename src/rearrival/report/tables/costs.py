@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.config.study import SELECTED, Configuration
-from rearrival.model.profile import GIB, measured_profile
+from rearrival.model.cost.profile import GIB, measured_profile
 from rearrival.report.results import Results, run_configuration
 from rearrival.report.table_model import Column, Part, Table
 

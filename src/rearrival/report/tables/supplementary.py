@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rearrival.model.sim import SIMULATORS
 from rearrival.report.analysis import closer, predicted_reuse, simulator_error_rows
 from rearrival.report.conditions import condition_rows, condition_sums, ids, paired, ratio
 from rearrival.report.results import Results, decision_records, study_backend, study_note
 from rearrival.report.table_model import Column, Part, Table
+from rearrival.vocabulary import RULE_SETS
 
 # Tolerances of the S1 sensitivity analysis: the default 0.02 and its neighbours.
 TAU_GRID = tuple(k / 100 for k in range(1, 6))
 SIMULATOR_ORDER = ("base", "dummy", "stack")
 
 # What each dummy-block rule of the simulator does (paper Supplementary S9; the rules are
-# defined with rearrival.model.sim.SimConfig), for the S9 note naming the one in use.
+# defined with rearrival.model.simulator.sim.SimConfig), for the S9 note naming the one in use.
 DUMMY_BLOCK_RULES = {
     "reserved": (
         "while 0 < running < batch_size one slot counts as held by the padding block at "
@@ -38,8 +38,8 @@ DUMMY_BLOCK_RULES = {
 def dummy_rule_note() -> str:
     """Which dummy-block rule S9's 'dummy' simulator uses, and what the emulated engine
     does instead (the rule of the measured stack, kept as the 'stack' column)."""
-    release, rule = SIMULATORS["dummy"]
-    stack_release, stack_rule = SIMULATORS["stack"]
+    release, rule = RULE_SETS["dummy"]
+    stack_release, stack_rule = RULE_SETS["stack"]
     return (
         f"Dummy-block rule of the 'dummy' simulator: {release} release + {rule!r} "
         f"({DUMMY_BLOCK_RULES[rule]}). The emulated engine stays {stack_release} release + "
@@ -204,8 +204,8 @@ def table_s9(res: Results) -> Table:
             f"simulator in {worse}, a smaller one in {better} and the same in "
             f"{len(judged) - worse - better} of {len(judged)} comparisons."
         )
-    release, rule = SIMULATORS["dummy"]
-    stack_release, stack_rule = SIMULATORS["stack"]
+    release, rule = RULE_SETS["dummy"]
+    stack_release, stack_rule = RULE_SETS["stack"]
     return Table(
         "S9",
         "Dummy-block rule in the simulator",

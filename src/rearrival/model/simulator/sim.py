@@ -9,7 +9,7 @@ decode histogram h(n) and reuse. Re-arrival times are recomputed from completion
 because a configuration change moves them (paper Section III-D), unless the
 fixed-arrival variant pins them (Table XI).
 
-Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.kvslots``):
+Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.simulator.kvslots``):
 
 1. Requests enter a FIFO waiting queue in arrival order; simultaneous arrivals in session
    index order (then round order). The queue is kept in (arrival time, session, round)
@@ -72,14 +72,14 @@ comparisons against it, two-round and multi-round, every rule set).
 
 The event core advances whole stretches of identical decode steps at once: n only
 changes at a completion, an arrival or an admission, so it jumps straight to the next
-such boundary. ``rearrival.model.sim_reference`` is the plain per-step version used by the tests
-and the benchmark to check this one.
+such boundary. ``rearrival.model.simulator.sim_reference`` is the plain per-step version used by the
+tests and the benchmark to check this one.
 
 The loop exists twice, with the same operations in the same order: in plain Python
-(``rearrival.model.sim_event.simulate_python``, the readable statement and the
+(``rearrival.model.simulator.sim_event.simulate_python``, the readable statement and the
 fallback) and compiled with numba
-on flat arrays (``rearrival.model.simcore``, machine code cached on disk), which ``simulate``
-runs once a process has made a few calls, and which the search runs over many
+on flat arrays (``rearrival.model.simulator.simcore``, machine code cached on disk), which
+``simulate`` runs once a process has made a few calls, and which the search runs over many
 configurations of one plan per call (``simcore.run_batch``). Tests hold both to the
 reference and to each other bit for bit.
 
@@ -93,16 +93,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.sim_event import simulate_python
-from rearrival.model.sim_inputs import core_inputs, fixed_array, plan_arrays, step_entry
-from rearrival.model.sim_types import SimConfig, SimConfigError, SimResult
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.simulator.sim_event import simulate_python
+from rearrival.model.simulator.sim_inputs import core_inputs, fixed_array, plan_arrays, step_entry
+from rearrival.model.simulator.sim_types import SimConfig, SimConfigError, SimResult
 
 __all__ = [
     "CORES",
-    "PREDICTION",
     "PYTHON_FIRST_CALLS",
-    "SIMULATORS",
     "SimConfig",
     "SimConfigError",
     "SimResult",
@@ -110,27 +108,17 @@ __all__ = [
     "simulate",
 ]
 
-# Simulator variants predicted for every condition. "base" is the paper's predictor
-# (Section IV) and the only one preregistered as the prediction; "dummy" adds the rule
-# the paper's Supplementary S9 simulator added, "reserved" (under deferred release
-# "pre-evict" gives the base results exactly, so it could not show S9's effect); "stack"
-# uses the measured stack's rules (immediate release + pre-evict dummy block).
-SIMULATORS: dict[str, tuple[str, str]] = {
-    "base": ("deferred", "off"),
-    "dummy": ("deferred", "reserved"),
-    "stack": ("immediate", "pre-evict"),
-}
-PREDICTION = "base"
 
-
-_CORE: list[Any] = []  # [rearrival.model.simcore] once imported; [None] if numba is unusable
+_CORE: list[
+    Any
+] = []  # [rearrival.model.simulator.simcore] once imported; [None] if numba is unusable
 
 
 def compiled_core() -> Any:
     """The compiled core module, or None (with one warning) when numba cannot be imported."""
     if not _CORE:
         try:
-            from rearrival.model import simcore
+            from rearrival.model.simulator import simcore
         except ImportError as exc:  # e.g. a numpy that numba does not support yet
             warnings.warn(
                 f"compiled simulator core unavailable ({exc}); running the Python "
@@ -156,9 +144,9 @@ def simulate(
 ) -> SimResult:
     """Predict one plan on one configuration (paper Section IV); see the module docstring.
 
-    ``plan`` is a ``rearrival.model.plans.Plan`` (anything with ``.sessions``); ``profile``
+    ``plan`` is a ``rearrival.model.plans.plan.Plan`` (anything with ``.sessions``); ``profile``
     defaults to the measured RBLN-CA25 profile. ``core``: "compiled" runs
-    ``rearrival.model.simcore``; "python" the plain event loop of ``sim_event`` (same
+    ``rearrival.model.simulator.simcore``; "python" the plain event loop of ``sim_event`` (same
     results, same bits); "auto" the Python core for a process's first
     ``PYTHON_FIRST_CALLS`` calls (unless the compiled core is already loaded), then the
     compiled one. The Python core also runs, with a warning, when numba is missing or the

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rearrival.errors import RearrivalError
-from rearrival.model.plans import (
+from rearrival.model.plans.plan import (
     APPENDED_TOKENS,
     MULTI_ROUND_VERSION,
     MultiRoundSession,
@@ -28,7 +28,7 @@ from rearrival.model.plans import (
     Round,
     Session,
 )
-from rearrival.model.tools import CAP_S, ToolTable, default_tool_table
+from rearrival.model.plans.tools import CAP_S, ToolTable, default_tool_table
 
 SEED_SCHEME = "rearrival-plan-seed/1"
 # Waits are stored at 1 us: far below any scheduler effect, and it keeps a last-ulp

@@ -1,4 +1,5 @@
-"""The predictor's configuration and result types (``rearrival.model.sim``, docs/DESIGN.md §4).
+"""The predictor's configuration and result types (``rearrival.model.simulator.sim``, docs/DESIGN.md
+§4).
 
 ``SimConfig`` validates one configuration and simulator variant; ``PlanArrays`` is a plan
 as per-request lists in (session, round) order, the form every core reads; ``SimResult``
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.kvslots import NO_OWNER, Eviction
-from rearrival.model.profile import bucket_set_problem, select_bucket
+from rearrival.model.buckets import bucket_set_problem, select_bucket
+from rearrival.model.simulator.kvslots import NO_OWNER, Eviction
 from rearrival.vocabulary import DUMMY_BLOCKS, EVICTION_CAUSES, RELEASES
 
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rearrival.model.profile import DEFAULT_PROFILE, GIB, Profile, ProfileError, measured_profile
+from rearrival.model.cost.profile import (
+    DEFAULT_PROFILE,
+    GIB,
+    Profile,
+    ProfileError,
+    measured_profile,
+)
 from rearrival.provenance import field_value, shipped_mapping
 
 

@@ -1,13 +1,13 @@
-"""Compiled event loop of the predictor (paper Section IV), for ``rearrival.model.sim``.
+"""Compiled event loop of the predictor (paper Section IV), for ``rearrival.model.simulator.sim``.
 
-This is the loop of ``rearrival.model.sim_event.simulate_python`` written on flat numpy
+This is the loop of ``rearrival.model.simulator.sim_event.simulate_python`` written on flat numpy
 arrays and compiled with numba (``cache=True``: the machine code is kept on disk next to
 this file, so only the first process after an install pays the compile). The rules, the documented
 choices and the order of every floating-point operation are the same as the Python core,
-so both give the same bits; ``rearrival.model.sim_reference`` is the plain oracle both are
+so both give the same bits; ``rearrival.model.simulator.sim_reference`` is the plain oracle both are
 tested against (``tests/test_sim_equivalence.py``).
 
-State (see ``rearrival.model.kvslots`` for the cache model it writes out):
+State (see ``rearrival.model.simulator.kvslots`` for the cache model it writes out):
 
 * int heaps on arrays: ``free`` slots (lowest index first), ``evictable`` eviction keys
   ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
@@ -19,10 +19,10 @@ State (see ``rearrival.model.kvslots`` for the cache model it writes out):
   ``owner[slot_of[j]] == j`` (the Python core compares the entry's identity).
 * the waiting queue is a heap of request ids in the same (arrival time, rid) order:
   first in, first out, except that a fixed arrival time earlier than the completion that
-  let the request be queued places it by that time (``rearrival.model.sim`` variant a).
+  let the request be queued places it by that time (``rearrival.model.simulator.sim`` variant a).
 
-No validation happens here: ``rearrival.model.sim`` validates plan and configuration once and
-converts them to arrays (cached per plan and per configuration), and checks that the
+No validation happens here: ``rearrival.model.simulator.sim`` validates plan and configuration once
+and converts them to arrays (cached per plan and per configuration), and checks that the
 integer keys cannot overflow (``fits_int64``), else it runs the Python core.
 """
 
@@ -176,11 +176,11 @@ def run(
 ):
     """One simulation. Inputs (read only):
 
-    per request id (``rearrival.model.sim_types.PlanArrays``): gen, gap (tool gap after the
-    round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
+    per request id (``rearrival.model.simulator.sim_types.PlanArrays``): gen, gap (tool gap after
+    the round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
     time, -1 on a session's last round), start (round 0: the session's start);
     fixed (empty: re-arrival = completion + gap); miss_cost, pair_off and the flat
-    pair_reuse/pair_cost (``rearrival.model.sim_inputs.request_tables``); step_s[n] for
+    pair_reuse/pair_cost (``rearrival.model.simulator.sim_inputs.request_tables``); step_s[n] for
     n = 0..batch. Outputs are written into the caller's arrays:
 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
@@ -479,8 +479,8 @@ def run_plan(
     records,
     record,
 ):
-    """``run`` on a plan's arrays (``rearrival.model.sim_inputs.core_inputs``: ints rows prompt,
-    gen, round, pair_off, next_fixed; floats rows gap, miss_cost, start; the flat
+    """``run`` on a plan's arrays (``rearrival.model.simulator.sim_inputs.core_inputs``: ints rows
+    prompt, gen, round, pair_off, next_fixed; floats rows gap, miss_cost, start; the flat
     pair_reuse and pair_cost), with the per-request scratch
     (req_f, req_i, work, hist) and the record tables (st_i, st_f, ev_f, ev_i) as tuples."""
     req_f, req_i, work, hist = scratch
@@ -569,7 +569,7 @@ def run_summary(
     """One simulation, scalars and histogram only (what ``summary()`` reads).
 
     ``ints``, ``floats``, ``pair_reuse``, ``pair_cost`` as ``run_plan`` reads them
-    (``rearrival.model.sim_inputs.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
+    (``rearrival.model.simulator.sim_inputs.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
     prefill_total, interference, makespan, decode_total, reuse_hits, computed prefill
     tokens of re-arrivals, decode steps, sum of b x steps, sum of n x steps).
     """
@@ -663,9 +663,9 @@ def run_records(
 
 
 def warm_up() -> None:
-    """Compile every kernel once for the argument types ``rearrival.model.sim`` and the search
-    pass, filling the on-disk cache (``make`` runs this after installing)."""
-    # one session of two rounds (rearrival.model.sim_inputs.core_inputs's layout)
+    """Compile every kernel once for the argument types ``rearrival.model.simulator.sim`` and the
+    search pass, filling the on-disk cache (``make`` runs this after installing)."""
+    # one session of two rounds (rearrival.model.simulator.sim_inputs.core_inputs's layout)
     ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1]], dtype=np.int64)
     floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0]])
     pairs = (np.array([128], dtype=np.int64), np.array([0.02]))

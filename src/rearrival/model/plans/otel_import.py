@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rearrival.model.trace_plans import (
+from rearrival.model.plans.trace_plans import (
     ToolCall,
     TraceError,
     TraceImporter,

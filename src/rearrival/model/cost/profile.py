@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -27,45 +26,6 @@ GIB = 1024**3
 
 class ProfileError(RearrivalError, ValueError):
     """A profile file is missing a field or holds a value that cannot be used."""
-
-
-def select_bucket(n: int, buckets: tuple[int, ...]) -> int:
-    """Smallest compiled bucket holding ``n`` requests (discrete batch alignment, III-A).
-
-    ``buckets`` must be sorted ascending; ``n`` above the largest bucket is a caller bug
-    because the scheduler never runs more than batch_size requests.
-    """
-    index = bisect_left(buckets, n)
-    if index == len(buckets):
-        raise ValueError(f"{n} running requests exceed the largest bucket {buckets[-1]}")
-    return buckets[index]
-
-
-def bucket_set_problem(buckets: tuple[int, ...], batch_size: int) -> str | None:
-    """What is wrong with a compiled bucket set for a batch size, or None.
-
-    One rule for every configuration type (study, simulator, emulator, compile job): the
-    buckets are distinct positive integers in ascending order and the largest is
-    batch_size, since the scheduler runs up to batch_size requests and vllm-rbln compiles
-    no decoder graph larger than the batch.
-    """
-
-    def integer(value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if not integer(batch_size) or batch_size < 1:
-        return f"batch_size {batch_size!r} must be a positive integer"
-    if not buckets or not all(integer(b) and b > 0 for b in buckets):
-        return f"buckets {list(buckets)} must be positive integers such as 1,2,4,8"
-    if list(buckets) != sorted(set(buckets)):
-        return f"buckets {list(buckets)} must be ascending without repeats, e.g. 1,2,4,8"
-    if buckets[-1] != batch_size:
-        return (
-            f"buckets {list(buckets)} must have batch_size {batch_size} as the largest "
-            f"bucket; add {batch_size} and drop larger ones, or set batch_size to "
-            f"{buckets[-1]}"
-        )
-    return None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What the predictor's cores read, computed once and cached (``rearrival.model.sim``).
+"""What the predictor's cores read, computed once and cached (``rearrival.model.simulator.sim``).
 
 The search runs each plan on thousands of configurations and ``simulate`` callers often
 build a fresh ``SimConfig`` per call, so per-plan work (``plan_arrays``,
@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from rearrival.model.profile import Profile, select_bucket
-from rearrival.model.sim_types import (
+from rearrival.model.buckets import select_bucket
+from rearrival.model.cost.profile import Profile
+from rearrival.model.simulator.sim_types import (
     PlanArrays,
     SimConfig,
     SimConfigError,
@@ -191,7 +192,7 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
     if entry is not None and entry[0] is plan and entry[1] is profile:
         return entry[2]
     # Lazy: simcore imports numba, 0.22 s measured; the Python core never needs it.
-    from rearrival.model.simcore import fits_int64
+    from rearrival.model.simulator.simcore import fits_int64
 
     arrays = plan_arrays(plan, SimConfig())
     miss_cost, pair_off, pair_reuse, pair_cost, _ = request_tables(plan, arrays, profile)

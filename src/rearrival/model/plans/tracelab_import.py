@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rearrival.model.trace_plans import (
+from rearrival.model.plans.trace_plans import (
     ToolCall,
     TraceError,
     TraceImporter,

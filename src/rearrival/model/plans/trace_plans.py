@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.memory import context_cost, device_memory
-from rearrival.model.plans import MULTI_ROUND_VERSION, MultiRoundSession, Plan, PlanMeta, Round
-from rearrival.model.profile import Profile, measured_profile
-from rearrival.model.tools import HUMAN_WAITING_TOOLS
+from rearrival.model.cost.memory import context_cost, device_memory
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import MULTI_ROUND_VERSION, MultiRoundSession, Plan, PlanMeta, Round
+from rearrival.model.plans.tools import HUMAN_WAITING_TOOLS
 
 OVERFLOW_CHOICES = ("truncate", "refuse")
 TIME_ORIGINS = ("first", "zero")

@@ -1,0 +1,68 @@
+"""Discrete batch alignment (paper Section III-A; docs/DESIGN.md §1): a decode batch of n
+requests runs as the next size compiled at build time, the rest of it padding.
+
+RBLN compiles decoder graphs for a bucket set whose largest bucket is the batch size; a
+vLLM GPU server captures CUDA graphs for a set of sizes and runs a batch above the largest
+eagerly, unpadded. The configuration types (``rearrival.model.configuration``) check their
+sizes here and the simulators and the emulator pad with these functions.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+
+def is_integer(value: object) -> bool:
+    """An int that is not a bool (True == 1 would pass as a batch size)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def select_bucket(n: int, buckets: tuple[int, ...]) -> int:
+    """Smallest compiled bucket holding ``n`` requests (discrete batch alignment, III-A).
+
+    ``buckets`` must be sorted ascending; ``n`` above the largest bucket is a caller bug
+    because the RBLN scheduler never runs more than batch_size requests.
+    """
+    index = bisect_left(buckets, n)
+    if index == len(buckets):
+        raise ValueError(f"{n} running requests exceed the largest bucket {buckets[-1]}")
+    return buckets[index]
+
+
+def sizes_problem(buckets: tuple[int, ...], what: str, example: str) -> str | None:
+    """What is wrong with a set of compiled sizes (positive, ascending, distinct), or None."""
+    if not all(is_integer(b) and b > 0 for b in buckets):
+        return f"{what} {list(buckets)} must be positive integers such as {example}"
+    if list(buckets) != sorted(set(buckets)):
+        return f"{what} {list(buckets)} must be ascending without repeats, e.g. {example}"
+    return None
+
+
+def bucket_set_problem(buckets: tuple[int, ...], batch_size: int) -> str | None:
+    """What is wrong with an RBLN bucket set for a batch size, or None.
+
+    The buckets are distinct positive integers in ascending order and the largest is
+    batch_size, since the scheduler runs up to batch_size requests and vllm-rbln compiles
+    no decoder graph larger than the batch.
+    """
+    if not is_integer(batch_size) or batch_size < 1:
+        return f"batch_size {batch_size!r} must be a positive integer"
+    if not buckets:
+        return f"buckets {list(buckets)} must be positive integers such as 1,2,4,8"
+    problem = sizes_problem(buckets, "buckets", "1,2,4,8")
+    if problem is not None:
+        return problem
+    if buckets[-1] != batch_size:
+        return (
+            f"buckets {list(buckets)} must have batch_size {batch_size} as the largest "
+            f"bucket; add {batch_size} and drop larger ones, or set batch_size to "
+            f"{buckets[-1]}"
+        )
+    return None
+
+
+def capture_padded(n: int, sizes: tuple[int, ...]) -> int:
+    """The batch ``n`` decode requests run as on vLLM: the next capture size holding
+    them, or ``n`` itself (eager) above the largest or with no graphs captured."""
+    index = bisect_left(sizes, n)
+    return sizes[index] if index < len(sizes) else n
