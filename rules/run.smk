@@ -16,7 +16,7 @@ rule run_replicate:
     conda:
         "../envs/workflow.yaml"
     resources:
-        device=1 if REAL_DEVICE else 0,
+        device=1 if BACKEND.device else 0,
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
@@ -25,7 +25,8 @@ rule run_replicate:
         compiled=compiled_option,
     shell:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
-        " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
+        " --values {params.values} --n {wildcards.n} --replicate {wildcards.rep}"
+        " --plans {input.plans:q}"
         " --prereg {input.prereg:q} {params.selected} {params.compiled}"
         " --out {output.run:q} > {log:q} 2>&1"
 
@@ -38,11 +39,11 @@ rule injection:
     conda:
         "../envs/workflow.yaml"
     resources:
-        device=1 if REAL_DEVICE else 0,
+        device=1 if BACKEND.device else 0,
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=stage_values("injection"),
+        values=values("injection"),
     shell:
-        "rearrival study injection --config {params.config_file:q} --out {output.gaps:q}"
-        " > {log:q} 2>&1"
+        "rearrival study injection --config {params.config_file:q} --values {params.values}"
+        " --out {output.gaps:q} > {log:q} 2>&1"

@@ -20,7 +20,9 @@ import pytest
 from rearrival.measure import rbln
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
-CONFIG = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8))
+# the paper's maximum sequence length and devices (the study definition's model: block)
+SHAPE = {"max_seq_len": 8192, "num_devices": 4}
+CONFIG = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), **SHAPE)
 
 FAKE_OPTIMUM = """
 import itertools
@@ -129,7 +131,9 @@ def test_compile_passes_the_spec_arguments_and_is_content_addressed(
     again = rbln.compile_artifact(CONFIG, artifacts, dev_dir=fake_stack)
     assert again.skipped and again.artifact == first.artifact and len(fake.CALLS) == 1
 
-    other = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 6, 8))
+    other = rbln.CompileConfig(
+        model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 6, 8), **SHAPE
+    )
     third = rbln.compile_artifact(other, artifacts, dev_dir=fake_stack)
     assert not third.skipped and third.artifact != first.artifact and len(fake.CALLS) == 2
 
@@ -139,14 +143,22 @@ def test_artifact_name_depends_on_every_input() -> None:
     base = rbln.artifact_name(CONFIG, software)
     assert base == rbln.artifact_name(CONFIG, dict(software))
     variants = [
-        rbln.CompileConfig(model="Qwen/Qwen3-8B", batch_size=8, buckets=(1, 2, 4, 8)),
-        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=16, buckets=(1, 2, 4, 8, 16)),
-        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(2, 4, 8)),
+        rbln.CompileConfig(model="Qwen/Qwen3-8B", batch_size=8, buckets=(1, 2, 4, 8), **SHAPE),
+        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=16, buckets=(1, 2, 4, 8, 16), **SHAPE),
+        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(2, 4, 8), **SHAPE),
         rbln.CompileConfig(
-            model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), max_seq_len=4096
+            model="Qwen/Qwen3-4B",
+            batch_size=8,
+            buckets=(1, 2, 4, 8),
+            max_seq_len=4096,
+            num_devices=4,
         ),
         rbln.CompileConfig(
-            model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), num_devices=2
+            model="Qwen/Qwen3-4B",
+            batch_size=8,
+            buckets=(1, 2, 4, 8),
+            max_seq_len=8192,
+            num_devices=2,
         ),
     ]
     names = {rbln.artifact_name(v, software) for v in variants}
@@ -168,11 +180,11 @@ def test_bad_compile_configs_are_refused(
     batch_size: int, buckets: tuple[int, ...], message: str
 ) -> None:
     with pytest.raises(rbln.RblnError, match=message):
-        rbln.CompileConfig(model="m", batch_size=batch_size, buckets=buckets)
+        rbln.CompileConfig(model="m", batch_size=batch_size, buckets=buckets, **SHAPE)
 
 
 def test_vllm_serve_argv_is_a_list_carrying_the_spec_flags() -> None:
-    argv = rbln.vllm_serve_argv(Path("/a/b c;rm -rf x"), batch_size=8, port=8011)
+    argv = rbln.vllm_serve_argv(Path("/a/b c;rm -rf x"), batch_size=8, port=8011, max_seq_len=8192)
     assert Path(argv[0]).name == "vllm"
     assert argv[1:3] == ["serve", "/a/b c;rm -rf x"]  # one argument, never a shell
     pairs = dict(itertools.pairwise(argv))

@@ -35,7 +35,7 @@ def test_sections_are_frozen():
 
 
 def _params(raw: dict) -> dict[str, str]:
-    return workflow_params(study_config_from_mapping(raw, "<test>"), raw)
+    return workflow_params(study_config_from_mapping(raw, "<test>"))
 
 
 def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:

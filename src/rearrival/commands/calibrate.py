@@ -8,7 +8,20 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.values import Values, checked_config
+
 DEFAULT_CONFIG = Path("config/config.yaml")
+
+
+def _beside(flag: str, name: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=f"Where to write {name} (default: beside --out).")
+
+
+RunsDir = Annotated[Path | None, _beside("--runs", "the calibration runs (a directory)")]
+PlansDir = Annotated[Path | None, _beside("--plans", "their plans (a directory)")]
+DecodeSteps = Annotated[Path | None, _beside("--decode-steps", "the decode-step samples")]
+PrefillSamples = Annotated[Path | None, _beside("--prefill", "the prefill samples")]
+ReuseSamples = Annotated[Path | None, _beside("--reuse", "the reuse checks")]
 
 
 def calibrate(
@@ -16,8 +29,8 @@ def calibrate(
         Path,
         typer.Option(
             "--out",
-            help="Profile YAML to write; the runs and "
-            "sample tables go beside it (runs/, plans/, *.parquet).",
+            help="Profile YAML to write; the runs and sample tables go beside it "
+            "(runs/, plans/, *.parquet) unless named by the options below.",
         ),
     ],
     config: Annotated[
@@ -52,6 +65,12 @@ def calibrate(
             "(`rearrival calibrate-compile`); also fits compile time and size.",
         ),
     ] = None,
+    runs: RunsDir = None,
+    plans: PlansDir = None,
+    decode_steps: DecodeSteps = None,
+    prefill: PrefillSamples = None,
+    reuse: ReuseSamples = None,
+    values: Values = None,
 ) -> None:
     """Measure g(b), beta, the prefill model and the reuse rule on a backend and write a
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
@@ -59,19 +78,26 @@ def calibrate(
 
     from rearrival.config.backends import EmulatedHttpSettings
     from rearrival.config.calibration import MeasurementSettings
-    from rearrival.config.study import load_study_config
     from rearrival.measure.backends import BackendSettings
     from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
     )
+    from rearrival.measure.calibration.drive import CalibrationFiles, write_samples
     from rearrival.measure.calibration.drive import calibrate as run_calibration
-    from rearrival.measure.calibration.drive import write_samples
     from rearrival.measure.calibration.rbln_compile import compile_records
     from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
 
-    cfg = load_study_config(config) if config.is_file() else None
+    cfg = checked_config(config, "calibration", None, values) if config.is_file() else None
+    beside = CalibrationFiles.in_directory(out.parent)
+    files = CalibrationFiles(
+        runs or beside.runs,
+        plans or beside.plans,
+        decode_steps or beside.decode_steps,
+        prefill or beside.prefill,
+        reuse or beside.reuse,
+    )
     settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
@@ -94,12 +120,12 @@ def calibrate(
     result = run_calibration(
         settings,
         backend_settings,
-        out.parent,
+        files,
         seed=cfg.study_seed if cfg is not None else 0,
         compile_records=records,
     )
     wanted = required_buckets(cfg) if cfg is not None else ()
-    write_samples(result, out.parent)
+    write_samples(result, files)
     write_profile(profile_document(result, settings, wanted), out)
     decode = result.decode
     typer.echo(
@@ -115,12 +141,12 @@ def calibrate(
 def calibrate_compile(
     out: Annotated[Path, typer.Option("--out", help="Compile record JSON to write.")],
     config: Annotated[Path, typer.Option("--config", help="Study definition.")] = DEFAULT_CONFIG,
+    values: Values = None,
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
-    from rearrival.config.study import load_study_config
     from rearrival.measure.calibration.rbln_compile import compile_calibration
 
-    cfg = load_study_config(config)
+    cfg = checked_config(config, "calibration", None, values)
     compile_calibration(cfg.measurement, cfg.rbln, out)
     typer.echo(f"{out}: calibration artifacts compiled")
 

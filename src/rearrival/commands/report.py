@@ -1,11 +1,21 @@
-"""CLI verbs of the report area (registered by rearrival.cli)."""
+"""CLI verbs of the report area (registered by rearrival.cli): ``tables`` re-renders the
+report from a whole results tree; ``rearrival study report`` (the report rule) renders it
+from exactly the files the rule declares."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from rearrival.commands.values import Values, checked_config
+
+if TYPE_CHECKING:
+    from rearrival.report.render import ReportFiles
+
+DEFAULT_CONFIG = Path("config/config.yaml")
+ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -13,10 +23,22 @@ def register(app: typer.Typer) -> None:
     app.command("tables")(tables)
 
 
+def _show(index: dict, out: ReportFiles, scorecard: bool) -> None:
+    from rearrival.report.scorecard import read_scorecard_csv, summary_lines
+
+    typer.echo(f"{out.html}: {len(index['tables'])} tables, {len(index['figures'])} figures")
+    if scorecard:
+        card = read_scorecard_csv(out.tables / "scorecard.csv")
+        for line in summary_lines(card):
+            typer.echo(line)
+        counts = index["scorecard"]["counts"]
+        typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
+    for line in index["not_produced"]:
+        typer.echo(f"not produced: {line}", err=True)
+
+
 def tables(
-    config: Annotated[
-        Path, typer.Option("--config", help="Study definition (config.yaml).")
-    ] = Path("config/config.yaml"),
+    config: ConfigOption = DEFAULT_CONFIG,
     results: Annotated[
         Path, typer.Option("--results", help="Results tree written by the pipeline.")
     ] = Path("results"),
@@ -40,18 +62,37 @@ def tables(
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
     and .md; --scorecard prints it here, each finding within 100 columns.
     """
-    from rearrival.report.render import build_report
-    from rearrival.report.scorecard import read_scorecard_csv, summary_lines
+    from rearrival.report.render import ReportFiles, render_tree
 
-    index = build_report(config, results, out)
-    typer.echo(
-        f"{out / index['report']}: {len(index['tables'])} tables, {len(index['figures'])} figures"
-    )
-    if scorecard:
-        card = read_scorecard_csv(out / "tables" / "scorecard.csv")
-        for line in summary_lines(card):
-            typer.echo(line)
-        counts = index["scorecard"]["counts"]
-        typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
-    for line in index["not_produced"]:
-        typer.echo(f"not produced: {line}", err=True)
+    _show(render_tree(config, results, out), ReportFiles.under(out), scorecard)
+
+
+def study_report(
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Every results file and directory the report reads (the report rule "
+            "lists them); anything else is reported as not produced."
+        ),
+    ],
+    html: Annotated[Path, typer.Option("--html", help="The HTML report to write.")],
+    tables_dir: Annotated[
+        Path, typer.Option("--tables", help="Directory of the tables, scorecard and index.")
+    ],
+    figures_dir: Annotated[Path, typer.Option("--figures", help="Directory of the figures.")],
+    config: ConfigOption = DEFAULT_CONFIG,
+    profile: Annotated[
+        Path | None,
+        typer.Option("--profile", help="The profile file profile: names, when it is a path."),
+    ] = None,
+    values: Values = None,
+) -> None:
+    """Render the report from the declared results files only (docs/DESIGN.md §13)."""
+    from rearrival.report.render import ReportFiles, build_report
+    from rearrival.report.results import Results, declared_root
+
+    cfg = checked_config(config, "report", None, values)
+    declared = [*files, *([profile] if profile is not None else [])]
+    res = Results(cfg, declared_root(files), declared=declared)
+    files = ReportFiles(html, tables_dir, figures_dir)
+    _show(build_report(cfg, res, files), files, scorecard=False)

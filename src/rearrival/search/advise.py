@@ -28,7 +28,7 @@ from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan, check_context, load_plan
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import Candidate, baseline_of, parse_candidate_id
-from rearrival.search.inputs import PlanKey, make_plan
+from rearrival.search.inputs import PlanKey, make_plan, workload_plans
 from rearrival.search.run import select
 from rearrival.search.settings import override_settings
 
@@ -64,8 +64,9 @@ def evaluation_plans(
 
     settings = settings or SearchSettings.from_config(cfg)
     table = tool_table_for(cfg)
+    workload = workload_plans(settings)
     return [
-        make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table)
+        make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table, workload)
         for n in n_set
         for seed in range(settings.seeds)
         for block in range(settings.blocks)
