@@ -1,4 +1,4 @@
-"""Calibration recovers the emulator's known truth and refuses every bad input (SPEC 4).
+"""Calibration recovers the emulator's known truth and refuses every bad input (docs/DESIGN.md §3).
 
 The emulator's truth is richer than the predictor (PCHIP in log2 b, convexity above the
 largest measured bucket, log-normal noise), so recovering it is a real test of the

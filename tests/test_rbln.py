@@ -1,4 +1,4 @@
-"""Compile job and server launcher of the RBLN path (SPEC section 6 "rbln").
+"""Compile job and server launcher of the RBLN path (docs/DESIGN.md §5, backend rbln).
 
 No NPU here: the fail-fast paths run for real; the compile orchestration runs against a
 stand-in ``optimum.rbln`` module that records its arguments; the launcher's lifecycle

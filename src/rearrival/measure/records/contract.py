@@ -26,7 +26,7 @@ STATUSES = ("complete", "failed", "partial")
 STEP_KINDS = ("prefill", "decode")
 
 # (column, arrow type, nullable). "Nullable" integers are pandas Int64 in memory: an
-# unknown count is recorded as unknown, never as 0 (STYLE: UNKNOWN is an observation).
+# unknown count is recorded as unknown, never as 0 (UNKNOWN is an observation; docs/DESIGN.md §6).
 # 'turn' is the request's round index in its session, 0 .. K-1 (the paper's session:
 # 0 = first request, 1 = re-arrival); the name is kept so existing records keep their bytes.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
