@@ -331,7 +331,7 @@ def _profile_files(profile: bytes, recorded: bytes) -> dict:
 
 
 def test_committed_prediction_profile_passes(repo, monkeypatch):
-    """docs/DESIGN.md §3: the profile predictions used is committed with them (design.json's hash)."""
+    """The profile predictions used is committed with them (docs/DESIGN.md §3)."""
     profile = b"profile_version: calibrated/emulated/x\n"
     record = _register(repo, monkeypatch, T0, files=_profile_files(profile, profile))
     _manifest(repo, "v-r0", start=_at(3600), record=record)

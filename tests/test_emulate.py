@@ -36,7 +36,7 @@ SLOTS16 = {"buckets": (1, 2, 4, 8, 16), "batch_size": 16}
 EXACT = replace(default_truth(), step_noise_sigma=0.0, prefill_noise_sigma=0.0)
 
 
-# -- plans with the paper's workload (docs/DESIGN.md §2), inline so these tests pin their own inputs --
+# -- plans with the paper's workload (docs/DESIGN.md §2), inline: these tests pin their inputs --
 
 P50, P90, P99, CAP = 0.22, 10.05, 151.6, 60.0
 _NORMAL = NormalDist()

@@ -1,4 +1,4 @@
-"""Tool-latency mixture (docs/DESIGN.md §2, paper II-C): inverse CDF, sampler, loaders, default table."""
+"""Tool-latency mixture (docs/DESIGN.md §2, paper II-C): inverse CDF, sampler, loaders, default."""
 
 from __future__ import annotations
 
