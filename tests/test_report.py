@@ -213,7 +213,7 @@ def tree(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def rendered(tree) -> Path:
     out = tree / "reports"
-    render_tree(tree / "config.yaml", tree / "results", out)
+    render_tree(load_study_config(tree / "config.yaml"), tree / "results", out)
     return out
 
 
@@ -261,7 +261,7 @@ def test_a_table_changes_when_one_run_changes(tree, rendered, tmp_path):
     channels.loc[target, "reuse_hits"] = 0
     channels.to_parquet(path, index=False)
     out = tmp_path / "reports"
-    render_tree(tree / "config.yaml", results, out)
+    render_tree(load_study_config(tree / "config.yaml"), results, out)
     before = _csv(rendered / "tables" / "table_III.csv")
     after = _csv(out / "tables" / "table_III.csv")
     changed = after["run_ids"].str.contains(channels.loc[target, "run_id"], regex=False)
@@ -288,7 +288,7 @@ def test_hardware_runs_are_labelled_as_measurements(tree, tmp_path):
         frame = pd.read_parquet(path)
         frame["backend"] = "rbln"
         frame.to_parquet(path, index=False)
-    render_tree(tree / "config.yaml", results, tmp_path / "reports")
+    render_tree(load_study_config(tree / "config.yaml"), results, tmp_path / "reports")
     html = (tmp_path / "reports" / "report.html").read_text()
     assert "real hardware" in html and "emulated substrate" not in html
 
@@ -574,7 +574,7 @@ def test_scorecard_judges_again_with_the_published_constants(tree, rendered, tmp
     for table in ("predictions", "channels", "decisions", "fixed_arrivals"):
         shutil.copytree(results / table, results / "exploratory" / PUBLISHED / table)
     out = tmp_path / "reports"
-    render_tree(config_path, results, out)
+    render_tree(load_study_config(config_path), results, out)
     published, card = (
         _csv(rendered / "tables" / "scorecard.csv"),
         _csv(out / "tables" / "scorecard.csv"),

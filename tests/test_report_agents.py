@@ -121,7 +121,7 @@ def tree(tmp_path_factory) -> Path:
     )
     (results / "decisions").mkdir()
     (results / "decisions" / "agents.csv").write_text(text)
-    render_tree(root / "config.yaml", results, root / "reports")
+    render_tree(load_study_config(root / "config.yaml"), results, root / "reports")
     return root
 
 

@@ -62,9 +62,11 @@ def tables(
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
     and .md; --scorecard prints it here, each finding within 100 columns.
     """
+    from rearrival.config.study import load_study_config
     from rearrival.report.render import ReportFiles, render_tree
 
-    _show(render_tree(config, results, out), ReportFiles.under(out), scorecard)
+    index = render_tree(load_study_config(config), results, out)
+    _show(index, ReportFiles.under(out), scorecard)
 
 
 def study_report(

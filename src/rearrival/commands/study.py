@@ -2,7 +2,9 @@
 
 One name per stage: rule ``X`` (rules/X.smk) calls ``rearrival study X``, which delegates
 to ``rearrival.workflow.X`` or the library package doing the work. Every file a verb reads
-or writes is an option or argument the rule fills from its declared inputs and outputs.
+or writes is an option or argument the rule fills from its declared inputs and outputs,
+and every verb whose rule passes the digest of its config values checks it (``--values``,
+``rearrival.commands.values``).
 """
 
 from __future__ import annotations
@@ -361,8 +363,10 @@ def show_config(config: Config = DEFAULT_CONFIG) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the `study` group: one verb per Snakemake rule (rule X calls `rearrival study
-    X`). Calibration, search and report are also top-level verbs for use outside the
-    workflow; here they are the same functions under the stage's name."""
+    X`; an `X_exploratory` rule calls it with --exploratory), and `study config`.
+    Calibration and search are also top-level verbs for use outside the workflow; here
+    they are the same functions under the stage's name. `study report` renders from the
+    files its rule declares, `rearrival tables` from a whole results tree."""
     from rearrival.commands.calibrate import calibrate, calibrate_compile
     from rearrival.commands.report import study_report
     from rearrival.commands.search import search_app

@@ -29,7 +29,7 @@ from typing import Any
 import jinja2
 
 from rearrival.atomic import atomic_write_json, atomic_write_text
-from rearrival.config.study import StudyConfig, load_study_config, tool_table_for
+from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.prereg.registration import PROFILE_FILE
 from rearrival.report.agents import build_agent_figures, reading_agents
 from rearrival.report.figure_model import Figure
@@ -465,8 +465,7 @@ def build_report(cfg: StudyConfig, res: Results, out: ReportFiles) -> dict[str, 
     return index
 
 
-def render_tree(config: Path | str, results: Path | str, out: Path | str) -> dict[str, Any]:
+def render_tree(cfg: StudyConfig, results: Path | str, out: Path | str) -> dict[str, Any]:
     """``rearrival tables``: the report of a whole results tree into OUT/report.html,
     OUT/tables/ and OUT/figures/."""
-    cfg = load_study_config(config)
     return build_report(cfg, Results(cfg, Path(results)), ReportFiles.under(Path(out)))
