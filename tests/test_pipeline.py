@@ -407,7 +407,9 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study, study_co
         "run_replicate": 1,
         "seal": 1,
         "channels": 1,
+        "channels_exploratory": 1,
         "decide": 1,
+        "decide_exploratory": 1,
         "report": 1,
         "all": 1,
     }
