@@ -317,7 +317,9 @@ def schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
         unknown = sorted(set(error.instance) - set(known))[0]
         name = f"{where}.{unknown}" if where else unknown
         close = difflib.get_close_matches(unknown, known, n=1)
-        fix = f"did you mean {close[0]}?" if close else f"use one of {', '.join(known)}"
+        fix = f"did you mean {close[0]}?" if close else f"use {' or '.join(known)}"
+        if not close and len(known) > 2:
+            fix = f"use one of {', '.join(known)}"
         return f"{name} is not a key of {where or 'the study definition'}; {fix}"
     if error.validator == "required" and not where:
         return f"{error.message} of the study definition"
