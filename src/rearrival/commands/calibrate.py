@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
+
 DEFAULT_CONFIG = Path("config/config.yaml")
 
 
@@ -143,4 +145,4 @@ def calibrate_compile(
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("calibrate")(calibrate)
-    app.command("calibrate-compile")(calibrate_compile)
+    app.command("calibrate-compile", rich_help_panel=PIPELINE_PANEL)(calibrate_compile)
