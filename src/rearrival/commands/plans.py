@@ -173,7 +173,6 @@ def tools_show(
     )
 
 
-IMPORTED_PLAN = "plan.parquet"
 SessionsOption = Annotated[
     int | None,
     typer.Option("--sessions", min=1, help="Sample this many sessions (seeded); default: all."),
@@ -215,9 +214,9 @@ ScaleOption = Annotated[
 
 def _import(kind: str, out: Path, **options) -> None:
     """Run an importer, print what it did, write DIR/plan.parquet; a malformed trace is
-    one error line and exit code 1 with nothing written."""
+    one error line and exit code 2 (a user error) with nothing written."""
     from rearrival.model.plans.otel_import import plans_from_otel
-    from rearrival.model.plans.plan import write_plan
+    from rearrival.model.plans.plan import IMPORTED_PLAN_FILE, write_plan
     from rearrival.model.plans.trace_plans import TraceError
     from rearrival.model.plans.tracelab_import import plans_from_trace
 
@@ -226,8 +225,8 @@ def _import(kind: str, out: Path, **options) -> None:
         result = importer(**options)
     except TraceError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    path = write_plan(result.plan, out / IMPORTED_PLAN)
+        raise typer.Exit(2) from None
+    path = write_plan(result.plan, out / IMPORTED_PLAN_FILE)
     for line in result.summary_lines():
         typer.echo(line)
     typer.echo(f"wrote {path}")

@@ -455,7 +455,7 @@ def advise(
             )
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(2) from None
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
