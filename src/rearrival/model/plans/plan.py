@@ -460,8 +460,7 @@ def load_plan(path: str | Path) -> Plan:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise PlanError(
-            f"{path}: not a readable Parquet plan ({exc}); regenerate it with "
-            f"{_remake(path, None)}"
+            f"{path}: not a readable Parquet plan ({exc}); regenerate it with {_remake(path, None)}"
         ) from exc
     raw_meta = (table.schema.metadata or {}).get(b"rearrival.plan")
     meta = _meta_from_json(json.loads(raw_meta)) if raw_meta else PlanMeta()
