@@ -48,3 +48,26 @@ def test_every_summary_is_whole_and_internal_verbs_are_apart(monkeypatch, column
     for name, command in group.commands.items():
         summary = command.get_short_help_str(limit=10_000)
         assert " ".join(f"{name} {summary}".split()) in flat, name
+
+
+def _groups(command, path=()):
+    """Every group of the command tree, with the words that reach it."""
+    if hasattr(command, "commands"):
+        yield path, command
+        for name, sub in command.commands.items():
+            yield from _groups(sub, (*path, name))
+
+
+def test_no_group_cuts_a_summary(monkeypatch) -> None:
+    """The same in `rearrival study --help`, `plans --help` and every other group."""
+    monkeypatch.setenv("COLUMNS", "80")
+    groups = list(_groups(typer.main.get_command(app)))
+    assert len(groups) >= 7
+    for path, group in groups:
+        shown = CliRunner().invoke(app, [*path, "--help"], terminal_width=80)
+        assert shown.exit_code == 0, path
+        listing = shown.output[shown.output.index("\nCommands:\n") :]
+        assert "..." not in listing, path
+        flat = re.sub(r"(\w)- (\w)", r"\1-\2", " ".join(listing.split()))
+        for name, command in group.commands.items():
+            assert f"{name} {command.get_short_help_str(limit=10_000)}" in flat, (path, name)

@@ -8,34 +8,12 @@ error that names a file and a fix becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from rearrival.commands import ALL_AREAS
-from rearrival.commands.panels import USER_PANEL
+from rearrival.commands.panels import PanelledGroup
 from rearrival.errors import RearrivalError
-
-
-class PanelledGroup(TyperGroup):
-    """Plain help (no Rich boxes) that lists the verbs under their ``rich_help_panel``,
-    the user's first, each summary whole: click's default cuts every summary to the
-    terminal width with '...'."""
-
-    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
-        panels: dict[str, list[tuple[str, str]]] = {USER_PANEL: []}
-        for name in self.list_commands(ctx):
-            command = self.get_command(ctx, name)
-            if command is None or command.hidden:
-                continue
-            panel = getattr(command, "rich_help_panel", None) or USER_PANEL
-            panels.setdefault(panel, []).append((name, command.get_short_help_str(limit=10_000)))
-        for panel, rows in panels.items():
-            if rows:
-                with formatter.section(panel):
-                    formatter.write_dl(rows)
-
 
 app = typer.Typer(
     cls=PanelledGroup,

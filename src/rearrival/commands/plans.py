@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PanelledGroup
 from rearrival.errors import RearrivalError
 
 PLAN_SUFFIXES = (".parquet", ".json")
@@ -291,6 +292,7 @@ def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("plan")(plan)
     plans_app = typer.Typer(
+        cls=PanelledGroup,
         help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry).",
         no_args_is_help=True,
     )
@@ -298,6 +300,7 @@ def register(app: typer.Typer) -> None:
     plans_app.command("from-otel")(from_otel)
     app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
+        cls=PanelledGroup,
         help="Tool-latency tables (docs/DESIGN.md §2): build from a trace, show.",
         no_args_is_help=True,
     )

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from rearrival.commands.panels import PIPELINE_PANEL
+from rearrival.commands.panels import PIPELINE_PANEL, PanelledGroup
 
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
@@ -281,6 +281,7 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.search import search_app
 
     study_app = typer.Typer(
+        cls=PanelledGroup,
         help="Pipeline stages (one per Snakemake rule; called by the Snakefile).",
         no_args_is_help=True,
     )
