@@ -58,20 +58,12 @@ class VllmRequestRecord:
 
 
 class VllmResult:
-    """One plan on one vLLM configuration: the run, and the prefill tokens the same plan
-    needs on a pool that never evicts (for ``recomputed_prefill_tokens``)."""
+    """One plan on one vLLM configuration."""
 
-    def __init__(
-        self,
-        inputs: VllmInputs,
-        configuration: VllmConfiguration,
-        run: RawRun,
-        unbounded_prefill_tokens: int,
-    ) -> None:
+    def __init__(self, inputs: VllmInputs, configuration: VllmConfiguration, run: RawRun) -> None:
         self.inputs = inputs
         self.configuration = configuration
         self.run = run
-        self.unbounded_prefill_tokens = unbounded_prefill_tokens
         self._records: tuple[VllmRequestRecord, ...] | None = None
 
     @property
@@ -118,6 +110,14 @@ class VllmResult:
         return (a.prompt[rid - 1] + a.gen[rid - 1] - 1) // bs * bs
 
     @property
+    def never_evicted_prefill(self) -> int:
+        """The prefill tokens of the same plan and knobs on a pool that never evicts: there
+        nothing is preempted and every request hits what the round before it left
+        cacheable, so it computes its prompt less that."""
+        a = self.inputs.arrays
+        return sum(a.prompt[rid] - self.cacheable_tokens(rid) for rid in range(a.requests))
+
+    @property
     def re_arrivals_lost(self) -> int:
         """Re-arrivals whose hit fell below what the round before them left cacheable:
         part of their transcript was evicted during the tool wait (or at a preemption)."""
@@ -139,7 +139,7 @@ class VllmResult:
             "preemptions": sum(r.preemptions),
             "re_arrivals": self.re_arrivals,
             "re_arrivals_lost": self.re_arrivals_lost,
-            "recomputed_prefill_tokens": r.prefill_tokens - self.unbounded_prefill_tokens,
+            "recomputed_prefill_tokens": r.prefill_tokens - self.never_evicted_prefill,
             "device_s": r.device_s,
             "makespan_s": r.makespan_s,
             "requests": [record.row() for record in self.requests],

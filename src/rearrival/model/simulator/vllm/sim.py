@@ -7,7 +7,8 @@ an LRU free queue (``blockpool``), prefix caching of full blocks, the scheduler'
 with chunked prefill, the full-sequence admission gate and recompute preemption
 (``engine``), and the step cost of ``rearrival.model.cost.vllm_profile``. It returns
 per-request records and the summary (``result``), with the prefill tokens recomputed
-because the pool evicted (against the same plan and knobs on a pool that never evicts).
+because the pool evicted (against the same plan and knobs on a pool that never evicts,
+``result.VllmResult.never_evicted_prefill``).
 
 Three cores run the same rules: the step-by-step ``reference`` (tests only), the Python
 ``event`` core (which fast-forwards pure decode stretches) and the compiled ``core``.
@@ -17,7 +18,6 @@ Asynchronous scheduling (vLLM's GPU default) is not modelled.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -112,20 +112,11 @@ def run_with(
     fixed_arrivals: Sequence[float] | None,
     source: str = "plan",
 ) -> VllmResult:
-    """Check the plan against the pool, run it with ``run`` and again (unless the pool
-    already never evicts) on a pool that never evicts, for the prefill tokens the
-    evictions cost."""
+    """Check the plan against the pool and the fixed arrivals, then run it with ``run``."""
     inputs = vllm_inputs(plan, configuration.block_size)
     check_pool(inputs, configuration, source)
     fixed = fixed_times(inputs, fixed_arrivals)
-    result = run(inputs, configuration, step_cost, fixed)
-    ample = inputs.never_evicting_blocks()
-    if configuration.num_blocks >= ample:
-        unbounded = result.prefill_tokens
-    else:
-        roomy = dataclasses.replace(configuration, num_blocks=ample)
-        unbounded = run(inputs, roomy, step_cost, fixed).prefill_tokens
-    return VllmResult(inputs, configuration, result, unbounded)
+    return VllmResult(inputs, configuration, run(inputs, configuration, step_cost, fixed))
 
 
 def simulate_vllm(
