@@ -9,14 +9,16 @@ within 1e-9 relative; so must the run's totals. The cases are random (block size
 and multi-round plans, staggered starts, zero and round-number gaps, capture sizes on
 some, fixed arrivals on some) plus the hand-made plans of tests/test_vllm_rules.py. All
 cases of a tier go to one driver process (importing vLLM takes longer than hundreds of
-cases). Without the vLLM environment the module skips, except under CI (CI=true), where
-that is a failure.
+cases). Without the vLLM environment the oracle tests skip, except under CI (CI=true),
+where that is a failure.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import random
+import sys
 
 import pytest
 from test_vllm_rules import UNIT, sessions, vllm
@@ -32,7 +34,7 @@ CI_CASES = 300
 SLOW_CASES = 3000
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def vllm_environment() -> None:
     if oracle.available():
         return
@@ -114,7 +116,7 @@ def check_against_vllm(cases: list[tuple]) -> dict[str, int]:
     return seen
 
 
-def test_the_rule_set_agrees_with_vllm_on_the_ci_tier():
+def test_the_rule_set_agrees_with_vllm_on_the_ci_tier(vllm_environment):
     seen = check_against_vllm(hand_cases() + random_cases(2024, CI_CASES))
     # the tier reaches what the rules are about
     assert seen["preempted"] >= 30 and seen["lost"] >= 100
@@ -122,6 +124,21 @@ def test_the_rule_set_agrees_with_vllm_on_the_ci_tier():
 
 
 @pytest.mark.slow
-def test_the_rule_set_agrees_with_vllm_on_the_slow_tier():
+def test_the_rule_set_agrees_with_vllm_on_the_slow_tier(vllm_environment):
     seen = check_against_vllm(random_cases(7, SLOW_CASES))
     assert seen["preempted"] >= 300 and seen["lost"] >= 1000
+
+
+def test_the_driver_imports_only_the_standard_library_and_vllm():
+    tree = ast.parse(oracle.DRIVER.read_text())
+    modules = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+    }
+    assert modules - set(sys.stdlib_module_names) == {"vllm"}

@@ -139,7 +139,7 @@ class Harness:
             block_size=self.block_size,
             num_kv_heads=text.num_key_value_heads,
             head_size=text.head_dim,
-            dtype=v["torch"].float32,
+            dtype=model.dtype,
         )
         kv_cache_config = v["KVCacheConfig"](
             num_blocks=num_blocks,
@@ -263,7 +263,6 @@ class Harness:
 def load_vllm() -> dict:
     """vLLM's classes the harness drives (imported here so the import time is measured
     apart from the cases)."""
-    import torch
     import vllm
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import SamplingParams
@@ -280,7 +279,6 @@ def load_vllm() -> dict:
     init_none_hash(hash_fn)
     return {
         "version": vllm.__version__,
-        "torch": torch,
         "CacheConfig": CacheConfig,
         "ModelConfig": ModelConfig,
         "SchedulerConfig": SchedulerConfig,

@@ -43,7 +43,7 @@ PYTHON_FIRST_CALLS = 8
 _CALLS = [0]
 _LOADED: list[Any] = []
 
-Run = Callable[[VllmInputs, VllmConfiguration, VllmStepCost, "list[float] | None"], RawRun]
+Run = Callable[[VllmInputs, VllmConfiguration, VllmStepCost, list[float] | None], RawRun]
 
 
 def run_compiled(
