@@ -25,7 +25,8 @@ def _sections() -> dict[str, str]:
 def _command_lines() -> list[list[str]]:
     """Every `rearrival ...` line of the README's fenced code blocks, as words."""
     blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", README, flags=re.DOTALL)
-    lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
+    joined = [re.sub(r"\\\n\s*", " ", block) for block in blocks]  # continued lines
+    lines = [line.split("#", 1)[0].strip() for block in joined for line in block.splitlines()]
     return [shlex.split(line) for line in lines if line.startswith("rearrival ")]
 
 
