@@ -90,12 +90,8 @@ def decisions_path(study="{study}"):
     return f"{RESULTS}/decisions/{study}.csv"
 
 
-def calibration_dir():
-    return f"{RESULTS}/calibration"
-
-
 def calibration_path(name):
-    return f"{calibration_dir()}/{name}"
+    return f"{RESULTS}/calibration/{name}"
 
 
 def injection_path():
