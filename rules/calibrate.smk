@@ -45,6 +45,7 @@ rule calibrate:
         values=values("calibration"),
         compiled=compiled_option,
     shell:
+        # every file it writes is named (declared above; the report reads them there)
         "rearrival study calibrate --config {params.config_file:q} --values {params.values}"
         " {params.compiled} --out {output.profile:q} --decode-steps {output.decode:q}"
         " --prefill {output.prefill:q} --reuse {output.reuse:q} --runs {output.runs:q}"

@@ -117,6 +117,31 @@ def test_every_rule_gives_its_command_exactly_its_declared_files(tmp_path, confi
     assert [p for job in jobs for p in undeclared_or_unused(job)] == []
 
 
+def test_calibration_outputs_count_only_when_each_is_named():
+    """calibrate's runs and tables are declared files: neither lying beside --out nor
+    inside a --work directory the command names stands in for naming each of them."""
+    outputs = tuple(
+        f"results/calibration/{name}"
+        for name in ("profile.yaml", "decode_steps.parquet", "runs", "plans")
+    )
+    command = "rearrival study calibrate --config c.yaml --out results/calibration/profile.yaml"
+    unnamed = [
+        f"calibrate: declares {path} but its command is not given it"
+        for path in sorted(outputs[1:])
+    ]
+    beside = Job("calibrate", (), outputs, f"{command} > log 2>&1")
+    assert undeclared_or_unused(beside) == unnamed
+    work = Job("calibrate", (), outputs, f"{command} --work results/calibration > log 2>&1")
+    assert undeclared_or_unused(work) == [
+        *unnamed,
+        "calibrate: command names results/calibration, which the rule does not declare",
+    ]
+    each = " --decode-steps results/calibration/decode_steps.parquet"
+    each += " --runs results/calibration/runs --plans results/calibration/plans"
+    named = Job("calibrate", (), outputs, f"{command}{each} > log 2>&1")
+    assert undeclared_or_unused(named) == []
+
+
 def test_a_profile_read_but_not_declared_is_caught():
     job = Job(
         "predict",

@@ -8,20 +8,21 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
 from rearrival.commands.values import Values, checked_config
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 
 
-def _beside(flag: str, name: str) -> typer.models.OptionInfo:
-    return typer.Option(flag, help=f"Where to write {name} (default: beside --out).")
+def _named(flag: str, name: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=f"Where to write {name} (default: in --work).")
 
 
-RunsDir = Annotated[Path | None, _beside("--runs", "the calibration runs (a directory)")]
-PlansDir = Annotated[Path | None, _beside("--plans", "their plans (a directory)")]
-DecodeSteps = Annotated[Path | None, _beside("--decode-steps", "the decode-step samples")]
-PrefillSamples = Annotated[Path | None, _beside("--prefill", "the prefill samples")]
-ReuseSamples = Annotated[Path | None, _beside("--reuse", "the reuse checks")]
+RunsDir = Annotated[Path | None, _named("--runs", "the calibration runs (a directory)")]
+PlansDir = Annotated[Path | None, _named("--plans", "their plans (a directory)")]
+DecodeSteps = Annotated[Path | None, _named("--decode-steps", "the decode-step samples")]
+PrefillSamples = Annotated[Path | None, _named("--prefill", "the prefill samples")]
+ReuseSamples = Annotated[Path | None, _named("--reuse", "the reuse checks")]
 
 
 def calibrate(
@@ -29,10 +30,18 @@ def calibrate(
         Path,
         typer.Option(
             "--out",
-            help="Profile YAML to write; the runs and sample tables go beside it "
-            "(runs/, plans/, *.parquet) unless named by the options below.",
+            help="Profile YAML to write; its runs and sample tables go into --work "
+            "unless named by the options below.",
         ),
     ],
+    work: Annotated[
+        Path | None,
+        typer.Option(
+            "--work",
+            help="Directory for the runs, their plans and the sample tables (runs/, plans/, "
+            "*.parquet) [default: beside --out, named after it: p.yaml -> p-calibration/].",
+        ),
+    ] = None,
     config: Annotated[
         Path,
         typer.Option(
@@ -90,13 +99,14 @@ def calibrate(
     from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
 
     cfg = checked_config(config, "calibration", None, values) if config.is_file() else None
-    beside = CalibrationFiles.in_directory(out.parent)
+    work_dir = work if work is not None else work_directory(out)
+    default = CalibrationFiles.in_directory(work_dir)
     files = CalibrationFiles(
-        runs or beside.runs,
-        plans or beside.plans,
-        decode_steps or beside.decode_steps,
-        prefill or beside.prefill,
-        reuse or beside.reuse,
+        runs or default.runs,
+        plans or default.plans,
+        decode_steps or default.decode_steps,
+        prefill or default.prefill,
+        reuse or default.reuse,
     )
     settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
@@ -129,13 +139,20 @@ def calibrate(
     write_profile(profile_document(result, settings, wanted), out)
     decode = result.decode
     typer.echo(
-        f"{out}: {len(decode.buckets)} buckets measured on {chosen}, beta "
+        f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs in "
+        f"{files.runs}), beta "
         f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "
         f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
         f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
         f"b={result.prefill.per_token_s:.4g} s/token, reuse {result.reuse.checked} "
         f"re-arrivals, {len(result.reuse.violations)} violations"
     )
+
+
+def work_directory(profile: Path) -> Path:
+    """Where a calibration writing ``profile`` puts its runs and samples by default: one
+    folder named after the profile beside it, so nothing lands loose in its directory."""
+    return profile.with_name(f"{profile.stem}-calibration")
 
 
 def calibrate_compile(
@@ -154,4 +171,4 @@ def calibrate_compile(
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("calibrate")(calibrate)
-    app.command("calibrate-compile")(calibrate_compile)
+    app.command("calibrate-compile", rich_help_panel=PIPELINE_PANEL)(calibrate_compile)

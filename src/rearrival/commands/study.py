@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL, PanelledGroup
 from rearrival.commands.values import Values, checked_config
 
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
@@ -372,6 +373,7 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.search import search_app
 
     study_app = typer.Typer(
+        cls=PanelledGroup,
         help="Pipeline stages (one per Snakemake rule; called by the Snakefile).",
         no_args_is_help=True,
     )
@@ -394,4 +396,4 @@ def register(app: typer.Typer) -> None:
     for name, verb in verbs.items():
         study_app.command(name)(verb)
     study_app.add_typer(search_app(), name="search", help="The configuration search stages.")
-    app.add_typer(study_app, name="study")
+    app.add_typer(study_app, name="study", rich_help_panel=PIPELINE_PANEL)

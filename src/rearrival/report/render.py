@@ -38,6 +38,7 @@ from rearrival.report.profiles import ProfileChoice, name_of_sha, other_choice
 from rearrival.report.results import Results
 from rearrival.report.scorecard import (
     Scorecard,
+    backend_expectation,
     evidence,
     score,
     scorecard_csv,
@@ -347,6 +348,7 @@ def render_html(
         scorecard_counts=card.counts() if card else {},
         other_counts=card.counts("other_verdict") if card else {},
         differing=card.differing() if card else [],
+        expectation=backend_expectation(card) if card else "",
         profile_text=describe(prov.profile),
         profile_check=profile_statement(prov),
         other_text=describe(prov.other_profile) if prov.other_profile else "",

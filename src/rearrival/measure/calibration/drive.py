@@ -47,7 +47,7 @@ REUSE_FILE = "reuse.parquet"
 @dataclass(frozen=True)
 class CalibrationFiles:
     """Where a calibration writes its runs, their plans and the samples behind its fits
-    (the workflow's rule names each; outside it they go beside the profile)."""
+    (the workflow's rule names each; outside it they go into one folder, ``--work``)."""
 
     runs: Path
     plans: Path
@@ -132,7 +132,7 @@ def calibrate(
     if runs_dir.exists():
         raise CalibrationError(
             f"{runs_dir}: exists; calibration writes fresh runs, remove "
-            "it (or choose another output directory) and re-run"
+            "it (or choose another --work directory) and re-run"
         )
     run_measurements(measurements, files, backend, seed)
     measured = collect(measurements, runs_dir, settings)
