@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from rearrival.measure import client, rbln
+from rearrival.measure import client, serve
 from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
@@ -102,7 +102,7 @@ def replay_against(
     async def main() -> client.ClientRun:
         runner = web.AppRunner(fake_app(behaviour, seen), shutdown_timeout=0.5)
         await runner.setup()
-        port = rbln.free_port()
+        port = serve.free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             return await replay(plan, f"http://127.0.0.1:{port}", variant=variant, options=FAST)
@@ -328,7 +328,7 @@ def test_a_multi_round_run_cut_short_keeps_each_sessions_finished_rounds(tmp_pat
 
 
 def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{rbln.free_port()}"
+    url = f"http://127.0.0.1:{serve.free_port()}"
     outcome = asyncio.run(
         replay_url(
             PLAN, url, tmp_path / "run", variant="wait", options=FAST, manifest=manifest_for(PLAN)
@@ -353,7 +353,7 @@ def test_step_log_that_misses_decode_steps_makes_the_run_unusable(tmp_path: Path
 def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
     """Kill the emulate-server while both sessions sit in their tool wait."""
     plan = plan_of([(300, 4, 4, 3.0), (260, 6, 3, 3.0)])
-    port = rbln.free_port()
+    port = serve.free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [
         CLI,
@@ -371,7 +371,7 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
     ]
     options = ReplayOptions(seed=1, time_scale=0.25, read_timeout_s=10)
 
-    async def kill_after_first_responses(server: rbln.ServerProcess) -> None:
+    async def kill_after_first_responses(server: serve.ServerProcess) -> None:
         import aiohttp
 
         async with aiohttp.ClientSession() as http:
@@ -383,7 +383,7 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
         await asyncio.sleep(0.1)  # let the last chunks reach the client; waits last 0.75 s
         os.killpg(server.process.pid, signal.SIGKILL)
 
-    async def main(server: rbln.ServerProcess) -> client.RunOutcome:
+    async def main(server: serve.ServerProcess) -> client.RunOutcome:
         killer = asyncio.create_task(kill_after_first_responses(server))
         outcome = await replay_url(
             plan,
@@ -396,7 +396,7 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
         await killer
         return outcome
 
-    with rbln.running_server(
+    with serve.running_server(
         argv, url, tmp_path / "server.log", ready_timeout_s=60, grace_s=2
     ) as server:
         outcome = asyncio.run(main(server))
@@ -423,7 +423,7 @@ def test_run_rbln_without_the_stack_fails_fast_saying_what_to_install(tmp_path: 
 
 def test_run_verb_against_an_unreachable_url_keeps_a_failed_record(tmp_path: Path) -> None:
     plan_path = write_plan(PLAN, tmp_path / "plan.json")
-    url = f"http://127.0.0.1:{rbln.free_port()}"
+    url = f"http://127.0.0.1:{serve.free_port()}"
     done = cli(
         "run",
         str(plan_path),

@@ -27,8 +27,9 @@ from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate.server import server_argv
 from rearrival.measure.emulate.truth import load_truth
-from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
+from rearrival.measure.rbln import compiled_artifact, run_rbln
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
+from rearrival.measure.serve import free_port, run_with_server
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import check_context
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN
