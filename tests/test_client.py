@@ -27,6 +27,7 @@ from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round,
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
+CACHED_PER_REQUEST = 16  # what the fake server reports for every request
 
 
 def plan_of(rows: list[tuple[int, int, int, float]], seed: int | None = 4) -> Plan:
@@ -64,7 +65,7 @@ async def good_stream(
     usage = {
         "prompt_tokens": len(body["prompt"]),
         "completion_tokens": body["max_tokens"],
-        "prompt_tokens_details": {"cached_tokens": 16},
+        "prompt_tokens_details": {"cached_tokens": CACHED_PER_REQUEST},
     }
     await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
@@ -72,15 +73,17 @@ async def good_stream(
 
 
 def fake_app(behaviour: Behaviour, seen: list[dict[str, Any]]) -> web.Application:
-    metrics = (
-        "# TYPE vllm:prompt_tokens_cached_total counter\nvllm:prompt_tokens_cached_total 32.0\n"
-    )
+    def metrics() -> str:
+        # the counter moves by the 16 cached tokens each streamed usage reports
+        cached = 32.0 + CACHED_PER_REQUEST * len(seen)
+        name = "vllm:prompt_tokens_cached_total"
+        return f"# TYPE {name} counter\n{name} {cached}\n"
 
     async def models(_request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "fake"}]})
 
     async def scrape(_request: web.Request) -> web.Response:
-        return web.Response(text=metrics)
+        return web.Response(text=metrics())
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -167,25 +170,28 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
         assert by_prompt[tuple(followup)]["max_tokens"] == s.followup_gen_tokens
         assert len(followup) == s.followup_prompt_tokens
 
-    records = {(r.session, r.turn): r for r in run.requests}
-    assert len(records) == 4
-    for (session, turn), r in records.items():
+    replies = {(r.record.session, r.record.round): r for r in run.replies}
+    assert len(replies) == 4
+    for (session, round_index), reply in replies.items():
+        r = reply.record
         assert r.send_s <= r.first_token_s <= r.complete_s
-        assert list(r.token_times_s) == sorted(r.token_times_s)
+        assert list(reply.token_times_s) == sorted(reply.token_times_s)
         assert (
             r.generated_tokens
-            == len(r.token_ids)
+            == len(reply.token_ids)
             == (
                 PLAN.sessions[session].gen_tokens
-                if turn == 0
+                if round_index == 0
                 else PLAN.sessions[session].followup_gen_tokens
             )
         )
-        assert r.cached_tokens == 16 and r.computed_tokens == r.prompt_tokens - 16
+        assert r.cached_tokens == CACHED_PER_REQUEST
+        assert r.computed_tokens == r.prompt_tokens - CACHED_PER_REQUEST
+    records = {key: reply.record for key, reply in replies.items()}
     # The follow-up waits the planned tool time (in plan seconds) after the completion.
     assert records[(0, 1)].send_s >= records[(0, 0)].complete_s + 2.0
-    cached = "vllm:prompt_tokens_cached_total"  # a static counter: before == after
-    assert run.metrics_after[cached] - run.metrics_before[cached] == 0.0
+    cached = "vllm:prompt_tokens_cached_total"
+    assert run.metrics_after[cached] - run.metrics_before[cached] == 4 * CACHED_PER_REQUEST
 
 
 def test_control_variant_sends_the_followup_without_waiting() -> None:
@@ -208,7 +214,8 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
     assert run.status == "complete" and run.expected_requests == MULTI.requests == 6
     key = client.plan_key(MULTI)
     by_prompt = {tuple(b["prompt"]): b for b in seen}
-    records = {(r.session, r.turn): r for r in run.requests}
+    replies = {(r.record.session, r.record.round): r for r in run.replies}
+    records = {key: reply.record for key, reply in replies.items()}
     assert sorted(records) == [(s, k) for s in (0, 1) for k in range(3)]
     for s in MULTI.sessions:
         transcript: list[int] = []
@@ -218,7 +225,7 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
             record = records[(s.session, k)]
             assert record.prompt_tokens == len(transcript) == s.prompts()[k]
             assert record.generated_tokens == r.gen_tokens
-            transcript += list(record.token_ids)
+            transcript += list(replies[(s.session, k)].token_ids)
             if k:  # each round leaves its gap (plan seconds) after the previous response
                 before = records[(s.session, k - 1)]
                 assert record.send_s >= before.complete_s + s.rounds[k - 1].gap_after_s
