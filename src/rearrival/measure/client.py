@@ -60,6 +60,10 @@ class ClientError(RearrivalError):
     """A request or scrape that failed; the message says which URL and what happened."""
 
 
+class UnreachableError(ClientError):
+    """Nothing answered at the URL (connection refused or timed out on every retry)."""
+
+
 @dataclass(frozen=True)
 class ReplayOptions:
     """How the client drives a server; validated so a typo cannot silently change a run.
@@ -241,7 +245,7 @@ async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
             await asyncio.sleep(0.1 * (attempt + 1))
         except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
             raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") from None
-    raise ClientError(
+    raise UnreachableError(
         f"cannot reach {url} ({_describe(last)}); start the server or fix the server URL"
     )
 

@@ -116,6 +116,15 @@ class ServerProcess:
             f"read {self.log_path}, or raise the readiness timeout"
         )
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the server to end by itself; its exit code, or
+        None while it still runs (``stop`` ends it either way)."""
+        assert self.process is not None, "start() first"
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
