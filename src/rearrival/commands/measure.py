@@ -50,6 +50,12 @@ def channels(
         values = run_channels(read_run(run_dir), costs)
         if as_json:
             typer.echo(json.dumps(values))
+        elif "a_elapsed_s" in values:  # a vLLM run: its steps' own elapsed times beside B
+            typer.echo(
+                f"{run_dir}: A(elapsed)={values['a_elapsed_s']:.6f} s B={values['b_s']:.6f} s "
+                f"r={values['r_elapsed_s']:.6f} s (A priced by the vLLM profile: "
+                "`rearrival.judge.channels.channels(record, step_cost=...)`)"
+            )
         else:
             typer.echo(
                 f"{run_dir}: A={values['a_s']:.6f} s (decode {values['a_decode_s']:.6f}"
