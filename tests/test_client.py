@@ -534,3 +534,40 @@ def test_run_verb_refuses_a_round_the_context_cannot_hold(tmp_path: Path) -> Non
     assert done.stderr.count("\n") == 1
     assert "plan.json: session 0 round 1: field 'new_tokens'" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_url_of_a_server_that_does_not_say_what_it_serves_is_refused(tmp_path: Path) -> None:
+    """--url at a vLLM-like server (no /rearrival/config): the run is refused, never
+    labelled with the emulator's configuration, and nothing is written."""
+    from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+    from rearrival.model.configuration import RblnConfiguration
+
+    async def main() -> str:
+        runner = web.AppRunner(fake_app(good_stream, []), shutdown_timeout=0.5)
+        await runner.setup()
+        port = serve.free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        url = f"http://127.0.0.1:{port}"
+        settings = BackendSettings(backend="emulated-http", url=url, time_scale=0.01)
+        run = RunRequest(
+            study="s",
+            plan=PLAN,
+            plan_path=Path("p.json"),
+            configuration=RblnConfiguration((1, 2, 4, 8), 8, name="baseline"),
+            variant="wait",
+            label="baseline-wait",
+            replicate=0,
+            seed=1,
+            condition_order=["baseline-wait"],
+            prereg={},
+        )
+        try:
+            with pytest.raises(client.ClientError, match="does not say what it serves") as err:
+                await asyncio.to_thread(run_backend, settings, run, tmp_path / "run")
+            return str(err.value)
+        finally:
+            await runner.cleanup()
+
+    message = asyncio.run(main())
+    assert "--backend vllm" in message and "HTTP 404" in message
+    assert not (tmp_path / "run").exists()

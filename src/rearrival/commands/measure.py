@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, VLLM
+
+if TYPE_CHECKING:
+    from rearrival.measure.vllm.backend import VllmSettings
+    from rearrival.model.configuration import VllmConfiguration
 
 
 def register(app: typer.Typer) -> None:
@@ -139,8 +143,13 @@ def run(
         typer.Option("--site-packages", help="rbln: where the patched vllm_rbln is installed."),
     ] = None,
     num_blocks: Annotated[
-        int, typer.Option("--num-blocks", help="vllm: KV pool in blocks, null block included.")
-    ] = 128,
+        int,
+        typer.Option(
+            "--num-blocks",
+            help="vllm: KV pool in blocks, null block included (it must hold one "
+            "--max-model-len sequence).",
+        ),
+    ] = 512,
     block_size: Annotated[
         int, typer.Option("--block-size", help="vllm: tokens per KV block (CPU: multiple of 32).")
     ] = 32,
@@ -254,8 +263,8 @@ def run(
 def _run_vllm(
     plan_path: Path,
     out: Path,
-    configuration: object,
-    vllm: object,
+    configuration: VllmConfiguration,
+    vllm: VllmSettings,
     *,
     variant: str,
     seed: int,
@@ -269,12 +278,12 @@ def _run_vllm(
 
     plan = load_plan(plan_path)
     plan.variant(variant)  # validates the variant name before anything starts
-    label = configuration.name  # type: ignore[attr-defined]
+    label = configuration.name
     request = RunRequest(
         study=study,
         plan=plan,
         plan_path=plan_path,
-        configuration=configuration,  # type: ignore[arg-type]
+        configuration=configuration,
         variant=variant,
         label=label,
         replicate=replicate if replicate is not None else (plan.meta.replicate or 0),
@@ -282,7 +291,7 @@ def _run_vllm(
         condition_order=[label],
         prereg={},
     )
-    written = run_backend(BackendSettings(backend=VLLM, vllm=vllm), request, out)  # type: ignore[arg-type]
+    written = run_backend(BackendSettings(backend=VLLM, vllm=vllm), request, out)
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(

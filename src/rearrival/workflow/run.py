@@ -107,11 +107,11 @@ def run_replicate(
             )
             run_backend(settings, run, staging / slot.label)
             written.append(out_dir / slot.label)
-        _refuse_failed_runs(staging, [slot.label for slot in slots], failed_dir)
+        refuse_failed_runs(staging, [slot.label for slot in slots], failed_dir)
     return written
 
 
-def _refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None) -> None:
+def refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None) -> None:
     """Raise, naming every run of the replicate that did not complete; keep their
     records under ``failed_dir`` (replacing an earlier attempt's)."""
     failures = []
