@@ -23,6 +23,7 @@ from rearrival.measure.client import (
     replay_sync,
     write_client_run,
 )
+from rearrival.measure.records import SERVER_LOG_FILE
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
 from rearrival.measure.vllm.iterations import IterationStepLog
 from rearrival.measure.vllm.model import ServedModel, load_served_model
@@ -94,9 +95,12 @@ def engine_entry(
     }
 
 
-def _failed(run: ClientRun, run_id: str, what: str, log_path: Path) -> ClientRun:
+def _failed(run: ClientRun, run_id: str, what: str, log_path: Path, kept: Path) -> ClientRun:
+    """The run cut short, its reason naming it and vLLM's own words; ``kept`` is where the
+    log will be (the run directory's server.log: the file being written is removed)."""
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    reason = f"run {run_id}: {what}; vLLM: {vllm_reason(log)} (server log: {log_path})"
+    what = what.replace(str(log_path), str(kept))
+    reason = f"run {run_id}: {what}; vLLM: {vllm_reason(log)} (server log: {kept})"
     return run.cut_short("failed" if not run.replies else "partial", reason)
 
 
@@ -152,7 +156,9 @@ def run_vllm(
     log_path.unlink(missing_ok=True)  # a rerun's log starts empty: its steps are its own
     url = f"http://127.0.0.1:{port}"
     options = ReplayOptions(seed=seed, vocab_size=model.vocab_size)
-    run = _serve_and_replay(plan, argv, url, log_path, variant, options, settings, run_id)
+    run = _serve_and_replay(
+        plan, argv, url, (log_path, out / SERVER_LOG_FILE), variant, options, settings, run_id
+    )
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
     outcome = write_client_run(
         out,
@@ -169,13 +175,15 @@ def _serve_and_replay(
     plan: Plan,
     argv: list[str],
     url: str,
-    log_path: Path,
+    logs: tuple[Path, Path],
     variant: str,
     options: ReplayOptions,
     settings: VllmSettings,
     run_id: str,
 ) -> ClientRun:
-    """Start, wait until ready, replay, stop; every failure as the run's reason."""
+    """Start, wait until ready, replay, stop; every failure as the run's reason.
+    ``logs``: the file the server writes, and where the run directory keeps it."""
+    log_path = logs[0]
     busy = port_in_use(int(url.rsplit(":", 1)[1]))
     server = ServerProcess(
         argv,
@@ -191,17 +199,17 @@ def _serve_and_replay(
     try:
         if busy:  # vLLM says so itself when it cannot bind; never poll the other server
             server.wait_exit(settings.ready_timeout_s)
-            return _failed(not_started, run_id, f"port {url} is already in use", log_path)
+            return _failed(not_started, run_id, f"port {url} is already in use", *logs)
         try:
             server.wait_ready()
         except ServerError as exc:
-            return _failed(not_started, run_id, f"server not ready: {exc}", log_path)
+            return _failed(not_started, run_id, f"server not ready: {exc}", *logs)
         run = replay_sync(plan, url, variant=variant, options=options)
         alive = server.alive()
     finally:
         server.stop()
     if run.status != "complete":
-        return _failed(run, run_id, run.reason or "the replay failed", log_path)
+        return _failed(run, run_id, run.reason or "the replay failed", *logs)
     if not alive:
-        return _failed(run, run_id, "the server exited during the run", log_path)
+        return _failed(run, run_id, "the server exited during the run", *logs)
     return run

@@ -33,7 +33,8 @@ NO_CAPTURE_SIZES = "none"
 # vLLM prefixes each line with its process, level, time and source: "(EngineCore pid=7)
 # ERROR 12-01 20:16:03 [core.py:1512] ".
 _PREFIX = re.compile(
-    r"^(?:\((?P<process>[\w:]+) pid=(?P<pid>\d+)\) )?(?:[A-Z]+ [\d-]+ [\d:]+ \[[^\]]*\] )?"
+    r"^(?:\((?P<process>[\w:]+) pid=(?P<pid>\d+)\) )?"
+    r"(?:(?P<level>[A-Z]+) [\d-]+ [\d:]+ \[[^\]]*\] )?"
 )
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception)): (?P<text>.+)$"
@@ -127,20 +128,27 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def _messages(lines: Sequence[str]) -> list[str]:
-    return [_PREFIX.sub("", line.rstrip()) for line in lines]
+def _messages(lines: Sequence[str]) -> list[tuple[str | None, str]]:
+    """(level or None for a raw line such as a traceback on stderr, message) per line."""
+    found = []
+    for line in lines:
+        match = _PREFIX.match(line)
+        level = match.group("level") if match else None
+        found.append((level, line[match.end() if match else 0 :].rstrip()))
+    return found
 
 
 def vllm_reason(log_text: str) -> str:
-    """vLLM's own reason for a failure, from its log: the first exception it reported
-    (the root cause: later ones are its consequences, e.g. EngineDeadError after a
-    worker's IndexError), else the last line that says anything."""
+    """vLLM's own reason for a failure, from its log: the first exception it reported as
+    an error (the root cause: later ones are its consequences, e.g. EngineDeadError after
+    a worker's IndexError; exceptions inside warnings are not failures), else the last
+    line that says anything."""
     messages = _messages(log_text.splitlines())
-    for message in messages:
+    for level, message in messages:
         found = _EXCEPTION.match(message.strip())
-        if found:
+        if found and level in (None, "ERROR", "CRITICAL"):
             return f"{found.group('name')}: {found.group('text').strip()}"[:400]
-    for message in reversed(messages):
+    for _, message in reversed(messages):
         text = message.strip()
         if text and not any(noise in text for noise in _NOISE) and not text.startswith("- "):
             return text[:400]
