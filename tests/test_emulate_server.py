@@ -442,11 +442,11 @@ def openai_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The official openai client against a fresh `rearrival emulate-server` on loopback."""
     from openai import OpenAI
 
-    port = rbln.free_port()
+    port = serve.free_port()
     argv = server_argv(EngineConfig((1, 2, 4, 8), 8), port=port, seed=SEED, time_scale=0.01)
     url = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("openai") / "server.log"
-    with rbln.running_server(argv, url, log, ready_timeout_s=60, grace_s=5):
+    with serve.running_server(argv, url, log, ready_timeout_s=60, grace_s=5):
         yield OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
 
 
