@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, VLLM
 
 if TYPE_CHECKING:
@@ -16,8 +17,8 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    app.command("channels")(channels)
-    app.command("run")(run)
+    app.command("channels", rich_help_panel=PIPELINE_PANEL)(channels)
+    app.command("run", rich_help_panel=PIPELINE_PANEL)(run)
     app.command("emulate-server")(emulate_server)
 
 
