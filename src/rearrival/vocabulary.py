@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, hardware.
-EMULATED, EMULATED_HTTP, RBLN = "emulated", "emulated-http", "rbln"
-BACKENDS = (EMULATED, EMULATED_HTTP, RBLN)
+# Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, RBLN
+# hardware, and a real vLLM server (§15; its CPU build runs anywhere).
+EMULATED, EMULATED_HTTP, RBLN, VLLM = "emulated", "emulated-http", "rbln", "vllm"
+BACKENDS = (EMULATED, EMULATED_HTTP, RBLN, VLLM)
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,11 @@ BACKEND_STAGES = {
     EMULATED: BackendStages(device=False, compiles=False, injection=True),
     EMULATED_HTTP: BackendStages(device=False, compiles=False, injection=False),
     RBLN: BackendStages(device=True, compiles=True, injection=False),
+    # vLLM's CPU build, a server per run; nothing to compile ahead (no RBLN artifacts)
+    VLLM: BackendStages(device=False, compiles=False, injection=False),
 }
-# The only backend with a prefill-injection driver; `all` leaves the injection out on
-# the others.
+# The only backend with a prefill-injection driver (paper III-C); `all` leaves the
+# injection out on the others.
 (INJECTION_BACKEND,) = (name for name, stages in BACKEND_STAGES.items() if stages.injection)
 
 # Workload variants of a plan (docs/DESIGN.md §2): the measured tool wait, no wait, one equal wait.

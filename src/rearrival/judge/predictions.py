@@ -22,7 +22,7 @@ from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.kvslots import Eviction
 from rearrival.model.simulator.sim import SimConfig, SimResult, simulate
-from rearrival.model.simulator.sim_types import RequestRecord
+from rearrival.model.simulator.sim_types import PredictedRequest
 from rearrival.vocabulary import PREDICTION, RULE_SETS
 
 
@@ -104,7 +104,7 @@ def predict_study(
                         evictions += [key | asdict(e) for e in result.evictions]
     return StudyPredictions(
         pd.DataFrame(rows),
-        pd.DataFrame(requests, columns=[*KEY_COLUMNS, *_fields(RequestRecord)]),
+        pd.DataFrame(requests, columns=[*KEY_COLUMNS, *_fields(PredictedRequest)]),
         pd.DataFrame(evictions, columns=[*KEY_COLUMNS, *_fields(Eviction)]),
     )
 
