@@ -9,19 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rearrival.commands.profile import PROFILE_HELP
+
 if TYPE_CHECKING:
     from rearrival.search.outputs import OutputPaths
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
-ProfileOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--profile",
-        help="Profile YAML to predict with (default: the config's profile:, "
-        "published | calibrated | PATH).",
-    ),
-]
+ProfileOption = Annotated[Path | None, typer.Option("--profile", help=PROFILE_HELP)]
+# ctx.obj key set on the ``rearrival study search`` group: a workflow stage, whose profile
+# is the one its rule passes (a missing calibration is an error, never the published one).
+STAGE = "workflow_stage"
 
 
 def _file_option(flag: str, default_name: str) -> typer.models.OptionInfo:
@@ -74,15 +72,19 @@ def _no_collection_passes() -> None:
     gc.disable()
 
 
-def _profile(cfg, path: Path | None):
-    """The profile a search or advice predicts with: --profile, else the config's choice,
-    checked against the config's model either way."""
+def _profile(cfg, path: Path | None, ctx: typer.Context | None = None):
+    """The profile a search or advice predicts with, checked against the config's model:
+    in a workflow stage --profile, else the config's choice; run by hand, the rule of
+    ``rearrival.commands.profile`` (announced in one line on stderr)."""
     from dataclasses import replace
 
-    chosen = cfg.measurement
-    if path is not None:
-        chosen = replace(chosen, profile=str(path))
-    return chosen.prediction_profile()
+    from rearrival.commands.profile import choose_profile
+
+    given = None if path is None else str(path)
+    if ((ctx.obj if ctx is not None else None) or {}).get(STAGE):
+        chosen = cfg.measurement if given is None else replace(cfg.measurement, profile=given)
+        return chosen.prediction_profile()
+    return choose_profile(cfg.measurement, given).announce()
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -221,13 +223,15 @@ def search(
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir
 
-        summary = search_plan_dir(cfg, plans_dir, paths, workers, _profile(cfg, profile), overrides)
+        summary = search_plan_dir(
+            cfg, plans_dir, paths, workers, _profile(cfg, profile, ctx), overrides
+        )
     else:
         from rearrival.search.run import run_search
 
         plans_out = plans_out or out / "plans"
         summary = run_search(
-            cfg, paths, plans_out, workers, _profile(cfg, profile), overrides, study
+            cfg, paths, plans_out, workers, _profile(cfg, profile, ctx), overrides, study
         )
     typer.echo(summary_lines(paths.summary.parent if out is None else out, summary))
 
@@ -289,7 +293,7 @@ def shard(
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
-    costs = _profile(cfg, profile)
+    costs = _profile(cfg, profile, ctx)
     frame = run_shard(
         search_candidates(settings, costs),
         read_plans(plans_dir, settings),
@@ -341,7 +345,7 @@ def merge(
             raise SearchError(
                 f"{path}: not a readable shard file ({exc}); re-run `rearrival search shard`"
             ) from exc
-    costs = _profile(cfg, profile)
+    costs = _profile(cfg, profile, ctx)
     summary = write_outputs(
         combine_shards(frames),
         search_candidates(settings, costs),
@@ -459,10 +463,10 @@ def advise(
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
-def search_app() -> typer.Typer:
+def search_app(stage: bool = False) -> typer.Typer:
     """The ``search`` group: everything at once, or its plans, shard and merge stages
-    (also ``rearrival study search``, which the search rules call)."""
-    group = typer.Typer(invoke_without_command=True)
+    (also ``rearrival study search``, which the search rules call: ``stage``)."""
+    group = typer.Typer(invoke_without_command=True, context_settings={"obj": {STAGE: stage}})
     group.callback()(search)
     group.command("plans")(plans)
     group.command("shard")(shard)

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from rearrival.commands.profile import PROFILE_HELP
+
+DEFAULT_CONFIG = Path("config/config.yaml")
 
 def parse_buckets(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8); anything else is a one-line error naming --buckets."""
@@ -47,7 +50,13 @@ def register(app: typer.Typer) -> None:
             help="Workload variant of the plan: wait, control (no tool wait) or equal (mean wait).",
         ),
         profile_path: Path | None = typer.Option(  # noqa: B008
-            None, "--profile", help="Profile YAML (default: measured RBLN-CA25)."
+            None, "--profile", help=PROFILE_HELP
+        ),
+        config_file: Path = typer.Option(  # noqa: B008
+            DEFAULT_CONFIG,
+            "--config",
+            help="Study definition whose profile: and model: choose the constants "
+            "(none in this directory: the published constants).",
         ),
         as_json: bool = typer.Option(
             False, "--json", help="One summary JSON object per plan per line, sorted keys."
@@ -56,11 +65,13 @@ def register(app: typer.Typer) -> None:
         """Predict decode steps, reuse and device time of plans on one configuration.
 
         Runs the predictor simulator of paper Section IV (docs/DESIGN.md §4) on each plan.
+        A plan whose transcript outgrows the profile's maximum sequence length is refused:
+        its costs were never measured there.
         """
         import json
 
-        from rearrival.model.cost.profile import load_profile
-        from rearrival.model.plans.plan import load_plan
+        from rearrival.commands.profile import profile_for_config
+        from rearrival.model.plans.plan import check_context, load_plan
         from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
 
         try:
@@ -74,8 +85,13 @@ def register(app: typer.Typer) -> None:
         except SimConfigError as exc:  # the library names fields; name their options
             flags = ", ".join("--" + name.replace("_", "-") for name in exc.fields)
             raise SimConfigError(f"{flags}: {exc}" if flags else str(exc)) from None
-        profile = load_profile(profile_path)
+        given = None if profile_path is None else str(profile_path)
+        chosen = profile_for_config(config_file, given, config_file != DEFAULT_CONFIG)
+        profile = chosen.announce()
         loaded = [load_plan(path).variant(variant) for path in plans]
+        for path, plan in zip(plans, loaded, strict=True):
+            where = f"{path} (profile measured at {profile.slot_tokens:,} tokens)"
+            check_context(plan, profile.slot_tokens, where)
         for path, plan in zip(plans, loaded, strict=True):
             summary = simulate(plan, config, profile).summary()
             if as_json:

@@ -300,8 +300,14 @@ def advise(
         "inputs": source,
         "n": list(n_set),
         "recommendation_source": pick_source,
+        "profile": profile.identity(),
         **result,
     }
+
+
+def profile_phrase(identity: dict[str, str]) -> str:
+    """The profile an advice was priced with, as its Markdown names it."""
+    return f"{identity['name']} ({identity['version']}, sha256 {identity['sha256']})"
 
 
 def _config_cell(entry: dict[str, Any]) -> str:
@@ -358,6 +364,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "",
         f"Inputs: {advice['inputs']}; evaluated at N {n_text}. Predictions of the base "
         "simulator, not measurements.",
+        f"Profile: {profile_phrase(advice['profile'])}.",
         *[f"- {note}" for note in advice.get("workload_notes", [])],
         "",
         "## 1. Baseline losses",

@@ -65,6 +65,7 @@ def summarize(
         **resource_costs(pick, profile),
         "n_buckets": pick.n_buckets,
         "search_n": list(settings.n),
+        "profile": profile.identity(),
     }
     every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
     memory = device_memory(profile)
@@ -72,6 +73,7 @@ def summarize(
     top = table.head(settings.top)
     full = comparison[n_label(settings.n)]
     summary = {
+        "profile": profile.identity(),
         "candidates": {
             "max_buckets": settings.max_buckets,
             "max_buckets_note": "counts every bucket including 1 and batch_size; the "

@@ -228,6 +228,7 @@ def advise_trace(
         ),
         "n": list(n_set),
         "recommendation_source": source,
+        "profile": profile.identity(),
         "workload_notes": imported.summary_lines(),
         "import": {
             "source": imported.source,
