@@ -133,10 +133,10 @@ def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Pat
     ]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["selected"]["configuration"]["id"] == "8:1,4,8"
     result = runner.invoke(app, args)
-    assert result.exit_code == 0 and result.output.startswith("# What to compile")
+    assert result.exit_code == 0 and result.stdout.startswith("# What to compile")
 
 
 def test_search_option_takes_the_directory_or_selected_json(
@@ -159,7 +159,7 @@ def test_search_option_takes_the_directory_or_selected_json(
             ],
         )
         assert result.exit_code == 0, result.output
-        data = json.loads(result.output)
+        data = json.loads(result.stdout)
         assert data["selected"]["configuration"]["id"] == "8:1,4,8"
         assert data["recommendation_source"].startswith(str(search / "selected.json"))
 

@@ -139,10 +139,8 @@ def test_advise_records_the_profile_in_json_and_markdown(checkout) -> None:
 def test_the_workflow_stage_keeps_the_configured_profile(checkout) -> None:
     """`rearrival study search` is a workflow stage: profile: calibrated without its file
     is an error there, never the published constants."""
-    result = runner.invoke(app, ["study", "search", "shard", "--plans", "p", "--shard", "0"] + [
-        "--out",
-        "s.parquet",
-    ])
+    shard = ["shard", "--plans", "p", "--shard", "0", "--out", "s.parquet"]
+    result = runner.invoke(app, ["study", "search", *shard])
     assert result.exit_code != 0
     assert "cannot read the profile" in str(result.exception)
 

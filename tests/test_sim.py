@@ -489,7 +489,7 @@ def test_cli_prints_one_sorted_summary_per_plan(plan_files, small_plan):
         ["simulate", *map(str, plan_files), "--buckets", "1,2,4,8", "--batch-size", "8", "--json"]
     )
     assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+    lines = result.stdout.strip().splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
     assert list(first) == sorted(SUMMARY_KEYS)
@@ -515,7 +515,7 @@ def test_cli_variants_and_slots_reach_the_config(plan_files, small_plan):
     assert result.exit_code == 0, result.output
     cfg = SimConfig(slots=3, release="immediate", dummy_block="pre-evict")
     expected = simulate(small_plan.variant("control"), cfg).summary()
-    assert json.loads(result.output) == json.loads(json.dumps(expected))
+    assert json.loads(result.stdout) == json.loads(json.dumps(expected))
 
 
 @pytest.mark.parametrize(
@@ -565,7 +565,7 @@ def test_cli_simulates_a_multi_round_json_plan(tmp_path):
     path.write_text(json.dumps({"sessions": sessions}))
     result = _cli(["simulate", str(path), "--json", "--dummy-block", "reserved"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert list(summary) == sorted(SUMMARY_KEYS)
     assert (summary["prefill_steps"], summary["re_arrivals"]) == (9, 6)
     assert summary["decode_steps"] >= 4 + 3 + 5  # at least one session's G - 1 per round

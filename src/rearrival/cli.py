@@ -39,8 +39,7 @@ def version() -> None:
     choice = profile_for_config(Path("config/config.yaml"), None, config_given=False)
     typer.echo(f"rearrival {__version__}")
     typer.echo(
-        f"profile of simulate, search and advise here: {choice.profile.description()}: "
-        f"{choice.why}"
+        f"profile of simulate, search and advise here: {choice.profile.description()}: {choice.why}"
     )
 
 

@@ -13,7 +13,8 @@ Inside the workflow a stage is given its profile file by its rule and a missing 
 error (``rearrival.workflow.profile``); the fallback in 2 is only for verbs run by hand, so
 a fresh clone can follow the README before any calibration has run. The line goes to
 stderr, so ``--json`` output stays machine-readable; the search and advise outputs record
-the profile's name and sha256 as well (``Profile.identity``).
+the profile's name and sha256 as well (``Profile.identity``). A verb prints the line once
+its work is done, so a refusal is still the one line of its error.
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ class ProfileChoice:
 
     profile: Profile
     why: str
+    stage: bool = False  # a workflow stage's profile: its log needs no line about it
 
     def line(self) -> str:
         return f"rearrival: profile: {self.profile.description()}: {self.why}"
 
-    def announce(self) -> Profile:
-        """Print the line on stderr and hand over the profile."""
-        typer.echo(self.line(), err=True)
-        return self.profile
+    def announce(self) -> None:
+        """Print the line on stderr; verbs do so once their work is done, so a refusal
+        stays the one line it is."""
+        if not self.stage:
+            typer.echo(self.line(), err=True)
 
 
 def choose_profile(measurement: MeasurementSettings, given: str | None) -> ProfileChoice:
@@ -58,7 +61,8 @@ def choose_profile(measurement: MeasurementSettings, given: str | None) -> Profi
     if given is not None:
         choice, why = given, f"--profile {given}"
     else:
-        choice, why = measurement.profile, f"{measurement.source} says profile: {measurement.profile}"
+        choice = measurement.profile
+        why = f"{measurement.source} says profile: {choice}"
     if choice == CALIBRATED and not CALIBRATED_PROFILE.is_file():
         choice = PUBLISHED
         why = (

@@ -12,6 +12,7 @@ import typer
 from rearrival.commands.profile import PROFILE_HELP
 
 if TYPE_CHECKING:
+    from rearrival.commands.profile import ProfileChoice
     from rearrival.search.outputs import OutputPaths
 
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -72,19 +73,19 @@ def _no_collection_passes() -> None:
     gc.disable()
 
 
-def _profile(cfg, path: Path | None, ctx: typer.Context | None = None):
+def _profile(cfg, path: Path | None, ctx: typer.Context | None = None) -> ProfileChoice:
     """The profile a search or advice predicts with, checked against the config's model:
-    in a workflow stage --profile, else the config's choice; run by hand, the rule of
-    ``rearrival.commands.profile`` (announced in one line on stderr)."""
+    in a workflow stage --profile, else the config's choice (a missing file is an error);
+    run by hand, the rule of ``rearrival.commands.profile``."""
     from dataclasses import replace
 
-    from rearrival.commands.profile import choose_profile
+    from rearrival.commands.profile import ProfileChoice, choose_profile
 
     given = None if path is None else str(path)
     if ((ctx.obj if ctx is not None else None) or {}).get(STAGE):
         chosen = cfg.measurement if given is None else replace(cfg.measurement, profile=given)
-        return chosen.prediction_profile()
-    return choose_profile(cfg.measurement, given).announce()
+        return ProfileChoice(chosen.prediction_profile(), "", stage=True)
+    return choose_profile(cfg.measurement, given)
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -220,19 +221,17 @@ def search(
         "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
     )
     cfg = load_study_config(config)
+    chosen = _profile(cfg, profile, ctx)
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir
 
-        summary = search_plan_dir(
-            cfg, plans_dir, paths, workers, _profile(cfg, profile, ctx), overrides
-        )
+        summary = search_plan_dir(cfg, plans_dir, paths, workers, chosen.profile, overrides)
     else:
         from rearrival.search.run import run_search
 
         plans_out = plans_out or out / "plans"
-        summary = run_search(
-            cfg, paths, plans_out, workers, _profile(cfg, profile, ctx), overrides, study
-        )
+        summary = run_search(cfg, paths, plans_out, workers, chosen.profile, overrides, study)
+    chosen.announce()
     typer.echo(summary_lines(paths.summary.parent if out is None else out, summary))
 
 
@@ -293,7 +292,8 @@ def shard(
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
-    costs = _profile(cfg, profile, ctx)
+    chosen = _profile(cfg, profile, ctx)
+    costs = chosen.profile
     frame = run_shard(
         search_candidates(settings, costs),
         read_plans(plans_dir, settings),
@@ -304,6 +304,7 @@ def shard(
         costs,
     )
     write_frame(frame, out)
+    chosen.announce()
     typer.echo(
         f"{out}: shard {index}/{count}, {frame['candidate'].nunique()} candidates, "
         f"{len(frame)} rows"
@@ -345,7 +346,8 @@ def merge(
             raise SearchError(
                 f"{path}: not a readable shard file ({exc}); re-run `rearrival search shard`"
             ) from exc
-    costs = _profile(cfg, profile, ctx)
+    chosen = _profile(cfg, profile, ctx)
+    costs = chosen.profile
     summary = write_outputs(
         combine_shards(frames),
         search_candidates(settings, costs),
@@ -354,6 +356,7 @@ def merge(
         paths,
         costs,
     )
+    chosen.announce()
     typer.echo(f"{out_dir or paths.selected}: selected {summary['selected']['id']}")
 
 
@@ -433,7 +436,8 @@ def advise(
     _no_collection_passes()
     cfg = load_study_config(config)
     n_set = _int_list("--n", n)
-    costs = _profile(cfg, profile)
+    chosen = _profile(cfg, profile)
+    costs = chosen.profile
     if trace is None:
         advice = make_advice(
             cfg,
@@ -460,6 +464,7 @@ def advise(
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)
             raise typer.Exit(1) from None
+    chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
