@@ -92,6 +92,9 @@ def plan(
     several tool calls (docs/DESIGN.md "Plans")."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
+    from rearrival.limits import MAX_SESSIONS, SESSIONS_WHY, check_at_most
+
+    check_at_most("--n", n, MAX_SESSIONS, SESSIONS_WHY)
     from rearrival.model.plans.plan import write_plan
     from rearrival.model.plans.plangen import PlanGenError, generate_multi_round_plan, generate_plan
 
@@ -155,6 +158,10 @@ def tools_show(
 ) -> None:
     """Print the tool table and a sampled share under 1 s and share capped at 60 s."""
     import random
+
+    from rearrival.limits import DRAWS_WHY, MAX_DRAWS, check_at_most
+
+    check_at_most("--draws", draws, MAX_DRAWS, DRAWS_WHY)
 
     table = _shown_table(source)
     typer.echo(f"source: {table.source}")

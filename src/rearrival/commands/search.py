@@ -232,7 +232,14 @@ def search(
         plans_out = plans_out or out / "plans"
         summary = run_search(cfg, paths, plans_out, workers, chosen.profile, overrides, study)
     chosen.announce()
+    warn(summary["caveats"])
     typer.echo(summary_lines(paths.summary.parent if out is None else out, summary))
+
+
+def warn(caveats: list[dict]) -> None:
+    """What the answer cannot tell (rearrival.search.caveats), one line each on stderr."""
+    for caveat in caveats:
+        typer.echo(f"rearrival: warning: {caveat['message']}", err=True)
 
 
 def summary_lines(out: Path, summary: dict) -> str:
@@ -357,6 +364,7 @@ def merge(
         costs,
     )
     chosen.announce()
+    warn(summary["caveats"])
     typer.echo(f"{out_dir or paths.selected}: selected {summary['selected']['id']}")
 
 
@@ -426,6 +434,7 @@ def advise(
     slots would still help and fit."""
     from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
+    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
     from rearrival.model.plans.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
@@ -433,6 +442,7 @@ def advise(
 
     if trace is not None and plans_dir is not None:
         raise SearchError("options --trace and --plans both give the inputs; pass one")
+    check_at_most("--resamples", resamples, MAX_RESAMPLES, RESAMPLES_WHY)
     _no_collection_passes()
     cfg = load_study_config(config)
     n_set = _int_list("--n", n)
