@@ -573,3 +573,19 @@ def test_cli_simulates_a_multi_round_json_plan(tmp_path):
     assert summary == json.loads(json.dumps(expected))
     text = _cli(["simulate", str(path)])
     assert text.exit_code == 0 and "reuse=" in text.output and "/6 " in text.output
+
+
+def test_cli_refuses_a_plan_the_profile_cannot_price(tmp_path):
+    """A round of a billion tokens (issue 29, item 7): the profile was measured at 8,192
+    tokens, so the plan is refused naming the session and round, not priced at 1e10 s."""
+    path = tmp_path / "huge.json"
+    rounds = [
+        {"new_tokens": 1000, "gen_tokens": 5, "gap_after_s": 0.5, "tool_name": "Bash"},
+        {"new_tokens": 1_000_000_000, "gen_tokens": 5, "gap_after_s": 0.0, "tool_name": ""},
+    ]
+    path.write_text(json.dumps({"sessions": [{"session": 0, "start_s": 0.0, "rounds": rounds}]}))
+    result = _cli(["simulate", str(path)])
+    assert result.exit_code != 0 and result.stdout == ""
+    message = str(result.exception)
+    assert str(path) in message and "session 0 round 1" in message
+    assert "8,192" in message and "1000001010 tokens" in message
