@@ -215,7 +215,7 @@ def test_trace_sessions_are_bounded_by_the_trace(tmp_path) -> None:
     """plans from-trace samples without replacement: at most the trace's own sessions."""
     trace = ["plans", "from-trace", str(TRACELAB_SAMPLE), "--out", str(tmp_path / "o")]
     result = runner.invoke(app, [*trace, "--sessions", "1000000000", "--token-scale", "0.15"])
-    assert result.exit_code == 1 and "the trace has 2 sessions" in result.output
+    assert result.exit_code == 2 and "the trace has 2 sessions" in result.output
 
 
 def test_the_cli_refuses_in_one_line_with_exit_code_2(tmp_path, config) -> None:

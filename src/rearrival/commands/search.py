@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rearrival.commands.panels import PanelledGroup
 from rearrival.commands.profile import PROFILE_HELP
 
 if TYPE_CHECKING:
@@ -473,7 +474,7 @@ def advise(
             )
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(2) from None
     chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
@@ -481,7 +482,9 @@ def advise(
 def search_app(stage: bool = False) -> typer.Typer:
     """The ``search`` group: everything at once, or its plans, shard and merge stages
     (also ``rearrival study search``, which the search rules call: ``stage``)."""
-    group = typer.Typer(invoke_without_command=True, context_settings={"obj": {STAGE: stage}})
+    group = typer.Typer(
+        cls=PanelledGroup, invoke_without_command=True, context_settings={"obj": {STAGE: stage}}
+    )
     group.callback()(search)
     group.command("plans")(plans)
     group.command("shard")(shard)

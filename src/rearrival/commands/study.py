@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL, PanelledGroup
+
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
 Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
@@ -146,8 +148,13 @@ def run(
         Path | None, typer.Option("--compiled", help="Compile record of the study (backend rbln).")
     ] = None,
     prereg: PreregRecord = None,
+    failed_runs: Annotated[
+        Path | None,
+        typer.Option("--failed-runs", help="Keep the records of runs that did not complete here."),
+    ] = None,
 ) -> None:
-    """Run every condition of one replicate in its seeded shuffled order."""
+    """Run every condition of one replicate in its seeded shuffled order; a run that does
+    not complete fails the stage (its record kept under --failed-runs)."""
     from rearrival.workflow.run import run_replicate
 
     with _naming_selected():
@@ -162,6 +169,7 @@ def run(
             selected_path=selected,
             compile_record=compiled,
             prereg_path=prereg,
+            failed_dir=failed_runs,
         )
     for path in paths:
         typer.echo(str(path))
@@ -279,6 +287,7 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.search import search_app
 
     study_app = typer.Typer(
+        cls=PanelledGroup,
         help="Pipeline stages (one per Snakemake rule; called by the Snakefile).",
         no_args_is_help=True,
     )
@@ -301,4 +310,4 @@ def register(app: typer.Typer) -> None:
     study_app.add_typer(
         search_app(stage=True), name="search", help="The configuration search stages."
     )
-    app.add_typer(study_app, name="study")
+    app.add_typer(study_app, name="study", rich_help_panel=PIPELINE_PANEL)
