@@ -54,7 +54,9 @@ def _multi_round_spec(rounds: str | None, new_tokens: str | None, spread: float 
 
 
 def plan(
-    n: Annotated[int, typer.Option("--n", help="Sessions in the plan (concurrency N).")],
+    n: Annotated[
+        int, typer.Option("--n", help="Sessions in the plan (concurrency N), at most 1,024.")
+    ],
     study_seed: Annotated[int, typer.Option("--study-seed", help="The study's seed.")],
     replicate: Annotated[int, typer.Option("--replicate", help="Replicate index (0..).")],
     out: Annotated[Path, typer.Option("--out", help="Plan file to write (.parquet|.json).")],
@@ -155,7 +157,9 @@ def tools_show(
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling check.")] = 0,
-    draws: Annotated[int, typer.Option("--draws", min=1, help="Draws for the check.")] = 100_000,
+    draws: Annotated[
+        int, typer.Option("--draws", min=1, help="Draws for the check (at most 1,000,000).")
+    ] = 100_000,
 ) -> None:
     """Print the tool table and a sampled share under 1 s and share capped at 60 s."""
     import random

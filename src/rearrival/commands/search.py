@@ -22,6 +22,10 @@ ProfileOption = Annotated[Path | None, typer.Option("--profile", help=PROFILE_HE
 # ctx.obj key set on the ``rearrival study search`` group: a workflow stage, whose profile
 # is the one its rule passes (a missing calibration is an error, never the published one).
 STAGE = "workflow_stage"
+WORKERS_HELP = (
+    "Worker processes (each holds its own copy of the candidates' tables; counted in the "
+    "search's memory bound of 2 GiB)."
+)
 
 
 def _file_option(flag: str, default_name: str) -> typer.models.OptionInfo:
@@ -147,20 +151,22 @@ def search(
         ),
     ] = None,
     config: ConfigOption = DEFAULT_CONFIG,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 2,
+    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
     n: Annotated[
         str | None,
         typer.Option(
             "--n",
-            help="Concurrency levels of the inputs, e.g. 16,32,48 (default: search.n); "
-            "restricted N sets not inside it are dropped.",
+            help="Concurrency levels of the inputs, e.g. 16,32,48, each at most 1,024 "
+            "(default: search.n); restricted N sets not inside it are dropped.",
         ),
     ] = None,
     batch_sizes: Annotated[
         str | None,
         typer.Option(
             "--batch-sizes",
-            help="Candidate batch sizes, e.g. 16,24,32,40,48 (default: search.batch_sizes).",
+            help="Candidate batch sizes, e.g. 16,24,32,40,48, each at most 1,024 (default: "
+            "search.batch_sizes); the space is counted first and at most 100,000 candidates "
+            "are scored.",
         ),
     ] = None,
     max_buckets: Annotated[
@@ -289,7 +295,7 @@ def shard(
         int | None,
         typer.Option("--shards", min=1, help="Shard count (default: search.shards of the config)."),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 1,
     profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
@@ -375,8 +381,8 @@ def advise(
         str | None,
         typer.Option(
             "--n",
-            help="Concurrency levels, e.g. 6,8,10 (default: the search's own N set; a "
-            "different set than --search's is refused).",
+            help="Concurrency levels, e.g. 6,8,10, each at most 1,024 (default: the "
+            "search's own N set; a different set than --search's is refused).",
         ),
     ] = None,
     plans_dir: Annotated[
@@ -404,7 +410,9 @@ def advise(
     ] = 0,
     resamples: Annotated[
         int,
-        typer.Option("--resamples", min=1, help="With --trace: bootstrap session sets."),
+        typer.Option(
+            "--resamples", min=1, help="With --trace: bootstrap session sets (at most 10,000)."
+        ),
     ] = 100,
     search_dir: Annotated[
         Path | None,
@@ -414,9 +422,7 @@ def advise(
             "run the search now.",
         ),
     ] = None,
-    workers: Annotated[
-        int, typer.Option("--workers", min=1, help="Worker processes for the search.")
-    ] = 2,
+    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print JSON instead of Markdown.")
     ] = False,

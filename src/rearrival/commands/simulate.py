@@ -224,10 +224,12 @@ def register(app: typer.Typer) -> None:
             None, "--buckets", help="RBLN: compiled decode buckets (default 1,2,4,8)."
         ),
         batch_size: int | None = typer.Option(
-            None, "--batch-size", help="RBLN: largest bucket and execution limit (default 8)."
+            None,
+            "--batch-size",
+            help="RBLN: largest bucket and execution limit (default 8, at most 1,024).",
         ),
         slots: int | None = typer.Option(
-            None, "--slots", help="RBLN: KV slots (default: batch size)."
+            None, "--slots", help="RBLN: KV slots (default: batch size; at most 1,024)."
         ),
         release: str | None = typer.Option(
             None,
@@ -246,10 +248,12 @@ def register(app: typer.Typer) -> None:
             None, "--block-size", help="vLLM: tokens per KV block."
         ),
         num_blocks: int | None = typer.Option(
-            None, "--num-blocks", help="vLLM: KV pool in blocks, the null block included."
+            None,
+            "--num-blocks",
+            help="vLLM: KV pool in blocks, the null block included (at most 1,048,576).",
         ),
         max_num_seqs: int | None = typer.Option(
-            None, "--max-num-seqs", help="vLLM: most requests running at once."
+            None, "--max-num-seqs", help="vLLM: most requests running at once (at most 1,024)."
         ),
         max_num_batched_tokens: int | None = typer.Option(
             None, "--max-num-batched-tokens", help="vLLM: token budget of one step."
