@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TRACELAB_SAMPLE, config_with_search, random_plan
+import yaml
+from conftest import REPO, TRACELAB_SAMPLE, config_with_search, random_plan
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -55,6 +56,12 @@ def refusal(args: list[str], *needles: str) -> str:
     for needle in needles:
         assert needle in message, message
     return message
+
+
+def test_the_session_bound_is_the_schemas_bound_on_a_study() -> None:
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    study = schema["properties"]["studies"]["additionalProperties"]["properties"]
+    assert study["n"]["items"]["maximum"] == MAX_SESSIONS
 
 
 # --- the search space is counted, never enumerated to be sized ----------------------------
