@@ -90,7 +90,8 @@ def test_a_mistyped_batch_size_is_removed_by_its_size_alone(tmp_path, config) ->
 
 
 def search(config: str, *options: str) -> list[str]:
-    return ["search", *options, "--out", "o", "--config", config]
+    """A search writing beside its config (in the test's directory), were it not refused."""
+    return ["search", *options, "--out", str(Path(config).parent / "o"), "--config", config]
 
 
 def test_a_space_over_the_candidate_bound_is_refused(config) -> None:
