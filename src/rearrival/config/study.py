@@ -27,7 +27,7 @@ from rearrival.config.injection import InjectionSettings
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.workload import Workload, workload_from_mapping
 from rearrival.errors import StageError
-from rearrival.model.buckets import bucket_set_problem
+from rearrival.model.buckets import bucket_set_problem, size_problem
 from rearrival.model.plans.tools import ToolTable, default_tool_table, load_summary_json
 from rearrival.vocabulary import EMULATED
 
@@ -64,6 +64,9 @@ def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configurat
     if problem is not None:
         raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
     slots = int(raw["slots"]) if "slots" in raw else batch_size  # docs/DESIGN.md §1
+    too_many = size_problem("slots", slots)
+    if too_many is not None:
+        raise StudyConfigError(f"{where}: {name}.slots: {too_many}")
     return Configuration(name, buckets, batch_size, slots)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from rearrival.limits import BATCH_SIZE_WHY, MAX_BATCH_SIZE, bound_problem
+
 
 def is_integer(value: object) -> bool:
     """An int that is not a bool (True == 1 would pass as a batch size)."""
@@ -27,6 +29,12 @@ def select_bucket(n: int, buckets: tuple[int, ...]) -> int:
     if index == len(buckets):
         raise ValueError(f"{n} running requests exceed the largest bucket {buckets[-1]}")
     return buckets[index]
+
+
+def size_problem(name: str, value: int) -> str | None:
+    """A batch size or KV slot count over ``MAX_BATCH_SIZE``, or None: a configuration's
+    tables (bucket map, step times, slots) grow with it."""
+    return bound_problem(name, value, MAX_BATCH_SIZE, BATCH_SIZE_WHY)
 
 
 def sizes_problem(buckets: tuple[int, ...], what: str, example: str) -> str | None:
@@ -47,6 +55,9 @@ def bucket_set_problem(buckets: tuple[int, ...], batch_size: int) -> str | None:
     """
     if not is_integer(batch_size) or batch_size < 1:
         return f"batch_size {batch_size!r} must be a positive integer"
+    too_large = size_problem("batch_size", batch_size)
+    if too_large is not None:
+        return too_large
     if not buckets:
         return f"buckets {list(buckets)} must be positive integers such as 1,2,4,8"
     problem = sizes_problem(buckets, "buckets", "1,2,4,8")

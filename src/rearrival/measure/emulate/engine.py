@@ -24,7 +24,7 @@ from rearrival.measure.emulate.truth import (
     true_prefill_s,
 )
 from rearrival.measure.steplog import format_bucket_line
-from rearrival.model.buckets import bucket_set_problem, select_bucket
+from rearrival.model.buckets import bucket_set_problem, select_bucket, size_problem
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.simulator.kvslots import Eviction
 from rearrival.vocabulary import (
@@ -58,6 +58,9 @@ class EngineConfig:
             raise EmulateError(f"engine buckets/batch_size: {problem}")
         if self.slots is not None and self.slots < 1:
             raise EmulateError(f"engine slots must be >= 1, got {self.slots}")
+        too_many = None if self.slots is None else size_problem("slots", self.slots)
+        if too_many is not None:
+            raise EmulateError(f"engine {too_many}")
         object.__setattr__(self, "buckets", buckets)
 
     @property

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.buckets import bucket_set_problem, select_bucket
+from rearrival.model.buckets import bucket_set_problem, select_bucket, size_problem
 from rearrival.model.simulator.kvslots import NO_OWNER, Eviction
 from rearrival.vocabulary import DUMMY_BLOCKS, EVICTION_CAUSES, RELEASES
 
@@ -105,6 +105,9 @@ class SimConfig:
                 "positive integer (default: batch_size)",
                 ("slots",),
             )
+        too_many = size_problem("slots", slots)
+        if too_many is not None:
+            raise SimConfigError(f"SimConfig field 'slots': {too_many}", ("slots",))
         if self.release not in RELEASES:
             raise SimConfigError(
                 f"SimConfig field 'release' {self.release!r}: use one of {', '.join(RELEASES)}",
