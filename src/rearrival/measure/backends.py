@@ -24,7 +24,6 @@ from rearrival.measure.client import (
     server_configuration,
 )
 from rearrival.measure.emulate.driver import run_emulated
-from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate.server import server_argv
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
@@ -34,7 +33,8 @@ from rearrival.model.plans.plan import check_context
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN
 
 if TYPE_CHECKING:
-    from rearrival.config.study import Configuration, StudyConfig
+    from rearrival.config.study import StudyConfig
+    from rearrival.model.configuration import RblnConfiguration
     from rearrival.model.plans.plan import Plan
 
 
@@ -78,7 +78,7 @@ class RunRequest:
     study: str
     plan: Plan
     plan_path: Path
-    configuration: Configuration
+    configuration: RblnConfiguration
     variant: str
     label: str
     replicate: int
@@ -93,9 +93,7 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
     manifest = manifest_template(
         study=run.study,
         backend=settings.backend,
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
+        configuration=configuration,
         variant=run.variant,
         condition=run.label,
         replicate=run.replicate,
@@ -117,12 +115,9 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
 def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
     manifest = run_manifest(settings, run)
-    configuration = run.configuration
     result = run_emulated(
         run.plan,
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
+        run.configuration,
         variant=run.variant,
         seed=run.seed,
         truth=load_truth(settings.emulator_truth),
@@ -157,10 +152,9 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
             )
         )
         return outcome.path
-    configuration = run.configuration
     port = free_port()
     argv = server_argv(
-        EngineConfig(configuration.buckets, configuration.batch_size, configuration.slots),
+        run.configuration,
         port=port,
         seed=run.seed,
         time_scale=settings.time_scale,
@@ -192,9 +186,7 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
         run.plan,
         out,
         artifact=artifact,
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
+        configuration=configuration,
         variant=run.variant,
         options=ReplayOptions(seed=run.seed),
         manifest=run_manifest(settings, run),

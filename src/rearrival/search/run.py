@@ -20,13 +20,9 @@ from typing import Any
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
-from rearrival.search.candidates import (
-    Candidate,
-    baseline_of,
-    parse_candidate_id,
-    search_candidates,
-)
+from rearrival.search.candidates import baseline_of, search_candidates
 from rearrival.search.evaluate import evaluate
 from rearrival.search.inputs import make_plans, write_plans
 from rearrival.search.outputs import OutputPaths, write_outputs
@@ -64,7 +60,7 @@ def select(
     workers: int = 2,
     profile: Profile | None = None,
     settings: SearchSettings | None = None,
-) -> tuple[Candidate, float]:
+) -> tuple[RblnConfiguration, float]:
     """The search's pick and its score, from the search inputs alone (no files written);
     ``settings`` replaces the config's (e.g. another N set)."""
     settings = settings or SearchSettings.from_config(cfg)
@@ -77,4 +73,4 @@ def select(
     totals = per_n_totals(results)
     scores = set_scores({c.id: totals[c.id] for c in cands}, totals[baseline.id], settings.n)
     best = ranking(scores, {c.id: c.tiebreak() for c in cands})[0]
-    return parse_candidate_id(best), scores[best]
+    return RblnConfiguration.from_id(best), scores[best]

@@ -29,6 +29,7 @@ from typing import Any
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.otel_import import plans_from_otel
@@ -39,7 +40,6 @@ from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
 from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
 from rearrival.search.candidates import (
-    Candidate,
     baseline_of,
     candidates,
     enumerate_candidates,
@@ -104,13 +104,16 @@ def workload_plans(
     ]
 
 
-def _device_s(plan: Plan, cand: Candidate, profile: Profile) -> float:
+def _device_s(plan: Plan, cand: RblnConfiguration, profile: Profile) -> float:
     return simulate(plan, cand.sim_config(), profile).device_s
 
 
 def search_on(
-    plans: Sequence[Plan], cands: Sequence[Candidate], baseline: Candidate, profile: Profile
-) -> tuple[Candidate, float]:
+    plans: Sequence[Plan],
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
+    profile: Profile,
+) -> tuple[RblnConfiguration, float]:
     """The candidate with the lowest summed device time over ``plans`` relative to the
     baseline (paper V-A score), ties to fewer buckets and slots.
 
@@ -130,7 +133,7 @@ def search_on(
     return next(c for c in cands if c.id == best), scores[best]
 
 
-def per_round_loss(plans: Sequence[Plan], cand: Candidate, profile: Profile) -> list[dict]:
+def per_round_loss(plans: Sequence[Plan], cand: RblnConfiguration, profile: Profile) -> list[dict]:
     """Re-arrivals, KV misses and prefill tokens beyond full reuse, by round index."""
     rows: dict[int, dict[str, int]] = {}
     for plan in plans:
@@ -153,8 +156,8 @@ def per_round_loss(plans: Sequence[Plan], cand: Candidate, profile: Profile) -> 
 def saving_spread(
     pool: Plan,
     n_set: Sequence[int],
-    baseline: Candidate,
-    pick: Candidate,
+    baseline: RblnConfiguration,
+    pick: RblnConfiguration,
     profile: Profile,
     *,
     seed: int,

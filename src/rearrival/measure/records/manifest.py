@@ -12,6 +12,7 @@ from importlib import metadata as importlib_metadata
 from typing import Any
 
 from rearrival.measure.records.contract import PREREG_KEYS
+from rearrival.model.configuration import Configuration
 
 # Distributions whose versions explain a run; absent ones are recorded as absent.
 SOFTWARE = (
@@ -64,9 +65,7 @@ def manifest_template(
     *,
     study: str,
     backend: str,
-    buckets: list[int] | tuple[int, ...],
-    batch_size: int,
-    slots: int | None,
+    configuration: Configuration,
     variant: str,
     condition: str,
     replicate: int,
@@ -83,17 +82,14 @@ def manifest_template(
     started_at: str | None = None,
 ) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
-    finished) until ``finish_manifest`` marks the outcome. ``slots`` None means
-    batch_size slots (eager attention, docs/DESIGN.md §1)."""
+    finished) until ``finish_manifest`` marks the outcome. ``configuration`` is written
+    as its ``as_dict`` (the knobs; readers rebuild it with
+    ``rearrival.model.configuration.configuration_from_mapping``)."""
     return {
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
         "backend": backend,
-        "configuration": {
-            "buckets": [int(b) for b in buckets],
-            "batch_size": int(batch_size),
-            "slots": int(batch_size if slots is None else slots),
-        },
+        "configuration": configuration.as_dict(),
         "variant": variant,
         "condition": condition,
         "replicate": int(replicate),
