@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -302,7 +302,7 @@ def knob_names(substrate: str = "rbln") -> tuple[str, ...]:
         raise ConfigurationError(
             f"substrate {substrate!r}: use one of {', '.join(SUBSTRATES)}", ("substrate",)
         )
-    return tuple(f for f in kind.__dataclass_fields__ if f != "name")
+    return tuple(f.name for f in fields(kind) if f.name != "name")
 
 
 def configuration_in_record(
