@@ -183,7 +183,8 @@ def test_advise_evaluates_at_the_search_n_set_or_refuses(tiny_config: Path, tmp_
     search = tmp_path / "search"
     pick = RblnConfiguration((1, 4, 16, 32, 48), 48)
     atomic_write_json(
-        search / "selected.json", {**candidate_record(pick), "search_score": 0.9, "search_n": [16, 48]}
+        search / "selected.json",
+        {**candidate_record(pick), "search_score": 0.9, "search_n": [16, 48]},
     )
     cfg = load_study_config(tiny_config)
     with pytest.raises(SearchError, match="N 8 differs from the N set 16,48"):

@@ -149,8 +149,14 @@ def test_a_config_file_entry_names_its_keys() -> None:
 
 
 def test_a_mapping_with_an_unknown_knob_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(ConfigurationError, match="buckets, batch_size, slots"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"'slot' is unknown: rbln configurations have the fields buckets, batch_size, slots",
+    ) as caught:
         configuration_from_mapping({"buckets": [1, 8], "batch_size": 8, "slot": 8})
+    assert caught.value.fields == ("slot",)
+    with pytest.raises(ConfigurationError, match="num_blocks"):
+        configuration_from_mapping({"buckets": [], "batch_size": 8}, "vllm")
     with pytest.raises(ConfigurationError, match="substrate 'tpu'"):
         configuration_from_mapping({"buckets": [1, 8], "batch_size": 8}, "tpu")
     with pytest.raises(ConfigurationError, match="not of the form") as caught:

@@ -25,7 +25,6 @@ from rearrival.measure.emulate.truth import (
     true_bucket_cost_s,
 )
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.buckets import select_bucket
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
@@ -284,8 +283,7 @@ def test_run_records_keep_the_contract_invariants(make_random_plan, config, vari
     decode = steps[steps["kind"] == "decode"]
     assert decode["n"].sum() == (req["generated_tokens"] - 1).sum()
     assert all(
-        int(b) == config.padded(int(n))
-        for n, b in zip(decode["n"], decode["b"], strict=True)
+        int(b) == config.padded(int(n)) for n, b in zip(decode["n"], decode["b"], strict=True)
     )
     assert (steps["kind"] == "prefill").sum() == len(req)
     assert steps.loc[steps["kind"] == "prefill", "b"].isna().all()

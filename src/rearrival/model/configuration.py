@@ -270,6 +270,21 @@ SUBSTRATES: dict[str, type[Configuration]] = {
 }
 
 
+def substrate_type(substrate: str) -> type[Configuration]:
+    """The configuration type of a substrate (``SUBSTRATES``), or a one-line refusal."""
+    kind = SUBSTRATES.get(substrate)
+    if kind is None:
+        raise ConfigurationError(
+            f"substrate {substrate!r}: use one of {', '.join(SUBSTRATES)}", ("substrate",)
+        )
+    return kind
+
+
+def knob_names(substrate: str = "rbln") -> tuple[str, ...]:
+    """The fields a substrate's configuration is built from, in ``as_dict`` order."""
+    return tuple(f.name for f in fields(substrate_type(substrate)) if f.name != "name")
+
+
 def configuration_from_mapping(
     raw: Mapping[str, Any], substrate: str = "rbln", name: str = ""
 ) -> Configuration:
@@ -277,32 +292,24 @@ def configuration_from_mapping(
     a search result, a config file's entry). Keys the substrate does not know are refused;
     an ``id`` key, which search results carry beside the knobs, is ignored, and a
     ``name`` key (a run manifest's) names it unless ``name`` is given."""
-    kind = SUBSTRATES.get(substrate)
-    if kind is None:
-        raise ConfigurationError(
-            f"substrate {substrate!r}: use one of {', '.join(SUBSTRATES)}", ("substrate",)
-        )
+    kind, known = substrate_type(substrate), knob_names(substrate)
     knobs = {key: value for key, value in raw.items() if key not in ("id", "name")}
+    unknown = tuple(key for key in knobs if key not in known)
+    if unknown:
+        raise ConfigurationError(
+            f"configuration field '{unknown[0]}' is unknown: {substrate} configurations "
+            f"have the fields {', '.join(known)}",
+            unknown,
+        )
     name = name or str(raw.get("name", ""))
     if "buckets" in knobs:
         knobs["buckets"] = tuple(sorted(_as_int_tuple(knobs["buckets"], "buckets")))
     try:
         return kind(**knobs, name=name)
-    except TypeError as exc:  # a missing or unknown knob
-        known = ", ".join(knob_names(substrate))
+    except TypeError as exc:  # a missing knob
         raise ConfigurationError(
-            f"a {substrate} configuration has the fields {known} ({exc})"
+            f"a {substrate} configuration has the fields {', '.join(known)} ({exc})"
         ) from None
-
-
-def knob_names(substrate: str = "rbln") -> tuple[str, ...]:
-    """The fields a substrate's configuration is built from, in ``as_dict`` order."""
-    kind = SUBSTRATES.get(substrate)
-    if kind is None:
-        raise ConfigurationError(
-            f"substrate {substrate!r}: use one of {', '.join(SUBSTRATES)}", ("substrate",)
-        )
-    return tuple(f.name for f in fields(kind) if f.name != "name")
 
 
 def configuration_in_record(
