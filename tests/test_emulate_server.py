@@ -24,19 +24,32 @@ still reports its prefix. Both outcomes are independent of which first send won.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rearrival.judge.channels import channels
 from rearrival.measure import rbln
 from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
 from rearrival.measure.emulate.driver import run_emulated
-from rearrival.measure.emulate.server import EmulateServer, ServerOptions
+from rearrival.measure.emulate.server import EmulateServer, ServerOptions, server_argv
+from rearrival.measure.emulate.tokens import (
+    ChatMessage,
+    chat_prompt,
+    piece_id,
+    pieces,
+    reply_pieces,
+    text_ids,
+)
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.steplog import parse_step_log
 from rearrival.model.configuration import RblnConfiguration
@@ -388,3 +401,173 @@ def test_decode_steps_reach_the_log_as_bucket_lines(tmp_path: Path) -> None:
     assert sum(n for n, _ in pairs) == 3 * (4 - 1)  # every token after the first
     assert all(b == min(x for x in (1, 2, 4, 8) if x >= n) for n, b in pairs)
     assert parse_step_log(log_file) == pairs
+
+
+# --- real third-party clients: the official openai package on both routes -----------------
+
+
+def _documented_id(piece: str) -> int:
+    """The token id rule exactly as docs/DESIGN.md §5 states it."""
+    return int.from_bytes(hashlib.sha256(piece.encode("utf-8")).digest()[:8], "big") % 151_643
+
+
+def test_chat_text_becomes_ids_by_the_documented_rule() -> None:
+    h = _documented_id
+    im_start, im_end = 151_644, 151_645
+    prompt = chat_prompt([ChatMessage("user", "hi  there\n")])
+    assert prompt == (
+        *(im_start, h("user"), h("\n"), h("hi"), h("  there"), h("\n"), im_end, h("\n")),
+        *(im_start, h("assistant"), h("\n")),
+    )
+
+
+@given(st.text(max_size=200))
+def test_pieces_give_the_text_back(text: str) -> None:
+    assert "".join(pieces(text)) == text
+
+
+@given(st.integers(0, 2**31), st.lists(st.integers(0, 151_935), min_size=1, max_size=30))
+def test_a_reply_re_sent_tokenises_to_the_generated_ids(seed: int, prompt: list[int]) -> None:
+    reply = reply_pieces(seed, tuple(prompt), 12)
+    assert text_ids("".join(reply)) == [piece_id(p) for p in reply]
+    assert reply == reply_pieces(seed, tuple(prompt), 12)  # deterministic, like greedy
+
+
+@pytest.fixture(scope="module")
+def openai_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The official openai client against a fresh `rearrival emulate-server` on loopback."""
+    from openai import OpenAI
+
+    port = rbln.free_port()
+    argv = server_argv(RblnConfiguration((1, 2, 4, 8), 8), port=port, seed=SEED, time_scale=0.01)
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("openai") / "server.log"
+    with rbln.running_server(argv, url, log, ready_timeout_s=60, grace_s=5):
+        yield OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+def _reuse(previous_prompt: int, prompt: int) -> int:
+    """The engine's reuse rule on the emulated stack: C = floor(min(P, L - 1)/128)*128."""
+    return min(previous_prompt, prompt - 1) // 128 * 128
+
+
+def test_openai_client_completions_with_token_ids(openai_client: Any) -> None:
+    reply = openai_client.completions.create(
+        model="any",
+        prompt=list(range(2000, 2300)),
+        max_tokens=5,
+        temperature=0,
+        seed=4,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
+    assert reply.usage.prompt_tokens == 300 and reply.usage.completion_tokens == 5
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+    assert reply.choices[0].finish_reason == "length"
+    largest = openai_client.completions.create(model="any", prompt=[151_935], max_tokens=1)
+    assert largest.usage.prompt_tokens == 1
+
+
+def test_openai_client_chat_conversation_extends_its_own_tokens(openai_client: Any) -> None:
+    """A conversation re-sent with its reply: usage exact by the documented rule, the
+    cached prefix the engine's, streaming and plain replies the same text."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse."},  # 3 pieces
+        {"role": "user", "content": " ".join(f"w{i}" for i in range(300))},  # 300 pieces
+    ]
+    first = openai_client.chat.completions.create(
+        model="any", messages=messages, max_completion_tokens=6, temperature=0.7
+    )
+    assert first.choices[0].message.role == "assistant"
+    assert first.choices[0].finish_reason == "length"
+    assert first.usage.prompt_tokens == 2 * 5 + 3 + 300 + 3
+    assert first.usage.completion_tokens == 6
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    messages += [first.choices[0].message.model_dump(), {"role": "user", "content": "go on"}]
+    second = openai_client.chat.completions.create(model="any", messages=messages, max_tokens=4)
+    # the previous prompt, its 6 reply tokens, <|im_end|> "\n", then 5 + 2 + 3 new ones
+    assert second.usage.prompt_tokens == first.usage.prompt_tokens + 6 + 2 + 5 + 2 + 3
+    cached = _reuse(first.usage.prompt_tokens, second.usage.prompt_tokens)
+    assert second.usage.prompt_tokens_details.cached_tokens == cached == 256
+    chunks = list(
+        openai_client.chat.completions.create(
+            model="any",
+            messages=messages,
+            max_completion_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == second.choices[0].message.content and len(pieces(text)) == 4
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens == second.usage.prompt_tokens and usage.completion_tokens == 4
+    assert usage.prompt_tokens_details.cached_tokens == 256
+
+
+CHAT = [{"role": "user", "content": "hello"}]
+
+
+@pytest.mark.parametrize(
+    ("route", "arguments", "param"),
+    [
+        ("chat", {"n": 2}, "n"),
+        ("chat", {"logprobs": True}, "logprobs"),
+        ("chat", {"top_logprobs": 2}, "top_logprobs"),
+        ("chat", {"stop": ["."]}, "stop"),
+        ("chat", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ("chat", {"response_format": {"type": "json_object"}}, "response_format"),
+        ("chat", {"max_completion_tokens": None}, "max_completion_tokens"),
+        ("chat", {"extra_body": {"guided_regex": "a+"}}, "guided_regex"),
+        (
+            "chat",
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            "messages[0].content[0].type",
+        ),
+        (
+            "chat",
+            {"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"id": "1"}]}]},
+            "messages[0].tool_calls",
+        ),
+        ("completions", {"n": 2}, "n"),
+        ("completions", {"echo": True}, "echo"),
+        ("completions", {"logprobs": 0}, "logprobs"),
+        ("completions", {"stop": "\n"}, "stop"),
+        ("completions", {"best_of": 3}, "best_of"),
+        ("completions", {"prompt": [5, 151_936]}, "prompt"),
+    ],
+)
+def test_what_the_emulator_does_not_implement_is_a_400_naming_the_field(
+    openai_client: Any, route: str, arguments: dict, param: str
+) -> None:
+    from openai import BadRequestError
+
+    if route == "chat":
+        call = openai_client.chat.completions.create
+        arguments = {"model": "any", "messages": CHAT, "max_completion_tokens": 3} | arguments
+    else:
+        call = openai_client.completions.create
+        arguments = {"model": "any", "prompt": [7, 8, 9], "max_tokens": 3} | arguments
+    with pytest.raises(BadRequestError) as info:
+        call(**arguments)
+    assert info.value.status_code == 400 and info.value.param == param
+    assert f"'{param}'" in info.value.message
+
+
+def test_fields_that_change_nothing_are_accepted(openai_client: Any) -> None:
+    reply = openai_client.chat.completions.create(
+        model="any",
+        messages=[{"role": "developer", "content": [{"type": "text", "text": "be brief"}]}],
+        max_completion_tokens=2,
+        n=1,
+        logprobs=False,
+        stop=None,
+        tool_choice="none",
+        seed=1,
+        top_p=0.9,
+        presence_penalty=0.5,
+        user="someone",
+        store=False,
+    )
+    assert reply.usage.prompt_tokens == 5 + 2 + 3 and reply.usage.completion_tokens == 2

@@ -223,8 +223,13 @@ def emulate_server(
 ) -> None:
     """Serve the emulated engine over HTTP like vLLM until SIGTERM (docs/DESIGN.md §5).
 
-    OpenAI-compatible /v1/completions (token-id prompts, streaming), /v1/models,
-    /health, Prometheus /metrics, and a [BUCKET] line per decode step in the log.
+    OpenAI-compatible /v1/completions (token-id prompts, streaming) and
+    /v1/chat/completions (text messages, tokenised by the rule of docs/DESIGN.md §5, so
+    usage and cached tokens are exact; max_completion_tokens required), /v1/models,
+    /health, Prometheus /metrics, and a [BUCKET] line per decode step in the log. A
+    request field the emulator does not implement (n > 1, logprobs, echo, stop, tools,
+    ...) or a token id outside Qwen3-4B's vocabulary (151,936 ids) is refused with
+    HTTP 400 naming it.
     """
     import asyncio
 

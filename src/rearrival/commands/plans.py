@@ -273,8 +273,10 @@ def from_otel(
     token_scale: ScaleOption = 1.0,
 ) -> None:
     """Multi-round plan from OpenTelemetry GenAI spans (gen_ai.* semantic conventions):
-    inference spans are rounds, execute_tool spans between two of them the tool gap,
-    gen_ai.conversation.id the session. Same rules and output as `plans from-trace`."""
+    inference spans are rounds, execute_tool spans between two of them the tool gap; a
+    span's session is its gen_ai.conversation.id, else the one its trace carries, else its
+    traceId. Failed calls (error.type or status ERROR) are skipped and counted. Same rules
+    and output as `plans from-trace`."""
     _import(
         "otel",
         out,

@@ -19,7 +19,9 @@ engine from a real clock:
 - :mod:`.frames`: what the client recorded as the run records of docs/DESIGN.md §6.
 - :mod:`.injection`: the prefill-injection study (:func:`~.injection.run_injection`).
 - :mod:`.server`: the same engine behind a loopback OpenAI-compatible HTTP server
-  (``rearrival emulate-server``, the ``emulated-http`` backend).
+  (``rearrival emulate-server``, the ``emulated-http`` backend), with :mod:`.tokens`
+  (the emulated model's vocabulary and the tokenisation of chat text) and
+  :mod:`.request_fields` (which request fields it uses, accepts or refuses).
 
 Import from the modules; this package re-exports nothing.
 """

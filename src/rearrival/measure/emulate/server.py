@@ -7,6 +7,11 @@ chunks, ``data: [DONE]``), ``/v1/models``, ``/health`` and Prometheus ``/metrics
 ``vllm:prompt_tokens_cached_total``, ``vllm:prefix_cache_queries_total`` and
 ``vllm:prefix_cache_hits_total`` (which over-reports after eviction, as on the real
 stack) -- and it logs the observation patch's ``[BUCKET]`` line for every decode step.
+``/v1/chat/completions`` serves agents written against the chat API (and the
+OpenTelemetry instrumentations that trace it): text messages become token ids by the
+documented rule of :mod:`rearrival.measure.emulate.tokens`, so ``usage`` and cached
+tokens stay exact. Both routes refuse, with HTTP 400 naming the field, what the emulator
+does not implement (:mod:`rearrival.measure.emulate.request_fields`).
 
 Clock: the engine runs steps back to back on its own virtual timeline and the server
 paces them against the wall clock: a step ending at virtual time v is delivered at wall
@@ -34,7 +39,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -45,11 +50,17 @@ from prometheus_client.core import CounterMetricFamily
 
 from rearrival.errors import RearrivalError
 from rearrival.measure.emulate.engine import EMULATOR_VERSION, Engine, StepOutcome
+from rearrival.measure.emulate.request_fields import (
+    Generation,
+    RequestError,
+    parse_chat,
+    parse_completion,
+)
+from rearrival.measure.emulate.tokens import ORDINARY_TOKENS, VOCAB_SIZE, piece_id, reply_pieces
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.model.configuration import RblnConfiguration
 
 MODEL_NAME = "rearrival-emulated-qwen3"
-VOCAB = 151_643  # Qwen3's ordinary token ids; generated ids stay below the specials
 _DONE = object()
 METRIC_HELP = {
     "vllm:prompt_tokens_total": "Prompt tokens received.",
@@ -104,10 +115,6 @@ class _Counters:
             yield family
 
 
-class _RequestError(Exception):
-    """A client request the server answers with HTTP 400."""
-
-
 @dataclass
 class _Live:
     """A submitted request: its planned ids and the queue its handler reads."""
@@ -144,29 +151,7 @@ class _Prefixes:
 def _generated_ids(seed: int, prompt: tuple[int, ...], count: int) -> list[int]:
     digest = hashlib.sha256(f"{seed}|".encode() + json.dumps(prompt).encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
-    return [rng.randrange(VOCAB) for _ in range(count)]
-
-
-def _parse_completion(body: Any) -> tuple[tuple[int, ...], int, bool, bool]:
-    """(prompt ids, max_tokens, stream, include_usage) or a 400 naming the field."""
-    if not isinstance(body, dict):
-        raise _RequestError("request body must be a JSON object")
-    prompt = body.get("prompt")
-    if (
-        not isinstance(prompt, list)
-        or not prompt
-        or any(type(t) is not int or t < 0 for t in prompt)
-    ):
-        raise _RequestError(
-            "field 'prompt' must be a non-empty list of token ids "
-            "(non-negative integers); this server takes token-id prompts"
-        )
-    max_tokens = body.get("max_tokens", 16)
-    if type(max_tokens) is not int or max_tokens < 1:
-        raise _RequestError("field 'max_tokens' must be a positive integer")
-    stream = bool(body.get("stream", False))
-    usage = bool((body.get("stream_options") or {}).get("include_usage", False))
-    return tuple(prompt), max_tokens, stream, usage
+    return [rng.randrange(ORDINARY_TOKENS) for _ in range(count)]
 
 
 class EmulateServer:
@@ -278,6 +263,7 @@ class EmulateServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
@@ -327,6 +313,7 @@ class EmulateServer:
                 "time_scale": self.options.time_scale,
                 "emulator": EMULATOR_VERSION,
                 "truth": self.engine.truth.version,
+                "vocab_size": VOCAB_SIZE,
             }
         )
 
@@ -339,19 +326,16 @@ class EmulateServer:
             body=generate_latest(self._registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
-    def _submit(self, prompt: tuple[int, ...], max_tokens: int) -> _Live:
+    def _submit(self, generation: Generation, generated: list[int], kind: str) -> _Live:
+        """Queue a parsed request with the ids it will generate; ``kind`` prefixes its id."""
+        prompt, max_tokens = generation.prompt, generation.max_tokens
         key: Hashable = self.prefixes.key_for(prompt)
-        request_id = f"cmpl-{next(self._ids)}"
+        request_id = f"{kind}-{next(self._ids)}"
         try:
             self.engine.submit(request_id, key, len(prompt), max_tokens, self.virtual_now())
         except RearrivalError as exc:
-            raise _RequestError(str(exc)) from None
-        live = _Live(
-            request_id,
-            len(prompt),
-            _generated_ids(self.options.seed, prompt, max_tokens),
-            asyncio.Queue(),
-        )
+            raise RequestError(str(exc)) from None
+        live = _Live(request_id, len(prompt), generated, asyncio.Queue())
         self.live[request_id] = live
         self._wake.set()
         return live
@@ -376,25 +360,29 @@ class EmulateServer:
             usage["prompt_tokens_details"] = {"cached_tokens": live.cached_tokens}
         return usage
 
+    @staticmethod
+    async def _json(request: web.Request) -> Any:
+        try:
+            return await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestError("request body is not JSON") from None
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         if self._failure is not None:
             return _error(500, self._failure)
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "request body is not JSON")
-        try:
-            prompt, max_tokens, stream, include_usage = _parse_completion(body)
-            live = self._submit(prompt, max_tokens)
-        except _RequestError as exc:
-            return _error(400, str(exc))
+            generation = parse_completion(await self._json(request))
+            generated = _generated_ids(self.options.seed, generation.prompt, generation.max_tokens)
+            live = self._submit(generation, generated, "cmpl")
+        except RequestError as exc:
+            return _error(400, str(exc), exc.param)
         base = {
             "id": live.request_id,
             "object": "text_completion",
             "created": int(time.time()),
             "model": MODEL_NAME,
         }
-        if not stream:
+        if not generation.stream:
             ids = [token async for token in self._tokens(live)]
             choice = {
                 "index": 0,
@@ -406,33 +394,90 @@ class EmulateServer:
             return web.json_response(
                 base | {"choices": [choice], "usage": self._usage(live, len(ids))}
             )
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await response.prepare(request)
-        count = 0
-        async for token in self._tokens(live):
-            count += 1
-            finish = "length" if count == max_tokens else None
-            choice = {
+
+        def chunk(count: int, token: int) -> dict[str, Any]:
+            return {
                 "index": 0,
                 "text": f" t{token}",
                 "token_ids": [token],
                 "logprobs": None,
-                "finish_reason": finish,
+                "finish_reason": "length" if count == generation.max_tokens else None,
             }
-            await _sse(response, base | {"choices": [choice]})
-        if include_usage:
+
+        return await self._stream(request, live, generation, base, chunk)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/chat/completions``: one text choice of exactly ``max_tokens`` pieces."""
+        if self._failure is not None:
+            return _error(500, self._failure)
+        try:
+            generation = parse_chat(await self._json(request))
+            reply = reply_pieces(self.options.seed, generation.prompt, generation.max_tokens)
+            live = self._submit(generation, [piece_id(p) for p in reply], "chatcmpl")
+        except RequestError as exc:
+            return _error(400, str(exc), exc.param)
+        base = {"id": live.request_id, "created": int(time.time()), "model": MODEL_NAME}
+        if not generation.stream:
+            count = len([token async for token in self._tokens(live)])
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(reply[:count])},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+            return web.json_response(
+                base
+                | {
+                    "object": "chat.completion",
+                    "choices": [choice],
+                    "usage": self._usage(live, count),
+                }
+            )
+
+        def chunk(count: int, _token: int) -> dict[str, Any]:
+            finish = "length" if count == generation.max_tokens else None
+            delta = {"content": reply[count - 1]}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+        base["object"] = "chat.completion.chunk"
+        opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+        return await self._stream(
+            request, live, generation, base, chunk, opening | {"finish_reason": None}
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        live: _Live,
+        generation: Generation,
+        base: dict[str, Any],
+        chunk: Callable[[int, int], dict[str, Any]],
+        opening: dict[str, Any] | None = None,
+    ) -> web.StreamResponse:
+        """SSE: an ``opening`` choice, one chunk per token, usage if asked, ``[DONE]``."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        if opening is not None:
+            await _sse(response, base | {"choices": [opening]})
+        count = 0
+        async for token in self._tokens(live):
+            count += 1
+            await _sse(response, base | {"choices": [chunk(count, token)]})
+        if generation.include_usage:
             await _sse(response, base | {"choices": [], "usage": self._usage(live, count)})
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
 
-def _error(status: int, message: str) -> web.Response:
+def _error(status: int, message: str, param: str | None = None) -> web.Response:
+    """An OpenAI-style error body; ``param`` names the request field at fault."""
     kind = "invalid_request_error" if status == 400 else "internal_error"
     return web.json_response(
-        {"error": {"message": message, "type": kind, "code": status}}, status=status
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        status=status,
     )
 
 

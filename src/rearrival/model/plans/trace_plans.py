@@ -21,6 +21,10 @@ multi-round plan shape (paper Section II-C generalised; docs/DESIGN.md "Plans"):
   ExitPlanMode, request_user_input, TaskOutput) and the user's turn after a round with no
   tool call are think time, not tool time: they add nothing, so the next round follows
   the previous one at once (gap 0), and the time they took is counted and reported.
+- **failed calls**: an LLM call the trace marks as failed (refused or broken: no reply
+  for the next round to build on) is no round; the importer skips it, and a session
+  with no successful call is dropped. A failed tool call still made the agent wait and
+  stays tool time. Both are counted, printed and stored (``FailedCalls``), never fatal.
 - **start** of a session = its first timestamp; ``time_origin="first"`` measures every
   start from the earliest selected session, ``"zero"`` starts them all at t = 0.
 - **context limit**: a round whose transcript (prompt + generated) exceeds
@@ -114,6 +118,23 @@ def combine_calls(calls: Sequence[ToolCall]) -> float:
     return total + group_max
 
 
+@dataclass
+class FailedCalls:
+    """What an importer skipped or kept of the calls a trace marks as failed."""
+
+    llm_calls: int = 0  # skipped: no round
+    tool_calls: int = 0  # kept: the agent waited for them
+    sessions_dropped: list[str] = field(default_factory=list)  # no successful LLM call
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "llm_calls_skipped": self.llm_calls,
+            "tool_calls_kept": self.tool_calls,
+            "sessions_dropped": len(self.sessions_dropped),
+            "dropped": self.sessions_dropped[:LISTED],
+        }
+
+
 @dataclass(frozen=True)
 class ImportOptions:
     """The flags of an import, recorded in the plan's metadata as given."""
@@ -194,6 +215,13 @@ class ImportResult:
         ]
         if over.get("longer_context"):
             lines.append(f"to keep every round, {over['longer_context']}")
+        failed = n.get("failed_calls")
+        if failed and (failed["llm_calls_skipped"] or failed["tool_calls_kept"]):
+            lines.append(
+                f"failed calls: {failed['llm_calls_skipped']} failed LLM calls skipped (no "
+                f"round), {failed['sessions_dropped']} sessions with no successful call "
+                f"dropped, {failed['tool_calls_kept']} failed tool calls kept as tool time"
+            )
         if n["context_shrinks"]:
             lines.append(
                 f"context shrinks: {n['context_shrinks']} rounds sent less than the previous "
