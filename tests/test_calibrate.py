@@ -7,7 +7,7 @@ measurement plans, the step-log durations and the fits.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -287,6 +287,20 @@ def test_bad_settings_name_the_key():
         )
     with pytest.raises(CalibrationConfigError, match=r"calibration\.steps is not a setting"):
         measurement_settings_from_mapping({"calibration": {"steps": 3}}, "c.yaml")
+
+
+def test_artifacts_are_configurations_recorded_as_configured():
+    """Each artifact is a compiled configuration named calib-<buckets>; the profile and the
+    workflow's change detection record it in the config file's spelling (buckets and
+    batch_size), so the profile's bytes, and every registration holding its sha256, do
+    not depend on the configuration type's other fields."""
+    settings = measurement_settings_from_mapping(
+        {"calibration": {"artifacts": [{"buckets": [1, 2, 4, 8], "batch_size": 8}]}}, "c.yaml"
+    ).calibration
+    (artifact,) = settings.artifacts
+    assert (artifact.name, artifact.slots, artifact.padded(3)) == ("calib-1-2-4-8", 8, 4)
+    assert settings.as_dict()["artifacts"] == ({"buckets": [1, 2, 4, 8], "batch_size": 8},)
+    assert list(settings.as_dict()) == [f.name for f in fields(CalibrationSettings)]
 
 
 def test_model_from_config_json(tmp_path):

@@ -153,6 +153,16 @@ class CalibrationSettings:
                 "calibration.max_residual and max_prefill_error must be > 0"
             )
 
+    def as_dict(self) -> dict[str, Any]:
+        """The settings in the config file's spelling (``calibration:``), as the profile
+        records them and the workflow compares them: each artifact as the ``buckets`` and
+        ``batch_size`` it is configured with (its slots are batch_size, its name derived)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["artifacts"] = tuple(
+            {"buckets": list(a.buckets), "batch_size": a.batch_size} for a in self.artifacts
+        )
+        return values
+
     @property
     def measured_buckets(self) -> tuple[int, ...]:
         return tuple(sorted({b for a in self.artifacts for b in a.buckets}))
