@@ -13,10 +13,12 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev]'
-	# compile the simulator core once into its on-disk cache (about 10 s), so the first
-	# `rearrival simulate` or search of a fresh checkout does not pay it
-	@echo "make: compiling the simulator core once with numba (10-30 s)"
+	# compile the simulator cores (RBLN and vLLM rule sets) once into their on-disk cache
+	# (about 10 s each), so the first `rearrival simulate` or search of a fresh checkout
+	# does not pay it
+	@echo "make: compiling the simulator cores once with numba (20-50 s)"
 	$(BIN)/python -c "from rearrival.model.simulator.simcore import warm_up; warm_up()"
+	$(BIN)/python -c "from rearrival.model.simulator.vllm.core import warm_up; warm_up()"
 	touch $(STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.

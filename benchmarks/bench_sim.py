@@ -23,6 +23,15 @@
    deferred release, no dummy block). If their ``Session`` has no start field, both
    sides run the multi-round plans with every session starting at 0.
 
+5. vLLM rule set (docs/DESIGN.md §15): ``simulate_vllm`` on the compiled core per call
+   (which runs the plan twice: on the configured pool and on one that never evicts)
+   against vLLM 0.32.0's own scheduler driven in virtual time by
+   ``rearrival.model.simulator.vllm.oracle_driver`` (CPU seconds of the steps per case,
+   measured inside the driver's own interpreter, vLLM's import and the scheduler's
+   construction excluded), on the 8-round N=16 plans of 3 on three vLLM configurations
+   (target >= 100x). Without the vLLM environment (``REARRIVAL_VLLM_PYTHON``, default
+   ``.venv-vllm/bin/python``) only the predictor's side is timed.
+
 Every core output is checked against the reference first (integers exactly, times to
 1e-9 relative); batch outputs against single calls bit for bit. Timing on a shared
 machine is noisy; only the ratios of one run mean something.
@@ -46,13 +55,20 @@ from typing import Any
 
 import numpy as np
 
+from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round
 from rearrival.model.plans.plangen import generate_plan
 from rearrival.model.plans.tools import default_tool_table
 from rearrival.model.simulator.sim import SimConfig, compiled_core, simulate
 from rearrival.model.simulator.sim_inputs import core_inputs
 from rearrival.model.simulator.sim_reference import simulate_reference
+from rearrival.model.simulator.vllm import oracle as vllm_oracle
+from rearrival.model.simulator.vllm.reference import (
+    simulate_reference as simulate_vllm_reference,
+)
+from rearrival.model.simulator.vllm.sim import simulate_vllm
 from rearrival.search.candidates import enumerate_candidates
 from rearrival.search.evaluate import CandidateArrays
 
@@ -366,6 +382,71 @@ def authors_figure(directory: Path, mix: list[Plan], passes: int) -> None:
         )
 
 
+# Three pools for the 8-round N=16 plans (longest request about 5,400 tokens): tight
+# (evicting and preempting), roomy, and large blocks. Illustrative step cost: no
+# calibrated vLLM profile ships yet.
+VLLM_CONFIGS = (
+    VllmConfiguration((), 16, num_blocks=1024, block_size=16, max_num_batched_tokens=2048),
+    VllmConfiguration((), 16, num_blocks=4096, block_size=16, max_num_batched_tokens=2048),
+    VllmConfiguration(
+        (1, 2, 4, 8, 16), 16, num_blocks=160, block_size=128, max_num_batched_tokens=4096
+    ),
+)
+VLLM_STEP_COST = VllmStepCost(0.004, 2e-4, 3e-5, 1e-8)
+VLLM_TARGET = 100
+
+
+def vllm_figure(passes: int) -> None:
+    plans = multi_round_plans()
+    pairs = [(plan, config) for plan in plans for config in VLLM_CONFIGS]
+    for plan, config in pairs:
+        compiled = simulate_vllm(plan, config, VLLM_STEP_COST, core="compiled")
+        reference = simulate_vllm_reference(plan, config, VLLM_STEP_COST)
+        if compiled.summary() != reference.summary() or compiled.requests != reference.requests:
+            sys.exit(f"MISMATCH (vllm): N={plan.n} {config.id}")
+    ours = []
+    for plan, config in pairs:
+        times = []
+        for _ in range(passes):
+            start = time.process_time()
+            simulate_vllm(plan, config, VLLM_STEP_COST, core="compiled").summary()
+            times.append(time.process_time() - start)
+        ours.append(statistics.median(times))
+    preempted = sum(
+        simulate_vllm(p, c, VLLM_STEP_COST, core="compiled").summary()["preemptions"] > 0
+        for p, c in pairs
+    )
+    print(
+        f"[5] vLLM rule set: {len(plans)} plans of N={MULTI_N} x {MULTI_ROUNDS} rounds x "
+        f"{len(VLLM_CONFIGS)} configurations ({preempted} of {len(pairs)} with preemptions), "
+        "compiled core identical to the reference:"
+    )
+    core_s = sum(ours) / len(ours)
+    if not vllm_oracle.available():
+        print(
+            f"    simulate_vllm {core_s * 1e6:8.1f} us/call; vLLM's scheduler not timed: no "
+            f"vLLM environment at {vllm_oracle.vllm_python()} "
+            f"(set {vllm_oracle.PYTHON_VARIABLE})"
+        )
+        return
+    answers = vllm_oracle.run_oracle(
+        [vllm_oracle.case(str(i), p, c, VLLM_STEP_COST) for i, (p, c) in enumerate(pairs)]
+    )
+    for (plan, config), answer in zip(pairs, answers["results"], strict=True):
+        result = simulate_vllm(plan, config, VLLM_STEP_COST, core="compiled")
+        if vllm_oracle.differences(result, answer):
+            sys.exit(f"MISMATCH against vLLM: N={plan.n} {config.id}")
+    theirs_s = sum(r["run_cpu_s"] for r in answers["results"]) / len(pairs)
+    setup_s = sum(r["setup_s"] for r in answers["results"]) / len(pairs)
+    ratio = theirs_s / core_s
+    print(
+        f"    simulate_vllm {core_s * 1e6:8.1f} us/call   vLLM {answers['vllm_version']} "
+        f"scheduler {theirs_s * 1e6:10.1f} us/call (plus {setup_s * 1e3:.1f} ms to build it)"
+        f"   ratio {ratio:6.0f}x (target >= {VLLM_TARGET}x): "
+        f"{'MET' if ratio >= VLLM_TARGET else 'NOT MET'}; all {len(pairs)} identical to vLLM"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=5)
@@ -418,6 +499,7 @@ def main() -> None:
         f"{'MET' if bratio >= BATCH_TARGET else 'NOT MET'}"
     )
     multi_round_figure(args.passes)
+    vllm_figure(args.passes)
     if args.authors_sim is not None:
         authors_figure(args.authors_sim, plans, args.passes)
 

@@ -214,6 +214,13 @@ class VllmConfiguration(Configuration):
                     + (" (block 0 is vLLM's null block)" if name == "num_blocks" else ""),
                     (name,),
                 )
+        if self.max_num_batched_tokens < self.batch_size:  # vLLM refuses to start so
+            raise ConfigurationError(
+                f"max_num_batched_tokens {self.max_num_batched_tokens} must be at least "
+                f"batch_size (max_num_seqs) {self.batch_size}: every running sequence needs "
+                "a token of the step's budget",
+                ("max_num_batched_tokens", "batch_size"),
+            )
         object.__setattr__(self, "buckets", buckets)
 
     @property

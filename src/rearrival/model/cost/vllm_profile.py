@@ -1,0 +1,188 @@
+"""What a vLLM engine step costs (docs/DESIGN.md §15 rule 7) and the profile file that
+holds the coefficients with their provenance.
+
+One engine step of vLLM's synchronous scheduler computes a mix of tokens: decode tokens
+D (tokens of requests that already hold an output token: vLLM's iteration log calls them
+*generation* tokens), prefill tokens P (tokens of requests that have produced no output
+yet: the log's *context* tokens, first admissions and their later chunks) and reads the
+context C its requests computed before the step. The predictor prices it as
+
+    step_s = base_s + per_decode_token_s * D_pad + per_prefill_token_s * P
+             + per_kv_token_s * C
+
+with D_pad the decode tokens padded up to the next CUDA-graph capture size (D itself with
+no capture sizes or above the largest, 0 with no decode). The split is the one of vLLM's
+``vllm/v1/utils.py:compute_iteration_details`` (the ``--enable-logging-iteration-details``
+line), so a calibration fits the four coefficients on the logged counts of a real server.
+A preempted request recomputes its tokens when it is admitted again; the log counts them
+as context while it has no output token and as generation afterwards, and so does D/P.
+
+The profile file (YAML, the layout of ``profile_rbln_ca25.yaml``: every number a mapping
+with ``value``, ``ci`` and ``provenance``)::
+
+    profile_version: "vllm-tiny-qwen3-cpu/1"
+    substrate: vllm
+    model_id: "rearrival/tiny-qwen3"
+    vllm_version: "0.32.0"
+    device: cpu            # cpu | gpu
+    step_cost:
+      base_s:              {value: 0.0042, ci: [0.0040, 0.0044], provenance: "..."}
+      per_decode_token_s:  {value: 1.1e-4, ci: [...], provenance: "..."}
+      per_prefill_token_s: {value: 2.3e-5, ci: [...], provenance: "..."}
+      per_kv_token_s:      {value: 1.0e-8, ci: [...], provenance: "..."}
+    kv:
+      bytes_per_token:     {value: 1024, provenance: "2 x layers x kv_heads x head_dim x 4 B"}
+
+``ci`` is the 95 % interval of the fit (omit it for a number that was not fitted, e.g. an
+assumed one, and say so in ``provenance``). Optional top-level keys (``fit``, ``runs``,
+notes) are kept by the file and ignored here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rearrival.errors import RearrivalError
+from rearrival.provenance import field_value, read_mapping
+
+REFERENCE = "the vLLM profile layout in docs/DESIGN.md §15"
+DEVICES = ("cpu", "gpu")
+COEFFICIENTS = ("base_s", "per_decode_token_s", "per_prefill_token_s", "per_kv_token_s")
+
+
+class VllmProfileError(RearrivalError, ValueError):
+    """A vLLM step cost or profile that cannot be used; the message names the field and
+    the fix."""
+
+
+@dataclass(frozen=True)
+class VllmStepCost:
+    """The four coefficients of a vLLM engine step, in seconds (per token where named)."""
+
+    base_s: float
+    per_decode_token_s: float
+    per_prefill_token_s: float
+    per_kv_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in COEFFICIENTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise VllmProfileError(f"step cost '{name}' {value!r} must be a number of seconds")
+            if not (math.isfinite(value) and value >= 0):
+                raise VllmProfileError(
+                    f"step cost '{name}' {value!r} must be a finite number of seconds >= 0"
+                )
+            object.__setattr__(self, name, float(value))
+        if self.base_s + self.per_decode_token_s + self.per_prefill_token_s <= 0:
+            raise VllmProfileError(
+                "step cost: base_s, per_decode_token_s and per_prefill_token_s are all 0, "
+                "so virtual time would never advance; give at least one a positive value"
+            )
+
+    def step_s(self, decode_padded: int, prefill: int, context: int) -> float:
+        """One step's time. The predictor's cores and the oracle harness evaluate this
+        same expression in this order, so their clocks agree bit for bit."""
+        return (
+            self.base_s
+            + self.per_decode_token_s * decode_padded
+            + self.per_prefill_token_s * prefill
+            + self.per_kv_token_s * context
+        )
+
+    def as_tuple(self) -> tuple[float, float, float, float]:
+        return (self.base_s, self.per_decode_token_s, self.per_prefill_token_s, self.per_kv_token_s)
+
+
+def parse_step_cost(text: str) -> VllmStepCost:
+    """``"BASE,DEC,PRE[,KV]"`` in seconds (the CLI's ``--step-cost``)."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) not in (3, 4):
+        raise VllmProfileError(
+            f"--step-cost {text!r}: give BASE,DEC,PRE[,KV] in seconds, e.g. 0.004,1e-4,2e-5"
+        )
+    try:
+        values = [float(part) for part in parts]
+    except ValueError:
+        raise VllmProfileError(
+            f"--step-cost {text!r}: every part must be a number of seconds, e.g. 0.004,1e-4,2e-5"
+        ) from None
+    try:
+        return VllmStepCost(*values)
+    except VllmProfileError as exc:
+        raise VllmProfileError(f"--step-cost {text!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class VllmProfile:
+    """A vLLM profile file: the step cost and what it was measured on."""
+
+    version: str
+    model_id: str
+    vllm_version: str
+    device: str
+    step_cost: VllmStepCost
+    kv_bytes_per_token: int
+    source: str
+
+
+def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
+    return field_value(
+        tree, dotted, source, error=VllmProfileError, reference=REFERENCE, require_value=True
+    )
+
+
+def _text(tree: dict[str, Any], name: str, source: str) -> str:
+    value = tree.get(name)
+    if not isinstance(value, str) or not value:
+        raise VllmProfileError(
+            f"{source}: field '{name}' must be a non-empty string; see {REFERENCE}"
+        )
+    return value
+
+
+def vllm_profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -> VllmProfile:
+    """A profile from its parsed YAML, naming the file and the field in every error."""
+    if tree.get("substrate") != "vllm":
+        raise VllmProfileError(
+            f"{source}: field 'substrate' is {tree.get('substrate')!r}; a vLLM profile says "
+            f"substrate: vllm (an RBLN profile goes to --profile without --substrate vllm)"
+        )
+    device = _text(tree, "device", source)
+    if device not in DEVICES:
+        raise VllmProfileError(f"{source}: field 'device' {device!r}: use one of cpu, gpu")
+    values = [_value(tree, f"step_cost.{name}", source) for name in COEFFICIENTS]
+    for name in COEFFICIENTS:
+        if "provenance" not in tree["step_cost"][name]:
+            raise VllmProfileError(
+                f"{source}: field 'step_cost.{name}' needs 'provenance' (what was measured, "
+                f"where, how it was fitted); see {REFERENCE}"
+            )
+    try:
+        cost = VllmStepCost(*values)
+    except VllmProfileError as exc:
+        raise VllmProfileError(f"{source}: {exc}") from None
+    kv_bytes = _value(tree, "kv.bytes_per_token", source)
+    if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, int) or kv_bytes < 1:
+        raise VllmProfileError(
+            f"{source}: field 'kv.bytes_per_token' {kv_bytes!r} must be a positive integer "
+            "(2 x layers x kv_heads x head_dim x bytes per element of the served model)"
+        )
+    return VllmProfile(
+        version=str(tree.get("profile_version", "unversioned")),
+        model_id=_text(tree, "model_id", source),
+        vllm_version=_text(tree, "vllm_version", source),
+        device=device,
+        step_cost=cost,
+        kv_bytes_per_token=kv_bytes,
+        source=source,
+    )
+
+
+def load_vllm_profile(path: str | Path) -> VllmProfile:
+    """Read a vLLM profile file (layout in this module's docstring)."""
+    tree = read_mapping(Path(path), error=VllmProfileError, reference=REFERENCE)
+    return vllm_profile_from_mapping(tree, str(path))

