@@ -44,6 +44,9 @@ rule calibrate:
         config_file=CONFIG_FILE,
         values=stage_values("calibration"),
         compiled=compiled_option,
+        # the runs, plans and sample tables (declared above) go into the calibration's
+        # own folder, the profile's; the report reads them there
+        work=lambda wildcards, output: os.path.dirname(output.profile),
     shell:
         "rearrival study calibrate --config {params.config_file:q} --out {output.profile:q}"
-        " {params.compiled} > {log:q} 2>&1"
+        " --work {params.work:q} {params.compiled} > {log:q} 2>&1"

@@ -510,3 +510,52 @@ def test_emulated_http_calibration_small(tmp_path):
         ),
         scale=0.05,
     )
+
+
+def _small_calibration_config(tmp_path: Path) -> Path:
+    """The small study with a three-bucket calibration (a few seconds on emulated)."""
+    repo = Path(__file__).resolve().parents[1]
+    raw = yaml.safe_load((repo / ".test" / "config" / "config.yaml").read_text())
+    raw["calibration"] = {
+        "artifacts": [{"buckets": [1, 2, 4], "batch_size": 4}],
+        "decode_steps": 40,
+        "min_steps": 30,
+        "prefill_tokens": [256, 1024, 4096],
+        "appended_tokens": [8, 250],
+        "prefill_repeats": 1,
+        "bootstrap_resamples": 50,
+    }
+    path = tmp_path / "config" / "small.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_calibrate_writes_its_runs_and_tables_into_one_named_folder(tmp_path):
+    """`calibrate --out DIR/p.yaml` wrote runs/, plans/ and three tables loose into DIR
+    (issue 29): they go into DIR/p-calibration/, or the --work directory."""
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+
+    config = _small_calibration_config(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["calibrate", "--config", str(config), "--out", str(out / "p.yaml")]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in out.iterdir()) == ["p-calibration", "p.yaml"]
+    work = out / "p-calibration"
+    assert {p.name for p in work.iterdir()} == {
+        "runs",
+        "plans",
+        "decode_steps.parquet",
+        "prefill.parquet",
+        "reuse.parquet",
+    }
+    assert str(work) in done.output
+    elsewhere = tmp_path / "work"
+    args = [*args[:-1], str(out / "q.yaml"), "--work", str(elsewhere)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["p-calibration", "p.yaml", "q.yaml"]
+    assert (elsewhere / "runs").is_dir() and (elsewhere / "decode_steps.parquet").is_file()

@@ -191,7 +191,7 @@ def test_malformed_spans_name_line_and_field(
     if expected is None:
         assert result.exit_code == 0, result.output
         return
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"{path}: line 2: resourceSpans[0].scopeSpans[0].spans[" in result.output
     assert expected in result.output and not out.exists()
 

@@ -441,6 +441,43 @@ def test_cli_tables_scorecard_prints_one_line_per_finding(tree, tmp_path):
     assert result.stdout.rstrip().splitlines()[-1].endswith("not comparable")
 
 
+def test_cli_tables_scorecard_prints_what_the_report_stage_wrote(tree, tmp_path, monkeypatch):
+    """`tables --scorecard` re-rendered the whole report (17-22 s) before it printed
+    (issue 29): a scorecard newer than the results and the config is printed as written,
+    the same lines a render prints; a stale one is rendered again first, saying why."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+    from rearrival.report import render
+
+    config = tmp_path / "config.yaml"
+    config.write_text((tree / "config.yaml").read_text())
+    out = tmp_path / "reports"
+    args = ["tables", "--config", str(config), "--results", str(tree / "results")]
+    args += ["--out", str(out), "--scorecard"]
+    runner = CliRunner()
+    fresh = runner.invoke(app, args)
+    assert fresh.exit_code == 0, fresh.output
+    renders = []
+    monkeypatch.setattr(render, "build_report", lambda *a: renders.append(a) or build_report(*a))
+    cached = runner.invoke(app, args)
+    assert cached.exit_code == 0, cached.output
+    assert renders == []
+    assert cached.stdout.splitlines()[0] == (
+        f"{out / 'tables' / 'scorecard.csv'}: written by the report stage, newer than "
+        f"{tree / 'results'} and {config}"
+    )
+    assert cached.stdout.splitlines()[1:] == fresh.stdout.splitlines()[1:]
+    later = (out / "tables" / "index.json").stat().st_mtime + 10
+    os.utime(config, (later, later))
+    stale = runner.invoke(app, args)
+    assert stale.exit_code == 0 and len(renders) == 1
+    assert f"{config} is newer than {out / 'tables' / 'index.json'}" in stale.stderr
+    assert stale.stdout.splitlines()[1:] == fresh.stdout.splitlines()[1:]
+
+
 # --- the profile every number rests on, and the second evaluation ------------------------
 
 
@@ -597,6 +634,72 @@ def test_report_renders_headless(rendered, tmp_path):
         capture_output=True,
     )
     assert png.is_file() and png.stat().st_size > 0
+
+
+_MEASURE = """<script>
+const table = document.querySelector("table.scorecard");
+const align = (cells) => [...cells].map((c) => getComputedStyle(c).textAlign);
+document.body.setAttribute("data-measure", JSON.stringify({
+  table: table.scrollWidth, box: table.parentElement.clientWidth,
+  headers: align(table.rows[0].cells), cells: align(table.rows[1].cells),
+}));
+</script></body>"""
+
+
+def _measure_scorecard(html: str, width: int, tmp_path: Path) -> dict:
+    """The scorecard's width against its box and each column's alignment, as headless
+    chromium lays the page out in a window ``width`` pixels wide."""
+    import html as markup
+
+    page = tmp_path / f"measure-{width}.html"
+    page.write_text(html.replace("</body>", _MEASURE))
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'ud'}",
+            f"--window-size={width},1000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r'data-measure="([^"]*)"', done.stdout)
+    assert found, done.stderr[-2000:]
+    return json.loads(markup.unescape(found.group(1)))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")
+@pytest.mark.parametrize("width", [1400, 1024])
+def test_scorecard_fits_its_box_and_headers_align_with_their_text(tree, tmp_path, width):
+    """The scorecard was clipped at 1,400 px and its headers right-aligned over
+    left-aligned text (issue 29): with the second profile's columns too (the widest
+    scorecard), it fits its box and aligns each header with its column."""
+    config = yaml.safe_load((tree / "config.yaml").read_text())
+    config["profile"] = str(dearer_profile(tmp_path / "dearer.yaml"))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    build_report(tmp_path / "config.yaml", tree / "results", tmp_path / "reports")
+    html = (tmp_path / "reports" / "report.html").read_text()
+    assert 'id="other-profile">Every finding is judged twice' in html
+    measured = _measure_scorecard(html, width, tmp_path)
+    assert measured["table"] <= measured["box"], measured
+    assert measured["headers"] == measured["cells"] == ["left"] * len(measured["cells"])
+
+
+def test_scorecard_headers_are_aligned_like_their_cells(rendered):
+    """Without a browser: the stylesheet aligns the scorecard's header cells as its body
+    cells, and the table is laid out to its box's width."""
+    html = (rendered / "report.html").read_text()
+    rule = re.search(r"table\.scorecard th, table\.scorecard td \{([^}]*)\}", html)
+    assert rule and "text-align: left" in rule.group(1)
+    layout = re.search(r"table\.scorecard \{([^}]*)\}", html)
+    assert layout and "table-layout: fixed" in layout.group(1) and "width: 100%" in layout.group(1)
 
 
 def test_every_html_table_scrolls_inside_its_own_box(rendered):

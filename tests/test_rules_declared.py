@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WORKFLOW_FILES = ("Snakefile", "rules", "envs", "config", "profiles", ".test")
 # Commands that take a directory and find fixed names inside it. Each declared file of
-# these must lie under (or beside) a path the command is given; the rest must be named.
+# these must lie under a path the command is given; the rest must be named.
 DIRECTORY_READERS = {
     "report": "reads the results tree (--results) and writes under --out",
-    "calibrate": "writes its tables and runs beside --out profile.yaml",
+    "calibrate": "writes its tables and runs under --work",
 }
 ROOTS = ("results", "reports")
 REPLACE = ("--replace-workflow-config", "all")
@@ -71,12 +71,7 @@ def command_paths(command: str) -> set[str]:
 
 def _under(path: str, named: set[str]) -> bool:
     p = PurePosixPath(path)
-    return any(
-        p == PurePosixPath(n)
-        or PurePosixPath(n) in p.parents
-        or p.parent == PurePosixPath(n).parent
-        for n in named
-    )
+    return any(p == PurePosixPath(n) or PurePosixPath(n) in p.parents for n in named)
 
 
 def undeclared_or_unused(job: Job) -> list[str]:
@@ -127,6 +122,23 @@ def test_every_rule_gives_its_command_exactly_its_declared_files(tmp_path, confi
     assert {"plans", "predict", "preregister", "run_replicate", "seal", "channels"} <= rules
     assert {"decide", "report", "search_merge", "calibrate"} <= rules
     assert [p for job in jobs for p in undeclared_or_unused(job)] == []
+
+
+def test_calibration_outputs_beside_the_profile_are_not_given_by_the_profile_alone():
+    """calibrate wrote its runs and tables beside --out (loose in /tmp for a user's
+    `--out /tmp/p.yaml`, issue 29): they are declared only when --work names their folder."""
+    outputs = tuple(
+        f"results/calibration/{name}"
+        for name in ("profile.yaml", "decode_steps.parquet", "runs", "plans")
+    )
+    command = "rearrival study calibrate --config c.yaml --out results/calibration/profile.yaml"
+    beside = Job("calibrate", (), outputs, f"{command} > log 2>&1")
+    assert undeclared_or_unused(beside) == [
+        f"calibrate: declares {path} but its command is not given it"
+        for path in sorted(outputs[1:])
+    ]
+    given = Job("calibrate", (), outputs, f"{command} --work results/calibration > log 2>&1")
+    assert undeclared_or_unused(given) == []
 
 
 def test_a_profile_read_but_not_declared_is_caught():

@@ -3,6 +3,7 @@ each verdict (holds, does not hold, not comparable) is reached by the stated tes
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from rearrival.report.findings.base import in_printed_range, within_printed
 from rearrival.report.paper_numbers import load_paper_numbers
 from rearrival.report.scorecard import (
     Scorecard,
+    backend_expectation,
     read_scorecard_csv,
     score,
     scorecard_csv,
@@ -385,3 +387,31 @@ def test_channel_agreement_findings_are_hardware_findings(finding) -> None:
     ix = table("IX", rows)
     assert verdict_of(evidence(ix), finding)[0] == NOT_COMPARABLE
     assert verdict_of(evidence(ix, backends=("rbln",)), finding)[0] == HOLDS
+
+
+def test_the_emulated_tally_to_expect_comes_from_the_registry() -> None:
+    """The scorecard did not say which tally to expect on the emulated backend (issue
+    29): the findings resting on the RBLN device are named, and the count a complete
+    emulated run shows as not comparable and as judged, computed from the registry."""
+    registry = findings(NUMBERS)
+    device = [f.id for f in registry if f.hardware]
+    assert device and len(device) < len(registry)
+    nothing = Scorecard(tuple(score(evidence(), NUMBERS)), ("emulated",))
+    text = backend_expectation(nothing, NUMBERS)
+    assert f"{len(device)} of the {len(registry)} findings rest on the RBLN device" in text
+    assert f"({', '.join(device)})" in text
+    assert f"shows {len(device)} not comparable and judges the other " in text
+    assert f"judges the other {len(registry) - len(device)} " in text
+    missing = [r.id for r in nothing.rows if r.verdict == NOT_COMPARABLE and r.id not in device]
+    assert missing and f"this run has {len(missing)} more not comparable" in text
+    assert ", ".join(missing) in text
+    # a run where only the device findings are not comparable has nothing missing
+    judged = tuple(r if r.id in device else replace(r, verdict=HOLDS) for r in nothing.rows)
+    assert backend_expectation(Scorecard(judged, ("emulated-http",)), NUMBERS).endswith(
+        "this run has none beyond those."
+    )
+    assert "Expected on emulated-http" in backend_expectation(
+        Scorecard(judged, ("emulated-http",)), NUMBERS
+    )
+    assert backend_expectation(Scorecard(judged, ("rbln",)), NUMBERS) == ""
+    assert " ".join(text.split()) in " ".join(scorecard_markdown(nothing).split())

@@ -108,7 +108,12 @@ def test_a_missing_key_or_signers_file_is_one_line(repo, tmp_path):
         check_signatures(repo, tmp_path / "absent")
 
 
-def test_config_signing_key_resolves_against_the_config_directory(tmp_path):
+def test_config_signing_key_resolves_against_the_working_directory(tmp_path, monkeypatch):
+    """Like every path of the config (the README's rule; issue 29: it resolved against
+    the config file's directory): the directory the command runs in."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     raw = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
     config = tmp_path / "conf" / "config.yaml"
     config.parent.mkdir()
@@ -118,7 +123,7 @@ def test_config_signing_key_resolves_against_the_config_directory(tmp_path):
     raw |= {"signing": {"key": "keys/id_ed25519"}, "witness": {"remote": "git://h/w.git"}}
     config.write_text(yaml.safe_dump(raw))
     cfg = load_study_config(config)
-    assert cfg.signing_key == config.parent / "keys" / "id_ed25519"
+    assert cfg.signing_key == work / "keys" / "id_ed25519"
     assert cfg.witness == "git://h/w.git"
 
 

@@ -113,14 +113,14 @@ def test_cli_json_and_malformed_trace(small_config: Path, two_round_trace: Path)
     bad = two_round_trace.with_name("bad.jsonl")
     bad.write_text('{"session_id": "a"}\n')
     result = runner.invoke(app, [*args, "--trace", str(bad)])
-    assert result.exit_code == 1 and "line 1" in result.output
+    assert result.exit_code == 2 and "line 1" in result.output
 
 
 @needs_sample
 def test_sample_without_scale_says_how_to_proceed(small_config: Path) -> None:
     args = ["advise", "--config", str(small_config), "--trace", str(SAMPLE)]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "nothing fits" in result.output and "--token-scale 0.16" in result.output
 
 

@@ -184,7 +184,7 @@ def test_token_scale_is_a_labelled_what_if(tmp_path: Path) -> None:
 def test_real_sample_nothing_fits_without_scale(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = runner.invoke(app, ["plans", "from-trace", str(SAMPLE), "--out", str(out)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     message = result.output
     assert "nothing fits a maximum sequence length of 8,192" in message
     assert "--token-scale 0.16" in message and "no plan was written" in message
@@ -253,7 +253,7 @@ def _malformed(tmp_path: Path, body: str | bytes, name: str = "bad.jsonl") -> st
     path.write_bytes(body if isinstance(body, bytes) else body.encode())
     out = tmp_path / "out"
     result = runner.invoke(app, ["plans", "from-trace", str(path), "--out", str(out)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # a user error, as everywhere else
     assert not out.exists()
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0]
@@ -295,3 +295,43 @@ def test_malformed_empty_and_truncated_gzip(tmp_path: Path) -> None:
     line = _malformed(tmp_path, packed[: len(packed) // 2], "cut.jsonl.gz")
     assert "gzip stream is truncated" in line and "line " in line
     assert "not valid JSON" in _malformed(tmp_path, '{"session_id": \n')
+
+
+def test_a_cut_off_last_line_says_the_trace_is_truncated(tmp_path: Path) -> None:
+    """A trace whose copy stopped mid-line gave "not valid JSON (Unterminated string
+    starting at)", cut off itself (issue 29): the line, the column and the likely cause."""
+    cut = _good() + '{"session_id": "a", "round_ind'
+    line = _malformed(tmp_path, cut)
+    assert "line 3: the last line is cut off mid-JSON" in line
+    assert "Unterminated string starting at: column 21" in line
+    assert "truncated" in line and "drop the partial last line" in line
+    # a bad line with its newline is not called truncated, and names its column too
+    middle = _malformed(tmp_path, '{"session_id": }\n' + _good())
+    assert "line 1: not valid JSON (Expecting value: column 16)" in middle
+    assert "truncated" not in middle
+
+
+def test_an_unreadable_imported_plan_names_the_import_that_wrote_it(tmp_path: Path) -> None:
+    """A damaged DIR/plan.parquet from `plans from-trace` suggested `rearrival plan`,
+    which draws synthetic sessions (issue 29): it names the import again."""
+    from rearrival.model.plans.plan import PlanError
+
+    out = tmp_path / "mine"
+    args = ["plans", "from-trace", str(_three_sessions(tmp_path / "t.jsonl")), "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    plan = out / "plan.parquet"
+    data = plan.read_bytes()
+    plan.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan)
+    message = str(caught.value)
+    assert message.startswith(f"{plan}: not a readable Parquet plan")
+    assert "`rearrival plans from-trace` or `rearrival plans from-otel`" in message
+    assert "`rearrival plan`" not in message
+    generated = tmp_path / "generated.parquet"
+    args = ["plan", "--n", "2", "--study-seed", "1", "--replicate", "0", "--out", str(generated)]
+    made = runner.invoke(app, args)
+    assert made.exit_code == 0, made.output
+    generated.write_bytes(generated.read_bytes()[:100])
+    with pytest.raises(PlanError, match="regenerate it with `rearrival plan`"):
+        load_plan(generated)

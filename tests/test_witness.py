@@ -193,10 +193,13 @@ def test_a_rewritten_registration_already_published_is_caught(study, witness):
     report = audit(repo.working_tree_dir, replicates[0].parents[2], witness=url)
     violations = [r.reason for r in report.violations]
     assert any(
-        "local history diverges from witness" in v and "refs/rearrival/prereg/grid/" in v
+        "local history diverges from witness" in v
+        and "refs/rearrival/prereg/grid/" in v
+        and "was edited" in v
+        and "predictions.json: ratio_pred.6: witnessed 0.97, here 0.9" in v
         for v in violations
     )
-    assert any("registration commit" in v and "is not held by witness" in v for v in violations)
+    assert any("replayed here with identical content" in v and "ledger" in v for v in violations)
     assert all("\n" not in v for v in violations)
 
 
@@ -258,3 +261,121 @@ def test_cli_publish_reads_the_witness_from_the_config(study, witness, tmp_path)
     config.write_text(yaml.safe_dump(raw | {"witness": {"remote": url}}))
     assert CliRunner().invoke(app, args).exit_code == 0
     assert len(_bare_refs(bare)) == 2
+
+
+STUDIES = ("alpha", "beta", "gamma")
+
+
+@pytest.fixture
+def studies(tmp_path, no_git_identity) -> tuple[git.Repo, Path]:
+    """Three studies registered and sealed one after another, as the pipeline does
+    (registration, runs, seal per study); returns the repository and its results."""
+    repo = git.Repo.init(tmp_path / "repo")
+    top = Path(repo.working_tree_dir)
+    for name in ("LICENSE", "README"):
+        (top / name).write_text("code\n")
+        repo.index.add([name])
+        repo.index.commit(name)
+    for study in STUDIES:
+        files = {"criteria.json": {"tau": 0.05, "n": [6, 8]}, "predictions.json": PREDICTIONS}
+        record = register(top, study, files, message=f"prereg({study})")
+        run = top / "results" / "runs" / study / "n6_r0" / "baseline-wait"
+        run.mkdir(parents=True)
+        (run / "manifest.json").write_text(json.dumps({"prereg": record.manifest_entry()}))
+        (run / "steps.parquet").write_bytes(study.encode())
+        seal(top, study, [run.parent], tmp_path / f"{study}-ledger.json")
+    return repo, top / "results"
+
+
+def _replay(repo: git.Repo, target: git.Commit, edit) -> None:
+    """Rewrite ``target`` with ``edit`` applied to the work tree and replay every later
+    commit onto it, keeping messages and authors (what an interactive rebase does)."""
+    later = list(repo.iter_commits(f"{target.hexsha}..HEAD", reverse=True))
+    repo.git.reset("--hard", target.parents[0].hexsha)
+    repo.git.cherry_pick("--no-commit", target.hexsha)
+    edit(Path(repo.working_tree_dir))
+    repo.git.add("-u")
+    repo.git.commit("-q", "-C", target.hexsha)
+    for commit in later:
+        repo.git.cherry_pick(commit.hexsha)
+
+
+def _registration(repo: git.Repo, study: str) -> git.Commit:
+    return next(repo.iter_commits("HEAD", paths=f"preregistration/{study}"))
+
+
+def _witness_rows(report) -> list:
+    return [r for r in report.rows if r.run.startswith("(witness")]
+
+
+def test_an_edited_registration_names_the_first_diverging_commit_and_values(studies, witness):
+    """One criteria file edited and the later commits replayed: the audit names the
+    witnessed commit the history leaves, the edited file and value, and says the other
+    studies' commits were replayed with identical content (issue 29)."""
+    repo, results = studies
+    url, _ = witness
+    publish(repo, url)
+    edited = _registration(repo, "beta")
+
+    def loosen(top: Path) -> None:
+        path = top / "preregistration" / "beta" / "criteria.json"
+        path.write_text(path.read_text().replace("0.05", "0.07"))
+
+    _replay(repo, edited, loosen)
+    rows = _witness_rows(audit(repo.working_tree_dir, results, witness=url))
+    by_study = {s: [r for r in rows if r.study == s] for s in STUDIES}
+    assert [r.verdict for r in by_study["alpha"]] == [OK]  # registered before the edit
+    beta = [r for r in by_study["beta"] if r.verdict == VIOLATION]
+    assert beta and all(r.verdict == VIOLATION for r in by_study["beta"])
+    first = next(r for r in rows if "first diverging" in r.reason)
+    assert edited.hexsha[:12] in first.reason and _registration(repo, "beta").hexsha[:12] in (
+        first.reason
+    )
+    edit = next(r for r in beta if "edited" in r.reason)
+    assert "preregistration/beta/criteria.json" in edit.reason
+    assert "tau: witnessed 0.05, here 0.07" in edit.reason
+    gamma = by_study["gamma"]
+    assert gamma and all(r.verdict == VIOLATION for r in gamma)
+    assert all("identical content" in r.reason and "edited" not in r.reason for r in gamma)
+    # one row per study and kind of change, not one per ref and commit
+    assert len(rows) <= 6, "\n".join(r.reason for r in rows)
+    assert all("\n" not in r.reason for r in rows)
+
+
+def test_a_content_identical_replay_is_told_from_an_edit(studies, witness):
+    """A reworded commit below every registration changes every hash but no registered
+    byte: each witnessed commit is named with the local commit that replays it."""
+    repo, results = studies
+    url, _ = witness
+    publish(repo, url)
+    witnessed = {s: _registration(repo, s).hexsha for s in STUDIES}
+    code = next(repo.iter_commits("HEAD", paths="README"))
+    _replay(repo, code, lambda top: (top / "README").write_text("code, reworded\n"))
+    rows = _witness_rows(audit(repo.working_tree_dir, results, witness=url))
+    assert rows and all(r.verdict == VIOLATION for r in rows)
+    assert not any("edited" in r.reason for r in rows)
+    first = next(r for r in rows if "first diverging" in r.reason)
+    assert code.hexsha[:12] in first.reason and "README" in first.reason
+    for study in STUDIES:
+        replayed = [r for r in rows if r.study == study and "identical content" in r.reason]
+        assert len(replayed) == 1
+        assert witnessed[study][:12] in replayed[0].reason
+        assert _registration(repo, study).hexsha[:12] in replayed[0].reason
+
+
+def test_witnessed_commits_the_clone_lacks_are_fetched_to_compare(study, witness):
+    """After the rewrite the old commits are gone from the local object store (as in a
+    fresh clone of the rewritten history): the audit fetches them from the witness,
+    objects only, and still names the edited value."""
+    repo, replicates = study
+    url, _ = witness
+    publish(repo, url)
+    _rewrite_registration(repo, replicates)
+    repo.git.reflog("expire", "--expire=now", "--all")
+    repo.git.gc("--prune=now", "--quiet")
+    old = held_refs(repo, url)
+    assert not any(repo.git.cat_file("-t", sha, with_exceptions=False) for sha in old.values())
+    report = audit(repo.working_tree_dir, replicates[0].parents[2], witness=url)
+    assert any("ratio_pred.6: witnessed 0.97, here 0.9" in r.reason for r in report.violations)
+    assert repo.git.for_each_ref(NAMESPACE) == ""  # no ref written
+    assert not (Path(repo.git_dir) / "FETCH_HEAD").exists()

@@ -12,9 +12,11 @@ import sys
 import typer
 
 from rearrival.commands import ALL_AREAS
+from rearrival.commands.panels import PanelledGroup
 from rearrival.errors import RearrivalError
 
 app = typer.Typer(
+    cls=PanelledGroup,
     name="rearrival",
     help="Preregistered experiments on tool waiting and re-arrival in compile-time-static "
     "LLM serving.",

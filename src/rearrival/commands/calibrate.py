@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
+
 DEFAULT_CONFIG = Path("config/config.yaml")
 
 
@@ -16,10 +18,17 @@ def calibrate(
         Path,
         typer.Option(
             "--out",
-            help="Profile YAML to write; the runs and "
-            "sample tables go beside it (runs/, plans/, *.parquet).",
+            help="Profile YAML to write; its runs and sample tables go into --work.",
         ),
     ],
+    work: Annotated[
+        Path | None,
+        typer.Option(
+            "--work",
+            help="Directory for the runs, their plans and the sample tables (runs/, plans/, "
+            "*.parquet) [default: beside --out, named after it: p.yaml -> p-calibration/].",
+        ),
+    ] = None,
     config: Annotated[
         Path,
         typer.Option(
@@ -91,25 +100,33 @@ def calibrate(
         emulator_truth=settings.truth_path(),
     )
     records = compile_records(compiled) if compiled is not None and chosen == RBLN else None
+    work_dir = work if work is not None else work_directory(out)
     result = run_calibration(
         settings,
         backend_settings,
-        out.parent,
+        work_dir,
         seed=cfg.study_seed if cfg is not None else 0,
         compile_records=records,
     )
     wanted = required_buckets(cfg) if cfg is not None else ()
-    write_samples(result, out.parent)
+    write_samples(result, work_dir)
     write_profile(profile_document(result, settings, wanted), out)
     decode = result.decode
     typer.echo(
-        f"{out}: {len(decode.buckets)} buckets measured on {chosen}, beta "
+        f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs and samples in "
+        f"{work_dir}), beta "
         f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "
         f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
         f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
         f"b={result.prefill.per_token_s:.4g} s/token, reuse {result.reuse.checked} "
         f"re-arrivals, {len(result.reuse.violations)} violations"
     )
+
+
+def work_directory(profile: Path) -> Path:
+    """Where a calibration writing ``profile`` puts its runs and samples by default: one
+    folder named after the profile beside it, so nothing lands loose in its directory."""
+    return profile.with_name(f"{profile.stem}-calibration")
 
 
 def calibrate_compile(
@@ -128,4 +145,4 @@ def calibrate_compile(
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("calibrate")(calibrate)
-    app.command("calibrate-compile")(calibrate_compile)
+    app.command("calibrate-compile", rich_help_panel=PIPELINE_PANEL)(calibrate_compile)

@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    app.command("channels")(channels)
-    app.command("run")(run)
+    app.command("channels", rich_help_panel=PIPELINE_PANEL)(channels)
+    app.command("run", rich_help_panel=PIPELINE_PANEL)(run)
     app.command("emulate-server")(emulate_server)
 
 

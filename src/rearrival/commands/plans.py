@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PanelledGroup
 from rearrival.errors import RearrivalError
 
 PLAN_SUFFIXES = (".parquet", ".json")
@@ -173,7 +174,6 @@ def tools_show(
     )
 
 
-IMPORTED_PLAN = "plan.parquet"
 SessionsOption = Annotated[
     int | None,
     typer.Option("--sessions", min=1, help="Sample this many sessions (seeded); default: all."),
@@ -215,9 +215,9 @@ ScaleOption = Annotated[
 
 def _import(kind: str, out: Path, **options) -> None:
     """Run an importer, print what it did, write DIR/plan.parquet; a malformed trace is
-    one error line and exit code 1 with nothing written."""
+    one error line and exit code 2 (a user error) with nothing written."""
     from rearrival.model.plans.otel_import import plans_from_otel
-    from rearrival.model.plans.plan import write_plan
+    from rearrival.model.plans.plan import IMPORTED_PLAN_FILE, write_plan
     from rearrival.model.plans.trace_plans import TraceError
     from rearrival.model.plans.tracelab_import import plans_from_trace
 
@@ -226,8 +226,8 @@ def _import(kind: str, out: Path, **options) -> None:
         result = importer(**options)
     except TraceError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    path = write_plan(result.plan, out / IMPORTED_PLAN)
+        raise typer.Exit(2) from None
+    path = write_plan(result.plan, out / IMPORTED_PLAN_FILE)
     for line in result.summary_lines():
         typer.echo(line)
     typer.echo(f"wrote {path}")
@@ -294,6 +294,7 @@ def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     app.command("plan")(plan)
     plans_app = typer.Typer(
+        cls=PanelledGroup,
         help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry).",
         no_args_is_help=True,
     )
@@ -301,6 +302,7 @@ def register(app: typer.Typer) -> None:
     plans_app.command("from-otel")(from_otel)
     app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
+        cls=PanelledGroup,
         help="Tool-latency tables (docs/DESIGN.md §2): build from a trace, show.",
         no_args_is_help=True,
     )

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
+
 RepoOption = Annotated[Path, typer.Option("--repo", help="Git repository (top level).")]
 
 
@@ -186,6 +188,6 @@ def publish(
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    app.command("prereg")(prereg)
+    app.command("prereg", rich_help_panel=PIPELINE_PANEL)(prereg)
     app.command("audit")(audit)
     app.command("publish")(publish)

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PanelledGroup
+
 SitePackages = Annotated[
     Path | None,
     typer.Option(
@@ -19,10 +21,14 @@ SitePackages = Annotated[
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
     rbln_app = typer.Typer(
-        help="Real RBLN hardware: observation patch and compile job.", no_args_is_help=True
+        cls=PanelledGroup,
+        help="Real RBLN hardware: observation patch and compile job.",
+        no_args_is_help=True,
     )
     patch_app = typer.Typer(
-        help="The observation-only [BUCKET] log patch of vllm-rbln 0.11.1.", no_args_is_help=True
+        cls=PanelledGroup,
+        help="The observation-only [BUCKET] log patch of vllm-rbln 0.11.1.",
+        no_args_is_help=True,
     )
     patch_app.command("apply")(patch_apply)
     patch_app.command("revert")(patch_revert)

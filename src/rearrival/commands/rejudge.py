@@ -9,10 +9,12 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL
+
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
-    app.command("decide")(rejudge)
+    app.command("decide", rich_help_panel=PIPELINE_PANEL)(rejudge)
 
 
 def rejudge(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -27,7 +28,9 @@ def tables(
         bool,
         typer.Option(
             "--scorecard",
-            help="Also print each finding of the paper: verdict, paper vs this run, then why.",
+            help="Print each finding of the paper: verdict, paper vs this run, then why. "
+            "Reads the scorecard the report stage wrote when it is newer than the results "
+            "and the config; renders the report first only when it is not.",
         ),
     ] = False,
 ) -> None:
@@ -38,20 +41,69 @@ def tables(
     OUT/report.html stating the backend, and OUT/tables/index.json listing the files.
     Results not produced yet are reported as such instead of failing. The report opens
     with the scorecard of the paper's findings, also written as OUT/tables/scorecard.csv
-    and .md; --scorecard prints it here, each finding within 100 columns.
+    and .md; --scorecard prints it here, each finding within 100 columns, without
+    rendering again when what was written is up to date.
     """
     from rearrival.report.render import build_report
-    from rearrival.report.scorecard import read_scorecard_csv, summary_lines
 
-    index = build_report(config, results, out)
-    typer.echo(
-        f"{out / index['report']}: {len(index['tables'])} tables, {len(index['figures'])} figures"
-    )
+    index_path = out / "tables" / "index.json"
+    stale = stale_because(index_path, config, results) if scorecard else None
+    if scorecard and stale is None:
+        index = json.loads(index_path.read_text())
+        typer.echo(
+            f"{out / 'tables' / 'scorecard.csv'}: written by the report stage, newer than "
+            f"{results} and {config}"
+        )
+    else:
+        if stale is not None:
+            typer.echo(f"{stale}: rendering the report again", err=True)
+        index = build_report(config, results, out)
+        typer.echo(
+            f"{out / index['report']}: {len(index['tables'])} tables, "
+            f"{len(index['figures'])} figures"
+        )
     if scorecard:
-        card = read_scorecard_csv(out / "tables" / "scorecard.csv")
-        for line in summary_lines(card):
-            typer.echo(line)
-        counts = index["scorecard"]["counts"]
-        typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
+        print_scorecard(out, index)
     for line in index["not_produced"]:
         typer.echo(f"not produced: {line}", err=True)
+
+
+def stale_because(index: Path, config: Path, results: Path) -> str | None:
+    """Why the report under ``index``'s directory is not up to date with ``config``, every
+    file under ``results`` and rearrival's own files (templates, paper numbers, code);
+    None when it is (the index is the report stage's last write)."""
+    import rearrival
+
+    if not index.is_file() or not (index.parent / "scorecard.csv").is_file():
+        return f"{index.parent / 'scorecard.csv'}: not written yet"
+    written = index.stat().st_mtime
+    package = Path(rearrival.__file__).parent
+    inputs = [config, *_files(results), *_files(package)]
+    newer = [p for p in inputs if p.is_file() and p.stat().st_mtime > written]
+    if not newer:
+        return None
+    return f"{max(newer, key=lambda p: p.stat().st_mtime)} is newer than {index}"
+
+
+def _files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+
+
+def print_scorecard(out: Path, index: dict) -> None:
+    """Each finding, what to expect on the run's backends, then the tally."""
+    from rearrival.report.scorecard import (
+        Scorecard,
+        backend_expectation,
+        read_scorecard_csv,
+        summary_lines,
+    )
+    from rearrival.report.table_model import wrap_markdown
+
+    rows = read_scorecard_csv(out / "tables" / "scorecard.csv").rows
+    card = Scorecard(rows, tuple(index.get("backends", ())))
+    for line in summary_lines(card):
+        typer.echo(line)
+    expected = backend_expectation(card)
+    if expected:
+        typer.echo("\n".join(wrap_markdown(expected)))
+    typer.echo(", ".join(f"{count} {name}" for name, count in card.counts().items()))

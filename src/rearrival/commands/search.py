@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rearrival.commands.panels import PanelledGroup
+
 if TYPE_CHECKING:
     from rearrival.search.outputs import OutputPaths
 
@@ -455,14 +457,14 @@ def advise(
             )
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(2) from None
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
 def search_app() -> typer.Typer:
     """The ``search`` group: everything at once, or its plans, shard and merge stages
     (also ``rearrival study search``, which the search rules call)."""
-    group = typer.Typer(invoke_without_command=True)
+    group = typer.Typer(cls=PanelledGroup, invoke_without_command=True)
     group.callback()(search)
     group.command("plans")(plans)
     group.command("shard")(shard)

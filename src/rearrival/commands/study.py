@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.panels import PIPELINE_PANEL, PanelledGroup
+
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
 Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
@@ -279,6 +281,7 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.search import search_app
 
     study_app = typer.Typer(
+        cls=PanelledGroup,
         help="Pipeline stages (one per Snakemake rule; called by the Snakefile).",
         no_args_is_help=True,
     )
@@ -299,4 +302,4 @@ def register(app: typer.Typer) -> None:
     for name, verb in verbs.items():
         study_app.command(name)(verb)
     study_app.add_typer(search_app(), name="search", help="The configuration search stages.")
-    app.add_typer(study_app, name="study")
+    app.add_typer(study_app, name="study", rich_help_panel=PIPELINE_PANEL)

@@ -257,17 +257,16 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         **sections,
         measurement=measurement,
         witness=(raw.get("witness") or {}).get("remote"),
-        signing_key=_signing_key(raw, source),
+        signing_key=_signing_key(raw),
     )
 
 
-def _signing_key(raw: dict[str, Any], source: str) -> Path | None:
-    """``signing.key`` as a path, relative ones against the config file's directory."""
+def _signing_key(raw: dict[str, Any]) -> Path | None:
+    """``signing.key`` as an absolute path; a relative one resolves against the current
+    directory, as every path of the study definition does (the workflow runs from the
+    repository root), so git, which commits from the repository, finds the same file."""
     key = (raw.get("signing") or {}).get("key")
-    if key is None:
-        return None
-    path = Path(key).expanduser()
-    return path if path.is_absolute() else Path(source).parent / path
+    return None if key is None else Path(key).expanduser().absolute()
 
 
 def config_schema_path() -> Path:

@@ -71,7 +71,8 @@ class Signing:
     def __post_init__(self) -> None:
         if not Path(self.key).is_file():
             raise PreregError(
-                f"signing.key {self.key}: no such file; give the SSH key that signs "
+                f"signing.key {self.key}: no such file (relative paths resolve against the "
+                "current directory); give the SSH key that signs "
                 "registration and ledger commits (ssh-keygen -t ed25519 -f <path>) or remove "
                 "signing: from the config"
             )

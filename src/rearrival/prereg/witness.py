@@ -14,8 +14,10 @@ witness holds is in the local history (a rewritten registration that was already
 published shows up as the witness's commit missing locally, even when the rewritten
 local history is consistent in itself).
 
-Only plain ``git push`` / ``git ls-remote`` are used, so any transport git speaks works,
-with the user's own credentials; prompts are disabled so a failure is one line.
+Only plain ``git push`` / ``git ls-remote`` / ``git fetch`` are used, so any transport git
+speaks works, with the user's own credentials; prompts are disabled so a failure is one
+line. When the local history lacks a witnessed commit, the audit fetches its objects (no
+ref is written) and says what replaced it (:mod:`rearrival.prereg.rewrite`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from typing import Any
 from rearrival.errors import RearrivalError
 from rearrival.prereg.ledger import LEDGER_ROOT, ledger_commits
 from rearrival.prereg.registration import PREREG_ROOT, bad_revision_errors, registrations
+from rearrival.prereg.rewrite import (
+    Divergence,
+    FileChange,
+    changed_files,
+    divergence,
+    registered_root,
+)
 
 NAMESPACE = "refs/rearrival"
 PREREG_KIND, LEDGER_KIND = "prereg", "ledger"
@@ -184,12 +193,29 @@ def require_witnessed(repo: Any, remote: str, study: str, commit: str) -> str:
 
 
 @dataclass(frozen=True)
+class Rewrite:
+    """A witnessed commit HEAD's history lacks, the local commit in its place (the k-th
+    commit of the same kind and study; None: dropped) and what it registers differently
+    (empty: a content-identical replay)."""
+
+    witnessed: Witnessed
+    local: Witnessed | None
+    changes: tuple[FileChange, ...]
+
+    @property
+    def replayed(self) -> bool:
+        return self.local is not None and not self.changes
+
+
+@dataclass(frozen=True)
 class WitnessCheck:
     """What the audit found comparing the local history with the witness."""
 
-    missing: tuple[Witnessed, ...]
-    diverged: tuple[tuple[str, str], ...]  # (witness ref, the commit it holds)
+    missing: tuple[Witnessed, ...]  # local commits the witness does not hold
+    rewrites: tuple[Rewrite, ...]  # witnessed commits HEAD's history lacks
+    diverged: tuple[tuple[str, str], ...]  # other witness refs HEAD's history lacks
     held: tuple[Witnessed, ...]
+    divergence: Divergence | None  # where the local history leaves the witnessed one
 
 
 def _known(repo: Any, sha: str) -> Any | None:
@@ -201,24 +227,75 @@ def _known(repo: Any, sha: str) -> Any | None:
 
 def compare(repo: Any, remote: str) -> WitnessCheck:
     """Local registration and ledger commits the witness does not hold (missing), and
-    commits the witness holds that HEAD's history does not contain (diverged)."""
+    commits the witness holds that HEAD's history does not contain: each paired with the
+    local commit that replaced it and compared with it (rewrites), or, for a ref that
+    names another commit than it holds, listed as is (diverged)."""
     refs = held_refs(repo, remote)
     held_commits = set(refs.values())
-    local = local_commits(repo)
     head = repo.head.commit.hexsha if repo.head.is_valid() else None
     missing, held = [], []
-    for item in local:
+    for item in local_commits(repo):
         direct = refs.get(item.ref) == item.commit
         if direct or _reachable(repo, item.commit, held_commits):
             held.append(item)
         else:
             missing.append(item)
-    diverged = [
-        (ref, sha)
-        for ref, sha in sorted(refs.items())
-        if not _in_history(repo, head, sha) or getattr(parse_ref(ref), "commit", sha) != sha
-    ]
-    return WitnessCheck(tuple(missing), tuple(diverged), tuple(held))
+    gone, diverged = [], []
+    for ref, sha in sorted(refs.items()):
+        named = parse_ref(ref)
+        if named is not None and named.commit == sha:
+            if not _in_history(repo, head, sha):
+                gone.append(named)
+        elif named is not None or not _in_history(repo, head, sha):
+            diverged.append((ref, sha))
+    _fetch_absent(repo, remote, [w for w in gone if _known(repo, w.commit) is None])
+    rewrites, missing = _pair(repo, gone, missing)
+    point = divergence(repo, head, [w.commit for w in gone]) if head and gone else None
+    return WitnessCheck(tuple(missing), tuple(rewrites), tuple(diverged), tuple(held), point)
+
+
+def _fetch_absent(repo: Any, remote: str, absent: list[Witnessed]) -> None:
+    """Bring witnessed commits the local object store lacks (a clone of a rewritten
+    history) into it, objects only: no local ref or FETCH_HEAD is written."""
+    if not absent:
+        return
+    refs = [w.ref for w in absent]
+    done = _git(
+        repo, ["fetch", "--no-tags", "--no-write-fetch-head", remote, *refs], remote, "fetching"
+    )
+    if done.returncode != 0:
+        raise WitnessError(
+            f"witness {remote}: fetching {len(refs)} witnessed commit(s) the local history "
+            f"lacks failed ({_first_error(done.stderr)}); check the witness and re-run"
+        )
+
+
+def _pair(
+    repo: Any, gone: list[Witnessed], missing: list[Witnessed]
+) -> tuple[list[Rewrite], list[Witnessed]]:
+    """Pair the k-th witnessed commit HEAD lacks with the k-th local commit the witness
+    lacks, per kind and study, oldest first; the local commits left over stay missing."""
+    rewrites, left = [], []
+    for key in sorted({(w.kind, w.study) for w in (*gone, *missing)}):
+        theirs = sorted(
+            (w for w in gone if (w.kind, w.study) == key),
+            key=lambda w: (repo.commit(w.commit).committed_date, w.commit),
+        )
+        ours = [m for m in missing if (m.kind, m.study) == key]
+        for index, witnessed in enumerate(theirs):
+            local = ours[index] if index < len(ours) else None
+            changes = (
+                changed_files(
+                    repo.commit(witnessed.commit),
+                    repo.commit(local.commit),
+                    registered_root(*key),
+                )
+                if local is not None
+                else ()
+            )
+            rewrites.append(Rewrite(witnessed, local, changes))
+        left.extend(ours[len(theirs) :])
+    return rewrites, left
 
 
 def _in_history(repo: Any, head: str | None, sha: str) -> bool:

@@ -37,6 +37,7 @@ from rearrival.report.recompute import RecomputedResults
 from rearrival.report.results import Results
 from rearrival.report.scorecard import (
     Scorecard,
+    backend_expectation,
     evidence,
     score,
     scorecard_csv,
@@ -346,6 +347,7 @@ def render_html(
         scorecard_counts=card.counts() if card else {},
         other_counts=card.counts("other_verdict") if card else {},
         differing=card.differing() if card else [],
+        expectation=backend_expectation(card) if card else "",
         profile_text=describe(prov.profile),
         profile_check=profile_statement(prov),
         other_text=describe(prov.other_profile) if prov.other_profile else "",

@@ -33,6 +33,7 @@ from rearrival.report.findings import (
 )
 from rearrival.report.paper_numbers import PaperNumber, load_paper_numbers
 from rearrival.report.table_model import csv_text, wrap_markdown
+from rearrival.vocabulary import RBLN
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,9 @@ def scorecard_markdown(card: Scorecard) -> str:
         "src/rearrival/data/paper_numbers.yaml; each finding states its test."
     )
     lines = ["## Scorecard: the paper's findings against this run", "", *wrap_markdown(intro)]
+    expected = backend_expectation(card)
+    if expected:
+        lines += ["", *wrap_markdown(expected)]
     for sentence in profile_sentences(card):
         lines += ["", *wrap_markdown(sentence)]
     optional = ("other_ours", "other_verdict", "profiles")  # only with a second profile
@@ -296,6 +300,32 @@ def scorecard_markdown(card: Scorecard) -> str:
                 continue
             lines += wrap_markdown(f"- {HEADERS[key]}: {data[key] or 'n/a'}", indent="  ")
     return "\n".join(lines) + "\n"
+
+
+def backend_expectation(card: Scorecard, numbers: dict[str, PaperNumber] | None = None) -> str:
+    """What tally a complete run on the card's emulated backends gives, from the finding
+    registry: the findings that are properties of the RBLN device are never judged
+    there (not comparable), every other one is judged; and which findings of this run
+    are not comparable beyond those (their results are missing). Empty on hardware."""
+    if card.backends and all(b == RBLN for b in card.backends):
+        return ""
+    registry = findings(numbers or load_paper_numbers())
+    hardware = [f.id for f in registry if f.hardware]
+    judged = len(registry) - len(hardware)
+    used = ", ".join(card.backends) or "the configured backend (no runs yet)"
+    beyond = [r.id for r in card.rows if r.verdict == NOT_COMPARABLE and r.id not in hardware]
+    this_run = (
+        f"this run has {len(beyond)} more not comparable, their results missing: "
+        f"{', '.join(beyond)}"
+        if beyond
+        else "this run has none beyond those"
+    )
+    return (
+        f"Expected on {used}: {len(hardware)} of the {len(registry)} findings rest on the "
+        f"RBLN device and are not judged there ({', '.join(hardware)}), so a complete "
+        f"emulated run shows {len(hardware)} not comparable and judges the other {judged} "
+        f"(holds plus does not hold = {judged}); {this_run}."
+    )
 
 
 def profile_sentences(card: Scorecard) -> list[str]:

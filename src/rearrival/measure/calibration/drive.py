@@ -99,7 +99,7 @@ def calibrate(
     if runs_dir.exists():
         raise CalibrationError(
             f"{runs_dir}: exists; calibration writes fresh runs, remove "
-            "it (or choose another output directory) and re-run"
+            "it (or choose another --work directory) and re-run"
         )
     run_measurements(measurements, runs_dir, backend, seed)
     measured = collect(measurements, runs_dir, settings)

@@ -426,6 +426,23 @@ def _meta_from_json(raw: dict[str, Any]) -> PlanMeta:
     return PlanMeta(**known)
 
 
+# The file `rearrival plans from-trace` and `from-otel` write into their --out directory.
+IMPORTED_PLAN_FILE = "plan.parquet"
+IMPORTED_SOURCES = {"tracelab": "from-trace", "otel": "from-otel"}
+
+
+def _remake(path: Path, meta: PlanMeta | None) -> str:
+    """The command that writes this plan again: the trace import that wrote it (by its
+    recorded source, or for an unreadable file by the name imports give it), else the
+    generator."""
+    source = meta.source if meta is not None else None
+    if source in IMPORTED_SOURCES:
+        return f"`rearrival plans {IMPORTED_SOURCES[source]}` from its trace"
+    if source is None and path.name == IMPORTED_PLAN_FILE:
+        return "`rearrival plans from-trace` or `rearrival plans from-otel` from its trace"
+    return "`rearrival plan`"
+
+
 def load_plan(path: str | Path) -> Plan:
     """Read a Parquet plan (with metadata) or a JSON ``{"sessions": [...]}`` plan."""
     path = Path(path)
@@ -443,7 +460,7 @@ def load_plan(path: str | Path) -> Plan:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise PlanError(
-            f"{path}: not a readable Parquet plan ({exc}); regenerate it with `rearrival plan`"
+            f"{path}: not a readable Parquet plan ({exc}); regenerate it with {_remake(path, None)}"
         ) from exc
     raw_meta = (table.schema.metadata or {}).get(b"rearrival.plan")
     meta = _meta_from_json(json.loads(raw_meta)) if raw_meta else PlanMeta()
@@ -455,7 +472,7 @@ def load_plan(path: str | Path) -> Plan:
     if stored and stored.decode() != plan.sha256():
         raise PlanError(
             f"{path}: content does not match its stored sha256; the file was "
-            "edited or damaged, regenerate it with `rearrival plan`"
+            f"edited or damaged, regenerate it with {_remake(path, meta)}"
         )
     return plan
 

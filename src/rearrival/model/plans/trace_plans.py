@@ -268,10 +268,7 @@ def read_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 try:
                     yield lineno, json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise TraceError(
-                        f"{path}: line {lineno}: not valid JSON ({exc.msg}); one JSON object a "
-                        "line is expected"
-                    ) from exc
+                    raise TraceError(_json_problem(path, lineno, line, exc)) from exc
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceError(
             f"{path}: line {lineno + 1}: the gzip stream is truncated or corrupt ({exc}); "
@@ -279,6 +276,19 @@ def read_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         ) from exc
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: line {lineno + 1}: not UTF-8 text ({exc.reason})") from exc
+
+
+def _json_problem(path: Path, lineno: int, line: str, exc: json.JSONDecodeError) -> str:
+    """One line for a line that is not JSON; a last line without its newline that stops
+    mid-object is a cut-off copy, and says so."""
+    where = f"{exc.msg}: column {exc.colno}"
+    if not line.endswith("\n"):
+        return (
+            f"{path}: line {lineno}: the last line is cut off mid-JSON ({where}, no newline "
+            "at the end); the trace looks truncated: copy it again, or drop the partial "
+            "last line"
+        )
+    return f"{path}: line {lineno}: not valid JSON ({where}); one JSON object a line is expected"
 
 
 def _scaled(value: int, scale: float, low: int) -> int:

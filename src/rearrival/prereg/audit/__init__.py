@@ -23,7 +23,9 @@ under the results directory. Per complete run whose manifest names a prereg comm
 (i) the ledger is append-only: no later ledger commit changed or removed a sealed hash,
     unless it declares a re-measurement under a newer registration;
 (j) given a witness, every registration and ledger commit is held by it with the same
-    hash, and it holds nothing the local history lacks (no rewritten history);
+    hash, and it holds nothing the local history lacks (no rewritten history); a
+    rewrite is named by its first diverging commit, and each witnessed commit by the
+    local one in its place, edited (files and values) or replayed with identical content;
 (k) given an allowed-signers file, every registration and ledger commit is signed by
     an allowed key.
 
