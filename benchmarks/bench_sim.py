@@ -71,6 +71,7 @@ from rearrival.model.simulator.vllm.reference import (
 from rearrival.model.simulator.vllm.sim import simulate_vllm
 from rearrival.search.candidates import enumerate_candidates
 from rearrival.search.evaluate import CandidateArrays
+from rearrival.vllm_env import ENV_VLLM_PYTHON, vllm_python
 
 MIX_N = (3, 4, 5, 6, 7, 8, 10, 12, 16)
 PLANS_PER_N = 5
@@ -425,8 +426,8 @@ def vllm_figure(passes: int) -> None:
     if not vllm_oracle.available():
         print(
             f"    simulate_vllm {core_s * 1e6:8.1f} us/call; vLLM's scheduler not timed: no "
-            f"vLLM environment at {vllm_oracle.vllm_python()} "
-            f"(set {vllm_oracle.PYTHON_VARIABLE})"
+            f"vLLM environment at {vllm_python()} "
+            f"(set {ENV_VLLM_PYTHON})"
         )
         return
     answers = vllm_oracle.run_oracle(

@@ -1,6 +1,7 @@
 # Stage 5: measurement. One job runs every condition of one replicate (one plan) in a
 # seeded shuffled order, each on a fresh server; it refuses to start unless the study's
-# preregistration is committed. Real-device runs never overlap (`device` resource).
+# preregistration is committed. Real-device runs never overlap (`device` resource). A run
+# that does not complete fails the job; its record stays under the failed log directory.
 
 
 rule run_replicate:
@@ -12,7 +13,8 @@ rule run_replicate:
     output:
         run=directory(run_path()),
     log:
-        "logs/runs/{study}/n{n}_r{rep}.log",
+        run="logs/runs/{study}/n{n}_r{rep}.log",
+        failed="logs/runs/{study}/n{n}_r{rep}.failed",
     conda:
         "../envs/workflow.yaml"
     resources:
@@ -27,7 +29,7 @@ rule run_replicate:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
         " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
         " --prereg {input.prereg:q} {params.selected} {params.compiled}"
-        " --out {output.run:q} > {log:q} 2>&1"
+        " --failed-runs {log.failed:q} --out {output.run:q} > {log.run:q} 2>&1"
 
 
 rule injection:

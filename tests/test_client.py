@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from rearrival.measure import client, rbln
+from rearrival.measure import client, serve
 from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
 from rearrival.model.configuration import RblnConfiguration
@@ -28,6 +28,7 @@ from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round,
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
+CACHED_PER_REQUEST = 16  # what the fake server reports for every request
 
 
 def plan_of(rows: list[tuple[int, int, int, float]], seed: int | None = 4) -> Plan:
@@ -65,7 +66,7 @@ async def good_stream(
     usage = {
         "prompt_tokens": len(body["prompt"]),
         "completion_tokens": body["max_tokens"],
-        "prompt_tokens_details": {"cached_tokens": 16},
+        "prompt_tokens_details": {"cached_tokens": CACHED_PER_REQUEST},
     }
     await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
@@ -73,15 +74,17 @@ async def good_stream(
 
 
 def fake_app(behaviour: Behaviour, seen: list[dict[str, Any]]) -> web.Application:
-    metrics = (
-        "# TYPE vllm:prompt_tokens_cached_total counter\nvllm:prompt_tokens_cached_total 32.0\n"
-    )
+    def metrics() -> str:
+        # the counter moves by the 16 cached tokens each streamed usage reports
+        cached = 32.0 + CACHED_PER_REQUEST * len(seen)
+        name = "vllm:prompt_tokens_cached_total"
+        return f"# TYPE {name} counter\n{name} {cached}\n"
 
     async def models(_request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "fake"}]})
 
     async def scrape(_request: web.Request) -> web.Response:
-        return web.Response(text=metrics)
+        return web.Response(text=metrics())
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -103,7 +106,7 @@ def replay_against(
     async def main() -> client.ClientRun:
         runner = web.AppRunner(fake_app(behaviour, seen), shutdown_timeout=0.5)
         await runner.setup()
-        port = rbln.free_port()
+        port = serve.free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             return await replay(plan, f"http://127.0.0.1:{port}", variant=variant, options=FAST)
@@ -166,25 +169,28 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
         assert by_prompt[tuple(followup)]["max_tokens"] == s.followup_gen_tokens
         assert len(followup) == s.followup_prompt_tokens
 
-    records = {(r.session, r.turn): r for r in run.requests}
-    assert len(records) == 4
-    for (session, turn), r in records.items():
+    replies = {(r.record.session, r.record.round): r for r in run.replies}
+    assert len(replies) == 4
+    for (session, round_index), reply in replies.items():
+        r = reply.record
         assert r.send_s <= r.first_token_s <= r.complete_s
-        assert list(r.token_times_s) == sorted(r.token_times_s)
+        assert list(reply.token_times_s) == sorted(reply.token_times_s)
         assert (
             r.generated_tokens
-            == len(r.token_ids)
+            == len(reply.token_ids)
             == (
                 PLAN.sessions[session].gen_tokens
-                if turn == 0
+                if round_index == 0
                 else PLAN.sessions[session].followup_gen_tokens
             )
         )
-        assert r.cached_tokens == 16 and r.computed_tokens == r.prompt_tokens - 16
+        assert r.cached_tokens == CACHED_PER_REQUEST
+        assert r.computed_tokens == r.prompt_tokens - CACHED_PER_REQUEST
+    records = {key: reply.record for key, reply in replies.items()}
     # The follow-up waits the planned tool time (in plan seconds) after the completion.
     assert records[(0, 1)].send_s >= records[(0, 0)].complete_s + 2.0
-    cached = "vllm:prompt_tokens_cached_total"  # a static counter: before == after
-    assert run.metrics_after[cached] - run.metrics_before[cached] == 0.0
+    cached = "vllm:prompt_tokens_cached_total"
+    assert run.metrics_after[cached] - run.metrics_before[cached] == 4 * CACHED_PER_REQUEST
 
 
 def test_control_variant_sends_the_followup_without_waiting() -> None:
@@ -207,7 +213,8 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
     assert run.status == "complete" and run.expected_requests == MULTI.requests == 6
     key = client.plan_key(MULTI)
     by_prompt = {tuple(b["prompt"]): b for b in seen}
-    records = {(r.session, r.turn): r for r in run.requests}
+    replies = {(r.record.session, r.record.round): r for r in run.replies}
+    records = {key: reply.record for key, reply in replies.items()}
     assert sorted(records) == [(s, k) for s in (0, 1) for k in range(3)]
     for s in MULTI.sessions:
         transcript: list[int] = []
@@ -217,7 +224,7 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
             record = records[(s.session, k)]
             assert record.prompt_tokens == len(transcript) == s.prompts()[k]
             assert record.generated_tokens == r.gen_tokens
-            transcript += list(record.token_ids)
+            transcript += list(replies[(s.session, k)].token_ids)
             if k:  # each round leaves its gap (plan seconds) after the previous response
                 before = records[(s.session, k - 1)]
                 assert record.send_s >= before.complete_s + s.rounds[k - 1].gap_after_s
@@ -327,7 +334,7 @@ def test_a_multi_round_run_cut_short_keeps_each_sessions_finished_rounds(tmp_pat
 
 
 def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{rbln.free_port()}"
+    url = f"http://127.0.0.1:{serve.free_port()}"
     outcome = asyncio.run(
         replay_url(
             PLAN, url, tmp_path / "run", variant="wait", options=FAST, manifest=manifest_for(PLAN)
@@ -352,7 +359,7 @@ def test_step_log_that_misses_decode_steps_makes_the_run_unusable(tmp_path: Path
 def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
     """Kill the emulate-server while both sessions sit in their tool wait."""
     plan = plan_of([(300, 4, 4, 3.0), (260, 6, 3, 3.0)])
-    port = rbln.free_port()
+    port = serve.free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [
         CLI,
@@ -370,7 +377,7 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
     ]
     options = ReplayOptions(seed=1, time_scale=0.25, read_timeout_s=10)
 
-    async def kill_after_first_responses(server: rbln.ServerProcess) -> None:
+    async def kill_after_first_responses(server: serve.ServerProcess) -> None:
         import aiohttp
 
         async with aiohttp.ClientSession() as http:
@@ -382,7 +389,7 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
         await asyncio.sleep(0.1)  # let the last chunks reach the client; waits last 0.75 s
         os.killpg(server.process.pid, signal.SIGKILL)
 
-    async def main(server: rbln.ServerProcess) -> client.RunOutcome:
+    async def main(server: serve.ServerProcess) -> client.RunOutcome:
         killer = asyncio.create_task(kill_after_first_responses(server))
         outcome = await replay_url(
             plan,
@@ -395,7 +402,7 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
         await killer
         return outcome
 
-    with rbln.running_server(
+    with serve.running_server(
         argv, url, tmp_path / "server.log", ready_timeout_s=60, grace_s=2
     ) as server:
         outcome = asyncio.run(main(server))
@@ -422,7 +429,7 @@ def test_run_rbln_without_the_stack_fails_fast_saying_what_to_install(tmp_path: 
 
 def test_run_verb_against_an_unreachable_url_keeps_a_failed_record(tmp_path: Path) -> None:
     plan_path = write_plan(PLAN, tmp_path / "plan.json")
-    url = f"http://127.0.0.1:{rbln.free_port()}"
+    url = f"http://127.0.0.1:{serve.free_port()}"
     done = cli(
         "run",
         str(plan_path),
@@ -525,4 +532,41 @@ def test_run_verb_refuses_a_round_the_context_cannot_hold(tmp_path: Path) -> Non
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1
     assert "plan.json: session 0 round 1: field 'new_tokens'" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_url_of_a_server_that_does_not_say_what_it_serves_is_refused(tmp_path: Path) -> None:
+    """--url at a vLLM-like server (no /rearrival/config): the run is refused, never
+    labelled with the emulator's configuration, and nothing is written."""
+    from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+    from rearrival.model.configuration import RblnConfiguration
+
+    async def main() -> str:
+        runner = web.AppRunner(fake_app(good_stream, []), shutdown_timeout=0.5)
+        await runner.setup()
+        port = serve.free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        url = f"http://127.0.0.1:{port}"
+        settings = BackendSettings(backend="emulated-http", url=url, time_scale=0.01)
+        run = RunRequest(
+            study="s",
+            plan=PLAN,
+            plan_path=Path("p.json"),
+            configuration=RblnConfiguration((1, 2, 4, 8), 8, name="baseline"),
+            variant="wait",
+            label="baseline-wait",
+            replicate=0,
+            seed=1,
+            condition_order=["baseline-wait"],
+            prereg={},
+        )
+        try:
+            with pytest.raises(client.ClientError, match="does not say what it serves") as err:
+                await asyncio.to_thread(run_backend, settings, run, tmp_path / "run")
+            return str(err.value)
+        finally:
+            await runner.cleanup()
+
+    message = asyncio.run(main())
+    assert "--backend vllm" in message and "HTTP 404" in message
     assert not (tmp_path / "run").exists()

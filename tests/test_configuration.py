@@ -16,6 +16,7 @@ from rearrival.commands.configuration import configuration_option
 from rearrival.config.errors import StudyConfigError
 from rearrival.config.study import configuration_from_config
 from rearrival.measure.records import manifest_template
+from rearrival.measure.records.manifest import configuration_entry
 from rearrival.model.buckets import select_bucket
 from rearrival.model.configuration import (
     ConfigurationError,
@@ -165,8 +166,12 @@ def test_a_mapping_with_an_unknown_knob_is_refused_naming_the_known_ones() -> No
 
 
 def test_vllm_configuration_round_trips_through_its_mapping() -> None:
-    c = VllmConfiguration((1, 2, 4), 16, num_blocks=128, block_size=32)
+    c = VllmConfiguration((1, 2, 4), 16, num_blocks=128, block_size=32, name="pool")
     assert configuration_from_mapping(c.as_dict(), "vllm") == c
+    entry = {**configuration_entry(c), "name": "pool"}  # as a vLLM run manifest holds it
+    assert next(iter(entry)) == "substrate" and configuration_from_mapping(entry) == c
+    assert configuration_from_mapping(entry).name == "pool"
+    assert "substrate" not in configuration_entry(RblnConfiguration((1, 2), 2))
     assert c.bucket_map[:6] == (0, 1, 2, 4, 4, 5)  # eager above the largest capture size
 
 

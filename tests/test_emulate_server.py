@@ -38,7 +38,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rearrival.judge.channels import channels
-from rearrival.measure import rbln
+from rearrival.measure import serve
 from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.server import EmulateServer, ServerOptions, server_argv
@@ -123,10 +123,10 @@ def _server_argv(port: int, slots: int | None) -> list[str]:
 
 def replay_both(plan: Plan, tmp_path: Path, slots: int | None):
     """The plan through a fresh emulate-server and the real client, and in process."""
-    port = rbln.free_port()
+    port = serve.free_port()
     url = f"http://127.0.0.1:{port}"
     out = tmp_path / "http-run"
-    with rbln.running_server(
+    with serve.running_server(
         _server_argv(port, slots), url, tmp_path / "server.log", ready_timeout_s=60, grace_s=5
     ):
         outcome = asyncio.run(
@@ -272,7 +272,7 @@ async def _with_server(options: ServerOptions, body, log=None):
     server = EmulateServer(options, log=log)
     runner = web.AppRunner(server.app(), shutdown_timeout=1.0)
     await runner.setup()
-    port = rbln.free_port()
+    port = serve.free_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     try:
@@ -438,11 +438,11 @@ def openai_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The official openai client against a fresh `rearrival emulate-server` on loopback."""
     from openai import OpenAI
 
-    port = rbln.free_port()
+    port = serve.free_port()
     argv = server_argv(RblnConfiguration((1, 2, 4, 8), 8), port=port, seed=SEED, time_scale=0.01)
     url = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("openai") / "server.log"
-    with rbln.running_server(argv, url, log, ready_timeout_s=60, grace_s=5):
+    with serve.running_server(argv, url, log, ready_timeout_s=60, grace_s=5):
         yield OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
 
 

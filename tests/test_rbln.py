@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rearrival.commands.configuration import configuration_option
-from rearrival.measure import rbln
+from rearrival.measure import rbln, serve
 from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
@@ -194,7 +194,7 @@ def test_vllm_serve_argv_is_a_list_carrying_the_spec_flags() -> None:
 
 
 def test_launcher_starts_polls_and_stops_an_emulate_server(tmp_path: Path) -> None:
-    port = rbln.free_port()
+    port = serve.free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [
         CLI,
@@ -209,7 +209,7 @@ def test_launcher_starts_polls_and_stops_an_emulate_server(tmp_path: Path) -> No
         "8",
     ]
     log = tmp_path / "server.log"
-    with rbln.running_server(argv, url, log, ready_timeout_s=30, grace_s=5) as server:
+    with serve.running_server(argv, url, log, ready_timeout_s=30, grace_s=5) as server:
         assert server.alive()
         with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as resp:
             assert json.load(resp)["data"]
@@ -222,15 +222,17 @@ def test_launcher_reports_a_server_that_dies_before_ready(tmp_path: Path) -> Non
     argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
     log = tmp_path / "dead.log"
     with (
-        pytest.raises(rbln.RblnError, match=r"exited with code 3 before it was ready; read"),
-        rbln.running_server(argv, f"http://127.0.0.1:{rbln.free_port()}", log, ready_timeout_s=30),
+        pytest.raises(serve.ServerError, match=r"exited with code 3 before it was ready; read"),
+        serve.running_server(
+            argv, f"http://127.0.0.1:{serve.free_port()}", log, ready_timeout_s=30
+        ),
     ):
         pass
     assert "boom" in log.read_text()
 
 
 def test_launcher_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
-    port = rbln.free_port()
+    port = serve.free_port()
     script = textwrap.dedent(f"""
         import signal, http.server
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -239,7 +241,7 @@ def test_launcher_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
                 self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
         http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
     """)
-    with rbln.running_server(
+    with serve.running_server(
         [sys.executable, "-c", script],
         f"http://127.0.0.1:{port}",
         tmp_path / "stubborn.log",
@@ -252,8 +254,8 @@ def test_launcher_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
 
 def test_launcher_refuses_a_missing_command(tmp_path: Path) -> None:
     with (
-        pytest.raises(rbln.RblnError, match="cannot start server command 'no-such-vllm'"),
-        rbln.running_server(["no-such-vllm", "serve"], "http://127.0.0.1:1", tmp_path / "x.log"),
+        pytest.raises(serve.ServerError, match="cannot start server command 'no-such-vllm'"),
+        serve.running_server(["no-such-vllm", "serve"], "http://127.0.0.1:1", tmp_path / "x.log"),
     ):
         pass
 

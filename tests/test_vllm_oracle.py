@@ -28,6 +28,7 @@ from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.plans.plan import Plan, PlanMeta, Session
 from rearrival.model.simulator.vllm import oracle
 from rearrival.model.simulator.vllm.sim import simulate_vllm
+from rearrival.vllm_env import ENV_VLLM_PYTHON, vllm_python
 
 IN_CI = os.environ.get("CI") == "true"
 CI_CASES = 300
@@ -38,7 +39,7 @@ SLOW_CASES = 3000
 def vllm_environment() -> None:
     if oracle.available():
         return
-    reason = f"no vLLM environment at {oracle.vllm_python()} (set {oracle.PYTHON_VARIABLE})"
+    reason = f"no vLLM environment at {vllm_python()} (set {ENV_VLLM_PYTHON})"
     if IN_CI:
         pytest.fail(f"CI must run the vLLM oracle: {reason}")
     pytest.skip(reason)

@@ -9,9 +9,10 @@ always was; the order of a tuple shows only in error messages ("use one of ...")
 
 from __future__ import annotations
 
-# Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, hardware.
-EMULATED, EMULATED_HTTP, RBLN = "emulated", "emulated-http", "rbln"
-BACKENDS = (EMULATED, EMULATED_HTTP, RBLN)
+# Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, RBLN
+# hardware, and a real vLLM server (§15; its CPU build runs anywhere).
+EMULATED, EMULATED_HTTP, RBLN, VLLM = "emulated", "emulated-http", "rbln", "vllm"
+BACKENDS = (EMULATED, EMULATED_HTTP, RBLN, VLLM)
 # The only backend with a prefill-injection driver (paper III-C); `all` leaves the
 # injection out on the others.
 INJECTION_BACKEND = EMULATED

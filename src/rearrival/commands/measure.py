@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
-from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP
+from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, VLLM
+
+if TYPE_CHECKING:
+    from rearrival.measure.vllm.backend import VllmSettings
+    from rearrival.model.configuration import VllmConfiguration
 
 
 def register(app: typer.Typer) -> None:
@@ -51,6 +55,12 @@ def channels(
         values = run_channels(read_run(run_dir), costs)
         if as_json:
             typer.echo(json.dumps(values))
+        elif "a_elapsed_s" in values:  # a vLLM run: its steps' own elapsed times beside B
+            typer.echo(
+                f"{run_dir}: A(elapsed)={values['a_elapsed_s']:.6f} s B={values['b_s']:.6f} s "
+                f"r={values['r_elapsed_s']:.6f} s (A priced by the vLLM profile: "
+                "`rearrival.judge.channels.channels(record, step_cost=...)`)"
+            )
         else:
             typer.echo(
                 f"{run_dir}: A={values['a_s']:.6f} s (decode {values['a_decode_s']:.6f}"
@@ -71,10 +81,20 @@ def run(
     ],
     out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
     backend: Annotated[
-        str, typer.Option("--backend", help="emulated (in process), emulated-http or rbln.")
+        str,
+        typer.Option("--backend", help="emulated (in process), emulated-http, rbln or vllm."),
     ] = EMULATED,
-    buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
-    batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
+    buckets: Annotated[
+        str | None,
+        typer.Option(
+            "--buckets",
+            help="Compiled buckets (default 1,2,4,8); vllm: CUDA-graph capture sizes, GPU "
+            "only (default none: eager).",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="Batch size; vllm: --max-num-seqs.")
+    ] = 8,
     slots: Annotated[
         int | None, typer.Option("--slots", help="KV slots; default batch_size.")
     ] = None,
@@ -114,6 +134,32 @@ def run(
         Path | None,
         typer.Option("--site-packages", help="rbln: where the patched vllm_rbln is installed."),
     ] = None,
+    num_blocks: Annotated[
+        int,
+        typer.Option(
+            "--num-blocks",
+            help="vllm: KV pool in blocks, null block included (it must hold one "
+            "--max-model-len sequence).",
+        ),
+    ] = 512,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="vllm: tokens per KV block (CPU: multiple of 32).")
+    ] = 32,
+    max_num_batched_tokens: Annotated[
+        int, typer.Option("--max-num-batched-tokens", help="vllm: the per-step token budget.")
+    ] = 512,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="vllm: model directory with a config.json (default: the shipped tiny-qwen3, "
+            "random weights).",
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option("--max-model-len", help="vllm: default the model's max_position_embeddings."),
+    ] = None,
 ) -> None:
     """Run one condition of one plan on one backend and write its run directory (docs/DESIGN.md §6).
 
@@ -126,13 +172,33 @@ def run(
     """
     import asyncio
 
-    from rearrival.commands.configuration import configuration_option
+    from rearrival.commands.configuration import configuration_option, vllm_configuration_option
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.measure.vllm.backend import VllmSettings
     from rearrival.model.plans.plan import load_plan
 
     if backend not in BACKENDS:
         raise RearrivalError(f"--backend '{backend}': use one of {', '.join(BACKENDS)}")
+    if backend == VLLM:
+        _run_vllm(
+            plan_path,
+            out,
+            vllm_configuration_option(
+                buckets,
+                batch_size,
+                num_blocks=num_blocks,
+                block_size=block_size,
+                max_num_batched_tokens=max_num_batched_tokens,
+                name=condition or "adhoc",
+            ),
+            VllmSettings(model_dir=model, max_model_len=max_model_len),
+            variant=variant,
+            seed=seed,
+            study=study,
+            replicate=replicate,
+        )
+        return
     configuration = configuration_option(buckets, batch_size, slots)
     plan = load_plan(plan_path)
     plan.variant(variant)  # validates the variant name before anything starts
@@ -165,6 +231,47 @@ def run(
         prereg={},
     )
     written = run_backend(settings, request, out)
+    status, reason = run_status(written)
+    if status != "complete":
+        raise RearrivalError(
+            f"run {status}: {reason}; the record at {written} is marked "
+            f"'{status}' and is never used by a decision"
+        )
+    typer.echo(f"{out} complete")
+
+
+def _run_vllm(
+    plan_path: Path,
+    out: Path,
+    configuration: VllmConfiguration,
+    vllm: VllmSettings,
+    *,
+    variant: str,
+    seed: int,
+    study: str,
+    replicate: int | None,
+) -> None:
+    """``run --backend vllm``: one run on a fresh vLLM server (docs/DESIGN.md §15)."""
+    from rearrival.errors import RearrivalError
+    from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.model.plans.plan import load_plan
+
+    plan = load_plan(plan_path)
+    plan.variant(variant)  # validates the variant name before anything starts
+    label = configuration.name
+    request = RunRequest(
+        study=study,
+        plan=plan,
+        plan_path=plan_path,
+        configuration=configuration,
+        variant=variant,
+        label=label,
+        replicate=replicate if replicate is not None else (plan.meta.replicate or 0),
+        seed=seed,
+        condition_order=[label],
+        prereg={},
+    )
+    written = run_backend(BackendSettings(backend=VLLM, vllm=vllm), request, out)
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(

@@ -148,8 +148,13 @@ def run(
         Path | None, typer.Option("--compiled", help="Compile record of the study (backend rbln).")
     ] = None,
     prereg: PreregRecord = None,
+    failed_runs: Annotated[
+        Path | None,
+        typer.Option("--failed-runs", help="Keep the records of runs that did not complete here."),
+    ] = None,
 ) -> None:
-    """Run every condition of one replicate in its seeded shuffled order."""
+    """Run every condition of one replicate in its seeded shuffled order; a run that does
+    not complete fails the stage (its record kept under --failed-runs)."""
     from rearrival.workflow.run import run_replicate
 
     with _naming_selected():
@@ -164,6 +169,7 @@ def run(
             selected_path=selected,
             compile_record=compiled,
             prereg_path=prereg,
+            failed_dir=failed_runs,
         )
     for path in paths:
         typer.echo(str(path))

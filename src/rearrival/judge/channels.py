@@ -10,6 +10,11 @@ The serving stack does not report device time, so the paper cross-checks two cha
   overhead, so it is an activity-time proxy, not device time.
 
 r = B - A is reported per run; it is not a fixed overhead (Section II-D).
+
+On the vllm backend (docs/DESIGN.md §15) the step log is vLLM's own iteration line, and
+channel A prices every logged step with the vLLM profile's step cost (rule 7: base + per
+decode token x D_pad + per prefill token x P + per KV token x C); a second, direct figure
+is the sum of the steps' logged elapsed times. Channel B is the same on every backend.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import REQUESTS_FILE, SERVER_LOG_FILE, STEPS_FILE, RunRecord
-from rearrival.measure.steplog import parse_step_log
+from rearrival.measure.records.contract import ITERATION_COLUMNS
+from rearrival.measure.steplog import StepLogError, parse_step_log
+from rearrival.measure.vllm.iterations import PREEMPTIONS_COUNTER, parse_iterations
 from rearrival.model.cost.profile import Profile, measured_profile
 
 
@@ -136,10 +143,128 @@ def channel_b(record: RunRecord) -> float:
         ) from None
 
 
-def channels(record: RunRecord, profile: Profile | None = None) -> dict[str, Any]:
-    """Both channels and r = B - A of one run, as printed by ``rearrival channels``."""
-    a = channel_a(record, profile)
+class StepCost(Protocol):
+    """What channel A on vLLM needs of the vLLM profile: the cost of one step with
+    ``decode_tokens`` decode tokens as run (padded to the capture size), ``prefill_tokens``
+    prefill tokens and ``kv_tokens`` tokens of context read (docs/DESIGN.md §15 rule 7)."""
+
+    def step_s(self, decode_tokens: int, prefill_tokens: int, kv_tokens: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class IterationChannelA:
+    """Channel A of a vLLM run: ``total_s`` the profile's cost of the logged steps (None
+    without a profile), ``elapsed_s`` the steps' own logged elapsed times; ``kv_tokens``
+    the context the steps read (None when the log cannot say, see ``kv_tokens_read``)."""
+
+    total_s: float | None
+    elapsed_s: float
+    steps: int
+    kv_tokens: int | None
+
+
+def is_iteration_log(record: RunRecord) -> bool:
+    """Whether the run's steps are vLLM iterations (the vllm backend's step log)."""
+    return ITERATION_COLUMNS[0][0] in record.steps.columns
+
+
+def kv_tokens_read(record: RunRecord) -> int | None:
+    """The context all steps read (C summed over steps), derived from the requests.
+
+    The log gives no per-step context, but C enters the cost linearly, so the sum is
+    enough: a request's prefill reads its cached prefix, and its k-th decode step
+    (k = 1 .. G-1) reads P + k - 1 tokens (P its prompt). That holds exactly when every
+    prefill ran in one step and nothing was preempted (no recompute): the steps' context
+    requests then number the requests and the preemption counter did not move. Otherwise
+    the chunk boundaries are not in the log, and the sum is unknown (None).
+    """
+    requests, steps = record.requests, record.steps
+    metrics = record.metrics
+    preempted = metrics["after"].get(PREEMPTIONS_COUNTER, 0.0) - metrics["before"].get(
+        PREEMPTIONS_COUNTER, 0.0
+    )
+    if preempted or int(steps["context_requests"].sum()) != len(requests):
+        return None
+    total = 0
+    for prompt, cached, generated in zip(
+        requests["prompt_tokens"],
+        requests["cached_tokens"],
+        requests["generated_tokens"],
+        strict=True,
+    ):
+        decodes = int(generated) - 1
+        total += int(cached) + decodes * int(prompt) + decodes * (decodes - 1) // 2
+    return total
+
+
+def _check_iterations_logged(record: RunRecord) -> None:
+    """The steps are the server log's iteration lines (a file edited after writing, or a
+    log with garbage, is refused here, never priced)."""
+    log_path = record.path / SERVER_LOG_FILE
+    source = log_path if log_path.is_file() else (record.server_log or "")
+    try:
+        logged = parse_iterations(source)
+    except StepLogError as exc:
+        raise ChannelError(str(exc)) from None
+    names = [name for name, _, _ in ITERATION_COLUMNS if name not in ("elapsed_s",)]
+    table = record.steps[names].astype("float64").to_numpy().tolist()
+    if [[float(getattr(s, n)) for n in names] for s in logged] != table:
+        raise ChannelError(
+            f"{record.path / STEPS_FILE}: the steps differ from the iteration lines of "
+            f"{SERVER_LOG_FILE}; re-run the condition"
+        )
+
+
+def iteration_channel_a(record: RunRecord, step_cost: StepCost | None) -> IterationChannelA:
+    """Channel A of a vLLM run from its logged iterations (docs/DESIGN.md §15).
+
+    Each step costs ``step_s(b, context_tokens, 0)`` (b the decode tokens as run, 0 when
+    nothing decodes); the KV term is added once for the run's whole context read, which
+    is exact because it is linear. When that context is unknown the profile's KV
+    coefficient must be zero (channel A then uses the base, decode and prefill terms
+    only), else channel A is refused rather than guessed.
+    """
+    _check_iterations_logged(record)
+    steps = record.steps
+    elapsed = math.fsum(float(x) for x in steps["elapsed_s"])
+    kv = kv_tokens_read(record)
+    if step_cost is None:
+        return IterationChannelA(None, elapsed, len(steps), kv)
+    decode = steps["b"].fillna(0).astype("int64")
+    total = math.fsum(
+        step_cost.step_s(int(d), int(p), 0)
+        for d, p in zip(decode, steps["context_tokens"], strict=True)
+    )
+    kv_term = step_cost.step_s(0, 0, kv or 1) - step_cost.step_s(0, 0, 0)
+    if kv is None and kv_term != 0:
+        raise ChannelError(
+            f"{record.path / STEPS_FILE}: the profile prices context reads, but this run's "
+            "context per step is not in vLLM's log (a chunked prefill or a preemption); "
+            "channel A on it needs a profile whose KV coefficient is zero"
+        )
+    return IterationChannelA(total + (kv_term if kv else 0.0), elapsed, len(steps), kv)
+
+
+def channels(
+    record: RunRecord, profile: Profile | None = None, step_cost: StepCost | None = None
+) -> dict[str, Any]:
+    """Both channels and r = B - A of one run, as printed by ``rearrival channels``.
+
+    A vLLM run's channel A comes from ``step_cost`` (the vLLM profile; without one its
+    ``a_s`` is None) and carries the direct figure ``a_elapsed_s`` beside it.
+    """
     b = channel_b(record)
+    if is_iteration_log(record):
+        vllm = iteration_channel_a(record, step_cost)
+        return {
+            "a_s": vllm.total_s,
+            "a_elapsed_s": vllm.elapsed_s,
+            "a_kv_tokens": vllm.kv_tokens,
+            "b_s": b,
+            "r_s": None if vllm.total_s is None else b - vllm.total_s,
+            "r_elapsed_s": b - vllm.elapsed_s,
+        }
+    a = channel_a(record, profile)
     return {
         "a_s": a.total_s,
         "a_decode_s": a.decode_s,

@@ -13,8 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.judge.channels import channels
+from rearrival.judge.channels import StepCost, channels
 from rearrival.measure.records import read_run
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.cost.profile import Profile
 from rearrival.parquet import write_frame
 
@@ -25,11 +26,15 @@ def run_dirs(replicate_dirs: list[Path]) -> list[Path]:
 
 
 def collect_channels(
-    replicate_dirs: list[Path], out: Path | None, profile: Profile | None = None
+    replicate_dirs: list[Path],
+    out: Path | None,
+    profile: Profile | None = None,
+    step_cost: StepCost | None = None,
 ) -> pd.DataFrame:
     """Channel A/B per run plus what decisions and tables need, incomplete runs included
     (with their status) so a decision can say which replicate is missing and why.
-    ``out`` None returns the table without writing it (the audit recomputes it)."""
+    ``out`` None returns the table without writing it (the audit recomputes it);
+    ``step_cost`` prices the steps of vLLM runs (the vLLM profile)."""
     rows = []
     for run_dir in run_dirs(replicate_dirs):
         record = read_run(run_dir, require_complete=False)
@@ -49,7 +54,7 @@ def collect_channels(
         }
         rows.append(row)
         if manifest["status"] == "complete":
-            row.update(channels(record, profile))
+            row.update(channels(record, profile, step_cost))
             row.update(run_statistics(record.requests, record.steps))
     frame = pd.DataFrame(rows)
     if out is not None:
@@ -60,7 +65,7 @@ def collect_channels(
 def run_statistics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
     """What the mechanism tables show per run: reuse on re-arrivals (III-B), decode
     steps and padding (III-A), prefill work; read from the records, never predicted."""
-    followups = requests[requests["turn"] >= 1]  # every round after a session's first
+    followups = requests[requests[ROUND_COLUMN] >= 1]  # every round after a session's first
     decode = steps[steps["kind"] == "decode"]
     buckets = decode["b"].astype("int64")
     histogram = decode.groupby(["n", "b"]).size()

@@ -1,9 +1,10 @@
 """Measurement backends behind one call (docs/DESIGN.md §5): every backend writes the same
 run records, so decisions never know which produced them — but every manifest says.
 
-``emulated`` runs the virtual-time twin in process; ``emulated-http`` and ``rbln`` replay
-the plan through the real async client against an HTTP server (the loopback emulator or
-vllm-rbln on the device).
+``emulated`` runs the virtual-time twin in process; ``emulated-http``, ``rbln`` and
+``vllm`` replay the plan through the real async client against an HTTP server (the
+loopback emulator, vllm-rbln on the device, a real vLLM server). ``RUNNERS`` is the
+registry: one function per backend, each backend's mechanics in its own module.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ from rearrival.errors import RearrivalError
 from rearrival.measure.client import (
     ClientError,
     ReplayOptions,
+    UnreachableError,
     check_configuration,
     replay_url,
     server_configuration,
@@ -26,15 +29,18 @@ from rearrival.measure.client import (
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.server import server_argv
 from rearrival.measure.emulate.truth import load_truth
-from rearrival.measure.rbln import compiled_artifact, free_port, run_rbln, run_with_server
+from rearrival.measure.rbln import compiled_artifact, run_rbln
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
+from rearrival.measure.serve import free_port, run_with_server
+from rearrival.measure.vllm.backend import VllmSettings, run_vllm
+from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import check_context
-from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN
+from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN, VLLM
 
 if TYPE_CHECKING:
     from rearrival.config.study import StudyConfig
-    from rearrival.model.configuration import RblnConfiguration
+    from rearrival.model.configuration import Configuration
     from rearrival.model.plans.plan import Plan
 
 
@@ -49,6 +55,7 @@ class BackendSettings:
     url: str | None = None  # emulated-http: replay against this running server
     artifact: Path | None = None  # rbln: this artifact instead of the compile record's
     emulator_truth: Path | None = None  # emulated backends: truth file; None = shipped twin
+    vllm: VllmSettings = field(default_factory=VllmSettings)  # vllm: model, length, device
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -78,7 +85,7 @@ class RunRequest:
     study: str
     plan: Plan
     plan_path: Path
-    configuration: RblnConfiguration
+    configuration: Configuration
     variant: str
     label: str
     replicate: int
@@ -112,8 +119,15 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
     return manifest
 
 
+def _check_slot_context(run: RunRequest) -> None:
+    """A plan with a round the compiled context cannot hold is refused before anything
+    starts (one line naming file, session, round and field), never half measured."""
+    check_context(run.plan, measured_profile().slot_tokens, str(run.plan_path))
+
+
 def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
+    _check_slot_context(run)
     manifest = run_manifest(settings, run)
     result = run_emulated(
         run.plan,
@@ -136,16 +150,26 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
 
 def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """The emulated engine behind a real loopback server, replayed by the real client:
-    a fresh server per run, or the running one at ``settings.url``."""
+    a fresh server per run, or the running one at ``settings.url``, which must say what
+    it serves (an emulate-server's ``/rearrival/config``): a server the run did not start
+    is never labelled with a configuration it did not report."""
+    _check_slot_context(run)
     options = ReplayOptions(seed=run.seed, time_scale=settings.time_scale)
     manifest = run_manifest(settings, run)
     if settings.url is not None:
         try:
             served = asyncio.run(server_configuration(settings.url))
-        except ClientError:
-            served = None  # unreachable: the replay records the failure as the run's reason
+        except UnreachableError:
+            served = None  # nothing answers: the replay records the failure as the reason
+        except ClientError as exc:
+            raise ClientError(
+                f"server {settings.url} does not say what it serves ({exc}); --url takes a "
+                "running `rearrival emulate-server`; to measure vLLM let the run start it "
+                "(--backend vllm)"
+            ) from None
         if served is not None:
             check_configuration(served, manifest["configuration"], settings.url)
+            manifest["server"] = {"url": settings.url, "reports": served}
         outcome = asyncio.run(
             replay_url(
                 run.plan, settings.url, out, variant=run.variant, options=options, manifest=manifest
@@ -178,6 +202,7 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
 
 def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """Real hardware: the compiled artifact served by vllm-rbln, a fresh server per run."""
+    _check_slot_context(run)
     configuration = run.configuration
     artifact = settings.artifact
     if artifact is None and settings.compile_record is not None:
@@ -195,20 +220,40 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
     return outcome.path
 
 
+def run_vllm_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
+    """A real vLLM server per run (docs/DESIGN.md §15), its knobs from the configuration."""
+    configuration = run.configuration
+    if not isinstance(configuration, VllmConfiguration):
+        raise RearrivalError(
+            f"configuration {configuration.name}: backend vllm needs a vLLM configuration "
+            "(num_blocks, block_size, max_num_batched_tokens, batch_size, capture sizes)"
+        )
+    outcome = run_vllm(
+        run.plan,
+        out,
+        configuration=configuration,
+        settings=settings.vllm,
+        variant=run.variant,
+        seed=run.seed,
+        manifest=run_manifest(settings, run),
+        plan_source=str(run.plan_path),
+    )
+    return outcome.path
+
+
+# The backends registry: adding one is a module of its own and an entry here.
+RUNNERS: dict[str, Callable[[BackendSettings, RunRequest, Path], Path]] = {
+    EMULATED: run_emulated_backend,
+    EMULATED_HTTP: run_http_backend,
+    RBLN: run_rbln_backend,
+    VLLM: run_vllm_backend,
+}
+
+
 def run_backend(settings: BackendSettings, run: RunRequest, out: Path) -> Path:
     """Dispatch one run to its backend and return the written run directory. A run cut
-    short is written with status failed/partial and its reason, never as complete.
-
-    A plan with a round the compiled context cannot hold is refused before anything
-    starts (one line naming file, session, round and field), never half measured.
-    """
-    check_context(run.plan, measured_profile().slot_tokens, str(run.plan_path))
-    runners = {
-        EMULATED: run_emulated_backend,
-        EMULATED_HTTP: run_http_backend,
-        RBLN: run_rbln_backend,
-    }
-    return runners[settings.backend](settings, run, out)
+    short is written with status failed/partial and its reason, never as complete."""
+    return RUNNERS[settings.backend](settings, run, out)
 
 
 def run_status(out: Path) -> tuple[str, str | None]:

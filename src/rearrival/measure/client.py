@@ -12,10 +12,14 @@ request generates exactly its planned length.
 
 The client records what channel B needs (send and completion time of every request) and
 every token time, scrapes the Prometheus counters before and after the run, and reads
-reuse from ``vllm:prompt_tokens_cached_total`` -- never from ``prefix_cache_hits``,
-which reports hits after the slot was evicted (paper Section II-D). Anything that
-cuts a run short (unreachable server, HTTP error, truncated stream, wrong token count)
-ends the run with status ``failed``/``partial`` and the reason, never ``complete``.
+reuse per request from ``usage.prompt_tokens_details.cached_tokens``, which must sum to
+the run's delta of ``vllm:prompt_tokens_cached_total`` -- never from
+``prefix_cache_hits``, which reports hits after the slot was evicted (paper Section
+II-D). Anything that cuts a run short (unreachable server, HTTP error, truncated stream,
+wrong token count, reuse the counter does not confirm, a step log that does not cover
+the requests) ends the run with status ``failed``/``partial`` and the reason, never
+``complete``. The client is engine-neutral: what an engine's step log looks like is the
+``StepLog`` its backend passes in (``[BUCKET]`` lines or vLLM's iteration lines).
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ import hashlib
 import json
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import pandas as pd
@@ -36,18 +41,27 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import finish_manifest, write_run
+from rearrival.measure.records.contract import DECODE, RequestRecord, StepRecord, TokenRecord
+from rearrival.measure.records.frames import requests_frame, steps_frame, tokens_frame
 from rearrival.measure.steplog import StepLogError, parse_step_log
 from rearrival.model.plans.plan import AnySession, Plan
 
-# Token ids drawn from Qwen3's ordinary vocabulary, away from the special tokens that
-# start at 151643; an emulator accepts any non-negative id.
+# Prompt ids start here: below it most tokenizers keep their control and byte tokens.
 TOKEN_ID_LOW = 1_000
-TOKEN_ID_HIGH = 150_000
+# A server that takes any non-negative id (emulate-server) gets ids below this bound:
+# Qwen3's ordinary vocabulary (its special tokens start at 151643), the model the twin
+# stands for. A real engine's bound is its model's vocab_size (ReplayOptions.vocab_size).
+ANY_ID_HIGH = 150_000
 GET_RETRIES = 3
+CACHED_COUNTER = "vllm:prompt_tokens_cached_total"
 
 
 class ClientError(RearrivalError):
     """A request or scrape that failed; the message says which URL and what happened."""
+
+
+class UnreachableError(ClientError):
+    """Nothing answered at the URL (connection refused or timed out on every retry)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +78,17 @@ class ReplayOptions:
     time_scale: float = 1.0
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
+    # the served model's vocabulary (its config.json vocab_size); None: any id is taken
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.vocab_size is not None and not (
+            isinstance(self.vocab_size, int) and self.vocab_size > TOKEN_ID_LOW + 1
+        ):
+            raise ClientError(
+                f"vocab_size {self.vocab_size!r}: prompt ids are drawn from {TOKEN_ID_LOW} "
+                "up to the model's vocabulary, which must be larger; check its config.json"
+            )
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
             raise ClientError(
                 f"time_scale {self.time_scale}: must be a positive number "
@@ -77,39 +100,69 @@ class ReplayOptions:
 
 
 @dataclass(frozen=True)
-class RequestRecord:
-    """One finished request, times in plan seconds from the run origin.
+class Reply:
+    """One finished request: its run-record row, and the ids it generated with the time
+    each reached the client (the ids extend the session's transcript)."""
 
-    ``turn`` is the request's round index within its session (0 .. K-1).
-    """
-
-    session: int
-    turn: int
-    send_s: float
-    first_token_s: float
-    complete_s: float
-    prompt_tokens: int
-    cached_tokens: int | None
-    generated_tokens: int
+    record: RequestRecord
     token_ids: tuple[int, ...]
     token_times_s: tuple[float, ...]
-
-    @property
-    def computed_tokens(self) -> int | None:
-        return None if self.cached_tokens is None else self.prompt_tokens - self.cached_tokens
 
 
 @dataclass(frozen=True)
 class ClientRun:
     """Everything one replay observed; ``status`` is 'complete' only if nothing failed."""
 
-    requests: tuple[RequestRecord, ...]
+    replies: tuple[Reply, ...]
     metrics_before: dict[str, float]
     metrics_after: dict[str, float]
     status: str
     reason: str | None
     model: str | None
     expected_requests: int
+
+    @property
+    def requests(self) -> tuple[RequestRecord, ...]:
+        return tuple(reply.record for reply in self.replies)
+
+    def tokens(self) -> list[TokenRecord]:
+        """Every generated token's arrival at the client, request by request."""
+        return [
+            TokenRecord(r.record.session, r.record.round, i, t)
+            for r in self.replies
+            for i, t in enumerate(r.token_times_s)
+        ]
+
+    def cut_short(self, status: str, reason: str) -> ClientRun:
+        """The same observations under a status and reason found after the replay."""
+        return ClientRun(
+            self.replies,
+            self.metrics_before,
+            self.metrics_after,
+            status,
+            reason,
+            self.model,
+            self.expected_requests,
+        )
+
+
+class StepLog(Protocol):
+    """How one engine's step log becomes steps.parquet (docs/DESIGN.md §6): the
+    ``[BUCKET]`` lines of the patched vllm-rbln and the twin, or vLLM's iteration lines."""
+
+    def steps(self, log_text: str) -> pd.DataFrame:
+        """The steps frame; a garbage line raises StepLogError naming it."""
+        ...
+
+    def coverage_problem(
+        self,
+        steps: pd.DataFrame,
+        requests: Sequence[RequestRecord],
+        counters: Mapping[str, float],
+    ) -> str | None:
+        """Why these steps cannot be the ones that served these requests, or None.
+        ``counters`` is the run's delta of the server's counters."""
+        ...
 
 
 # --- prompts ---------------------------------------------------------------------------
@@ -125,30 +178,34 @@ def plan_key(plan: Plan) -> str:
     return f"seed:{plan.meta.seed}" if plan.meta.seed is not None else f"sha:{plan.sha256()}"
 
 
-def new_ids(key: str, session: int, round_index: int, count: int) -> list[int]:
+def new_ids(
+    key: str, session: int, round_index: int, count: int, high: int = ANY_ID_HIGH
+) -> list[int]:
     """Deterministic ids of the tokens round ``round_index`` appends to the transcript.
 
     Round 0's first id encodes the session number, so two sessions differ at position 0
     and never share a cached prefix, whatever the random ids after it are. Rounds 0 and
     1 draw from the streams the two-round client always used (the first prompt, then
     the tool result appended before the re-arrival), so the paper's plans send the same
-    ids as before multi-round plans existed; later rounds get a stream each.
+    ids as before multi-round plans existed; later rounds get a stream each. Every id
+    lies in [TOKEN_ID_LOW, high): ``high`` is the served model's vocabulary (an id at or
+    above it crashes a real engine), ``ANY_ID_HIGH`` for a server that takes any id.
     """
     if round_index == 0:
         head = TOKEN_ID_LOW + session
-        if head >= TOKEN_ID_HIGH:
+        if head >= high:
             raise ClientError(
-                f"session {session}: too many sessions for distinct prompt "
-                f"heads (at most {TOKEN_ID_HIGH - TOKEN_ID_LOW})"
+                f"session {session}: too many sessions for distinct prompt heads below "
+                f"the model's vocabulary of {high} (at most {high - TOKEN_ID_LOW})"
             )
         rng = _rng("prompt", key, session)
-        return [head, *(rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(count - 1))]
+        return [head, *(rng.randrange(TOKEN_ID_LOW, high) for _ in range(count - 1))]
     rng = (
         _rng("append", key, session)
         if round_index == 1
         else _rng("append", key, session, round_index)
     )
-    return [rng.randrange(TOKEN_ID_LOW, TOKEN_ID_HIGH) for _ in range(count)]
+    return [rng.randrange(TOKEN_ID_LOW, high) for _ in range(count)]
 
 
 # --- metrics ---------------------------------------------------------------------------
@@ -188,7 +245,7 @@ async def _get_text(session: aiohttp.ClientSession, url: str) -> str:
             await asyncio.sleep(0.1 * (attempt + 1))
         except aiohttp.ClientError as exc:  # e.g. a malformed URL: retrying cannot help
             raise ClientError(f"GET {url} failed ({_describe(exc)}); fix the server URL") from None
-    raise ClientError(
+    raise UnreachableError(
         f"cannot reach {url} ({_describe(last)}); start the server or fix the server URL"
     )
 
@@ -339,8 +396,8 @@ async def _request(
     seed: int,
     clock: _Clock,
     session: int,
-    turn: int,
-) -> RequestRecord:
+    round_index: int,
+) -> Reply:
     body = {
         "model": model,
         "prompt": prompt,
@@ -354,25 +411,27 @@ async def _request(
     }
     send_s, stream = await _complete(http, url, body, clock)
     complete_s = clock.now()
-    where = f"session {session} round {turn}"
+    where = f"session {session} round {round_index}"
     if len(stream.token_ids) != max_tokens:
         raise ClientError(
             f"{where}: server generated {len(stream.token_ids)} tokens, the plan "
             f"needs {max_tokens}; the server must honour ignore_eos and max_tokens"
         )
     usage = stream.usage or {}
-    return RequestRecord(
+    prompt_tokens = int(usage.get("prompt_tokens", len(prompt)))
+    cached = _cached_from_usage(stream.usage)
+    record = RequestRecord(
         session=session,
-        turn=turn,
+        round=round_index,
         send_s=send_s,
         first_token_s=stream.token_times[0],
         complete_s=complete_s,
-        prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
-        cached_tokens=_cached_from_usage(stream.usage),
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached,
+        computed_tokens=None if cached is None else prompt_tokens - cached,
         generated_tokens=len(stream.token_ids),
-        token_ids=tuple(stream.token_ids),
-        token_times_s=tuple(stream.token_times),
     )
+    return Reply(record, tuple(stream.token_ids), tuple(stream.token_times))
 
 
 async def _session_task(
@@ -383,7 +442,7 @@ async def _session_task(
     model: str,
     options: ReplayOptions,
     clock: _Clock,
-    done: list[RequestRecord],
+    done: list[Reply],
 ) -> None:
     """The session's rounds in order, each sending the exact token-id transcript so far.
 
@@ -392,9 +451,10 @@ async def _session_task(
     """
     await clock.sleep_until(s.start_s)
     transcript: list[int] = []
+    high = options.vocab_size or ANY_ID_HIGH
     for k, r in enumerate(s.rounds):
-        transcript += new_ids(key, s.session, k, r.new_tokens)
-        record = await _request(
+        transcript += new_ids(key, s.session, k, r.new_tokens, high)
+        reply = await _request(
             http,
             url,
             model=model,
@@ -403,10 +463,10 @@ async def _session_task(
             seed=options.seed,
             clock=clock,
             session=s.session,
-            turn=k,
+            round_index=k,
         )
-        done.append(record)
-        transcript += record.token_ids
+        done.append(reply)
+        transcript += reply.token_ids
         if r.gap_after_s > 0:
             await asyncio.sleep(r.gap_after_s * options.time_scale)
 
@@ -424,7 +484,7 @@ async def replay(
     url = url.rstrip("/")
     runnable = plan.variant(variant)
     key = plan_key(plan)
-    done: list[RequestRecord] = []
+    done: list[Reply] = []
     before: dict[str, float] = {}
     after: dict[str, float] = {}
     model = options.model
@@ -445,9 +505,9 @@ async def replay(
         except* ClientError as group_error:
             reason = str(group_error.exceptions[0])
     status = "complete" if reason is None else ("partial" if done else "failed")
-    ordered = tuple(sorted(done, key=lambda r: (r.session, r.turn)))
+    ordered = tuple(sorted(done, key=lambda r: (r.record.session, r.record.round)))
     return ClientRun(
-        requests=ordered,
+        replies=ordered,
         metrics_before=before,
         metrics_after=after,
         status=status,
@@ -467,73 +527,82 @@ def replay_sync(
 # --- run records -------------------------------------------------------------------------
 
 
-def requests_frame(run: ClientRun) -> pd.DataFrame:
-    """requests.parquet rows (docs/DESIGN.md §6); prefill_s is unknown over HTTP, so NaN."""
-    rows = run.requests
-    return pd.DataFrame(
-        {
-            "session": pd.array([r.session for r in rows], dtype="int64"),
-            "turn": pd.array([r.turn for r in rows], dtype="int64"),
-            "send_s": pd.array([r.send_s for r in rows], dtype="float64"),
-            "first_token_s": pd.array([r.first_token_s for r in rows], dtype="float64"),
-            "complete_s": pd.array([r.complete_s for r in rows], dtype="float64"),
-            "prompt_tokens": pd.array([r.prompt_tokens for r in rows], dtype="int64"),
-            "cached_tokens": pd.array([r.cached_tokens for r in rows], dtype="Int64"),
-            "computed_tokens": pd.array([r.computed_tokens for r in rows], dtype="Int64"),
-            "generated_tokens": pd.array([r.generated_tokens for r in rows], dtype="int64"),
-            "prefill_s": pd.array([math.nan] * len(rows), dtype="float64"),
-        }
-    )
-
-
-def tokens_frame(run: ClientRun) -> pd.DataFrame:
-    """Every token's arrival at the client (session, turn, index, t_s), for timelines."""
-    rows = [(r.session, r.turn, i, t) for r in run.requests for i, t in enumerate(r.token_times_s)]
-    return pd.DataFrame(rows, columns=["session", "turn", "index", "t_s"]).astype(
-        {"session": "int64", "turn": "int64", "index": "int64", "t_s": "float64"}
-    )
-
-
-def steps_from_log(log_text: str) -> pd.DataFrame:
-    """steps.parquet from the ``[BUCKET]`` lines: decode steps only, times unknown (NaN).
+class BucketStepLog:
+    """steps.parquet from ``[BUCKET]`` lines (the client's ``StepLog`` for the patched
+    vllm-rbln and emulate-server): decode steps only, times unknown (NaN).
 
     A real server log has no per-step times at useful resolution (paper III-C: 1 s) and
     no prefill line, so prefill is priced from the requests' computed tokens instead.
     """
-    pairs = parse_step_log(log_text)
-    return pd.DataFrame(
-        {
-            "step": pd.array(range(len(pairs)), dtype="int64"),
-            "kind": ["decode"] * len(pairs),
-            "n": pd.array([n for n, _ in pairs], dtype="int64"),
-            "b": pd.array([b for _, b in pairs], dtype="Int64"),
-            "start_s": pd.array([math.nan] * len(pairs), dtype="float64"),
-            "end_s": pd.array([math.nan] * len(pairs), dtype="float64"),
-        }
-    )
 
+    def steps(self, log_text: str) -> pd.DataFrame:
+        return steps_frame([StepRecord(DECODE, n, b) for n, b in parse_step_log(log_text)])
 
-def _outcome(run: ClientRun, steps: pd.DataFrame) -> tuple[str, str | None]:
-    """The run's status: the client's, unless the step log does not cover the requests.
-
-    Every generated token after the first comes from one decode step, so the decode
-    steps must advance exactly sum(generated - 1) request-tokens; anything else means
-    DEBUG logging was off, the patch is missing, or the log slice is wrong.
-    """
-    if run.status != "complete":
-        return run.status, run.reason
-    if len(run.requests) != run.expected_requests:
-        return "partial", (f"{len(run.requests)} of {run.expected_requests} requests finished")
-    advances = sum(r.generated_tokens - 1 for r in run.requests)
-    logged = int(steps["n"].sum())
-    if logged != advances:
-        return "failed", (
+    def coverage_problem(
+        self,
+        steps: pd.DataFrame,
+        requests: Sequence[RequestRecord],
+        counters: Mapping[str, float],
+    ) -> str | None:
+        """Every generated token after the first comes from one decode step, so the
+        decode steps must advance exactly sum(generated - 1) request-tokens; anything else
+        means DEBUG logging was off, the patch is missing, or the log slice is wrong."""
+        advances = sum(r.generated_tokens - 1 for r in requests)
+        logged = int(steps["n"].sum())
+        if logged == advances:
+            return None
+        return (
             f"server log holds {len(steps)} [BUCKET] steps advancing {logged} "
             f"tokens, but the requests needed {advances}; run the server with "
             "VLLM_LOGGING_LEVEL=DEBUG and the observation patch applied "
             "(`rearrival rbln patch apply`)"
         )
-    return "complete", None
+
+
+BUCKET_STEP_LOG = BucketStepLog()
+
+
+def counter_delta(run: ClientRun) -> dict[str, float]:
+    """What each server counter moved during the run (counters scraped both times)."""
+    before, after = run.metrics_before, run.metrics_after
+    return {name: after[name] - before.get(name, 0.0) for name in after if name in before}
+
+
+def reuse_problem(run: ClientRun) -> str | None:
+    """Why the per-request cached tokens cannot be trusted, or None: each request must
+    report them (the server sends ``prompt_tokens_details``), and their sum must equal
+    the run's delta of ``vllm:prompt_tokens_cached_total`` (docs/DESIGN.md §15)."""
+    missing = [r for r in run.requests if r.cached_tokens is None]
+    if missing:
+        first = missing[0]
+        return (
+            f"session {first.session} round {first.round}: the server reported no "
+            "usage.prompt_tokens_details.cached_tokens; start vLLM with "
+            "--enable-prompt-tokens-details"
+        )
+    delta = counter_delta(run)
+    if CACHED_COUNTER not in delta:
+        return f"/metrics has no {CACHED_COUNTER} before and after the run"
+    reported = sum(int(r.cached_tokens or 0) for r in run.requests)
+    if reported != delta[CACHED_COUNTER]:
+        return (
+            f"the requests report {reported} cached tokens but {CACHED_COUNTER} moved by "
+            f"{delta[CACHED_COUNTER]:g}; the server's reuse reports disagree with its counter"
+        )
+    return None
+
+
+def _outcome(run: ClientRun, steps: pd.DataFrame, step_log: StepLog) -> tuple[str, str | None]:
+    """The run's status: the client's, unless the requests are not all there, their
+    reuse is not confirmed by the counter, or the step log does not cover them."""
+    if run.status != "complete":
+        return run.status, run.reason
+    if len(run.requests) != run.expected_requests:
+        return "partial", (f"{len(run.requests)} of {run.expected_requests} requests finished")
+    problem = reuse_problem(run) or step_log.coverage_problem(
+        steps, run.requests, counter_delta(run)
+    )
+    return ("failed", problem) if problem else ("complete", None)
 
 
 @dataclass(frozen=True)
@@ -546,26 +615,31 @@ class RunOutcome:
 
 
 def write_client_run(
-    out: Path, run: ClientRun, *, manifest: dict[str, Any], server_log: str | None
+    out: Path,
+    run: ClientRun,
+    *,
+    manifest: dict[str, Any],
+    server_log: str | None,
+    step_log: StepLog = BUCKET_STEP_LOG,
 ) -> RunOutcome:
     """Write a replay as a run directory (docs/DESIGN.md §6); incomplete runs keep their reason."""
     try:
-        steps = steps_from_log(server_log or "")
-        status, reason = _outcome(run, steps)
+        steps = step_log.steps(server_log or "")
+        status, reason = _outcome(run, steps, step_log)
     except StepLogError as exc:
-        steps = steps_from_log("")
+        steps = step_log.steps("")
         status, reason = (
             ("failed", str(exc)) if run.status == "complete" else (run.status, run.reason)
         )
     metrics = {"before": dict(run.metrics_before), "after": dict(run.metrics_after)}
     write_run(
         out,
-        requests=requests_frame(run),
+        requests=requests_frame(run.requests),
         steps=steps,
         metrics=metrics,
         manifest=finish_manifest(manifest, status=status, reason=reason),
         server_log=server_log,
-        tokens=tokens_frame(run),
+        tokens=tokens_frame(run.tokens(), server_times=False),
     )
     return RunOutcome(out, status, reason)
 

@@ -15,35 +15,24 @@ ever interpreted by a shell (docs/DESIGN.md §14).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
 from rearrival.errors import RearrivalError, StageError
 from rearrival.measure import patch
-from rearrival.measure.client import (
-    ClientRun,
-    ReplayOptions,
-    RunOutcome,
-    replay_sync,
-    write_client_run,
-)
+from rearrival.measure.client import ReplayOptions, RunOutcome
+from rearrival.measure.serve import free_port, run_with_server
 from rearrival.model.configuration import RblnConfiguration
 
 if TYPE_CHECKING:
@@ -294,167 +283,6 @@ def serve_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS considers free right now (the server binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class ServerProcess:
-    """One server process: started from an argument list, log captured to a file.
-
-    Used as a context manager: the server is always stopped, SIGTERM first and SIGKILL
-    after ``grace_s``, even when the run inside fails.
-    """
-
-    argv: Sequence[str]
-    url: str
-    log_path: Path
-    env: Mapping[str, str] | None = None
-    ready_paths: tuple[str, ...] = ("/health", "/v1/models")
-    ready_timeout_s: float = 900.0
-    grace_s: float = 15.0
-    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
-    returncode: int | None = field(default=None, init=False)
-    _log: IO[bytes] | None = field(default=None, init=False)
-
-    def start(self) -> None:
-        if not self.argv:
-            raise RblnError("server command is empty; pass the command to run")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("ab")
-        try:
-            self.process = subprocess.Popen(  # an argument list: nothing passes through a shell
-                list(self.argv),
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=dict(self.env) if self.env else None,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            self._log.close()
-            raise RblnError(
-                f"cannot start server command '{self.argv[0]}' ({exc.strerror}); {INSTALL_HINT}"
-            ) from None
-
-    def _ready_once(self) -> bool:
-        for path in self.ready_paths:
-            try:
-                with urllib.request.urlopen(f"{self.url}{path}", timeout=2) as resp:
-                    if resp.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                continue
-        return False
-
-    def wait_ready(self) -> None:
-        """Poll the readiness endpoints until one answers 200, the process dies, or timeout."""
-        assert self.process is not None, "start() first"
-        deadline = time.monotonic() + self.ready_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RblnError(
-                    f"server exited with code {self.process.returncode} before it "
-                    f"was ready; read {self.log_path} for the cause"
-                )
-            if self._ready_once():
-                return
-            time.sleep(0.1)
-        raise RblnError(
-            f"server at {self.url} not ready after {self.ready_timeout_s:.0f} s; "
-            f"read {self.log_path}, or raise the readiness timeout"
-        )
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> int | None:
-        """SIGTERM the server's process group, SIGKILL after the grace period."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=self.grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self.returncode = self.process.returncode
-        if self._log is not None:
-            self._log.close()
-        return self.returncode
-
-
-@contextlib.contextmanager
-def running_server(
-    argv: Sequence[str],
-    url: str,
-    log_path: Path,
-    *,
-    env: Mapping[str, str] | None = None,
-    ready_timeout_s: float = 900.0,
-    grace_s: float = 15.0,
-) -> Iterator[ServerProcess]:
-    """Start, wait for readiness, yield, and always stop: a fresh server per run."""
-    server = ServerProcess(
-        argv, url.rstrip("/"), log_path, env=env, ready_timeout_s=ready_timeout_s, grace_s=grace_s
-    )
-    server.start()
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
-# --- one measured run ----------------------------------------------------------------------
-
-
-def run_with_server(
-    plan: Plan,
-    out: Path,
-    *,
-    argv: Sequence[str],
-    url: str,
-    variant: str,
-    options: ReplayOptions,
-    manifest: dict[str, Any],
-    log_path: Path,
-    env: Mapping[str, str] | None = None,
-    ready_timeout_s: float = 900.0,
-    grace_s: float = 15.0,
-) -> RunOutcome:
-    """Start a fresh server, replay the plan through the client, stop it, write the run.
-
-    The run's step log is the part of the server log written after readiness, so
-    warm-up steps are never priced. The whole log (start-up included) stays at
-    ``log_path`` for diagnosis.
-    """
-    with running_server(
-        argv, url, log_path, env=env, ready_timeout_s=ready_timeout_s, grace_s=grace_s
-    ) as server:
-        offset = log_path.stat().st_size
-        run = replay_sync(plan, url, variant=variant, options=options)
-        alive = server.alive()
-    if run.status == "complete" and not alive:
-        run = ClientRun(
-            run.requests,
-            run.metrics_before,
-            run.metrics_after,
-            "partial",
-            f"server exited during the run; read {log_path}",
-            run.model,
-            run.expected_requests,
-        )
-    log = log_path.read_bytes()[offset:].decode(errors="replace")
-    return write_client_run(out, run, manifest=manifest, server_log=log)
-
-
 def run_rbln(
     plan: Plan,
     out: Path,
@@ -517,4 +345,5 @@ def run_rbln(
         log_path=out.with_name(f"{out.name}.server.log"),
         env=serve_env(),
         ready_timeout_s=ready_timeout_s,
+        install_hint=INSTALL_HINT,
     )

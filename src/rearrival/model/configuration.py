@@ -297,10 +297,12 @@ def configuration_from_mapping(
 ) -> Configuration:
     """Rebuild a configuration from its ``as_dict`` mapping (a manifest, a registration,
     a search result, a config file's entry). Keys the substrate does not know are refused;
-    an ``id`` key, which search results carry beside the knobs, is ignored, and a
-    ``name`` key (a run manifest's) names it unless ``name`` is given."""
+    an ``id`` key, which search results carry beside the knobs, is ignored, a
+    ``substrate`` key (a vLLM run manifest's) names the substrate, and a ``name`` key (a
+    run manifest's) names it unless ``name`` is given."""
+    substrate = str(raw.get("substrate", substrate))
     kind, known = substrate_type(substrate), knob_names(substrate)
-    knobs = {key: value for key, value in raw.items() if key not in ("id", "name")}
+    knobs = {key: value for key, value in raw.items() if key not in ("id", "name", "substrate")}
     unknown = tuple(key for key in knobs if key not in known)
     if unknown:
         raise ConfigurationError(

@@ -12,6 +12,7 @@ from typing import Any
 
 from rearrival.config.study import Study
 from rearrival.measure.records import read_run
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.report.figure_model import Figure, absent, pyplot, round_spans, to_svg
 from rearrival.report.results import Results
 from rearrival.report.table_model import Table, display
@@ -29,7 +30,7 @@ def session_spans(requests: Any) -> list[dict[str, Any]]:
     consecutive rounds, and a reuse mark (hit or miss) at every re-arrival's send."""
     rows = []
     for session, group in requests.groupby("session"):
-        rounds = sorted(group.to_dict("records"), key=lambda r: int(r["turn"]))
+        rounds = sorted(group.to_dict("records"), key=lambda r: int(r[ROUND_COLUMN]))
         spans, marks = [], []
         for k, r in enumerate(rounds):
             spans += round_spans(r)

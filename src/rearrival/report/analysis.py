@@ -29,6 +29,7 @@ import pandas as pd
 from rearrival.config.study import Configuration
 from rearrival.errors import RearrivalError
 from rearrival.judge.decisions import predicted_ratio
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import SimConfig, simulate
@@ -41,7 +42,7 @@ class AnalysisError(RearrivalError):
 
 def observed_rearrivals(requests: pd.DataFrame, sessions: int, where: str) -> list[float]:
     """Per session (index order), the observed send time of its re-arrival (turn 1)."""
-    followups = requests[requests["turn"] == 1].set_index("session")["send_s"]
+    followups = requests[requests[ROUND_COLUMN] == 1].set_index("session")["send_s"]
     missing = [s for s in range(sessions) if s not in followups.index]
     if missing:
         raise AnalysisError(

@@ -16,6 +16,7 @@ import numpy as np
 
 from rearrival.config.study import Study
 from rearrival.measure.records import read_run
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.simulator.sim import SimConfig, simulate
 from rearrival.report.calibration import step_time_figure
 from rearrival.report.conditions import condition_sums, grid_studies, slot_studies
@@ -192,15 +193,15 @@ def observed_session_rows(requests: Any) -> list[dict[str, Any]]:
     rows = []
     for session, group in requests.groupby("session"):
         spans = []
-        by_turn = {int(r["turn"]): r for r in group.to_dict("records")}
-        for turn in sorted(by_turn):
-            spans += round_spans(by_turn[turn])
+        by_round = {int(r[ROUND_COLUMN]): r for r in group.to_dict("records")}
+        for turn in sorted(by_round):
+            spans += round_spans(by_round[turn])
         row: dict[str, Any] = {"session": int(session), "spans": spans, "rearrival_s": None}
-        if 0 in by_turn and 1 in by_turn:
-            spans.append(("tool wait", by_turn[0]["complete_s"], by_turn[1]["send_s"]))
-            cached = by_turn[1]["cached_tokens"]
+        if 0 in by_round and 1 in by_round:
+            spans.append(("tool wait", by_round[0]["complete_s"], by_round[1]["send_s"]))
+            cached = by_round[1]["cached_tokens"]
             row.update(
-                rearrival_s=by_turn[1]["send_s"],
+                rearrival_s=by_round[1]["send_s"],
                 hit=bool(cached == cached and cached is not None and cached > 0),
             )
         rows.append(row)

@@ -6,6 +6,7 @@ injection measurement (paper III-C), the other rule of rules/run.smk.
 from __future__ import annotations
 
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pandas as pd
 from rearrival.atomic import atomic_directory
 from rearrival.config.study import Study, StudyConfig, resolve_configurations
 from rearrival.errors import StageError
-from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
 from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.model.plans.plangen import derive_seed
@@ -62,14 +63,19 @@ def run_replicate(
     selected_path: Path | None = None,
     compile_record: Path | None = None,
     prereg_path: Path | None = None,
+    failed_dir: Path | None = None,
 ) -> list[Path]:
     """Run every condition of one replicate, refusing to start without a committed prereg
     (and, with ``witness:`` set, until the witness holds the registration commit; the
     manifests then record the witness and its ref). With ``prereg_path`` (the prereg
     stage's record) that record must name a registration of the study on HEAD's history.
 
-    The replicate directory is published only when every run has been written (failed
-    runs are written too, with their status and reason, and never used by a decision).
+    The replicate directory is published only when every run completed. A run that
+    failed (a server that never became ready, an engine that died, reuse or steps the
+    server's own counters contradict) fails the stage with one line per failed run naming
+    it and its reason; its record is kept under ``failed_dir`` for diagnosis, never in
+    the results, so it is never sealed or used, and the next invocation reruns only this
+    replicate.
     """
     study = cfg.study(study_name)
     settings = BackendSettings.from_study_config(cfg, compile_record)
@@ -101,7 +107,30 @@ def run_replicate(
             )
             run_backend(settings, run, staging / slot.label)
             written.append(out_dir / slot.label)
+        refuse_failed_runs(staging, [slot.label for slot in slots], failed_dir)
     return written
+
+
+def refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None) -> None:
+    """Raise, naming every run of the replicate that did not complete; keep their
+    records under ``failed_dir`` (replacing an earlier attempt's)."""
+    failures = []
+    for label in labels:
+        status, reason = run_status(staging / label)
+        if status == "complete":
+            continue
+        failures.append(f"{label}: {status}: {reason}")
+        if failed_dir is not None:
+            kept = failed_dir / label
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(staging / label, kept)
+    if failures:
+        where = f"; the records are kept in {failed_dir}" if failed_dir is not None else ""
+        raise StageError(
+            f"{len(failures)} run(s) did not complete, so the replicate is not published "
+            f"and reruns next time{where}:\n" + "\n".join(failures)
+        )
 
 
 def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from rearrival.config.calibration import CalibrationSettings
 from rearrival.errors import RearrivalError
 from rearrival.measure.calibration.design import CalibrationError, Measurement
 from rearrival.measure.records import RunRecord, read_run
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.measure.steplog import parse_step_times
 
 # A gap this many times the median step gap holds a prefill (T(q) >= one chunk's cost,
@@ -126,8 +127,8 @@ def reuse_samples(m: Measurement, record: RunRecord) -> pd.DataFrame:
             "cached-token counts, so the reuse rule cannot be "
             "checked; serve with prefix-cache usage details enabled"
         )
-    first = requests[requests["turn"] == 0].set_index("session")
-    follow = requests[requests["turn"] == 1].set_index("session")
+    first = requests[requests[ROUND_COLUMN] == 0].set_index("session")
+    follow = requests[requests[ROUND_COLUMN] == 1].set_index("session")
     return pd.DataFrame(
         {
             "label": m.label,

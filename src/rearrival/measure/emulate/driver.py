@@ -32,6 +32,7 @@ from rearrival.measure.emulate.frames import (
     run_frames,
 )
 from rearrival.measure.emulate.truth import EmulateError, Truth, default_truth
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
@@ -242,7 +243,7 @@ def run_emulated(
     )
     rec, engine = drive(script, config, truth, seed, profile)
     requests, steps, tokens, evictions = rec.frames()
-    follow = requests[requests["turn"] >= 1]
+    follow = requests[requests[ROUND_COLUMN] >= 1]
     reported = sum(
         1 for (_, turn), row in rec.requests.items() if turn >= 1 and row["reported_hit_tokens"] > 0
     )

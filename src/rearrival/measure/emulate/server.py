@@ -529,7 +529,7 @@ def server_argv(
 ) -> list[str]:
     """``rearrival emulate-server`` for this interpreter, as an argument list (no shell, no
     reliance on PATH), for launching a fresh server per run
-    (rearrival.measure.rbln.running_server)."""
+    (rearrival.measure.serve.running_server)."""
     argv = [
         sys.executable,
         "-c",

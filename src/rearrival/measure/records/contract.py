@@ -6,7 +6,8 @@ other modules of this package check, write and read against them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,21 @@ MANIFEST_FILE = "manifest.json"
 SERVER_LOG_FILE = "server.log"
 
 STATUSES = ("complete", "failed", "partial")
-STEP_KINDS = ("prefill", "decode")
+# A step prefills, decodes, or (vLLM's chunked prefill, docs/DESIGN.md §15) does both.
+PREFILL, DECODE, MIXED = "prefill", "decode", "mixed"
+STEP_KINDS = (PREFILL, DECODE, MIXED)
+
+# The request's round index in its session, 0 .. K-1 (the paper's session: 0 = first
+# request, 1 = re-arrival), called `round` everywhere in code and plans. On disk the
+# column keeps the name it had before multi-round sessions existed, so every record
+# written since keeps its bytes and its sealed sha256; readers index frames by this name.
+ROUND_COLUMN = "turn"
 
 # (column, arrow type, nullable). "Nullable" integers are pandas Int64 in memory: an
 # unknown count is recorded as unknown, never as 0 (STYLE: UNKNOWN is an observation).
-# 'turn' is the request's round index in its session, 0 .. K-1 (the paper's session:
-# 0 = first request, 1 = re-arrival); the name is kept so existing records keep their bytes.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("session", pa.int64(), False),
-    ("turn", pa.int64(), False),
+    (ROUND_COLUMN, pa.int64(), False),
     ("send_s", pa.float64(), False),
     ("first_token_s", pa.float64(), False),
     ("complete_s", pa.float64(), False),
@@ -48,6 +55,20 @@ STEP_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("b", pa.int64(), True),
     ("start_s", pa.float64(), True),
     ("end_s", pa.float64(), True),
+)
+# What vLLM's per-iteration log line adds to a step (``--enable-logging-iteration-details``,
+# docs/DESIGN.md §15): written by the vllm backend after the columns above, absent from
+# every other backend's steps (so their records keep their bytes). On such a step ``n`` is
+# the generation (decode) requests and ``b`` the decode tokens as run, padded up to the
+# next CUDA-graph capture size (eager: unpadded), unknown when nothing decodes.
+ITERATION_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
+    ("iteration", pa.int64(), False),
+    ("context_requests", pa.int64(), False),
+    ("context_tokens", pa.int64(), False),
+    ("generation_requests", pa.int64(), False),
+    ("generation_tokens", pa.int64(), False),
+    ("elapsed_s", pa.float64(), False),
+    ("kv_cache_usage", pa.float64(), False),
 )
 
 MANIFEST_KEYS = (
@@ -73,7 +94,71 @@ MANIFEST_KEYS = (
     "time_scale",
 )
 CONFIGURATION_KEYS = ("buckets", "batch_size", "slots")
+# A vLLM run's manifest configuration (rearrival.model.configuration.VllmConfiguration)
+# carries its substrate, so a reader knows which knobs to expect.
+VLLM_CONFIGURATION_KEYS = (
+    "substrate",
+    "buckets",
+    "batch_size",
+    "num_blocks",
+    "block_size",
+    "max_num_batched_tokens",
+)
 PREREG_KEYS = ("study", "commit", "committed_at")
+
+
+def step_columns(names: object) -> tuple[tuple[str, pa.DataType, bool], ...]:
+    """The steps contract a table with these column names is held to: with vLLM's
+    iteration columns when it has any of them, else the base columns."""
+    iteration = {name for name, _, _ in ITERATION_COLUMNS}
+    has_iteration = any(str(name) in iteration for name in names)  # type: ignore[attr-defined]
+    return STEP_COLUMNS + ITERATION_COLUMNS if has_iteration else STEP_COLUMNS
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request of a run (a row of requests.parquet), as every backend records it.
+
+    Times are plan seconds from the run origin. ``cached_tokens`` and ``computed_tokens``
+    are None when the server did not report reuse (never 0: UNKNOWN is an observation);
+    ``prefill_s`` is NaN when the server does not report the prefill's duration.
+    """
+
+    session: int
+    round: int
+    send_s: float
+    first_token_s: float
+    complete_s: float
+    prompt_tokens: int
+    cached_tokens: int | None
+    computed_tokens: int | None
+    generated_tokens: int
+    prefill_s: float = math.nan
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step (a row of steps.parquet); ``iteration`` holds vLLM's logged counts
+    (``ITERATION_COLUMNS`` by name) on the vllm backend, None elsewhere."""
+
+    kind: str
+    n: int
+    b: int | None
+    start_s: float = math.nan
+    end_s: float = math.nan
+    iteration: dict[str, float] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """One generated token's arrival at the client (a row of tokens.parquet);
+    ``server_s`` its emission by the engine where the backend knows it (the twin)."""
+
+    session: int
+    round: int
+    index: int
+    t_s: float
+    server_s: float | None = None
 
 
 class RunRecordError(RearrivalError, ValueError):

@@ -12,7 +12,7 @@ from importlib import metadata as importlib_metadata
 from typing import Any
 
 from rearrival.measure.records.contract import PREREG_KEYS
-from rearrival.model.configuration import Configuration
+from rearrival.model.configuration import Configuration, RblnConfiguration
 
 # Distributions whose versions explain a run; absent ones are recorded as absent.
 SOFTWARE = (
@@ -61,6 +61,16 @@ def new_run_id(study: str, condition: str, replicate: int, backend: str) -> str:
     return ".".join(parts)
 
 
+def configuration_entry(configuration: Configuration) -> dict[str, Any]:
+    """A manifest's ``configuration``: its knobs (``as_dict``), headed by its substrate on
+    every substrate but RBLN, whose entries (every record of the paper's studies) name
+    none and keep their bytes; ``configuration_from_mapping`` reads either back."""
+    knobs = configuration.as_dict()
+    if isinstance(configuration, RblnConfiguration):
+        return knobs
+    return {"substrate": configuration.substrate, **knobs}
+
+
 def manifest_template(
     *,
     study: str,
@@ -83,13 +93,12 @@ def manifest_template(
 ) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
     finished) until ``finish_manifest`` marks the outcome. ``configuration`` is written
-    as its ``as_dict`` (the knobs; readers rebuild it with
-    ``rearrival.model.configuration.configuration_from_mapping``)."""
+    by ``configuration_entry``."""
     return {
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
         "backend": backend,
-        "configuration": configuration.as_dict(),
+        "configuration": configuration_entry(configuration),
         "variant": variant,
         "condition": condition,
         "replicate": int(replicate),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from rearrival.measure.records.contract import (
     TOKENS_FILE,
     RunRecord,
     RunRecordError,
+    step_columns,
 )
 from rearrival.measure.records.validate import (
     check_manifest,
@@ -35,7 +37,13 @@ from rearrival.measure.records.validate import (
 from rearrival.measure.steplog import StepLogError, parse_step_log
 
 
-def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) -> pd.DataFrame:
+def _read_table(
+    path: Path,
+    columns: tuple[tuple[str, pa.DataType, bool], ...],
+    contract: Callable[[list[str]], tuple[tuple[str, pa.DataType, bool], ...]] | None = None,
+) -> pd.DataFrame:
+    """One contract table; ``contract`` picks the columns from the file's own names (the
+    steps of a vLLM run carry the iteration columns)."""
     if not path.is_file():
         raise RunRecordError(
             f"{path}: missing; the run record is incomplete, re-run the "
@@ -49,8 +57,10 @@ def _read_table(path: Path, columns: tuple[tuple[str, pa.DataType, bool], ...]) 
             f"{str(exc).splitlines()[0]}); re-run the condition into a fresh "
             "output directory"
         ) from None
-    expected = [(name, kind) for name, kind, _ in columns]
     found = [(field.name, field.type) for field in table.schema]
+    if contract is not None:
+        columns = contract([name for name, _ in found])
+    expected = [(name, kind) for name, kind, _ in columns]
     if found != expected:
         raise RunRecordError(
             f"{path}: {schema_difference(found, expected)}, so it does not match the run "
@@ -109,7 +119,7 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
         )
     requests_path, steps_path = run_dir / REQUESTS_FILE, run_dir / STEPS_FILE
     requests = _read_table(requests_path, REQUEST_COLUMNS)
-    steps = _read_table(steps_path, STEP_COLUMNS)
+    steps = _read_table(steps_path, STEP_COLUMNS, step_columns)
     # Re-check values: a file edited or damaged after writing must not reach channel A.
     complete = manifest["status"] == "complete"
     check_requests(
@@ -117,7 +127,8 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
         str(requests_path),
         complete,
     )
-    check_steps(contract_table(steps, STEP_COLUMNS, str(steps_path), complete), str(steps_path))
+    steps_table = contract_table(steps, step_columns(steps.columns), str(steps_path), complete)
+    check_steps(steps_table, str(steps_path))
     metrics = _read_json(run_dir / METRICS_FILE, "metrics scrape")
     check_metrics(metrics, str(run_dir / METRICS_FILE))
     log_path = run_dir / SERVER_LOG_FILE

@@ -15,9 +15,12 @@ import pyarrow as pa
 
 from rearrival.measure.records.contract import (
     CONFIGURATION_KEYS,
+    DECODE,
     MANIFEST_KEYS,
+    MIXED,
+    PREFILL,
     STATUSES,
-    STEP_KINDS,
+    VLLM_CONFIGURATION_KEYS,
     RunRecordError,
 )
 from rearrival.vocabulary import BACKENDS, VARIANTS
@@ -140,6 +143,7 @@ def _check_rounds(sessions: list[int], turns: list[int], where: str) -> None:
 def check_steps(table: pa.Table, where: str) -> None:
     """Refuse step rows channel A could not price: unknown kind, bad (n, b), gaps."""
     rows = table.to_pydict()
+    iteration = "elapsed_s" in rows
     for i, (step, kind, n, b) in enumerate(
         zip(rows["step"], rows["kind"], rows["n"], rows["b"], strict=True)
     ):
@@ -148,20 +152,48 @@ def check_steps(table: pa.Table, where: str) -> None:
                 f"{where}: row {i} column 'step' is {step}, expected {i} "
                 "(steps are numbered 0.. in order)"
             )
-        if kind not in STEP_KINDS:
+        if iteration:
+            _check_iteration_step(rows, i, where)
+            continue
+        if kind not in (PREFILL, DECODE):
             raise RunRecordError(
                 f"{where}: row {i} column 'kind' is {kind!r}; use 'prefill' or 'decode'"
             )
-        if kind == "decode" and (b is None or n < 1 or b < n):
+        if kind == DECODE and (b is None or n < 1 or b < n):
             raise RunRecordError(
                 f"{where}: row {i} is a decode step with n={n}, b={b}; a "
                 "decode step needs 1 <= n <= b (the chosen bucket)"
             )
-        if kind == "prefill" and (n != 1 or b is not None):
+        if kind == PREFILL and (n != 1 or b is not None):
             raise RunRecordError(
                 f"{where}: row {i} is a prefill step with n={n}, b={b}; a "
                 "prefill step has n=1 and no bucket"
             )
+
+
+def _check_iteration_step(rows: dict[str, list[Any]], i: int, where: str) -> None:
+    """A vLLM iteration row (docs/DESIGN.md §15): its kind follows its counts, ``n`` is its
+    decode requests and ``b`` its decode tokens as run (at least the tokens), absent
+    when nothing decodes."""
+    context, decode = rows["context_requests"][i], rows["generation_requests"][i]
+    tokens = rows["generation_tokens"][i]
+    kind, n, b = rows["kind"][i], rows["n"][i], rows["b"][i]
+    expected = MIXED if context and decode else PREFILL if context else DECODE
+    counts = (context, rows["context_tokens"][i], decode, tokens)
+    if (
+        kind != expected
+        or n != decode
+        or (b is None) != (tokens == 0)
+        or (b is not None and b < tokens)
+        or min(counts) < 0
+        or not (context or decode)
+        or not rows["elapsed_s"][i] >= 0
+    ):
+        raise RunRecordError(
+            f"{where}: row {i} (vLLM iteration {rows['iteration'][i]}) has kind={kind!r}, "
+            f"n={n}, b={b} for {context} context and {decode} generation requests "
+            f"({tokens} tokens); kind, n and b must follow the iteration's counts"
+        )
 
 
 def check_metrics(metrics: Any, where: str) -> None:
@@ -204,12 +236,13 @@ def check_manifest(manifest: Any, where: str) -> None:
             "is empty; say why the run did not complete"
         )
     configuration = manifest["configuration"]
-    if not isinstance(configuration, dict) or any(
-        k not in configuration for k in CONFIGURATION_KEYS
-    ):
-        raise RunRecordError(
-            f"{where}: manifest 'configuration' needs {', '.join(CONFIGURATION_KEYS)}"
-        )
+    keys = (
+        VLLM_CONFIGURATION_KEYS
+        if isinstance(configuration, dict) and configuration.get("substrate") == "vllm"
+        else CONFIGURATION_KEYS
+    )
+    if not isinstance(configuration, dict) or any(k not in configuration for k in keys):
+        raise RunRecordError(f"{where}: manifest 'configuration' needs {', '.join(keys)}")
     for key in ("started_at", "finished_at"):
         try:
             datetime.fromisoformat(str(manifest[key]))

@@ -26,10 +26,10 @@ from rearrival.measure.records.contract import (
     REQUEST_COLUMNS,
     REQUESTS_FILE,
     SERVER_LOG_FILE,
-    STEP_COLUMNS,
     STEPS_FILE,
     TOKENS_FILE,
     RunRecordError,
+    step_columns,
 )
 from rearrival.measure.records.validate import (
     check_manifest,
@@ -94,7 +94,7 @@ def write_run(
     requests_where, steps_where = f"{out_dir}/{REQUESTS_FILE}", f"{out_dir}/{STEPS_FILE}"
     tables = {
         REQUESTS_FILE: contract_table(requests, REQUEST_COLUMNS, requests_where, complete),
-        STEPS_FILE: contract_table(steps, STEP_COLUMNS, steps_where, complete),
+        STEPS_FILE: contract_table(steps, step_columns(steps.columns), steps_where, complete),
     }
     check_requests(tables[REQUESTS_FILE], requests_where, complete)
     check_steps(tables[STEPS_FILE], steps_where)

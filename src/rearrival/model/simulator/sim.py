@@ -34,7 +34,7 @@ Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.
 
 Summary: ``prefill_steps`` counts every request, ``re_arrivals`` every round after a
 session's first; ``reuse_hits`` and ``computed_prefill_tokens`` are over rounds >= 1.
-Records carry the round index (``RequestRecord.turn``, alias ``round``).
+Records carry the round index (``PredictedRequest.turn``, alias ``round``).
 
 Variants: (a) ``fixed_arrivals`` gives one time per re-arrival (every round k >= 1, in
 (session, round) order; for a two-round plan that is one per session, as in Table XI).

