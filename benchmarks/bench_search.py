@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -37,10 +38,11 @@ from rearrival.config.search import SearchSettings
 from rearrival.config.study import load_study_config
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, enumerate_candidates, search_candidates
-from rearrival.search.evaluate import evaluate
+from rearrival.search.evaluate import evaluate, pool_workers
 from rearrival.search.inputs import make_plans
 from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.settings import override_settings
+from rearrival.search.space import planned_footprint
 
 PAPER_TARGET_S = 2.0
 FLEET_TARGET_S = 60.0
@@ -153,6 +155,9 @@ def fleet_search(config: Path, workers: int) -> None:
     got = json.loads(out.strip().splitlines()[-1])
     cand = got["candidates"]
     peak = got["rss_gib"] + workers * got["worker_rss_gib"]  # bound: all at their peaks
+    settings = override_settings(SearchSettings.from_config(load_study_config(config)), **FLEET)
+    planned = planned_footprint(cand["searched"] + 1, max(FLEET["batch_sizes"]), settings, 0)
+    estimate = replace(planned, workers=pool_workers(workers, planned.plans, planned.pairs))
     print(
         f"[4] fleet search: N {list(FLEET['n'])}, batch sizes {list(FLEET['batch_sizes'])},"
         f" <= {FLEET['max_buckets']} buckets: {every:,} candidates enumerated, "
@@ -172,6 +177,11 @@ def fleet_search(config: Path, workers: int) -> None:
         f"{got['worker_rss_gib']:.2f} GiB, bound main + {workers} workers {peak:.2f} GiB "
         f"(target < {FLEET_RSS_TARGET_GIB:.0f} GiB): "
         f"{'MET' if peak < FLEET_RSS_TARGET_GIB else 'NOT MET'}"
+    )
+    print(
+        f"    memory estimate the search is checked against (rearrival.search.space): "
+        f"{estimate.gib():.2f} GiB, {'above' if estimate.gib() >= peak else 'BELOW'} the "
+        f"measured bound {peak:.2f} GiB (the estimate must not be below it)"
     )
     print(
         f"    selected {got['selected']} ({got['selected_kv_gib_per_device']:.2f} GiB KV "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -12,11 +13,13 @@ from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
-from rearrival.config.search import SearchError
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import load_study_config
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import write_plan
+from rearrival.model.plans.plangen import MultiRoundSpec, generate_multi_round_plan
+from rearrival.model.simulator.sim import simulate
 from rearrival.search.advise import (
     advise,
     full_reuse_tokens,
@@ -24,7 +27,9 @@ from rearrival.search.advise import (
     predict,
     to_markdown,
 )
-from rearrival.search.candidates import candidate_record
+from rearrival.search.candidates import candidate_record, search_candidates
+from rearrival.search.plan_files import load_plan_dir
+from rearrival.search.settings import override_settings
 
 TINY_SEARCH = {
     "batch_sizes": [4, 6],
@@ -70,8 +75,6 @@ def test_larger_candidate_keeps_buckets_and_moves_the_top() -> None:
 
 
 def test_full_reuse_floor_by_hand(plans_dir: Path) -> None:
-    from rearrival.search.advise import load_plan_dir
-
     profile = measured_profile()
     plans = load_plan_dir(plans_dir)
     floor = 0
@@ -138,10 +141,10 @@ def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Pat
     ]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["selected"]["configuration"]["id"] == "8:1,4,8"
     result = runner.invoke(app, args)
-    assert result.exit_code == 0 and result.output.startswith("# What to compile")
+    assert result.exit_code == 0 and result.stdout.startswith("# What to compile")
 
 
 def test_search_option_takes_the_directory_or_selected_json(
@@ -164,7 +167,7 @@ def test_search_option_takes_the_directory_or_selected_json(
             ],
         )
         assert result.exit_code == 0, result.output
-        data = json.loads(result.output)
+        data = json.loads(result.stdout)
         assert data["selected"]["configuration"]["id"] == "8:1,4,8"
         assert data["recommendation_source"].startswith(str(search / "selected.json"))
 
@@ -211,3 +214,53 @@ def test_advise_checks_memory_of_everything_it_names(tiny_config: Path, tmp_path
     assert "leaves 0.34 GiB per device" in text
     assert "17.61 GiB per device of 15.70 GiB" in text  # weights + 56 x 1.125 GiB, over 4
     assert advice["baseline"]["fits_memory"] and "(no fit)" in text
+
+
+# --- agent sessions under --plans: the advice searches on them (issue 29, item 10) --------
+
+
+def multi_round_dir(out: Path, blocks: range) -> Path:
+    spec = MultiRoundSpec(rounds=(3, 5), new_tokens=(50, 300), start_spread_s=1.0)
+    for block in blocks:
+        plan = generate_multi_round_plan(5, study_seed=3, replicate=0, block=block, spec=spec)
+        write_plan(plan, out / f"b{block}.parquet")
+    return out
+
+
+def best_by_hand(plans, cands) -> RblnConfiguration:
+    """The V-A rule directly: least summed device time relative to the baseline, ties to
+    fewer buckets and slots."""
+
+    def total(cand: RblnConfiguration) -> float:
+        return math.fsum(simulate(p, cand.sim_config()).device_s for p in plans)
+
+    base = total(BASELINE)
+    return min(cands, key=lambda c: (total(c) / base, c.tiebreak()))
+
+
+def test_advise_on_agent_session_plans_searches_those_plans(tiny_config, tmp_path) -> None:
+    cfg = load_study_config(tiny_config)
+    plans_dir = multi_round_dir(tmp_path / "agents", range(2))
+    advice = advise(cfg, plans_dir=plans_dir, workers=1)
+    source = advice["recommendation_source"]
+    assert source.startswith(f"a search over the 2 plan files under {plans_dir}")
+    assert "not held out" in source and advice["n"] == [5]
+    plans = load_plan_dir(plans_dir)
+    cands = search_candidates(override_settings(SearchSettings.from_config(cfg), n=(5,)))
+    assert advice["selected"]["configuration"]["id"] == best_by_hand(plans, cands).id
+    # every round after a session's first is a re-arrival of the plans themselves
+    assert advice["baseline"]["re_arrivals"] == sum(p.requests - p.n for p in plans)
+
+
+def test_agent_session_plans_split_into_search_and_evaluation(tiny_config, tmp_path) -> None:
+    cfg = load_study_config(tiny_config)
+    root = tmp_path / "split"
+    multi_round_dir(root / "search", range(2))
+    multi_round_dir(root / "evaluation", range(5, 8))
+    result = runner.invoke(app, ["advise", "--config", str(tiny_config), "--plans", str(root)])
+    assert result.exit_code == 0, result.output
+    assert f"under {root}/search (evaluation/ held out)" in result.stdout
+    advice = advise(cfg, plans_dir=root, workers=1)
+    held_out = load_plan_dir(root / "evaluation")
+    assert advice["baseline"]["re_arrivals"] == sum(p.requests - p.n for p in held_out)
+    assert advice["inputs"] == f"3 plan files under {root}"

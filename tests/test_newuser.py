@@ -202,7 +202,7 @@ def test_search_result_names_the_filter_counts_within_100_columns(tmp_path: Path
     args = ["--batch-sizes", "4,56", "--max-buckets", "3", "--workers", "1"]
     result = CliRunner().invoke(app, ["search", *args, "--out", str(out), "--config", str(config)])
     assert result.exit_code == 0, result.output
-    first, second = result.output.splitlines()
+    first, second = result.stdout.splitlines()
     assert first == (
         f"{out}: searched 3 of 58 candidates (0 over the compile budget, 55 over device memory)"
     )

@@ -26,8 +26,6 @@ from rearrival.search import evaluate as evaluate_module
 from rearrival.search.candidates import (
     candidates,
     enumerate_candidates,
-    filter_counts,
-    over_budget,
     search_candidates,
 )
 from rearrival.search.evaluate import CandidateArrays, Outcome, evaluate, run_shard, score_plan
@@ -35,6 +33,7 @@ from rearrival.search.inputs import PlanKey, make_plan, plan_keys
 from rearrival.search.merge import combine_shards
 from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.rank import compare_n_sets, score_table
+from rearrival.search.space import space_size
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
@@ -107,6 +106,10 @@ def test_order_is_stable_and_every_candidate_valid() -> None:
         assert RblnConfiguration.from_id(c.id) == c
     assert BASELINE in cands
     assert RblnConfiguration((1, 4, 6, 8, 10, 16), 16).id == "16:1,4,6,8,10,16"
+
+
+def over_budget(candidate: RblnConfiguration, profile) -> bool:
+    return profile.compile_seconds(candidate.n_buckets) > profile.compile_budget_s
 
 
 def test_compile_budget_filter() -> None:
@@ -470,10 +473,12 @@ def test_memory_filter_excludes_and_counts(tmp_path: Path) -> None:
     every = enumerate_candidates((8, 10, 12, 16), 3)
     kept = candidates((8, 10, 12, 16), 3, memory=small)
     assert kept == [c for c in every if c.batch_size <= 11]
-    assert filter_counts(every, measured_profile(), small, True) == {
+    counted = space_size((8, 10, 12, 16), 3, measured_profile(), small)
+    assert counted.filter_counts() == {
         "excluded_by_compile_budget": 0,
-        "excluded_by_memory": len(every) - len(kept),
+        "excluded_by_memory": sum(not small.fits(c.slots) for c in every),
     }
+    assert counted.enumerated == len(every) and counted.searched == len(kept)
     assert candidates((8, 10, 12, 16), 3, memory=small, memory_filter=False) == every
     with pytest.raises(ProfileError, match=r"small.yaml: missing field 'memory.weights_gib'"):
         device_memory(tree={"memory": {"per_device_gib": 5.0}}, source="small.yaml")

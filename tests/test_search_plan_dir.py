@@ -57,7 +57,7 @@ def test_search_over_a_plan_directory_ranks_by_summed_seconds(
     assert summary["inputs"]["evaluation_held_out"] is False
     assert summary["inputs"]["search_plans"] == 3 and summary["inputs"]["multi_round_plans"] == 6
     # oracle: the score is sum of the pick's device seconds / the baseline's, over the plans
-    from rearrival.search.advise import load_plan_dir
+    from rearrival.search.plan_files import load_plan_dir
 
     loaded = load_plan_dir(plans)
     base = predict(loaded, RblnConfiguration((1, 2, 4, 8), 8))["device_s"]

@@ -489,7 +489,7 @@ def test_cli_prints_one_sorted_summary_per_plan(plan_files, small_plan):
         ["simulate", *map(str, plan_files), "--buckets", "1,2,4,8", "--batch-size", "8", "--json"]
     )
     assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+    lines = result.stdout.strip().splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
     assert list(first) == sorted(SUMMARY_KEYS)
@@ -515,7 +515,7 @@ def test_cli_variants_and_slots_reach_the_config(plan_files, small_plan):
     assert result.exit_code == 0, result.output
     cfg = SimConfig(slots=3, release="immediate", dummy_block="pre-evict")
     expected = simulate(small_plan.variant("control"), cfg).summary()
-    assert json.loads(result.output) == json.loads(json.dumps(expected))
+    assert json.loads(result.stdout) == json.loads(json.dumps(expected))
 
 
 @pytest.mark.parametrize(
@@ -565,7 +565,7 @@ def test_cli_simulates_a_multi_round_json_plan(tmp_path):
     path.write_text(json.dumps({"sessions": sessions}))
     result = _cli(["simulate", str(path), "--json", "--dummy-block", "reserved"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert list(summary) == sorted(SUMMARY_KEYS)
     assert (summary["prefill_steps"], summary["re_arrivals"]) == (9, 6)
     assert summary["decode_steps"] >= 4 + 3 + 5  # at least one session's G - 1 per round
@@ -573,3 +573,19 @@ def test_cli_simulates_a_multi_round_json_plan(tmp_path):
     assert summary == json.loads(json.dumps(expected))
     text = _cli(["simulate", str(path)])
     assert text.exit_code == 0 and "reuse=" in text.output and "/6 " in text.output
+
+
+def test_cli_refuses_a_plan_the_profile_cannot_price(tmp_path):
+    """A round of a billion tokens (issue 29, item 7): the profile was measured at 8,192
+    tokens, so the plan is refused naming the session and round, not priced at 1e10 s."""
+    path = tmp_path / "huge.json"
+    rounds = [
+        {"new_tokens": 1000, "gen_tokens": 5, "gap_after_s": 0.5, "tool_name": "Bash"},
+        {"new_tokens": 1_000_000_000, "gen_tokens": 5, "gap_after_s": 0.0, "tool_name": ""},
+    ]
+    path.write_text(json.dumps({"sessions": [{"session": 0, "start_s": 0.0, "rounds": rounds}]}))
+    result = _cli(["simulate", str(path)])
+    assert result.exit_code != 0 and result.stdout == ""
+    message = str(result.exception)
+    assert str(path) in message and "session 0 round 1" in message
+    assert "8,192" in message and "1000001010 tokens" in message

@@ -109,7 +109,7 @@ def test_cli_json_and_malformed_trace(small_config: Path, two_round_trace: Path)
     args = ["advise", "--config", str(small_config), "--resamples", "5"]
     result = runner.invoke(app, [*args, "--trace", str(two_round_trace), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["n"] == [3, 5]
+    assert json.loads(result.stdout)["n"] == [3, 5]
     bad = two_round_trace.with_name("bad.jsonl")
     bad.write_text('{"session_id": "a"}\n')
     result = runner.invoke(app, [*args, "--trace", str(bad)])

@@ -31,11 +31,18 @@ for register in ALL_AREAS:
 
 @app.command("version")
 def version() -> None:
-    """Print the rearrival version and the measured profile it uses by default."""
-    from rearrival import __version__
-    from rearrival.model.cost.profile import measured_profile
+    """Print the rearrival version and the profile simulate, search and advise use here
+    by default, with why (rearrival.commands.profile)."""
+    from pathlib import Path
 
-    typer.echo(f"rearrival {__version__} (profile {measured_profile().version})")
+    from rearrival import __version__
+    from rearrival.commands.profile import profile_for_config
+
+    choice = profile_for_config(Path("config/config.yaml"), None, config_given=False)
+    typer.echo(f"rearrival {__version__}")
+    typer.echo(
+        f"profile of simulate, search and advise here: {choice.profile.description()}: {choice.why}"
+    )
 
 
 def main() -> None:

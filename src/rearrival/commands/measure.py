@@ -93,10 +93,10 @@ def run(
         ),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Batch size; vllm: --max-num-seqs.")
+        int, typer.Option("--batch-size", help="Batch size (at most 1,024); vllm: --max-num-seqs.")
     ] = 8,
     slots: Annotated[
-        int | None, typer.Option("--slots", help="KV slots; default batch_size.")
+        int | None, typer.Option("--slots", help="KV slots; default batch_size; at most 1,024.")
     ] = None,
     variant: Annotated[str, typer.Option("--variant", help="wait, control or equal.")] = "wait",
     url: Annotated[
@@ -310,7 +310,7 @@ def emulate_server(
     buckets: Annotated[str, typer.Option("--buckets", help="Compiled buckets.")] = "1,2,4,8",
     batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
     slots: Annotated[
-        int | None, typer.Option("--slots", help="KV slots; default batch_size.")
+        int | None, typer.Option("--slots", help="KV slots; default batch_size; at most 1,024.")
     ] = None,
     time_scale: Annotated[
         float,

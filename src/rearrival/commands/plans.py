@@ -54,7 +54,9 @@ def _multi_round_spec(rounds: str | None, new_tokens: str | None, spread: float 
 
 
 def plan(
-    n: Annotated[int, typer.Option("--n", help="Sessions in the plan (concurrency N).")],
+    n: Annotated[
+        int, typer.Option("--n", help="Sessions in the plan (concurrency N), at most 1,024.")
+    ],
     study_seed: Annotated[int, typer.Option("--study-seed", help="The study's seed.")],
     replicate: Annotated[int, typer.Option("--replicate", help="Replicate index (0..).")],
     out: Annotated[Path, typer.Option("--out", help="Plan file to write (.parquet|.json).")],
@@ -93,6 +95,9 @@ def plan(
     several tool calls (docs/DESIGN.md "Plans")."""
     if out.suffix not in PLAN_SUFFIXES:
         raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
+    from rearrival.limits import MAX_SESSIONS, SESSIONS_WHY, check_at_most
+
+    check_at_most("--n", n, MAX_SESSIONS, SESSIONS_WHY)
     from rearrival.model.plans.plan import write_plan
     from rearrival.model.plans.plangen import PlanGenError, generate_multi_round_plan, generate_plan
 
@@ -152,10 +157,16 @@ def tools_show(
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling check.")] = 0,
-    draws: Annotated[int, typer.Option("--draws", min=1, help="Draws for the check.")] = 100_000,
+    draws: Annotated[
+        int, typer.Option("--draws", min=1, help="Draws for the check (at most 1,000,000).")
+    ] = 100_000,
 ) -> None:
     """Print the tool table and a sampled share under 1 s and share capped at 60 s."""
     import random
+
+    from rearrival.limits import DRAWS_WHY, MAX_DRAWS, check_at_most
+
+    check_at_most("--draws", draws, MAX_DRAWS, DRAWS_WHY)
 
     table = _shown_table(source)
     typer.echo(f"source: {table.source}")

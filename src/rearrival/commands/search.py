@@ -10,20 +10,22 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rearrival.commands.panels import PanelledGroup
+from rearrival.commands.profile import PROFILE_HELP
 
 if TYPE_CHECKING:
+    from rearrival.commands.profile import ProfileChoice
     from rearrival.search.outputs import OutputPaths
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
-ProfileOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--profile",
-        help="Profile YAML to predict with (default: the config's profile:, "
-        "published | calibrated | PATH).",
-    ),
-]
+ProfileOption = Annotated[Path | None, typer.Option("--profile", help=PROFILE_HELP)]
+# ctx.obj key set on the ``rearrival study search`` group: a workflow stage, whose profile
+# is the one its rule passes (a missing calibration is an error, never the published one).
+STAGE = "workflow_stage"
+WORKERS_HELP = (
+    "Worker processes (each holds its own copy of the candidates' tables; counted in the "
+    "search's memory bound of 2 GiB)."
+)
 
 
 def _file_option(flag: str, default_name: str) -> typer.models.OptionInfo:
@@ -76,15 +78,19 @@ def _no_collection_passes() -> None:
     gc.disable()
 
 
-def _profile(cfg, path: Path | None):
-    """The profile a search or advice predicts with: --profile, else the config's choice,
-    checked against the config's model either way."""
+def _profile(cfg, path: Path | None, ctx: typer.Context | None = None) -> ProfileChoice:
+    """The profile a search or advice predicts with, checked against the config's model:
+    in a workflow stage --profile, else the config's choice (a missing file is an error);
+    run by hand, the rule of ``rearrival.commands.profile``."""
     from dataclasses import replace
 
-    chosen = cfg.measurement
-    if path is not None:
-        chosen = replace(chosen, profile=str(path))
-    return chosen.prediction_profile()
+    from rearrival.commands.profile import ProfileChoice, choose_profile
+
+    given = None if path is None else str(path)
+    if ((ctx.obj if ctx is not None else None) or {}).get(STAGE):
+        chosen = cfg.measurement if given is None else replace(cfg.measurement, profile=given)
+        return ProfileChoice(chosen.prediction_profile(), "", stage=True)
+    return choose_profile(cfg.measurement, given)
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -145,20 +151,22 @@ def search(
         ),
     ] = None,
     config: ConfigOption = DEFAULT_CONFIG,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 2,
+    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
     n: Annotated[
         str | None,
         typer.Option(
             "--n",
-            help="Concurrency levels of the inputs, e.g. 16,32,48 (default: search.n); "
-            "restricted N sets not inside it are dropped.",
+            help="Concurrency levels of the inputs, e.g. 16,32,48, each at most 1,024 "
+            "(default: search.n); restricted N sets not inside it are dropped.",
         ),
     ] = None,
     batch_sizes: Annotated[
         str | None,
         typer.Option(
             "--batch-sizes",
-            help="Candidate batch sizes, e.g. 16,24,32,40,48 (default: search.batch_sizes).",
+            help="Candidate batch sizes, e.g. 16,24,32,40,48, each at most 1,024 (default: "
+            "search.batch_sizes); the space is counted first and at most 100,000 candidates "
+            "are scored.",
         ),
     ] = None,
     max_buckets: Annotated[
@@ -220,18 +228,25 @@ def search(
         "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
     )
     cfg = load_study_config(config)
+    chosen = _profile(cfg, profile, ctx)
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir
 
-        summary = search_plan_dir(cfg, plans_dir, paths, workers, _profile(cfg, profile), overrides)
+        summary = search_plan_dir(cfg, plans_dir, paths, workers, chosen.profile, overrides)
     else:
         from rearrival.search.run import run_search
 
         plans_out = plans_out or out / "plans"
-        summary = run_search(
-            cfg, paths, plans_out, workers, _profile(cfg, profile), overrides, study
-        )
+        summary = run_search(cfg, paths, plans_out, workers, chosen.profile, overrides, study)
+    chosen.announce()
+    warn(summary["caveats"])
     typer.echo(summary_lines(paths.summary.parent if out is None else out, summary))
+
+
+def warn(caveats: list[dict]) -> None:
+    """What the answer cannot tell (rearrival.search.caveats), one line each on stderr."""
+    for caveat in caveats:
+        typer.echo(f"rearrival: warning: {caveat['message']}", err=True)
 
 
 def summary_lines(out: Path, summary: dict) -> str:
@@ -280,7 +295,7 @@ def shard(
         int | None,
         typer.Option("--shards", min=1, help="Shard count (default: search.shards of the config)."),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 1,
     profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
@@ -291,7 +306,8 @@ def shard(
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
-    costs = _profile(cfg, profile)
+    chosen = _profile(cfg, profile, ctx)
+    costs = chosen.profile
     frame = run_shard(
         search_candidates(settings, costs),
         read_plans(plans_dir, settings),
@@ -302,6 +318,7 @@ def shard(
         costs,
     )
     write_frame(frame, out)
+    chosen.announce()
     typer.echo(
         f"{out}: shard {index}/{count}, {frame['candidate'].nunique()} candidates, "
         f"{len(frame)} rows"
@@ -343,7 +360,8 @@ def merge(
             raise SearchError(
                 f"{path}: not a readable shard file ({exc}); re-run `rearrival search shard`"
             ) from exc
-    costs = _profile(cfg, profile)
+    chosen = _profile(cfg, profile, ctx)
+    costs = chosen.profile
     summary = write_outputs(
         combine_shards(frames),
         search_candidates(settings, costs),
@@ -352,6 +370,8 @@ def merge(
         paths,
         costs,
     )
+    chosen.announce()
+    warn(summary["caveats"])
     typer.echo(f"{out_dir or paths.selected}: selected {summary['selected']['id']}")
 
 
@@ -361,8 +381,8 @@ def advise(
         str | None,
         typer.Option(
             "--n",
-            help="Concurrency levels, e.g. 6,8,10 (default: the search's own N set; a "
-            "different set than --search's is refused).",
+            help="Concurrency levels, e.g. 6,8,10, each at most 1,024 (default: the "
+            "search's own N set; a different set than --search's is refused).",
         ),
     ] = None,
     plans_dir: Annotated[
@@ -390,7 +410,9 @@ def advise(
     ] = 0,
     resamples: Annotated[
         int,
-        typer.Option("--resamples", min=1, help="With --trace: bootstrap session sets."),
+        typer.Option(
+            "--resamples", min=1, help="With --trace: bootstrap session sets (at most 10,000)."
+        ),
     ] = 100,
     search_dir: Annotated[
         Path | None,
@@ -400,9 +422,7 @@ def advise(
             "run the search now.",
         ),
     ] = None,
-    workers: Annotated[
-        int, typer.Option("--workers", min=1, help="Worker processes for the search.")
-    ] = 2,
+    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print JSON instead of Markdown.")
     ] = False,
@@ -421,6 +441,7 @@ def advise(
     slots would still help and fit."""
     from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
+    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
     from rearrival.model.plans.trace_plans import TraceError
     from rearrival.search.advise import advise as make_advice
     from rearrival.search.advise import to_markdown
@@ -428,10 +449,12 @@ def advise(
 
     if trace is not None and plans_dir is not None:
         raise SearchError("options --trace and --plans both give the inputs; pass one")
+    check_at_most("--resamples", resamples, MAX_RESAMPLES, RESAMPLES_WHY)
     _no_collection_passes()
     cfg = load_study_config(config)
     n_set = _int_list("--n", n)
-    costs = _profile(cfg, profile)
+    chosen = _profile(cfg, profile)
+    costs = chosen.profile
     if trace is None:
         advice = make_advice(
             cfg,
@@ -458,13 +481,16 @@ def advise(
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)
             raise typer.Exit(2) from None
+    chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
 
 
-def search_app() -> typer.Typer:
+def search_app(stage: bool = False) -> typer.Typer:
     """The ``search`` group: everything at once, or its plans, shard and merge stages
-    (also ``rearrival study search``, which the search rules call)."""
-    group = typer.Typer(cls=PanelledGroup, invoke_without_command=True)
+    (also ``rearrival study search``, which the search rules call: ``stage``)."""
+    group = typer.Typer(
+        cls=PanelledGroup, invoke_without_command=True, context_settings={"obj": {STAGE: stage}}
+    )
     group.callback()(search)
     group.command("plans")(plans)
     group.command("shard")(shard)

@@ -7,7 +7,10 @@ from typing import Any
 
 import typer
 
+from rearrival.commands.profile import PROFILE_HELP
 from rearrival.errors import RearrivalError
+
+DEFAULT_CONFIG = Path("config/config.yaml")
 
 SUBSTRATES = ("rbln", "vllm")
 # Options that only one substrate reads, by the name the verb gives them.
@@ -86,7 +89,8 @@ def _refuse_foreign(substrate: str, given: dict[str, Any]) -> None:
 def _simulate_rbln(plans: list[Path], options: dict[str, Any], as_json: bool) -> None:
     import json
 
-    from rearrival.model.cost.profile import load_profile
+    from rearrival.commands.profile import profile_for_config
+    from rearrival.model.plans.plan import check_context
     from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
 
     knobs = {name: options[name] for name in RBLN_DEFAULTS} | {
@@ -104,8 +108,17 @@ def _simulate_rbln(plans: list[Path], options: dict[str, Any], as_json: bool) ->
     except SimConfigError as exc:  # the library names fields; name their options
         flags = ", ".join("--" + name.replace("_", "-") for name in exc.fields)
         raise SimConfigError(f"{flags}: {exc}" if flags else str(exc)) from None
-    profile = load_profile(options["profile_path"])
-    for path, plan in zip(plans, _plans(plans, options), strict=True):
+    given, config_file = options["profile_path"], options["config_file"]
+    chosen = profile_for_config(
+        config_file, None if given is None else str(given), config_file != DEFAULT_CONFIG
+    )
+    profile = chosen.profile
+    loaded = _plans(plans, options)
+    for path, plan in zip(plans, loaded, strict=True):
+        where = f"{path} (profile measured at {profile.slot_tokens:,} tokens)"
+        check_context(plan, profile.slot_tokens, where)
+    chosen.announce()
+    for path, plan in zip(plans, loaded, strict=True):
         summary = simulate(plan, config, profile).summary()
         if as_json:
             typer.echo(json.dumps(summary, sort_keys=True))
@@ -211,10 +224,12 @@ def register(app: typer.Typer) -> None:
             None, "--buckets", help="RBLN: compiled decode buckets (default 1,2,4,8)."
         ),
         batch_size: int | None = typer.Option(
-            None, "--batch-size", help="RBLN: largest bucket and execution limit (default 8)."
+            None,
+            "--batch-size",
+            help="RBLN: largest bucket and execution limit (default 8, at most 1,024).",
         ),
         slots: int | None = typer.Option(
-            None, "--slots", help="RBLN: KV slots (default: batch size)."
+            None, "--slots", help="RBLN: KV slots (default: batch size; at most 1,024)."
         ),
         release: str | None = typer.Option(
             None,
@@ -233,10 +248,12 @@ def register(app: typer.Typer) -> None:
             None, "--block-size", help="vLLM: tokens per KV block."
         ),
         num_blocks: int | None = typer.Option(
-            None, "--num-blocks", help="vLLM: KV pool in blocks, the null block included."
+            None,
+            "--num-blocks",
+            help="vLLM: KV pool in blocks, the null block included (at most 1,048,576).",
         ),
         max_num_seqs: int | None = typer.Option(
-            None, "--max-num-seqs", help="vLLM: most requests running at once."
+            None, "--max-num-seqs", help="vLLM: most requests running at once (at most 1,024)."
         ),
         max_num_batched_tokens: int | None = typer.Option(
             None, "--max-num-batched-tokens", help="vLLM: token budget of one step."
@@ -260,8 +277,14 @@ def register(app: typer.Typer) -> None:
         profile_path: Path | None = typer.Option(  # noqa: B008
             None,
             "--profile",
-            help="Profile YAML: RBLN (default: measured RBLN-CA25) or, with --substrate "
-            "vllm, a vLLM profile holding the step cost.",
+            help=f"RBLN: {PROFILE_HELP} With --substrate vllm: a vLLM profile holding the "
+            "step cost.",
+        ),
+        config_file: Path = typer.Option(  # noqa: B008
+            DEFAULT_CONFIG,
+            "--config",
+            help="RBLN: study definition whose profile: and model: choose the constants "
+            "(none in this directory: the published constants).",
         ),
         fixed_arrivals: Path | None = typer.Option(  # noqa: B008
             None,
@@ -276,7 +299,9 @@ def register(app: typer.Typer) -> None:
         """Predict decode steps, reuse and device time of plans on one configuration.
 
         Runs the predictor simulator of paper Section IV (docs/DESIGN.md §4) on each plan,
-        or with --substrate vllm the vLLM rule set (docs/DESIGN.md §15).
+        or with --substrate vllm the vLLM rule set (docs/DESIGN.md §15). On RBLN a plan
+        whose transcript outgrows the profile's maximum sequence length is refused: its
+        costs were never measured there.
         """
         options = dict(locals())
         if substrate not in SUBSTRATES:

@@ -307,5 +307,7 @@ def register(app: typer.Typer) -> None:
     }
     for name, verb in verbs.items():
         study_app.command(name)(verb)
-    study_app.add_typer(search_app(), name="search", help="The configuration search stages.")
+    study_app.add_typer(
+        search_app(stage=True), name="search", help="The configuration search stages."
+    )
     app.add_typer(study_app, name="study", rich_help_panel=PIPELINE_PANEL)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from rearrival.config.workload import Workload
 from rearrival.errors import RearrivalError
+from rearrival.limits import MAX_SESSIONS, SESSIONS_WHY, check_at_most
 
 
 class SearchError(RearrivalError, ValueError):
@@ -61,6 +62,7 @@ class SearchSettings:
             )
         if not self.n or any(n < 1 for n in self.n):
             raise SearchError(f"search.n {list(self.n)} must list concurrency levels >= 1")
+        check_at_most("--n (search.n)", max(self.n), MAX_SESSIONS, SESSIONS_WHY)
         for subset in self.restricted_n:
             if not subset or not set(subset) <= set(self.n):
                 raise SearchError(

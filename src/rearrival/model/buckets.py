@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from rearrival.limits import BATCH_SIZE_WHY, MAX_BATCH_SIZE, bound_problem
+
 
 def is_integer(value: object) -> bool:
     """An int that is not a bool (True == 1 would pass as a batch size)."""
@@ -35,10 +37,11 @@ def default_slots(slots: int | None, batch_size: int) -> int:
 
 
 def slots_problem(slots: object) -> str | None:
-    """What is wrong with a KV slot count, or None."""
+    """What is wrong with a KV slot count (not a positive integer, or over the bound of
+    ``size_problem``), or None."""
     if not is_integer(slots) or slots < 1:  # type: ignore[operator]
         return f"slots {slots!r} must be a positive integer (default: batch_size)"
-    return None
+    return size_problem("slots", slots)  # type: ignore[arg-type]
 
 
 def select_bucket(n: int, buckets: tuple[int, ...]) -> int:
@@ -51,6 +54,12 @@ def select_bucket(n: int, buckets: tuple[int, ...]) -> int:
     if index == len(buckets):
         raise ValueError(f"{n} running requests exceed the largest bucket {buckets[-1]}")
     return buckets[index]
+
+
+def size_problem(name: str, value: int) -> str | None:
+    """A batch size or KV slot count over ``MAX_BATCH_SIZE``, or None: a configuration's
+    tables (bucket map, step times, slots) grow with it."""
+    return bound_problem(name, value, MAX_BATCH_SIZE, BATCH_SIZE_WHY)
 
 
 def sizes_problem(buckets: tuple[int, ...], what: str, example: str) -> str | None:
@@ -71,6 +80,9 @@ def bucket_set_problem(buckets: tuple[int, ...], batch_size: int) -> str | None:
     """
     if not is_integer(batch_size) or batch_size < 1:
         return f"batch_size {batch_size!r} must be a positive integer"
+    too_large = size_problem("batch_size", batch_size)
+    if too_large is not None:
+        return too_large
     if not buckets:
         return f"buckets {list(buckets)} must be positive integers such as 1,2,4,8"
     problem = sizes_problem(buckets, "buckets", "1,2,4,8")

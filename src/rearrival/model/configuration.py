@@ -28,6 +28,13 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from rearrival.errors import RearrivalError
+from rearrival.limits import (
+    BATCH_SIZE_WHY,
+    KV_BLOCKS_WHY,
+    MAX_BATCH_SIZE,
+    MAX_KV_BLOCKS,
+    bound_problem,
+)
 from rearrival.model.buckets import (
     bucket_set_problem,
     capture_padded,
@@ -214,6 +221,13 @@ class VllmConfiguration(Configuration):
                     + (" (block 0 is vLLM's null block)" if name == "num_blocks" else ""),
                     (name,),
                 )
+        for name, bound, why in (
+            ("batch_size", MAX_BATCH_SIZE, BATCH_SIZE_WHY),
+            ("num_blocks", MAX_KV_BLOCKS, KV_BLOCKS_WHY),
+        ):
+            problem = bound_problem(name, getattr(self, name), bound, why)
+            if problem is not None:
+                raise ConfigurationError(problem, (name,))
         if self.max_num_batched_tokens < self.batch_size:  # vLLM refuses to start so
             raise ConfigurationError(
                 f"max_num_batched_tokens {self.max_num_batched_tokens} must be at least "

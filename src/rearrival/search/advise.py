@@ -19,17 +19,19 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.plans.plan import Plan, check_context, load_plan
+from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
+from rearrival.search.caveats import n_caveats, overlap_caveat
 from rearrival.search.inputs import PlanKey, make_plan
+from rearrival.search.plan_files import keyed_plans, load_plan_dir
 from rearrival.search.run import select
 from rearrival.search.settings import override_settings
 
@@ -38,23 +40,6 @@ from rearrival.search.settings import override_settings
 SMALL_GAIN = 0.005
 # Step to the next larger batch when the search offers none (Table XIII: 16, 24, 32).
 SLOT_STEP = 8
-
-
-def load_plan_dir(plans_dir: Path, max_seq_len: int | None = None) -> list[Plan]:
-    """Every plan file (.parquet/.json) under ``plans_dir``, in path order; with
-    ``max_seq_len`` (the profile's), a plan whose transcript outgrows it is refused, since
-    the profile's costs were not measured there."""
-    paths = sorted(p for p in plans_dir.rglob("*") if p.suffix in (".parquet", ".json"))
-    if not paths:
-        raise SearchError(
-            f"plans directory {plans_dir}: no .parquet or .json plan files; "
-            "write some with `rearrival plan` or `rearrival search plans`"
-        )
-    plans = [load_plan(p) for p in paths]
-    if max_seq_len is not None:
-        for path, plan in zip(paths, plans, strict=True):
-            check_context(plan, max_seq_len, f"{path} (profile measured at {max_seq_len:,})")
-    return plans
 
 
 def evaluation_plans(
@@ -141,19 +126,29 @@ def resources(
     }
 
 
+class Recommendation(NamedTuple):
+    """The pick, where it came from, the N set the search chose it at (None when a
+    search result does not record it) and what the search's ranking cannot tell."""
+
+    pick: RblnConfiguration
+    source: str
+    search_n: tuple[int, ...] | None
+    caveats: list[dict[str, str]]
+
+
 def search_pick(
     cfg: StudyConfig,
     search_dir: Path | None,
     workers: int,
     profile: Profile,
     settings: SearchSettings,
-) -> tuple[RblnConfiguration, str, tuple[int, ...] | None]:
-    """The pick, where it came from, and the N set the search chose it at (None when a
-    search result does not record it)."""
+) -> Recommendation:
+    """The search's pick: run now on the generated inputs, or read from ``search_dir``."""
     if search_dir is None:
-        pick, score = select(cfg, workers, profile, settings)
+        chosen = select(cfg, workers, profile, settings)
         n_text = ",".join(map(str, settings.n))
-        return pick, f"search run now at N {n_text} (score {score:.4f})", settings.n
+        source = f"search run now at N {n_text} (score {chosen.score:.4f})"
+        return Recommendation(chosen.candidate, source, settings.n, chosen.caveats)
     # --search takes the finished search's directory or its selected.json itself
     path = search_dir if search_dir.is_file() else search_dir / "selected.json"
     try:
@@ -168,7 +163,34 @@ def search_pick(
             "selected.json, or no search result at all"
         ) from exc
     score = raw.get("search_score", float("nan"))
-    return pick, f"{path} (search score {score:.4f})", search_n
+    return Recommendation(pick, f"{path} (search score {score:.4f})", search_n, [])
+
+
+def pick_on_plans(
+    cfg: StudyConfig,
+    plans_dir: Path,
+    workers: int,
+    profile: Profile,
+    settings: SearchSettings,
+) -> tuple[Recommendation, list[Plan]]:
+    """The search run on the agent sessions of a plans directory itself (as ``search
+    --plans`` runs it: ``search/`` selects and ``evaluation/`` is held out when both are
+    there, else every plan does both), and the plans the advice is evaluated on."""
+    keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
+    searched = [(key, plan) for key, plan in keyed if key.inputs == "search"]
+    chosen = select(cfg, workers, profile, settings, plans=searched)
+    caveats = chosen.caveats
+    if caveats:
+        caveats = caveats + overlap_caveat([p for _, p in searched], baseline_of(cfg), profile)
+    where = (
+        f"{plans_dir}/search (evaluation/ held out)"
+        if held_out
+        else f"{plans_dir}, the same plans the advice is evaluated on (not held out)"
+    )
+    files = f"{len(searched)} plan file{'' if len(searched) == 1 else 's'}"
+    source = f"a search over the {files} under {where} (score {chosen.score:.4f})"
+    evaluated = [plan for key, plan in keyed if key.inputs == "evaluation"]
+    return Recommendation(chosen.candidate, source, settings.n, caveats), evaluated
 
 
 def resolve_n(
@@ -278,16 +300,14 @@ def advise(
     plans = load_plan_dir(plans_dir, profile.slot_tokens) if plans_dir is not None else None
     if plans is not None:
         n = sorted({p.n for p in plans}) if n is None else n
-        if search_dir is None and settings.workload is None and any(p.multi_round for p in plans):
-            raise SearchError(
-                f"plans directory {plans_dir}: the plans are agent sessions (several rounds) "
-                "but the search would select on the paper's two-round sessions; give "
-                "--study NAME (a study with a workload and a search block) or --search DIR"
-            )
     if search_dir is None and n is not None:
         settings = override_settings(settings, n=tuple(sorted(set(n))))
-    pick, pick_source, search_n = search_pick(cfg, search_dir, workers, profile, settings)
-    n_set = resolve_n(n, search_n, settings.n, pick_source)
+    if plans is not None and own_search(plans, search_dir, settings):
+        recommendation, plans = pick_on_plans(cfg, plans_dir, workers, profile, settings)
+    else:
+        recommendation = search_pick(cfg, search_dir, workers, profile, settings)
+    pick, pick_source = recommendation.pick, recommendation.source
+    n_set = resolve_n(n, recommendation.search_n, settings.n, pick_source)
     if plans is None:
         plans = evaluation_plans(cfg, n_set, settings)
         source = (
@@ -303,8 +323,22 @@ def advise(
         "inputs": source,
         "n": list(n_set),
         "recommendation_source": pick_source,
+        "profile": profile.identity(),
+        "caveats": recommendation.caveats + n_caveats(n_set),
         **result,
     }
+
+
+def own_search(plans: Sequence[Plan], search_dir: Path | None, settings: SearchSettings) -> bool:
+    """Whether the advice searches on the plans it was given: agent sessions (several
+    rounds) with no finished search and no study workload to select on, which the
+    paper's generated two-round sessions would not represent."""
+    return search_dir is None and settings.workload is None and any(p.multi_round for p in plans)
+
+
+def profile_phrase(identity: dict[str, str]) -> str:
+    """The profile an advice was priced with, as its Markdown names it."""
+    return f"{identity['name']} ({identity['version']}, sha256 {identity['sha256']})"
 
 
 def _config_cell(entry: dict[str, Any]) -> str:
@@ -359,8 +393,11 @@ def to_markdown(advice: dict[str, Any]) -> str:
     lines = [
         "# What to compile (paper Section V-D)",
         "",
+        *[f"**Caveat:** {c['message']}." for c in advice.get("caveats", [])],
+        *([""] if advice.get("caveats") else []),
         f"Inputs: {advice['inputs']}; evaluated at N {n_text}. Predictions of the base "
         "simulator, not measurements.",
+        f"Profile: {profile_phrase(advice['profile'])}.",
         *[f"- {note}" for note in advice.get("workload_notes", [])],
         "",
         "## 1. Baseline losses",

@@ -15,7 +15,7 @@ the resource costs of a candidate (Tables XIV, XV) live here too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
 
@@ -24,6 +24,7 @@ from rearrival.config.study import StudyConfig
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.search.space import SpaceSize, space_size
 
 
 def candidate_record(candidate: RblnConfiguration) -> dict[str, Any]:
@@ -62,16 +63,6 @@ def enumerate_candidates(
     return out
 
 
-def over_budget(candidate: RblnConfiguration, profile: Profile) -> bool:
-    """True if compiling the candidate would exceed the compile budget (paper V-A)."""
-    return profile.compile_seconds(candidate.n_buckets) > profile.compile_budget_s
-
-
-def over_memory(candidate: RblnConfiguration, memory: DeviceMemory) -> bool:
-    """True if the candidate's KV slots plus the weights do not fit the devices (V-D)."""
-    return not memory.fits(candidate.slots)
-
-
 def candidates(
     batch_sizes: Iterable[int] = (8, 10, 12, 16),
     max_buckets: int = 6,
@@ -81,24 +72,16 @@ def candidates(
 ) -> list[RblnConfiguration]:
     """The searched candidates in stable order: enumeration minus those over the compile
     budget and, with ``memory_filter``, those whose KV and weights do not fit the devices
-    (none of the paper's 2,077 is excluded by either; ``filter_counts`` counts them)."""
+    (none of the paper's 2,077 is excluded by either). Both filters decide by size alone,
+    so the space is counted first (``rearrival.search.space``: a space over the bound is
+    refused) and only what they leave is enumerated."""
     profile = profile or measured_profile()
     memory = memory or device_memory(profile)
-    return [
-        c
-        for c in enumerate_candidates(batch_sizes, max_buckets)
-        if not over_budget(c, profile) and not (memory_filter and over_memory(c, memory))
-    ]
-
-
-def filter_counts(
-    every: Sequence[RblnConfiguration], profile: Profile, memory: DeviceMemory, memory_filter: bool
-) -> dict[str, int]:
-    """How many candidates each filter removed, applied in order (compile budget first)."""
-    budget = [c for c in every if over_budget(c, profile)]
-    rest = [c for c in every if not over_budget(c, profile)]
-    memory_out = [c for c in rest if over_memory(c, memory)] if memory_filter else []
-    return {"excluded_by_compile_budget": len(budget), "excluded_by_memory": len(memory_out)}
+    size = space_size(batch_sizes, max_buckets, profile, memory, memory_filter)
+    size.check_bound()
+    if not size.searched:
+        return []
+    return enumerate_candidates(size.searched_batch_sizes, size.searched_max_buckets)
 
 
 def resource_costs(cand: RblnConfiguration, profile: Profile) -> dict[str, float]:
@@ -135,25 +118,16 @@ def search_candidates(
         settings.batch_sizes, settings.max_buckets, profile, memory_filter=settings.memory_filter
     )
     if not kept:
-        raise SearchError(empty_space_message(settings, profile))
+        raise SearchError(settings_space(settings, profile).empty_message())
     return kept
 
 
-def empty_space_message(settings: SearchSettings, profile: Profile) -> str:
-    """Why no candidate is left: the compile budget (checked first) or device memory."""
-    every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
-    memory = device_memory(profile)
-    counts = filter_counts(every, profile, memory, settings.memory_filter)
-    sizes = ",".join(map(str, settings.batch_sizes))
-    if counts["excluded_by_compile_budget"] == len(every):
-        return (
-            f"no candidate left: the compile budget ({profile.compile_budget_s:g} s) removed "
-            f"all {len(every)} of batch sizes {sizes} with max_buckets {settings.max_buckets}; "
-            "lower --max-buckets"
-        )
-    return (
-        f"no candidate left: the memory filter removed all "
-        f"{counts['excluded_by_memory']} within the compile budget (batch sizes {sizes}; at "
-        f"most {memory.max_slots()} KV slots fit {memory.per_device_gib:g} GiB per device); "
-        f"use batch sizes <= {memory.max_slots()} or --no-memory-filter"
+def settings_space(settings: SearchSettings, profile: Profile) -> SpaceSize:
+    """The counted space of a search's settings (what the summary reports)."""
+    return space_size(
+        settings.batch_sizes,
+        settings.max_buckets,
+        profile,
+        device_memory(profile),
+        settings.memory_filter,
     )

@@ -18,6 +18,7 @@ from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import compiled_core, core_inputs, simulate
 from rearrival.progress import progress
 from rearrival.search.inputs import PlanKey
+from rearrival.search.space import plan_footprint
 
 RESULT_COLUMNS = (
     "candidate",
@@ -169,6 +170,11 @@ def _score_plan(task: tuple[int, Plan]) -> tuple[int, PlanScores]:
 POOL_MIN_SIMULATIONS = 250_000
 
 
+def pool_workers(workers: int, plans: int, simulations: int) -> int:
+    """The worker processes ``evaluate`` starts (0: it scores in this process)."""
+    return workers if workers > 1 and plans > 1 and simulations >= POOL_MIN_SIMULATIONS else 0
+
+
 def evaluate(
     cands: Sequence[RblnConfiguration],
     plans: Sequence[tuple[PlanKey, Plan]],
@@ -180,14 +186,19 @@ def evaluate(
 
     One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
     is a maximum: a search of fewer than ``POOL_MIN_SIMULATIONS`` runs in this process.
+    Its memory is estimated first (``rearrival.search.space.Footprint``) and a search
+    over the bound is refused before any table is built.
     On a terminal a bar counts the plans.
     """
     tasks = sorted(enumerate(p for _, p in plans), key=lambda t: (-t[1].n, t[0]))
     outcomes: dict[int, PlanScores] = {}
     what = f"simulating {len(cands):,} configurations"  # the candidates and the baseline
+    widest = max((c.batch_size for c in cands), default=1)
+    at_most = pool_workers(workers, len(tasks), len(cands) * len(tasks))  # simulations <= pairs
+    plan_footprint(len(cands), widest, [p for _, p in plans], at_most).check()
     arrays = CandidateArrays(cands, profile or measured_profile())
     simulations = sum(len(arrays.groups(plan.n)[0]) for _, plan in tasks)
-    if workers <= 1 or len(tasks) <= 1 or simulations < POOL_MIN_SIMULATIONS:
+    if not pool_workers(workers, len(tasks), simulations):
         for index, plan in progress(tasks, len(tasks), what, "plan"):
             outcomes[index] = score_plan(plan, arrays)
     else:

@@ -18,10 +18,10 @@ from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.parquet import write_frame
 from rearrival.search.candidates import (
     candidate_record,
-    enumerate_candidates,
-    filter_counts,
     resource_costs,
+    settings_space,
 )
+from rearrival.search.caveats import tie_caveats
 from rearrival.search.merge import check_complete
 from rearrival.search.rank import n_label, score_table
 
@@ -51,8 +51,11 @@ def summarize(
     comparison: dict[str, Any],
     settings: SearchSettings,
     profile: Profile | None = None,
+    held_out: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``selected.json`` (what later studies compile) and ``summary.json`` (paper V-A)."""
+    """``selected.json`` (what later studies compile) and ``summary.json`` (paper V-A),
+    with what the ranking cannot tell (``rearrival.search.caveats``; ``held_out``: the
+    evaluation inputs are not the search inputs again)."""
     profile = profile or measured_profile()
     best = _row_dict(table, table.iloc[0]["id"])
     pick = RblnConfiguration.from_id(best["id"])
@@ -65,28 +68,30 @@ def summarize(
         **resource_costs(pick, profile),
         "n_buckets": pick.n_buckets,
         "search_n": list(settings.n),
+        "profile": profile.identity(),
     }
-    every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
+    space = settings_space(settings, profile)
     memory = device_memory(profile)
-    counts = filter_counts(every, profile, memory, settings.memory_filter)
     top = table.head(settings.top)
     full = comparison[n_label(settings.n)]
     summary = {
+        "profile": profile.identity(),
         "candidates": {
             "max_buckets": settings.max_buckets,
             "max_buckets_note": "counts every bucket including 1 and batch_size; the "
             "authors' script counted intermediates + 1, so their "
             "--max-buckets 5 is this 6",
-            "enumerated": len(every),
-            "excluded_by_compile_budget": counts["excluded_by_compile_budget"],
+            "enumerated": space.enumerated,
+            "excluded_by_compile_budget": space.excluded_by_compile_budget,
             "compile_budget_s": profile.compile_budget_s,
-            "excluded_by_memory": counts["excluded_by_memory"],
+            "excluded_by_memory": space.excluded_by_memory,
             "memory_filter": settings.memory_filter,
             "memory_gib_per_device": memory.per_device_gib,
             "max_slots_in_memory": memory.max_slots(),
             "searched": len(table),
             "per_batch_size": {
-                str(b): sum(1 for c in every if c.batch_size == b) for b in settings.batch_sizes
+                str(b): count
+                for b, count in zip(space.batch_sizes, space.per_batch_size, strict=True)
             },
         },
         "inputs": {
@@ -98,6 +103,7 @@ def summarize(
             **({"workload": settings.workload.as_dict()} if settings.workload else {}),
         },
         "selected": selected,
+        "caveats": tie_caveats(table, held_out),
         "evaluation_score": best["evaluation_score"],
         "top": [
             {"id": r.id, "score": r.score, "evaluation_score": r.evaluation_score}

@@ -18,36 +18,13 @@ from typing import Any
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.plans.plan import Plan
-from rearrival.search.advise import load_plan_dir
 from rearrival.search.candidates import baseline_of, search_candidates
+from rearrival.search.caveats import overlap_caveat
 from rearrival.search.evaluate import evaluate
-from rearrival.search.inputs import PlanKey
 from rearrival.search.outputs import OutputPaths, summarize, write_ranking
+from rearrival.search.plan_files import keyed_plans
 from rearrival.search.rank import score_table
 from rearrival.search.settings import override_settings
-
-
-def keyed_plans(
-    plans_dir: Path, max_seq_len: int | None = None
-) -> tuple[list[tuple[PlanKey, Plan]], bool]:
-    """(key, plan) for every input, and whether the evaluation inputs are held out."""
-    split = (plans_dir / "search").is_dir() and (plans_dir / "evaluation").is_dir()
-    sets = (
-        {
-            "search": load_plan_dir(plans_dir / "search", max_seq_len),
-            "evaluation": load_plan_dir(plans_dir / "evaluation", max_seq_len),
-        }
-        if split
-        else dict.fromkeys(("search", "evaluation"), load_plan_dir(plans_dir, max_seq_len))
-    )
-    keyed = []
-    for inputs, plans in sets.items():
-        seen: dict[int, int] = {}
-        for plan in plans:
-            index = seen[plan.n] = seen.get(plan.n, -1) + 1
-            keyed.append((PlanKey(inputs, plan.n, index, 0), plan))
-    return keyed, split
 
 
 def search_plan_dir(
@@ -87,7 +64,10 @@ def search_plan_dir(
     evaluated = cands if baseline in cands else [*cands, baseline]
     results, _ = evaluate(evaluated, keyed, workers, profile)
     table, comparison = score_table(results, cands, baseline, settings, profile)
-    selected, summary = summarize(table, comparison, settings, profile)
+    selected, summary = summarize(table, comparison, settings, profile, held_out)
+    if summary["caveats"]:
+        searched = [plan for key, plan in keyed if key.inputs == "search"]
+        summary["caveats"] += overlap_caveat(searched, baseline, profile)
     counts = {inputs: sum(k.inputs == inputs for k, _ in keyed) for inputs in ("search",)}
     summary["inputs"] = {
         "plans_dir": str(plans_dir),

@@ -14,20 +14,28 @@ merge`` split the same work into jobs (``inputs``, ``evaluate``, ``merge``, ``ou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.configuration import RblnConfiguration
-from rearrival.model.cost.profile import Profile
-from rearrival.search.candidates import baseline_of, search_candidates
-from rearrival.search.evaluate import evaluate
-from rearrival.search.inputs import make_plans, write_plans
+from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import Plan
+from rearrival.search.candidates import (
+    baseline_of,
+    search_candidates,
+    settings_space,
+)
+from rearrival.search.caveats import ranking_caveats
+from rearrival.search.evaluate import evaluate, pool_workers
+from rearrival.search.inputs import PlanKey, make_plans, write_plans
 from rearrival.search.outputs import OutputPaths, write_outputs
 from rearrival.search.rank import per_n_totals, ranking, set_scores
 from rearrival.search.settings import override_settings
+from rearrival.search.space import planned_footprint
 
 
 def run_search(
@@ -46,13 +54,36 @@ def run_search(
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
     settings = override_settings(base, **(overrides or {}))
+    baseline = baseline_of(cfg, study)
+    check_planned(settings, baseline, workers, profile)
     cands = search_candidates(settings, profile)
+    evaluated = cands if baseline in cands else [*cands, baseline]
     plans = make_plans(cfg, settings)
     write_plans(plans, plans_out)
-    baseline = baseline_of(cfg, study)
-    evaluated = cands if baseline in cands else [*cands, baseline]
     results, _ = evaluate(evaluated, plans, workers, profile)
     return write_outputs(results, cands, baseline, settings, paths, profile)
+
+
+def check_planned(
+    settings: SearchSettings, baseline: RblnConfiguration, workers: int, profile: Profile | None
+) -> None:
+    """Refuse a search whose space or estimated memory is over its bound before a
+    candidate is enumerated or a plan drawn (``rearrival.search.space``); ``evaluate``
+    checks again on the drawn plans."""
+    space = settings_space(settings, profile or measured_profile())
+    space.check_bound()
+    widest = max((*space.searched_batch_sizes, baseline.batch_size))
+    footprint = planned_footprint(space.searched + 1, widest, settings, 0)
+    pooled = pool_workers(workers, footprint.plans, footprint.pairs)
+    replace(footprint, workers=pooled).check()
+
+
+class Pick(NamedTuple):
+    """The search's pick, its score and what the ranking cannot tell (``caveats``)."""
+
+    candidate: RblnConfiguration
+    score: float
+    caveats: list[dict[str, str]]
 
 
 def select(
@@ -60,17 +91,23 @@ def select(
     workers: int = 2,
     profile: Profile | None = None,
     settings: SearchSettings | None = None,
-) -> tuple[RblnConfiguration, float]:
+    plans: Sequence[tuple[PlanKey, Plan]] | None = None,
+) -> Pick:
     """The search's pick and its score, from the search inputs alone (no files written);
-    ``settings`` replaces the config's (e.g. another N set)."""
+    ``settings`` replaces the config's (e.g. another N set), ``plans`` the generated
+    search inputs (plans a user brought, at the settings' N set). With no evaluation
+    inputs to measure the noise, only exact ties are caveats."""
     settings = settings or SearchSettings.from_config(cfg)
-    plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
-    cands = search_candidates(settings, profile)
     baseline = baseline_of(cfg)
-    results, _ = evaluate(
-        cands if baseline in cands else [*cands, baseline], plans, workers, profile
-    )
+    if plans is None:
+        check_planned(settings, baseline, workers, profile)
+    cands = search_candidates(settings, profile)
+    evaluated = cands if baseline in cands else [*cands, baseline]
+    if plans is None:
+        plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
+    results, _ = evaluate(evaluated, plans, workers, profile)
     totals = per_n_totals(results)
     scores = set_scores({c.id: totals[c.id] for c in cands}, totals[baseline.id], settings.n)
-    best = ranking(scores, {c.id: c.tiebreak() for c in cands})[0]
-    return RblnConfiguration.from_id(best), scores[best]
+    order = ranking(scores, {c.id: c.tiebreak() for c in cands})
+    caveats = ranking_caveats([scores[cid] for cid in order])
+    return Pick(RblnConfiguration.from_id(order[0]), scores[order[0]], caveats)

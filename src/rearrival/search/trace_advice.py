@@ -39,15 +39,12 @@ from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
 from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
-from rearrival.search.candidates import (
-    baseline_of,
-    candidates,
-    enumerate_candidates,
-    filter_counts,
-)
+from rearrival.search.candidates import baseline_of, search_candidates, settings_space
+from rearrival.search.caveats import n_caveats, ranking_caveats, spread_caveats
 from rearrival.search.evaluate import CandidateArrays
 from rearrival.search.rank import ranking
 from rearrival.search.settings import override_settings
+from rearrival.search.space import plan_footprint
 
 RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)
@@ -113,13 +110,15 @@ def search_on(
     cands: Sequence[RblnConfiguration],
     baseline: RblnConfiguration,
     profile: Profile,
-) -> tuple[RblnConfiguration, float]:
+) -> tuple[RblnConfiguration, float, list[dict[str, str]]]:
     """The candidate with the lowest summed device time over ``plans`` relative to the
-    baseline (paper V-A score), ties to fewer buckets and slots.
+    baseline (paper V-A score), ties to fewer buckets and slots, and the ranking's
+    caveats (``rearrival.search.caveats``).
 
     Candidates that schedule identically at a plan's N (same batch, slots and buckets
     up to N; ``CandidateArrays.groups``) are simulated once."""
     every = [*cands, baseline] if baseline not in cands else list(cands)
+    plan_footprint(len(every), max(c.batch_size for c in every), plans, 0).check()
     arrays = CandidateArrays(every, profile)
     totals = [[] for _ in every]
     for plan in progress(plans, len(plans), "advise: simulating the candidates", "plan"):
@@ -129,8 +128,9 @@ def search_on(
             totals[index].append(times[rep])
     base = math.fsum(totals[every.index(baseline)])
     scores = {c.id: math.fsum(totals[i]) / base for i, c in enumerate(every) if c in cands}
-    best = ranking(scores, {c.id: c.tiebreak() for c in cands})[0]
-    return next(c for c in cands if c.id == best), scores[best]
+    order = ranking(scores, {c.id: c.tiebreak() for c in cands})
+    pick = next(c for c in cands if c.id == order[0])
+    return pick, scores[order[0]], ranking_caveats([scores[cid] for cid in order])
 
 
 def per_round_loss(plans: Sequence[Plan], cand: RblnConfiguration, profile: Profile) -> list[dict]:
@@ -202,27 +202,27 @@ def advise_trace(
         settings = override_settings(settings, n=tuple(sorted(set(n))))
     memory = device_memory(profile)
     baseline = baseline_of(cfg)
+    caveats: list[dict[str, str]] = []
     if search_dir is not None:
-        pick, source, search_n = search_pick(cfg, search_dir, workers, profile, settings)
-        n_set = resolve_n(n, search_n, settings.n, source)
+        recommendation = search_pick(cfg, search_dir, workers, profile, settings)
+        pick, source = recommendation.pick, recommendation.source
+        n_set = resolve_n(n, recommendation.search_n, settings.n, source)
     else:
         n_set = settings.n
-        cands = candidates(
-            settings.batch_sizes, settings.max_buckets, profile, memory, settings.memory_filter
-        )
-        every = enumerate_candidates(settings.batch_sizes, settings.max_buckets)
-        removed = filter_counts(every, profile, memory, settings.memory_filter)
+        cands = search_candidates(settings, profile)
+        space = settings_space(settings, profile)
         search_plans = workload_plans(pool, n_set, settings.seeds, seed, "search")
-        pick, score = search_on(search_plans, cands, baseline, profile)
+        pick, score, caveats = search_on(search_plans, cands, baseline, profile)
         source = (
-            f"a search over {len(cands)} of {len(every)} candidates "
-            f"({removed['excluded_by_compile_budget']} over the compile budget, "
-            f"{removed['excluded_by_memory']} over device memory removed) on "
+            f"a search over {len(cands)} of {space.enumerated} candidates "
+            f"({space.excluded_by_compile_budget} over the compile budget, "
+            f"{space.excluded_by_memory} over device memory removed) on "
             f"{len(search_plans)} drawn workloads (score {score:.4f})"
         )
     plans = workload_plans(pool, n_set, settings.seeds, seed, "evaluation")
     larger = larger_candidate(pick, settings.batch_sizes)
     result = assess(plans, baseline, pick, larger, profile, memory)
+    spread = saving_spread(pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples)
     return {
         "inputs": (
             f"{len(plans)} workloads drawn from {pool.n} sessions of {trace} ({imported.source}, "
@@ -231,6 +231,7 @@ def advise_trace(
         ),
         "n": list(n_set),
         "recommendation_source": source,
+        "profile": profile.identity(),
         "workload_notes": imported.summary_lines(),
         "import": {
             "source": imported.source,
@@ -239,8 +240,7 @@ def advise_trace(
             "notes": pool.meta.notes,
         },
         "baseline_per_round": per_round_loss(plans, baseline, profile),
-        "saving_spread": saving_spread(
-            pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples
-        ),
+        "saving_spread": spread,
+        "caveats": caveats + spread_caveats(spread) + n_caveats(n_set),
         **result,
     }

@@ -23,11 +23,14 @@ and the fix; nothing falls back to the published constants.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from rearrival.errors import RearrivalError
+
+if TYPE_CHECKING:  # a type hint only: the profile's readers (simulate) need no pandas
+    import pandas as pd
 
 CI_LEVEL = 0.95
 # Prefill error is reported per range of computed tokens; below 500 the paper's fit was

@@ -10,6 +10,7 @@ profile can feed it the same way as the shipped one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from rearrival.model.cost.profile import (
@@ -92,6 +93,13 @@ def context_cost(profile: Profile, memory: DeviceMemory, max_seq_len: int) -> Co
     )
 
 
+@cache
+def _shipped_tree() -> dict[str, Any]:
+    """The shipped profile file, parsed once per process (only read here): a search asks
+    for the device budget at every step that filters or reports by memory."""
+    return shipped_mapping(DEFAULT_PROFILE)
+
+
 def device_memory(
     profile: Profile | None = None,
     tree: dict[str, Any] | None = None,
@@ -100,7 +108,7 @@ def device_memory(
     """The budget of ``profile`` (default: measured) with the ``memory`` block of ``tree``
     (default: the shipped profile data file)."""
     profile = profile or measured_profile()
-    tree = shipped_mapping(DEFAULT_PROFILE) if tree is None else tree
+    tree = _shipped_tree() if tree is None else tree
 
     def value(dotted: str) -> float:
         raw = field_value(tree, dotted, source, error=ProfileError, reference=DEFAULT_PROFILE)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -21,6 +21,8 @@ from rearrival.errors import RearrivalError
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
 
 DEFAULT_PROFILE = "profile_rbln_ca25.yaml"
+# The name a profile loaded from the shipped file goes by (config ``profile: published``).
+PUBLISHED_NAME = "published"
 GIB = 1024**3
 
 
@@ -52,6 +54,11 @@ class Profile:
     artifact_intercept_gib: float
     artifact_per_bucket_gib: float
     compile_budget_s: float
+    # Where the constants came from: "published" or the file's path, and the sha256 of
+    # its bytes, so every answer priced with them can name them (search and advise
+    # outputs). Not part of equality: two files with the same constants price the same.
+    name: str = field(default="", compare=False)
+    sha256: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         points = [b for b, _ in self.measured_bucket_s]
@@ -123,6 +130,15 @@ class Profile:
     def artifact_gib(self, n_buckets: int) -> float:
         return self.artifact_intercept_gib + self.artifact_per_bucket_gib * n_buckets
 
+    def identity(self) -> dict[str, str]:
+        """What the search and advise outputs record of the constants they used."""
+        return {"name": self.name, "version": self.version, "sha256": self.sha256}
+
+    def description(self) -> str:
+        """One phrase naming the constants, e.g. for the line a verb prints about them."""
+        what = "the published constants" if self.name == PUBLISHED_NAME else self.name
+        return f"{what} ({self.version}, sha256 {self.sha256[:12]})"
+
 
 def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
     return field_value(tree, dotted, source, error=ProfileError, reference=DEFAULT_PROFILE)
@@ -170,7 +186,13 @@ def load_profile(path: str | Path | None = None) -> Profile:
     if path is None:
         return measured_profile()
     tree = read_mapping(Path(path), error=ProfileError, reference=DEFAULT_PROFILE)
-    return profile_from_mapping(tree, str(path))
+    return _named(profile_from_mapping(tree, str(path)), path)
+
+
+def _named(profile: Profile, path: str | Path | None) -> Profile:
+    """The profile with the name and sha256 of the file it was read from."""
+    name = PUBLISHED_NAME if path is None else str(path)
+    return replace(profile, name=name, sha256=profile_sha256(path))
 
 
 # The architecture fields a profile shares with the served model (docs/DESIGN.md §3, Table XV).
@@ -193,9 +215,9 @@ def profile_bytes(path: str | Path | None) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise ProfileError(
-            f"{path}: cannot read the profile ({exc.strerror}); run `rearrival "
-            "calibrate` (or the workflow's calibration "
-            "stage) or set profile: published"
+            f"{path}: cannot read the profile ({exc.strerror}); write one with `rearrival "
+            f"calibrate --out {path}` (or the workflow's calibration stage) or use "
+            "profile: published"
         ) from exc
 
 
@@ -235,10 +257,10 @@ def load_profile_for_model(
                 f"{source}: field '{dotted}' is {value} but model "
                 f"{model_id} has {architecture[dotted]}; {fix}"
             )
-    return profile
+    return _named(profile, path)
 
 
 @cache
 def measured_profile() -> Profile:
     """The authors' published constants (docs/DESIGN.md §3), parsed once per process."""
-    return profile_from_mapping(shipped_mapping(DEFAULT_PROFILE), DEFAULT_PROFILE)
+    return _named(profile_from_mapping(shipped_mapping(DEFAULT_PROFILE), DEFAULT_PROFILE), None)

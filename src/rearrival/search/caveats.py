@@ -1,0 +1,172 @@
+"""What a search's answer cannot tell, said with the answer (paper V-A: "the search
+identified a set of candidates with similar predicted costs but did not establish the
+superiority of any particular configuration"; docs/DESIGN.md §12).
+
+Four cases make a pick an artefact of the tie-break rather than of the workload:
+
+- ``no_difference``: every candidate scores exactly the same: on these inputs no
+  configuration changes the predicted cost at all;
+- ``tie``: other candidates score within the input noise of the pick. The noise is the
+  gap between the pick's score on the search inputs and on the seed-separated evaluation
+  inputs (the same candidate on another draw of the same workload); where the evaluation
+  inputs are the search inputs again, only exact ties (equal to 1e-9) count. Among tied
+  candidates the pick is the one with fewer buckets, then fewer slots
+  (``RblnConfiguration.tiebreak``), not a predicted difference.
+- ``no_saving``: the pick scores within that noise of the baseline's 1.
+- ``no_overlap``: no two sessions of the search inputs are ever in the system at once (a
+  trace imported with ``--time-origin first`` whose sessions are days apart), so every
+  configuration serves one session at a time and none can do better than another;
+  checked on the baseline's schedule of plans a user brought (``search --plans``,
+  ``advise --plans``), only when one of the others needs explaining. The first three
+  read the ranking alone, so the sharded and the one-process search write the same.
+
+Each caveat is ``{"code", "message"}``: written to summary.json and the advice, and
+printed by the verbs as a warning line on stderr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from rearrival.model.configuration import RblnConfiguration
+from rearrival.model.cost.profile import Profile
+from rearrival.model.plans.plan import Plan
+from rearrival.model.simulator.sim import simulate
+
+EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the same number
+# The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the
+# simulator was validated at N 6 and 8 and checked at 10 (Section IV).
+PAPER_LARGEST_N = 16
+
+
+def score_noise(search_score: float, evaluation_score: float, held_out: bool) -> float:
+    """How far a score moves between two draws of the same workload (module docstring)."""
+    return max(abs(search_score - evaluation_score), EXACT) if held_out else EXACT
+
+
+def tie_caveats(table: pd.DataFrame, held_out: bool = True) -> list[dict[str, str]]:
+    """``tie`` and ``no_saving`` for a ranked scores table (best first)."""
+    best = table.iloc[0]
+    noise = score_noise(float(best["score"]), float(best["evaluation_score"]), held_out)
+    tied = int((table["score"] - best["score"]).abs().le(noise).sum())
+    within = f"within {noise:.4f}" if noise > EXACT else "exactly"
+    source = "the gap between its search and evaluation scores" if noise > EXACT else "equal sums"
+    found = []
+    if len(table) > 1 and bool((table["score"] - best["score"]).abs().le(EXACT).all()):
+        return [
+            {
+                "code": "no_difference",
+                "message": f"all {len(table):,} candidates predict exactly the same cost "
+                f"(score {best['score']:.4f}): on these inputs the configuration does not "
+                "matter, and the pick is only the tie-break's (fewer buckets, then fewer "
+                "slots)",
+            }
+        ]
+    if tied > 1:
+        found.append(
+            {
+                "code": "tie",
+                "message": f"{tied:,} of {len(table):,} candidates score {within} the pick's "
+                f"{best['score']:.4f} ({source}): the pick among them is the tie-break's "
+                "(fewer buckets, then fewer slots), not a predicted difference",
+            }
+        )
+    if 1 - float(best["score"]) <= noise:
+        found.append(
+            {
+                "code": "no_saving",
+                "message": f"the pick's score {best['score']:.4f} is {within} the baseline's "
+                "1: no candidate is predicted to beat the baseline on these inputs",
+            }
+        )
+    return found
+
+
+def ranking_caveats(scores_best_first: Sequence[float]) -> list[dict[str, str]]:
+    """``tie_caveats`` for scores from one set of inputs (no evaluation inputs measure
+    the noise, so only exact ties count)."""
+    scores = list(scores_best_first)
+    return tie_caveats(pd.DataFrame({"score": scores, "evaluation_score": scores}), False)
+
+
+def sessions_overlap(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> bool:
+    """Whether two sessions of ``plan`` are ever in the system at once under the
+    baseline: each session from its first arrival to its last completion."""
+    spans: dict[int, list[float]] = {}
+    for record in simulate(plan, baseline.sim_config(), profile).requests:
+        span = spans.setdefault(record.session, [record.arrival_s, record.complete_s])
+        span[0], span[1] = min(span[0], record.arrival_s), max(span[1], record.complete_s)
+    ordered = sorted(spans.values())
+    end = float("-inf")
+    for start, stop in ordered:
+        if start < end:
+            return True
+        end = max(end, stop)
+    return False
+
+
+def overlap_caveat(
+    plans: Sequence[Plan], baseline: RblnConfiguration, profile: Profile
+) -> list[dict[str, str]]:
+    """``no_overlap`` when no plan ever has two sessions in the system at once."""
+    if any(sessions_overlap(plan, baseline, profile) for plan in plans):
+        return []
+    return [
+        {
+            "code": "no_overlap",
+            "message": f"no two sessions of the {len(plans)} search input plans are ever in "
+            "the system at once, so every configuration serves one session at a time and "
+            "none can do better than another: start the sessions together (`rearrival "
+            "plans from-trace --time-origin zero`) or draw N of them (`rearrival advise "
+            "--trace`)",
+        }
+    ]
+
+
+def search_caveats(
+    table: pd.DataFrame,
+    search_plans: Sequence[Plan] | None,
+    baseline: RblnConfiguration,
+    profile: Profile,
+    held_out: bool = True,
+) -> list[dict[str, Any]]:
+    """Every caveat of a search's ranking; the overlap check runs only when a tie or no
+    saving needs explaining and the search inputs are at hand."""
+    found = tie_caveats(table, held_out)
+    if found and search_plans:
+        found += overlap_caveat(search_plans, baseline, profile)
+    return found
+
+
+def n_caveats(n_set: Sequence[int]) -> list[dict[str, str]]:
+    """``extrapolated_n``: an advice at an N beyond any the paper measured."""
+    beyond = [n for n in n_set if n > PAPER_LARGEST_N]
+    if not beyond:
+        return []
+    text = ",".join(map(str, beyond))
+    return [
+        {
+            "code": "extrapolated_n",
+            "message": f"N {text} is beyond the largest N the paper measured "
+            f"({PAPER_LARGEST_N}; the simulator was validated at N 6 and 8, Section IV): "
+            "the predictions there extrapolate its rules and constants, so validate the "
+            "pick at that N before relying on it",
+        }
+    ]
+
+
+def spread_caveats(spread: dict[str, Any]) -> list[dict[str, str]]:
+    """``no_saving``: resampled session sets on which the pick saves nothing."""
+    if spread["p05"] > 0:
+        return []
+    return [
+        {
+            "code": "no_saving",
+            "message": f"over {spread['resamples']} resampled session sets the pick's saving "
+            f"runs from {100 * spread['p05']:.2f} % to {100 * spread['p95']:.2f} % (5-95 %): "
+            "it is not told apart from no saving on this workload",
+        }
+    ]

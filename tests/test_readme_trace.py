@@ -1,0 +1,94 @@
+"""The README's "Your own agent trace" commands run as written on a fresh checkout (the
+config, no calibration, no results), with the TraceLab sample beside it, and what the
+README says of their output holds (issue 29, items 2, 3 and 10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TRACELAB_SAMPLE
+
+BIN = Path(sys.executable).parent
+SECTION = "## Your own agent trace"
+SAMPLE_PATH = "../shared/data/tracelab/round_trace.example.jsonl"
+needs_sample = pytest.mark.skipif(
+    not TRACELAB_SAMPLE.is_file(),
+    reason="the TraceLab sample shared/data/tracelab/round_trace.example.jsonl is not "
+    "beside this repository",
+)
+
+
+def readme_commands() -> list[list[str]]:
+    """Every command of the section's ``sh`` blocks, comments dropped."""
+    text = (REPO / "README.md").read_text()
+    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    lines = [line for block in blocks for line in block.splitlines() if line.strip()]
+    return [shlex.split(line, comments=True) for line in lines]
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A fresh clone's view: the repository's config and nothing it would have made
+    (no results/, no calibration), with the sample's folder beside it."""
+    work = tmp_path / "repo"
+    shutil.copytree(REPO / "config", work / "config")
+    (tmp_path / "shared").symlink_to(TRACELAB_SAMPLE.parents[2], target_is_directory=True)
+    return work
+
+
+def run(work: Path, args: list[str]) -> subprocess.CompletedProcess:
+    env = os.environ | {"PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.run(
+        args, cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_the_section_is_commands_on_the_shipped_sample() -> None:
+    commands = readme_commands()
+    assert len(commands) >= 4 and all(c[0] == "rearrival" for c in commands)
+    assert any(SAMPLE_PATH in c for c in commands)
+    # nothing is written outside results/, which git ignores
+    for command in commands:
+        for flag in ("--out", "--plans"):
+            if flag in command:
+                assert command[command.index(flag) + 1].startswith("results/"), command
+
+
+@needs_sample
+def test_the_readme_commands_run_as_written_on_a_fresh_checkout(checkout: Path) -> None:
+    done = [run(checkout, command) for command in readme_commands()]
+    for command, result in zip(readme_commands(), done, strict=True):
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+    assert {p.name for p in checkout.iterdir()} == {"config", "results"}  # no plans/
+    # the profile each verb used is named, and why: no calibration has run here
+    search = done[1]
+    assert "published constants" in search.stderr and "calibration" in search.stderr
+    summary = json.loads((checkout / "results/trace/search/summary.json").read_text())
+    assert summary["profile"]["name"] == "published"
+    # what the README says of the sample started together
+    assert "selected 10:1,2,10" in search.stdout
+    assert "572 of 2,077 candidates score exactly the pick's" in search.stderr
+    assert "Predicted saving of the pick: 4.68 %" in done[2].stdout
+
+
+@needs_sample
+def test_the_sample_as_recorded_is_said_to_never_overlap(checkout: Path) -> None:
+    """Without --time-origin zero the sample's sessions are 72 days apart."""
+    scaled = ["--token-scale", "0.15", "--out", "results/first"]
+    imported = run(checkout, ["rearrival", "plans", "from-trace", SAMPLE_PATH, *scaled])
+    assert imported.returncode == 0, imported.stderr
+    searched = run(
+        checkout, ["rearrival", "search", "--plans", "results/first", "--out", "results/s"]
+    )
+    assert searched.returncode == 0, searched.stderr
+    assert "all 2,077 candidates predict exactly the same cost" in searched.stderr
+    assert "no two sessions of the 1 search input plans are ever in the system" in (searched.stderr)
