@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from rearrival.config.study import Configuration, Study
+from rearrival.config.study import Study
+from rearrival.model.configuration import Configuration, configuration_from_mapping
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
@@ -74,9 +75,7 @@ def measured_configuration(complete: pd.DataFrame, name: str) -> Configuration |
     """A configuration as its runs recorded it (each manifest names and describes it)."""
     for run_dir in complete.loc[complete["configuration"] == name, "run_dir"]:
         raw = json.loads((Path(run_dir) / "manifest.json").read_text())["configuration"]
-        batch = int(raw["batch_size"])
-        buckets = tuple(int(b) for b in raw["buckets"])
-        return Configuration(name, buckets, batch, int(raw.get("slots", batch)))
+        return configuration_from_mapping(raw, name=name)
     return None
 
 

@@ -17,32 +17,26 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.study import Configuration, Study
+from rearrival.config.study import Study
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.kvslots import Eviction
-from rearrival.model.simulator.sim import SimConfig, SimResult, simulate
+from rearrival.model.simulator.sim import SimResult, simulate
 from rearrival.model.simulator.sim_types import PredictedRequest
 from rearrival.vocabulary import PREDICTION, RULE_SETS
 
 
 def simulate_condition(
     plan: Plan,
-    configuration: Configuration,
+    configuration: RblnConfiguration,
     variant: str,
     simulator: str,
     profile: Profile | None = None,
 ) -> SimResult:
-    """One simulator's run of one plan under one condition."""
-    release, dummy_block = RULE_SETS[simulator]
-    config = SimConfig(
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
-        release=release,
-        dummy_block=dummy_block,
-    )
-    return simulate(plan.variant(variant), config, profile)
+    """One simulator's run of one plan under one condition (``simulator`` one of
+    ``RULE_SETS``)."""
+    return simulate(plan.variant(variant), configuration.sim_config(simulator), profile)
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ def predict_study(
     replicates: int,
     study: Study,
     plan_for: Callable[[int, int], Plan],
-    configurations: dict[str, Configuration],
+    configurations: dict[str, RblnConfiguration],
     profile: Profile,
 ) -> StudyPredictions:
     """Every prediction of one study under ``profile``, ``plan_for(n, replicate)`` giving

@@ -27,8 +27,7 @@ def compile_study(
         result = compile_artifact(
             CompileConfig(
                 model=model.name,
-                batch_size=configuration.batch_size,
-                buckets=configuration.buckets,
+                configuration=configuration,
                 max_seq_len=model.max_seq_len,
                 num_devices=model.num_devices,
             ),

@@ -89,7 +89,7 @@ def _calibration(cfg: StudyConfig) -> dict[str, Any]:
         "study_seed": cfg.study_seed,
         "emulator_truth": cfg.measurement.emulator_truth,
         "model": asdict(cfg.measurement.model),
-        "calibration": asdict(cfg.measurement.calibration),
+        "calibration": cfg.measurement.calibration.as_dict(),
         "rbln": asdict(cfg.rbln),
     }
 
