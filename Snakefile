@@ -1,6 +1,6 @@
 # rearrival: the preregistered study of tool waiting and re-arrival (docs/DESIGN.md §10).
 # `snakemake --cores 8 all` regenerates every table and figure on the configured backend.
-from snakemake.utils import min_version
+from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
@@ -23,6 +23,13 @@ wildcard_constraints:
 
 
 include: "rules/common.smk"
+
+
+# snakemake's own schema check of the loaded file, after rules/common.smk has refused a
+# bad one in one line (the schema states no defaults, so this fills nothing).
+validate(config, schema="config/schema.yaml")
+
+
 include: "rules/calibrate.smk"
 include: "rules/plans.smk"
 include: "rules/predict.smk"

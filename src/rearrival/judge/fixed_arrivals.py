@@ -23,10 +23,10 @@ from pathlib import Path
 import pandas as pd
 
 from rearrival.config.study import Study
-from rearrival.model.configuration import Configuration, configuration_from_mapping
 from rearrival.errors import RearrivalError
 from rearrival.measure.records import read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
+from rearrival.model.configuration import Configuration, configuration_from_mapping
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import SimConfig, simulate
