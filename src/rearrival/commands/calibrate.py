@@ -9,8 +9,20 @@ from typing import Annotated
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
+from rearrival.commands.values import Values, checked_config
 
 DEFAULT_CONFIG = Path("config/config.yaml")
+
+
+def _named(flag: str, name: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=f"Where to write {name} (default: in --work).")
+
+
+RunsDir = Annotated[Path | None, _named("--runs", "the calibration runs (a directory)")]
+PlansDir = Annotated[Path | None, _named("--plans", "their plans (a directory)")]
+DecodeSteps = Annotated[Path | None, _named("--decode-steps", "the decode-step samples")]
+PrefillSamples = Annotated[Path | None, _named("--prefill", "the prefill samples")]
+ReuseSamples = Annotated[Path | None, _named("--reuse", "the reuse checks")]
 
 
 def calibrate(
@@ -18,7 +30,8 @@ def calibrate(
         Path,
         typer.Option(
             "--out",
-            help="Profile YAML to write; its runs and sample tables go into --work.",
+            help="Profile YAML to write; its runs and sample tables go into --work "
+            "unless named by the options below.",
         ),
     ],
     work: Annotated[
@@ -61,6 +74,12 @@ def calibrate(
             "(`rearrival calibrate-compile`); also fits compile time and size.",
         ),
     ] = None,
+    runs: RunsDir = None,
+    plans: PlansDir = None,
+    decode_steps: DecodeSteps = None,
+    prefill: PrefillSamples = None,
+    reuse: ReuseSamples = None,
+    values: Values = None,
 ) -> None:
     """Measure g(b), beta, the prefill model and the reuse rule on a backend and write a
     profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
@@ -68,19 +87,27 @@ def calibrate(
 
     from rearrival.config.backends import EmulatedHttpSettings
     from rearrival.config.calibration import MeasurementSettings
-    from rearrival.config.study import load_study_config
     from rearrival.measure.backends import BackendSettings
     from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
     )
+    from rearrival.measure.calibration.drive import CalibrationFiles, write_samples
     from rearrival.measure.calibration.drive import calibrate as run_calibration
-    from rearrival.measure.calibration.drive import write_samples
     from rearrival.measure.calibration.rbln_compile import compile_records
     from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
 
-    cfg = load_study_config(config) if config.is_file() else None
+    cfg = checked_config(config, "calibration", None, values) if config.is_file() else None
+    work_dir = work if work is not None else work_directory(out)
+    default = CalibrationFiles.in_directory(work_dir)
+    files = CalibrationFiles(
+        runs or default.runs,
+        plans or default.plans,
+        decode_steps or default.decode_steps,
+        prefill or default.prefill,
+        reuse or default.reuse,
+    )
     settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
@@ -100,21 +127,20 @@ def calibrate(
         emulator_truth=settings.truth_path(),
     )
     records = compile_records(compiled) if compiled is not None and chosen == RBLN else None
-    work_dir = work if work is not None else work_directory(out)
     result = run_calibration(
         settings,
         backend_settings,
-        work_dir,
+        files,
         seed=cfg.study_seed if cfg is not None else 0,
         compile_records=records,
     )
     wanted = required_buckets(cfg) if cfg is not None else ()
-    write_samples(result, work_dir)
+    write_samples(result, files)
     write_profile(profile_document(result, settings, wanted), out)
     decode = result.decode
     typer.echo(
-        f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs and samples in "
-        f"{work_dir}), beta "
+        f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs in "
+        f"{files.runs}), beta "
         f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "
         f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
         f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
@@ -132,12 +158,12 @@ def work_directory(profile: Path) -> Path:
 def calibrate_compile(
     out: Annotated[Path, typer.Option("--out", help="Compile record JSON to write.")],
     config: Annotated[Path, typer.Option("--config", help="Study definition.")] = DEFAULT_CONFIG,
+    values: Values = None,
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
-    from rearrival.config.study import load_study_config
     from rearrival.measure.calibration.rbln_compile import compile_calibration
 
-    cfg = load_study_config(config)
+    cfg = checked_config(config, "calibration", None, values)
     compile_calibration(cfg.measurement, cfg.rbln, out)
     typer.echo(f"{out}: calibration artifacts compiled")
 

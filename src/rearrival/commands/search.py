@@ -11,6 +11,7 @@ import typer
 
 from rearrival.commands.panels import PanelledGroup
 from rearrival.commands.profile import PROFILE_HELP
+from rearrival.commands.values import Values, checked_config
 
 if TYPE_CHECKING:
     from rearrival.commands.profile import ProfileChoice
@@ -112,12 +113,11 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
     from rearrival.config.search import SearchSettings
-    from rearrival.config.study import load_study_config
     from rearrival.search.settings import override_settings
 
-    cfg = load_study_config(config)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
     study = _study(ctx)
+    cfg = checked_config(config, "search", study, (obj or {}).get("values"))
     settings = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
@@ -204,6 +204,7 @@ def search(
             "of generated ones; their N set is used.",
         ),
     ] = None,
+    values: Values = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
@@ -218,16 +219,19 @@ def search(
         )
         if value is not None
     }
-    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides, "search_study": study}
+    ctx.obj = {
+        **(ctx.obj or {}),
+        "search_overrides": overrides,
+        "search_study": study,
+        "values": values,
+    }
     if ctx.invoked_subcommand is not None:
         return
-    from rearrival.config.study import load_study_config
-
     _no_collection_passes()
     paths = _output_paths(
         "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
     )
-    cfg = load_study_config(config)
+    cfg = checked_config(config, "search", study, values)
     chosen = _profile(cfg, profile, ctx)
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir

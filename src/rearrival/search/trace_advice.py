@@ -57,7 +57,7 @@ def import_trace(path: Path, token_scale: float, profile: Profile) -> ImportResu
     importer = plans_from_otel if _is_otlp(path) else plans_from_trace
     return importer(
         path,
-        max_context=profile.slot_tokens,
+        max_seq_len=profile.slot_tokens,
         time_origin="zero",
         token_scale=token_scale,
         profile=profile,
