@@ -33,7 +33,7 @@ from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
 from rearrival.model.cost.profile import load_profile, measured_profile
 from rearrival.model.plans.plangen import derive_seed
-from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.model.simulator.sim import simulate
 from rearrival.search.run import select
 from rearrival.workflow.plans import study_plan
 
@@ -42,17 +42,13 @@ TOLERANCE = 0.03
 
 def _observed(plan, conf, seed, truth, calibrated, scratch: Path) -> tuple[float, float]:
     """True device time and channel A (calibrated constants) of one emulated run."""
-    run = run_emulated(
-        plan, buckets=conf[0], batch_size=conf[1], variant="wait", seed=seed, truth=truth
-    )
+    run = run_emulated(plan, conf, variant="wait", seed=seed, truth=truth)
     true_s = float((run.steps["end_s"] - run.steps["start_s"]).sum())
-    out = scratch / f"run-{seed}-{'-'.join(map(str, conf[0]))}"
+    out = scratch / f"run-{seed}-{'-'.join(map(str, conf.buckets))}"
     manifest = manifest_template(
         study="check",
         backend="emulated",
-        buckets=conf[0],
-        batch_size=conf[1],
-        slots=conf[1],
+        configuration=conf,
         variant="wait",
         condition="c",
         replicate=0,
@@ -118,9 +114,9 @@ def main() -> None:
         )
         for name, profile in profiles.items():
             confs = {
-                "baseline": (baseline.buckets, baseline.batch_size),
-                "slots16": (slots16.buckets, slots16.batch_size),
-                f"selected {picks[name].id}": (picks[name].buckets, picks[name].batch_size),
+                "baseline": baseline,
+                "slots16": slots16,
+                f"selected {picks[name].id}": picks[name],
             }
             for n in study.n:
                 true, chan, pred = ({c: 0.0 for c in confs} for _ in range(3))
@@ -128,7 +124,12 @@ def main() -> None:
                     plan = study_plan(cfg, study, n, replicate, table)
                     for label, conf in confs.items():
                         seed = derive_seed(
-                            cfg.study_seed, replicate, n, study.seed_block, f"run:{conf}"
+                            cfg.study_seed,
+                            replicate,
+                            n,
+                            study.seed_block,
+                            # the label names the knobs: one configuration, one seed per plan
+                            f"run:{(conf.buckets, conf.batch_size)}",
                         )
                         key = (n, replicate, conf)
                         if key not in observed:  # same plan and configuration: run once
@@ -138,9 +139,7 @@ def main() -> None:
                         t, a = observed[key]
                         true[label] += t
                         chan[label] += a
-                        pred[label] += simulate(
-                            plan, SimConfig(buckets=conf[0], batch_size=conf[1]), profile
-                        ).device_s
+                        pred[label] += simulate(plan, conf.sim_config(), profile).device_s
                 for label in list(confs)[1:]:
                     r_true = true[label] / true["baseline"]
                     r_chan = chan[label] / chan["baseline"]

@@ -15,6 +15,7 @@ from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import load_study_config
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import write_plan
 from rearrival.model.plans.plangen import MultiRoundSpec, generate_multi_round_plan
@@ -26,7 +27,7 @@ from rearrival.search.advise import (
     predict,
     to_markdown,
 )
-from rearrival.search.candidates import BASELINE, Candidate, search_candidates
+from rearrival.search.candidates import candidate_record, search_candidates
 from rearrival.search.plan_files import load_plan_dir
 from rearrival.search.settings import override_settings
 
@@ -41,6 +42,8 @@ TINY_SEARCH = {
     "shards": 2,
 }
 runner = CliRunner()
+
+BASELINE = RblnConfiguration((1, 2, 4, 8), 8)
 
 
 @pytest.fixture
@@ -57,16 +60,18 @@ def plans_dir(tmp_path: Path, make_random_plan) -> Path:
     return out
 
 
-def selected_dir(tmp_path: Path, cand: Candidate) -> Path:
+def selected_dir(tmp_path: Path, cand: RblnConfiguration) -> Path:
     out = tmp_path / "search"
-    atomic_write_json(out / "selected.json", {**cand.as_dict(), "search_score": 0.95})
+    atomic_write_json(out / "selected.json", {**candidate_record(cand), "search_score": 0.95})
     return out
 
 
 def test_larger_candidate_keeps_buckets_and_moves_the_top() -> None:
-    pick = Candidate((1, 4, 6, 8, 10, 16), 16)
-    assert larger_candidate(pick, (8, 10, 12, 16)) == Candidate((1, 4, 6, 8, 10, 24), 24)
-    assert larger_candidate(Candidate((1, 3, 10), 10), (8, 10, 12, 16)) == Candidate((1, 3, 12), 12)
+    pick = RblnConfiguration((1, 4, 6, 8, 10, 16), 16)
+    assert larger_candidate(pick, (8, 10, 12, 16)) == RblnConfiguration((1, 4, 6, 8, 10, 24), 24)
+    assert larger_candidate(
+        RblnConfiguration((1, 3, 10), 10), (8, 10, 12, 16)
+    ) == RblnConfiguration((1, 3, 12), 12)
 
 
 def test_full_reuse_floor_by_hand(plans_dir: Path) -> None:
@@ -101,7 +106,7 @@ def test_enough_slots_means_complete_reuse_and_no_gain_from_more(
 ) -> None:
     # 4 sessions hold at most 8 slots (first request + re-arrival each): with 16 slots
     # nothing is ever evicted, so every re-arrival reuses and 24 slots change nothing
-    pick = Candidate((1, 2, 4, 16), 16)
+    pick = RblnConfiguration((1, 2, 4, 16), 16)
     cfg = load_study_config(tiny_config)
     advice = advise(cfg, plans_dir=plans_dir, search_dir=selected_dir(tmp_path, pick))
     # (a prompt under 128 tokens caches nothing, so hits can stay below re-arrivals; the
@@ -124,7 +129,7 @@ def test_advise_runs_the_search_when_no_result_is_given(tiny_config: Path) -> No
 
 
 def test_cli_json_and_markdown(tiny_config: Path, plans_dir: Path, tmp_path: Path) -> None:
-    search = selected_dir(tmp_path, Candidate((1, 4, 8), 8))
+    search = selected_dir(tmp_path, RblnConfiguration((1, 4, 8), 8))
     args = [
         "advise",
         "--config",
@@ -146,7 +151,7 @@ def test_search_option_takes_the_directory_or_selected_json(
     tiny_config: Path, plans_dir: Path, tmp_path: Path
 ) -> None:
     """README and --help say selected.json; the search directory works too."""
-    search = selected_dir(tmp_path, Candidate((1, 4, 8), 8))
+    search = selected_dir(tmp_path, RblnConfiguration((1, 4, 8), 8))
     for given in (search, search / "selected.json"):
         result = runner.invoke(
             app,
@@ -179,9 +184,10 @@ def test_bad_inputs_name_the_input(tiny_config: Path, tmp_path: Path) -> None:
 def test_advise_evaluates_at_the_search_n_set_or_refuses(tiny_config: Path, tmp_path: Path) -> None:
     """Issue: given the fleet search (N 16/32/48), advise evaluated at N=8 silently."""
     search = tmp_path / "search"
-    pick = Candidate((1, 4, 16, 32, 48), 48)
+    pick = RblnConfiguration((1, 4, 16, 32, 48), 48)
     atomic_write_json(
-        search / "selected.json", {**pick.as_dict(), "search_score": 0.9, "search_n": [16, 48]}
+        search / "selected.json",
+        {**candidate_record(pick), "search_score": 0.9, "search_n": [16, 48]},
     )
     cfg = load_study_config(tiny_config)
     with pytest.raises(SearchError, match="N 8 differs from the N set 16,48"):
@@ -193,7 +199,7 @@ def test_advise_evaluates_at_the_search_n_set_or_refuses(tiny_config: Path, tmp_
 
 def test_advise_checks_memory_of_everything_it_names(tiny_config: Path, tmp_path: Path) -> None:
     """48 slots fit the 15.7 GiB devices with 0.34 GiB to spare (README); 56 do not."""
-    search = selected_dir(tmp_path, Candidate((1, 4, 16, 32, 48), 48))
+    search = selected_dir(tmp_path, RblnConfiguration((1, 4, 16, 32, 48), 48))
     cfg = load_study_config(tiny_config)
     advice = advise(cfg, n=[16], search_dir=search)
     chosen, larger = advice["selected"], advice["larger"]
@@ -221,11 +227,11 @@ def multi_round_dir(out: Path, blocks: range) -> Path:
     return out
 
 
-def best_by_hand(plans, cands) -> Candidate:
+def best_by_hand(plans, cands) -> RblnConfiguration:
     """The V-A rule directly: least summed device time relative to the baseline, ties to
     fewer buckets and slots."""
 
-    def total(cand: Candidate) -> float:
+    def total(cand: RblnConfiguration) -> float:
         return math.fsum(simulate(p, cand.sim_config()).device_s for p in plans)
 
     base = total(BASELINE)

@@ -7,7 +7,7 @@ measurement plans, the step-log durations and the fits.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +17,11 @@ import yaml
 
 from rearrival.config.backends import RblnSettings
 from rearrival.config.calibration import (
-    Artifact,
     CalibrationConfigError,
     CalibrationSettings,
     MeasurementSettings,
     ModelSpec,
+    calibration_artifact,
     measurement_settings_from_mapping,
     model_from_config_json,
 )
@@ -121,7 +121,10 @@ def test_profile_file_has_provenance_and_predicts(default_run):
 
 def test_unmeasured_buckets_are_interpolated_and_marked(tmp_path):
     settings = CalibrationSettings(
-        artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=60, min_steps=40, prefill_repeats=1
+        artifacts=(calibration_artifact((1, 2, 4, 8), 8),),
+        decode_steps=60,
+        min_steps=40,
+        prefill_repeats=1,
     )
     config = MeasurementSettings(calibration=settings)
     result = _calibrate(tmp_path, config)
@@ -152,7 +155,10 @@ def test_published_choice_is_the_shipped_profile():
 def test_too_few_steps_names_bucket_and_fix(tmp_path):
     # the steady window holds decode_steps plus the admission margin (64): far below 200
     settings = CalibrationSettings(
-        artifacts=(Artifact((1, 2, 4, 8), 8),), decode_steps=1, min_steps=200, prefill_repeats=1
+        artifacts=(calibration_artifact((1, 2, 4, 8), 8),),
+        decode_steps=1,
+        min_steps=200,
+        prefill_repeats=1,
     )
     with pytest.raises(
         FitError,
@@ -283,6 +289,20 @@ def test_bad_settings_name_the_key():
         measurement_settings_from_mapping({"calibration": {"steps": 3}}, "c.yaml")
 
 
+def test_artifacts_are_configurations_recorded_as_configured():
+    """Each artifact is a compiled configuration named calib-<buckets>; the profile and the
+    workflow's change detection record it in the config file's spelling (buckets and
+    batch_size), so the profile's bytes, and every registration holding its sha256, do
+    not depend on the configuration type's other fields."""
+    settings = measurement_settings_from_mapping(
+        {"calibration": {"artifacts": [{"buckets": [1, 2, 4, 8], "batch_size": 8}]}}, "c.yaml"
+    ).calibration
+    (artifact,) = settings.artifacts
+    assert (artifact.name, artifact.slots, artifact.padded(3)) == ("calib-1-2-4-8", 8, 4)
+    assert settings.as_dict()["artifacts"] == ({"buckets": [1, 2, 4, 8], "batch_size": 8},)
+    assert list(settings.as_dict()) == [f.name for f in fields(CalibrationSettings)]
+
+
 def test_model_from_config_json(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(
@@ -381,13 +401,13 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
     from rearrival.model.cost.fits import fit_compile
 
     def fake_compile(config, artifacts_dir):
-        count = len(config.buckets)
+        count = len(config.configuration.buckets)
         record = Path(artifacts_dir) / f"{count}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(
             json.dumps(
                 {
-                    "config": {"buckets": list(config.buckets)},
+                    "config": config.as_dict(),
                     "compile_s": 42.3 + 61.33 * (count + 1),
                     "artifact_bytes": int((8.276 + 0.806 * count) * 1024**3),
                 }
@@ -462,7 +482,7 @@ def test_emulated_http_calibration_uses_the_same_plans(tmp_path):
     _emulated_http_recovers_truth(
         tmp_path,
         CalibrationSettings(
-            artifacts=(Artifact((1, 2, 4, 8), 8),),
+            artifacts=(calibration_artifact((1, 2, 4, 8), 8),),
             decode_steps=60,
             min_steps=40,
             prefill_tokens=(256, 1024, 4096),
@@ -480,7 +500,7 @@ def test_emulated_http_calibration_small(tmp_path):
     _emulated_http_recovers_truth(
         tmp_path,
         CalibrationSettings(
-            artifacts=(Artifact((1, 2, 4), 4),),
+            artifacts=(calibration_artifact((1, 2, 4), 4),),
             decode_steps=40,
             min_steps=30,
             prefill_tokens=(256, 1024, 4096),

@@ -15,6 +15,7 @@ from rearrival.cli import app
 from rearrival.judge.channels import ChannelError, channel_a, channel_b, channels, union_length
 from rearrival.measure import records
 from rearrival.measure.records import read_run, write_run
+from rearrival.model.configuration import RblnConfiguration
 
 runner = CliRunner()
 
@@ -81,9 +82,7 @@ def _run(
         records.manifest_template(
             study="t",
             backend="rbln" if log_only else "emulated",
-            buckets=[1, 2, 4, 8],
-            batch_size=8,
-            slots=None,
+            configuration=RblnConfiguration((1, 2, 4, 8), 8),
             variant="wait",
             condition="c",
             replicate=0,

@@ -23,6 +23,7 @@ from aiohttp import web
 from rearrival.measure import client, serve
 from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
@@ -119,9 +120,7 @@ def manifest_for(plan: Plan, backend: str = "emulated-http") -> dict[str, Any]:
     return manifest_template(
         study="test",
         backend=backend,
-        buckets=[1, 2, 4, 8],
-        batch_size=8,
-        slots=None,
+        configuration=RblnConfiguration((1, 2, 4, 8), 8),
         variant="wait",
         condition="c",
         replicate=0,

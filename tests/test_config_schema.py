@@ -29,6 +29,7 @@ from rearrival.config.study import (
 )
 from rearrival.config.workload import TRACE_KEYS, TraceSource
 from rearrival.measure.backends import BackendSettings
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plangen import MultiRoundSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +54,11 @@ INTEGRITY = {"witness": "witness", "signing": "signing_key"}
 
 
 def _plain(value: Any) -> Any:
-    """A model value as YAML writes it: tuples as lists, dataclasses as mappings."""
+    """A model value as YAML writes it: tuples as lists, dataclasses as mappings, a compiled
+    configuration as its buckets and batch_size (slots only where they differ)."""
+    if isinstance(value, RblnConfiguration):
+        knobs = value.as_dict()
+        return {k: v for k, v in knobs.items() if k != "slots" or v != value.batch_size}
     if dataclasses.is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):

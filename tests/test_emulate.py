@@ -15,9 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from rearrival.errors import RearrivalError
 from rearrival.measure.emulate.driver import run_emulated
-from rearrival.measure.emulate.engine import Engine, EngineConfig, StepOutcome
+from rearrival.measure.emulate.engine import Engine, StepOutcome
 from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import (
     EmulateError,
@@ -26,13 +25,13 @@ from rearrival.measure.emulate.truth import (
     true_bucket_cost_s,
 )
 from rearrival.measure.steplog import parse_step_log
-from rearrival.model.buckets import select_bucket
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
 
 PROFILE = measured_profile()
-BASELINE = {"buckets": (1, 2, 4, 8), "batch_size": 8}
-SLOTS16 = {"buckets": (1, 2, 4, 8, 16), "batch_size": 16}
+BASELINE = RblnConfiguration((1, 2, 4, 8), 8)
+SLOTS16 = RblnConfiguration((1, 2, 4, 8, 16), 16)
 EXACT = replace(default_truth(), step_noise_sigma=0.0, prefill_noise_sigma=0.0)
 
 
@@ -171,7 +170,7 @@ def drain(engine: Engine) -> list[StepOutcome]:
 
 def dummy_scenario(dummy_block: str) -> list[StepOutcome]:
     """3 slots, batch 3: c finishes first, then b; b re-arrives while a still decodes."""
-    engine = Engine(EngineConfig((1, 2, 3), 3), truth=replace(EXACT, dummy_block=dummy_block))
+    engine = Engine(RblnConfiguration((1, 2, 3), 3), truth=replace(EXACT, dummy_block=dummy_block))
     engine.submit("a", "a", 1000, 40, 0.0)
     engine.submit("c", "c", 1000, 3, 0.0)
     engine.submit("b", "b", 1000, 5, 0.0)
@@ -205,7 +204,7 @@ def test_without_dummy_block_the_admission_evicts() -> None:
 def release_scenario(release: str) -> list[StepOutcome]:
     """batch 2, 2 slots: b finishes while a decodes and c waits for a slot."""
     engine = Engine(
-        EngineConfig((1, 2), 2), truth=replace(EXACT, release=release, dummy_block="off")
+        RblnConfiguration((1, 2), 2), truth=replace(EXACT, release=release, dummy_block="off")
     )
     engine.submit("a", "a", 1000, 30, 0.0)
     engine.submit("b", "b", 1000, 2, 0.0)
@@ -232,7 +231,7 @@ def test_immediate_release_admits_at_once_where_deferred_decodes_first() -> None
 
 
 def test_engine_rejects_bad_requests_and_clock_misuse() -> None:
-    engine = Engine(EngineConfig((1, 2), 2), truth=EXACT)
+    engine = Engine(RblnConfiguration((1, 2), 2), truth=EXACT)
     with pytest.raises(EmulateError, match="max_seq_len"):
         engine.submit("x", "x", 8000, 300, 0.0)
     engine.submit("a", "a", 100, 5, 0.0)
@@ -241,10 +240,6 @@ def test_engine_rejects_bad_requests_and_clock_misuse() -> None:
     first = engine.step(0.0)
     with pytest.raises(EmulateError, match="advance the clock"):
         engine.step(first.end_s / 2)
-    with pytest.raises(EmulateError, match="batch_size"):
-        EngineConfig((1, 2, 4), 8)
-    with pytest.raises(RearrivalError, match="buckets"):
-        EngineConfig((4, 2), 4)
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -252,23 +247,23 @@ def test_engine_rejects_bad_requests_and_clock_misuse() -> None:
 
 def test_same_seed_same_records_different_seed_different_times() -> None:
     plan = paper_plan(11, 6)
-    one = run_emulated(plan, **BASELINE, seed=5)
-    two = run_emulated(plan, **BASELINE, seed=5)
+    one = run_emulated(plan, BASELINE, seed=5)
+    two = run_emulated(plan, BASELINE, seed=5)
     for name in ("requests", "steps", "tokens", "evictions"):
         pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))
     assert one.server_log == two.server_log
     assert one.metrics == two.metrics and one.counts == two.counts
-    other = run_emulated(plan, **BASELINE, seed=6)
+    other = run_emulated(plan, BASELINE, seed=6)
     assert not one.requests["send_s"].equals(other.requests["send_s"])
     assert not one.steps["end_s"].equals(other.steps["end_s"])
 
 
 CASES = [
-    ({"buckets": (1, 2, 4, 8), "batch_size": 8}, "wait"),
-    ({"buckets": (1, 2, 4, 6, 8), "batch_size": 8}, "control"),
-    ({"buckets": (1, 4, 6, 8, 10, 16), "batch_size": 16}, "equal"),
-    ({"buckets": (1, 2, 4, 8), "batch_size": 8, "slots": 4}, "wait"),
-    ({"buckets": (1, 2, 4), "batch_size": 4, "slots": 6}, "control"),
+    (RblnConfiguration((1, 2, 4, 8), 8), "wait"),
+    (RblnConfiguration((1, 2, 4, 6, 8), 8), "control"),
+    (RblnConfiguration((1, 4, 6, 8, 10, 16), 16), "equal"),
+    (RblnConfiguration((1, 2, 4, 8), 8, 4), "wait"),
+    (RblnConfiguration((1, 2, 4), 4, 6), "control"),
 ]
 
 
@@ -276,7 +271,7 @@ CASES = [
 @pytest.mark.parametrize("seed", [1, 2])
 def test_run_records_keep_the_contract_invariants(make_random_plan, config, variant, seed) -> None:
     plan = make_random_plan(random.Random(seed * 101), 3 + 4 * seed, max_gen=60)
-    run = run_emulated(plan, **config, variant=variant, seed=seed)
+    run = run_emulated(plan, config, variant=variant, seed=seed)
     req, steps = run.requests, run.steps
     sessions = plan.variant(variant).sessions
     assert len(req) == 2 * plan.n
@@ -288,8 +283,7 @@ def test_run_records_keep_the_contract_invariants(make_random_plan, config, vari
     decode = steps[steps["kind"] == "decode"]
     assert decode["n"].sum() == (req["generated_tokens"] - 1).sum()
     assert all(
-        int(b) == select_bucket(int(n), config["buckets"])
-        for n, b in zip(decode["n"], decode["b"], strict=True)
+        int(b) == config.padded(int(n)) for n, b in zip(decode["n"], decode["b"], strict=True)
     )
     assert (steps["kind"] == "prefill").sum() == len(req)
     assert steps.loc[steps["kind"] == "prefill", "b"].isna().all()
@@ -319,7 +313,7 @@ def test_run_records_keep_the_contract_invariants(make_random_plan, config, vari
 
 
 def test_first_sends_spread_a_few_ms_and_are_admitted_in_send_order() -> None:
-    run = run_emulated(paper_plan(3, 8), **BASELINE, seed=9)
+    run = run_emulated(paper_plan(3, 8), BASELINE, seed=9)
     first = run.requests[run.requests["turn"] == 0]
     assert first["send_s"].min() >= 0 and first["send_s"].max() <= 0.012
     prefills = [line for line in run.server_log.splitlines() if "prefill request=(" in line]
@@ -329,7 +323,7 @@ def test_first_sends_spread_a_few_ms_and_are_admitted_in_send_order() -> None:
 
 def test_hit_counter_over_reports_after_eviction() -> None:
     """Paper II-D: prefix_cache_hits counts a hit even when the slot was evicted."""
-    runs = [run_emulated(paper_plan(seed, 8), **BASELINE, seed=seed) for seed in range(3)]
+    runs = [run_emulated(paper_plan(seed, 8), BASELINE, seed=seed) for seed in range(3)]
     assert any(r.counts["reported_hits"] > r.counts["reuse_hits"] for r in runs)
     assert all(
         r.metrics["after"]["vllm:prefix_cache_hits_total"]
@@ -339,7 +333,7 @@ def test_hit_counter_over_reports_after_eviction() -> None:
 
 
 def test_channel_b_exceeds_channel_a_on_a_baseline_run() -> None:
-    run = run_emulated(paper_plan(4, 6), **BASELINE, seed=1)
+    run = run_emulated(paper_plan(4, 6), BASELINE, seed=1)
     a, b = channel_a(run), channel_b(run)
     assert b > a
     assert (b - a) / b < 0.10
@@ -347,8 +341,8 @@ def test_channel_b_exceeds_channel_a_on_a_baseline_run() -> None:
 
 def test_n8_baseline_loses_reuse_that_16_slots_recover() -> None:
     """Paper Table III: {1,2,4,8}/8 slots lost reuse at N=8; batch 16 reused 24/24."""
-    base = [run_emulated(paper_plan(seed, 8), **BASELINE, seed=seed) for seed in range(3)]
-    wide = [run_emulated(paper_plan(seed, 8), **SLOTS16, seed=seed) for seed in range(3)]
+    base = [run_emulated(paper_plan(seed, 8), BASELINE, seed=seed) for seed in range(3)]
+    wide = [run_emulated(paper_plan(seed, 8), SLOTS16, seed=seed) for seed in range(3)]
     assert all(r.counts["reuse_hits"] < r.counts["re_arrivals"] for r in base)
     assert [r.counts["reuse_hits"] for r in wide] == [8, 8, 8]
     lost = sum(r.requests["computed_tokens"].sum() for r in base)
@@ -359,7 +353,7 @@ def test_channel_difference_is_a_few_percent_over_three_replicates() -> None:
     """Paper II-D / Table X: r = B - A summed over three baseline replicates is about
     1.0-1.7 s and tau(6) = 0.0377 put r/B near 4 %; the twin is tuned to that range."""
     for n in (6, 8):
-        runs = [run_emulated(paper_plan(100 + seed, n), **BASELINE, seed=seed) for seed in range(3)]
+        runs = [run_emulated(paper_plan(100 + seed, n), BASELINE, seed=seed) for seed in range(3)]
         a = sum(channel_a(r) for r in runs)
         b = sum(channel_b(r) for r in runs)
         assert 0.01 <= (b - a) / b <= 0.06, (n, a, b)
@@ -368,7 +362,7 @@ def test_channel_difference_is_a_few_percent_over_three_replicates() -> None:
 def test_generated_tokens_beyond_step_noise_follow_true_costs() -> None:
     """With noise off, every decode step lasts exactly f_true(b) + alpha + beta n."""
     truth = EXACT
-    run = run_emulated(paper_plan(5, 6), buckets=(1, 2, 4, 6, 8), batch_size=8, seed=2, truth=truth)
+    run = run_emulated(paper_plan(5, 6), RblnConfiguration((1, 2, 4, 6, 8), 8), seed=2, truth=truth)
     decode = run.steps[run.steps["kind"] == "decode"]
     expected = [
         true_bucket_cost_s(truth, int(b)) + truth.alpha_s + truth.beta_s * int(n)
@@ -382,7 +376,7 @@ def test_generated_tokens_beyond_step_noise_follow_true_costs() -> None:
 
 def test_bad_seed_is_a_clear_error() -> None:
     with pytest.raises(EmulateError, match="seed"):
-        run_emulated(paper_plan(1, 2), **BASELINE, seed=-1)
+        run_emulated(paper_plan(1, 2), BASELINE, seed=-1)
 
 
 # -- prefill injection -----------------------------------------------------------------------
@@ -394,8 +388,7 @@ def injection(size: int, **overrides) -> pd.DataFrame:
         "injected_prompt_tokens": size,
         "inject_at_s": 1.2,
         "gen_tokens": 200,
-        "buckets": (1, 2, 4, 8),
-        "batch_size": 8,
+        "config": BASELINE,
         "seed": 3,
     }
     return run_injection(**(args | overrides))
@@ -476,7 +469,7 @@ def reusable(cached_prompt: int, prompt: int) -> int:
 
 def test_multi_round_records_follow_the_plan_round_by_round() -> None:
     plan = staggered_plan()
-    run = run_emulated(plan, **BASELINE, seed=3)
+    run = run_emulated(plan, BASELINE, seed=3)
     req = run.requests.set_index(["session", "turn"]).sort_index()
     assert len(req) == plan.requests == 12
     for s in plan.sessions:
@@ -502,7 +495,7 @@ def test_multi_round_records_follow_the_plan_round_by_round() -> None:
 def test_three_slots_lose_every_round_to_the_dummy_block() -> None:
     """With sessions taking turns, the slot a session's next round needs is always the
     oldest evictable one when a lone request decodes: multi-round reuse is lost."""
-    run = run_emulated(staggered_plan(), **BASELINE, slots=3, seed=3)
+    run = run_emulated(staggered_plan(), replace(BASELINE, slots=3), seed=3)
     assert (run.requests["cached_tokens"] == 0).all()
     assert run.counts["reported_hits"] == 9 and run.counts["reuse_hits"] == 0
     assert (run.evictions["reason"] == "dummy-block").all()
@@ -531,8 +524,8 @@ def _replayed_reuse(server_log: str) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_admission_reuses_the_largest_surviving_prefix_of_the_session(slots, seed) -> None:
     plan = random_multi_round_plan(random.Random(seed * 31 + (slots or 0)), 7)
-    run = run_emulated(plan, **BASELINE, slots=slots, seed=seed)
-    again = run_emulated(plan, **BASELINE, slots=slots, seed=seed)
+    run = run_emulated(plan, replace(BASELINE, slots=slots), seed=seed)
+    again = run_emulated(plan, replace(BASELINE, slots=slots), seed=seed)
     pd.testing.assert_frame_equal(run.requests, again.requests)
     assert run.server_log == again.server_log  # seeded: same inputs, same records
     pairs = _replayed_reuse(run.server_log)
@@ -556,8 +549,8 @@ def test_a_two_round_plan_and_its_multi_round_twin_give_the_same_run() -> None:
         plan.meta,
     )
     for variant in ("wait", "control", "equal"):
-        one = run_emulated(plan, **BASELINE, variant=variant, seed=4)
-        two = run_emulated(twin, **BASELINE, variant=variant, seed=4)
+        one = run_emulated(plan, BASELINE, variant=variant, seed=4)
+        two = run_emulated(twin, BASELINE, variant=variant, seed=4)
         for name in ("requests", "steps", "tokens", "evictions"):
             pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))
         assert (one.server_log, one.counts) == (two.server_log, two.counts)
@@ -565,7 +558,7 @@ def test_a_two_round_plan_and_its_multi_round_twin_give_the_same_run() -> None:
 
 def test_control_variant_sends_every_round_right_after_the_previous_response() -> None:
     plan = staggered_plan()
-    run = run_emulated(plan, **BASELINE, variant="control", seed=2)
+    run = run_emulated(plan, BASELINE, variant="control", seed=2)
     req = run.requests.sort_values(["session", "turn"])
     for _, rows in req.groupby("session"):
         turnaround = rows["send_s"].to_numpy()[1:] - rows["complete_s"].to_numpy()[:-1]

@@ -41,7 +41,6 @@ from rearrival.judge.channels import channels
 from rearrival.measure import serve
 from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
 from rearrival.measure.emulate.driver import run_emulated
-from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate.server import EmulateServer, ServerOptions, server_argv
 from rearrival.measure.emulate.tokens import (
     ChatMessage,
@@ -53,6 +52,7 @@ from rearrival.measure.emulate.tokens import (
 )
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.steplog import parse_step_log
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
@@ -87,9 +87,7 @@ def _manifest(plan: Plan, backend: str, slots: int | None) -> dict:
     return manifest_template(
         study="test",
         backend=backend,
-        buckets=[1, 2, 4, 8],
-        batch_size=8,
-        slots=slots,
+        configuration=RblnConfiguration((1, 2, 4, 8), 8, slots),
         variant="wait",
         condition="c",
         replicate=0,
@@ -142,9 +140,7 @@ def replay_both(plan: Plan, tmp_path: Path, slots: int | None):
             )
         )
     assert (outcome.status, outcome.reason) == ("complete", None)
-    return read_run(out), run_emulated(
-        plan, buckets=(1, 2, 4, 8), batch_size=8, slots=slots, seed=SEED
-    )
+    return read_run(out), run_emulated(plan, RblnConfiguration((1, 2, 4, 8), 8, slots), seed=SEED)
 
 
 def assert_same_engine_work(http, emulated) -> pd.DataFrame:
@@ -285,7 +281,7 @@ async def _with_server(options: ServerOptions, body, log=None):
         await runner.cleanup()
 
 
-FAST = ServerOptions(EngineConfig((1, 2, 4, 8), 8), seed=1, time_scale=0.01)
+FAST = ServerOptions(RblnConfiguration((1, 2, 4, 8), 8), seed=1, time_scale=0.01)
 
 
 def test_streaming_and_plain_completions_speak_the_openai_shape() -> None:
@@ -356,7 +352,7 @@ def test_hit_counter_over_reports_after_eviction_but_cached_tokens_do_not() -> N
     prompt_tokens_cached_total)."""
     import aiohttp
 
-    options = ServerOptions(EngineConfig((1,), 1, 1), seed=2, time_scale=0.01)
+    options = ServerOptions(RblnConfiguration((1,), 1, 1), seed=2, time_scale=0.01)
     a, b = list(range(2000, 2400)), list(range(5000, 5400))
 
     async def body(url: str, _server) -> tuple[dict, dict, list[int]]:
@@ -443,7 +439,7 @@ def openai_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from openai import OpenAI
 
     port = serve.free_port()
-    argv = server_argv(EngineConfig((1, 2, 4, 8), 8), port=port, seed=SEED, time_scale=0.01)
+    argv = server_argv(RblnConfiguration((1, 2, 4, 8), 8), port=port, seed=SEED, time_scale=0.01)
     url = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("openai") / "server.log"
     with serve.running_server(argv, url, log, ready_timeout_s=60, grace_s=5):

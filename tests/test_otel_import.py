@@ -326,11 +326,11 @@ def test_a_span_in_a_trace_of_several_conversations_is_refused(tmp_path: Path) -
 @contextmanager
 def _emulate_server(tmp_path: Path) -> Iterator[str]:
     from rearrival.measure import serve
-    from rearrival.measure.emulate.engine import EngineConfig
     from rearrival.measure.emulate.server import server_argv
+    from rearrival.model.configuration import RblnConfiguration
 
     port = serve.free_port()
-    argv = server_argv(EngineConfig((1, 2, 4, 8), 8), port=port, seed=3, time_scale=0.01)
+    argv = server_argv(RblnConfiguration((1, 2, 4, 8), 8), port=port, seed=3, time_scale=0.01)
     url = f"http://127.0.0.1:{port}"
     with serve.running_server(argv, url, tmp_path / "server.log", ready_timeout_s=60, grace_s=5):
         yield url

@@ -17,10 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from rearrival.commands.configuration import configuration_option
 from rearrival.measure import rbln, serve
+from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
-CONFIG = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8))
+
+
+def compile_config(
+    model: str, buckets: tuple[int, ...], batch_size: int, **kw
+) -> rbln.CompileConfig:
+    return rbln.CompileConfig(model, RblnConfiguration(buckets, batch_size), **kw)
+
+
+CONFIG = compile_config("Qwen/Qwen3-4B", (1, 2, 4, 8), 8)
 
 FAKE_OPTIMUM = """
 import itertools
@@ -129,7 +139,7 @@ def test_compile_passes_the_spec_arguments_and_is_content_addressed(
     again = rbln.compile_artifact(CONFIG, artifacts, dev_dir=fake_stack)
     assert again.skipped and again.artifact == first.artifact and len(fake.CALLS) == 1
 
-    other = rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 6, 8))
+    other = compile_config("Qwen/Qwen3-4B", (1, 2, 4, 6, 8), 8)
     third = rbln.compile_artifact(other, artifacts, dev_dir=fake_stack)
     assert not third.skipped and third.artifact != first.artifact and len(fake.CALLS) == 2
 
@@ -139,20 +149,19 @@ def test_artifact_name_depends_on_every_input() -> None:
     base = rbln.artifact_name(CONFIG, software)
     assert base == rbln.artifact_name(CONFIG, dict(software))
     variants = [
-        rbln.CompileConfig(model="Qwen/Qwen3-8B", batch_size=8, buckets=(1, 2, 4, 8)),
-        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=16, buckets=(1, 2, 4, 8, 16)),
-        rbln.CompileConfig(model="Qwen/Qwen3-4B", batch_size=8, buckets=(2, 4, 8)),
-        rbln.CompileConfig(
-            model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), max_seq_len=4096
-        ),
-        rbln.CompileConfig(
-            model="Qwen/Qwen3-4B", batch_size=8, buckets=(1, 2, 4, 8), num_devices=2
-        ),
+        compile_config("Qwen/Qwen3-8B", (1, 2, 4, 8), 8),
+        compile_config("Qwen/Qwen3-4B", (1, 2, 4, 8, 16), 16),
+        compile_config("Qwen/Qwen3-4B", (2, 4, 8), 8),
+        compile_config("Qwen/Qwen3-4B", (1, 2, 4, 8), 8, max_seq_len=4096),
+        compile_config("Qwen/Qwen3-4B", (1, 2, 4, 8), 8, num_devices=2),
     ]
     names = {rbln.artifact_name(v, software) for v in variants}
     names.add(rbln.artifact_name(CONFIG, software | {"rebel-compiler": "0.11.2"}))
     assert base not in names and len(names) == len(variants) + 1
     assert "/" not in base and base.startswith("Qwen-Qwen3-4B.b8.k1-2-4-8.")
+    # pinned: if the address moved with a refactor, artifacts compiled before would be
+    # compiled again (about 7 minutes each on the device, paper Table XIV)
+    assert base == "Qwen-Qwen3-4B.b8.k1-2-4-8.b7442f9c929d55fd"
 
 
 @pytest.mark.parametrize(
@@ -164,11 +173,13 @@ def test_artifact_name_depends_on_every_input() -> None:
         (0, (8,), "positive integer"),
     ],
 )
-def test_bad_compile_configs_are_refused(
+def test_bad_compile_options_are_refused_naming_the_option(
     batch_size: int, buckets: tuple[int, ...], message: str
 ) -> None:
-    with pytest.raises(rbln.RblnError, match=message):
-        rbln.CompileConfig(model="m", batch_size=batch_size, buckets=buckets)
+    """`rearrival rbln compile` builds its configuration from --buckets/--batch-size."""
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        configuration_option(",".join(map(str, buckets)), batch_size)
+    assert str(caught.value).startswith("--") and "\n" not in str(caught.value)
 
 
 def test_vllm_serve_argv_is_a_list_carrying_the_spec_flags() -> None:
@@ -271,9 +282,7 @@ def test_rbln_run_checks_stack_patch_slots_and_artifact_before_serving(
             plan,
             out,
             artifact=artifact,
-            buckets=(1, 2, 4, 8),
-            batch_size=8,
-            slots=slots,
+            configuration=RblnConfiguration((1, 2, 4, 8), 8, slots),
             variant="wait",
             options=ReplayOptions(),
             manifest={},

@@ -14,6 +14,7 @@ from rearrival.errors import RearrivalError
 from rearrival.measure import records
 from rearrival.measure.records import RunRecordError, read_run, write_run
 from rearrival.measure.records import write as records_write
+from rearrival.model.configuration import RblnConfiguration
 
 
 def _requests() -> pd.DataFrame:
@@ -50,9 +51,7 @@ def _manifest(status: str = "complete", reason: str | None = None) -> dict:
     template = records.manifest_template(
         study="validation",
         backend="emulated",
-        buckets=[1, 2, 4, 8],
-        batch_size=8,
-        slots=None,
+        configuration=RblnConfiguration((1, 2, 4, 8), 8),
         variant="wait",
         condition="baseline",
         replicate=1,
@@ -347,9 +346,7 @@ def test_manifest_records_the_witness_only_when_a_study_has_one() -> None:
     common = dict(
         study="grid",
         backend="emulated",
-        buckets=[1, 2],
-        batch_size=2,
-        slots=None,
+        configuration=RblnConfiguration((1, 2), 2),
         variant="wait",
         condition="baseline-wait",
         replicate=0,

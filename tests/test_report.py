@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from rearrival.config.calibration import PUBLISHED
-from rearrival.config.study import Configuration, load_study_config
+from rearrival.config.study import load_study_config
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import profile_bytes, profile_sha256
 from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
 from rearrival.report.profiles import choice
@@ -305,7 +306,7 @@ def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(smal
     nothing, so the fixed-arrival path differs only through the arrivals it is given."""
     from rearrival.model.simulator.sim import SimConfig, simulate
 
-    conf = Configuration("baseline", (1, 2, 4), 4, 4)
+    conf = RblnConfiguration((1, 2, 4), 4, name="baseline")
     full = simulate(small_plan, SimConfig(buckets=(1, 2, 4), batch_size=4))
     arrivals = [r.arrival_s for r in full.requests if r.turn == 1]
     assert fixed_arrival_device_s(small_plan, conf, "wait", arrivals) == pytest.approx(

@@ -13,6 +13,7 @@ from rearrival.atomic import atomic_directory
 from rearrival.errors import StageError
 from rearrival.measure.records import finish_manifest, manifest_template, write_run
 from rearrival.measure.records.contract import REQUEST_COLUMNS, STEP_COLUMNS
+from rearrival.model.configuration import VllmConfiguration
 from rearrival.workflow.run import refuse_failed_runs
 
 
@@ -20,9 +21,7 @@ def _write(run_dir: Path, status: str, reason: str | None) -> None:
     manifest = manifest_template(
         study="s",
         backend="vllm",
-        buckets=[],
-        batch_size=4,
-        slots=None,
+        configuration=VllmConfiguration((), 4, num_blocks=64),
         variant="wait",
         condition=run_dir.name,
         replicate=0,

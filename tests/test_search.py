@@ -17,17 +17,15 @@ from typer.testing import CliRunner
 
 from rearrival.cli import app
 from rearrival.config.search import SearchError, SearchSettings
+from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import ProfileError, measured_profile
 from rearrival.model.simulator.sim import simulate
 from rearrival.parquet import write_frame
 from rearrival.search import evaluate as evaluate_module
 from rearrival.search.candidates import (
-    BASELINE,
-    Candidate,
     candidates,
     enumerate_candidates,
-    parse_candidate_id,
     search_candidates,
 )
 from rearrival.search.evaluate import CandidateArrays, Outcome, evaluate, run_shard, score_plan
@@ -39,6 +37,7 @@ from rearrival.search.space import space_size
 
 CLI = Path(sys.executable).with_name("rearrival")
 runner = CliRunner()
+BASELINE = RblnConfiguration((1, 2, 4, 8), 8)
 
 # A search small enough for tests: 8 candidates (batch 4 and 6, at most 3 buckets), N in
 # {2, 3}, 1 seed x 2 blocks, so 4 search and 4 evaluation plans.
@@ -73,7 +72,7 @@ def tiny_plans(settings: SearchSettings):
     return [(key, make_plan(key, settings, 11, None)) for key in plan_keys(settings)]
 
 
-def direct(plan, cand: Candidate) -> Outcome:
+def direct(plan, cand: RblnConfiguration) -> Outcome:
     r = simulate(plan, cand.sim_config())
     return Outcome(
         r.device_s, r.decode_s, r.prefill_s, r.reuse_hits, r.re_arrivals, r.computed_prefill_tokens
@@ -104,12 +103,12 @@ def test_order_is_stable_and_every_candidate_valid() -> None:
         assert all(1 < b < c.batch_size for b in c.buckets[1:-1])
         assert all(a < b for a, b in pairwise(c.buckets))
         assert len(c.buckets) <= 6 and c.slots == c.batch_size
-        assert parse_candidate_id(c.id) == c
+        assert RblnConfiguration.from_id(c.id) == c
     assert BASELINE in cands
-    assert Candidate((1, 4, 6, 8, 10, 16), 16).id == "16:1,4,6,8,10,16"
+    assert RblnConfiguration((1, 4, 6, 8, 10, 16), 16).id == "16:1,4,6,8,10,16"
 
 
-def over_budget(candidate: Candidate, profile) -> bool:
+def over_budget(candidate: RblnConfiguration, profile) -> bool:
     return profile.compile_seconds(candidate.n_buckets) > profile.compile_budget_s
 
 
@@ -127,8 +126,8 @@ def test_compile_budget_filter() -> None:
 def test_bad_candidate_space_is_rejected() -> None:
     with pytest.raises(SearchError, match="max_buckets"):
         enumerate_candidates(max_buckets=1)
-    with pytest.raises(SearchError, match="batch_size"):
-        Candidate((1, 4), 8)
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        RblnConfiguration((1, 4), 8)
 
 
 # --- plans ------------------------------------------------------------------------------
@@ -164,7 +163,7 @@ def test_batch_scores_with_reuse_equal_direct_simulation() -> None:
     settings = SearchSettings(n=(6, 10), seeds=1, blocks=1, restricted_n=((6,),))
     cands = enumerate_candidates((8, 12, 16), 4)
     cands += [
-        Candidate(c.buckets, c.batch_size, slots)
+        RblnConfiguration(c.buckets, c.batch_size, slots)
         for c in cands[:40:7]
         for slots in (3, c.batch_size + 5)
     ]
@@ -206,7 +205,7 @@ def test_pool_starts_only_above_the_simulation_threshold(monkeypatch) -> None:
 def test_baseline_and_its_twin_score_exactly_one() -> None:
     settings = tiny_settings()
     plans = tiny_plans(settings)
-    twin = Candidate((1, 2, 4, 8), 8)
+    twin = RblnConfiguration((1, 2, 4, 8), 8)
     cands = [*enumerate_candidates(settings.batch_sizes, settings.max_buckets), twin]
     results, _ = evaluate(cands, plans)
     table, _ = score_table(results, cands, BASELINE, settings)
@@ -542,7 +541,7 @@ def test_batch_core_matches_single_calls_on_random_plans() -> None:
 
     rng = random.Random(12)
     cands = [
-        Candidate(c.buckets, c.batch_size, rng.choice([None, 1, 5, 40]))
+        RblnConfiguration(c.buckets, c.batch_size, rng.choice([None, 1, 5, 40]))
         for c in enumerate_candidates((1, 4, 8, 16, 33), 3)
     ]
     arrays = CandidateArrays(cands, measured_profile())

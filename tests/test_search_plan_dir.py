@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 from rearrival.cli import app
 from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plan import PlanError, write_plan
 from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.search.advise import predict
-from rearrival.search.candidates import Candidate, candidates
+from rearrival.search.candidates import candidates
 from rearrival.search.outputs import OutputPaths
 from rearrival.search.plan_dir import search_plan_dir
 
@@ -59,7 +60,7 @@ def test_search_over_a_plan_directory_ranks_by_summed_seconds(
     from rearrival.search.plan_files import load_plan_dir
 
     loaded = load_plan_dir(plans)
-    base = predict(loaded, Candidate((1, 2, 4, 8), 8))["device_s"]
+    base = predict(loaded, RblnConfiguration((1, 2, 4, 8), 8))["device_s"]
     scores = {c.id: predict(loaded, c)["device_s"] / base for c in candidates((2, 4), 3)}
     assert selected["search_score"] == pytest.approx(min(scores.values()), rel=1e-12)
     assert scores[selected["id"]] == pytest.approx(min(scores.values()), rel=1e-12)

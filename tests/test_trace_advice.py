@@ -14,9 +14,10 @@ from rearrival.atomic import atomic_write_json
 from rearrival.cli import app
 from rearrival.config.search import SearchError
 from rearrival.config.study import load_study_config
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plan import MultiRoundSession
 from rearrival.search.advise import to_markdown
-from rearrival.search.candidates import Candidate, candidates
+from rearrival.search.candidates import candidate_record, candidates
 from rearrival.search.trace_advice import advise_trace, import_trace, workload_plans
 
 runner = CliRunner()
@@ -93,7 +94,10 @@ def test_advise_trace_refuses_n_other_than_the_search(
     small_config: Path, two_round_trace: Path, tmp_path: Path
 ) -> None:
     search = tmp_path / "search"
-    atomic_write_json(search / "selected.json", {**Candidate((1, 4), 4).as_dict(), "search_n": [3]})
+    atomic_write_json(
+        search / "selected.json",
+        {**candidate_record(RblnConfiguration((1, 4), 4)), "search_n": [3]},
+    )
     cfg = load_study_config(small_config)
     with pytest.raises(SearchError, match="N 5 differs from the N set 3"):
         advise_trace(cfg, two_round_trace, n=[5], search_dir=search, resamples=5)

@@ -12,19 +12,19 @@ import pytest
 from rearrival.judge.channels import channel_a, channel_b
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.records import RunRecord
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plangen import derive_seed, generate_plan
-from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.model.simulator.sim import simulate
 
-BASELINE = ((1, 2, 4, 8), 8)
-MORE_SLOTS = ((1, 2, 4, 8, 16), 16)
+BASELINE = RblnConfiguration((1, 2, 4, 8), 8)
+MORE_SLOTS = RblnConfiguration((1, 2, 4, 8, 16), 16)
 STUDY_SEED = 424242
 REPLICATES = 3
 
 
 def measured(plan, configuration, replicate):
-    buckets, batch = configuration
-    seed = derive_seed(STUDY_SEED, replicate, plan.n, 9, f"run:{batch}")
-    run = run_emulated(plan, buckets=buckets, batch_size=batch, seed=seed)
+    seed = derive_seed(STUDY_SEED, replicate, plan.n, 9, f"run:{configuration.batch_size}")
+    run = run_emulated(plan, configuration, seed=seed)
     record = RunRecord(
         requests=run.requests,
         steps=run.steps,
@@ -43,9 +43,9 @@ def validation(request):
     re_arrivals = 0
     for replicate in range(REPLICATES):
         plan = generate_plan(n, study_seed=STUDY_SEED, replicate=replicate, block=9)
-        for side, (buckets, batch) in enumerate((BASELINE, MORE_SLOTS)):
-            sums["pred"][side] += simulate(plan, SimConfig(buckets, batch)).device_s
-            a, b, counts = measured(plan, (buckets, batch), replicate)
+        for side, configuration in enumerate((BASELINE, MORE_SLOTS)):
+            sums["pred"][side] += simulate(plan, configuration.sim_config()).device_s
+            a, b, counts = measured(plan, configuration, replicate)
             sums["a"][side] += a
             sums["b"][side] += b
             sums["hits"][side] += counts["reuse_hits"]

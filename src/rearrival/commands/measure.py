@@ -72,17 +72,6 @@ def channels(
 # --- run and emulate-server (measure.client, measure.emulate_server; docs/DESIGN.md §5-6) ------
 
 
-def _buckets(text: str) -> tuple[int, ...]:
-    from rearrival.errors import RearrivalError
-
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise RearrivalError(
-            f"--buckets '{text}': use comma-separated integers in ascending order, e.g. 1,2,4,8"
-        ) from None
-
-
 def run(
     plan_path: Annotated[
         Path,
@@ -132,7 +121,9 @@ def run(
     condition: Annotated[
         str | None,
         typer.Option(
-            "--condition", help="Condition label; default: backend/buckets/batch/variant."
+            "--condition",
+            help="Condition label; default: BACKEND:ID:VARIANT, ID the configuration's "
+            "id (e.g. emulated:8:1,2,4,8:wait; /S appended when --slots differs).",
         ),
     ] = None,
     artifact: Annotated[
@@ -181,11 +172,10 @@ def run(
     """
     import asyncio
 
-    from rearrival.config.study import make_configuration
+    from rearrival.commands.configuration import configuration_option, vllm_configuration_option
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
     from rearrival.measure.vllm.backend import VllmSettings
-    from rearrival.model.configuration import VllmConfiguration
     from rearrival.model.plans.plan import load_plan
 
     if backend not in BACKENDS:
@@ -194,8 +184,8 @@ def run(
         _run_vllm(
             plan_path,
             out,
-            VllmConfiguration(
-                _buckets(buckets) if buckets else (),
+            vllm_configuration_option(
+                buckets,
                 batch_size,
                 num_blocks=num_blocks,
                 block_size=block_size,
@@ -209,16 +199,7 @@ def run(
             replicate=replicate,
         )
         return
-    sizes = _buckets(buckets or "1,2,4,8")
-    configuration = make_configuration(
-        "adhoc",
-        {
-            "buckets": list(sizes),
-            "batch_size": batch_size,
-            **({"slots": slots} if slots is not None else {}),
-        },
-        "options --buckets",
-    )
+    configuration = configuration_option(buckets, batch_size, slots)
     plan = load_plan(plan_path)
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
@@ -236,9 +217,7 @@ def run(
         artifact=artifact,
         site_packages=site_packages,
     )
-    label = condition or (
-        f"{backend}:b{'-'.join(map(str, sizes))}:bs{batch_size}:s{configuration.slots}:{variant}"
-    )
+    label = condition or f"{backend}:{configuration.id}:{variant}"
     request = RunRequest(
         study=study,
         plan=plan,
@@ -362,11 +341,11 @@ def emulate_server(
     """
     import asyncio
 
-    from rearrival.measure.emulate.engine import EngineConfig
+    from rearrival.commands.configuration import configuration_option
     from rearrival.measure.emulate.server import ServerOptions, serve
 
     options = ServerOptions(
-        EngineConfig(_buckets(buckets), batch_size, slots),
+        configuration_option(buckets, batch_size, slots),
         seed=seed,
         time_scale=time_scale,
         log_path=log,

@@ -90,18 +90,12 @@ def compile_model(
     Prints the artifact directory, compile seconds and bytes; fails fast with what to
     install when optimum-rbln or an RBLN device is missing.
     """
-    from rearrival.measure.rbln import CompileConfig, RblnError, compile_artifact
+    from rearrival.commands.configuration import configuration_option
+    from rearrival.measure.rbln import CompileConfig, compile_artifact
 
-    try:
-        sizes = tuple(int(part) for part in buckets.split(","))
-    except ValueError:
-        raise RblnError(
-            f"--buckets '{buckets}': use comma-separated integers, e.g. 1,2,4,8"
-        ) from None
     config = CompileConfig(
         model=model,
-        batch_size=batch_size,
-        buckets=sizes,
+        configuration=configuration_option(buckets, batch_size),
         max_seq_len=max_seq_len,
         num_devices=num_devices,
     )

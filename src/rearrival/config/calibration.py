@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.buckets import bucket_set_problem
+from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 from rearrival.model.cost.fits import DTYPE_BYTES
 from rearrival.model.cost.profile import Profile, load_profile_for_model
 
@@ -99,16 +99,12 @@ def model_from_config_json(path: Path, base: ModelSpec) -> ModelSpec:
     return ModelSpec(**{**fixed, **values})
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """One calibration artifact: a bucket set compiled for calibration runs."""
-
-    buckets: tuple[int, ...]
-    batch_size: int
-
-    @property
-    def name(self) -> str:
-        return "calib-" + "-".join(map(str, self.buckets))
+def calibration_artifact(buckets: tuple[int, ...], batch_size: int) -> RblnConfiguration:
+    """One calibration artifact: a configuration compiled for calibration runs, named
+    ``calib-<buckets>`` (its runs, samples and compile record carry the name)."""
+    return RblnConfiguration(
+        tuple(buckets), batch_size, name="calib-" + "-".join(map(str, buckets))
+    )
 
 
 # Four artifacts measure every bucket 1..16 (all the search can select) and 24, 32 (the
@@ -116,10 +112,10 @@ class Artifact:
 # is what separates beta from g(b). Each compiles within the 1,800 s budget
 # (42.3 + 61.33 x (buckets + 1) s: 410, 349, 533 and 226 s).
 DEFAULT_ARTIFACTS = (
-    Artifact((1, 2, 4, 8, 16), 16),
-    Artifact((3, 6, 10, 12), 12),
-    Artifact((5, 7, 9, 11, 13, 14, 15), 15),
-    Artifact((24, 32), 32),
+    calibration_artifact((1, 2, 4, 8, 16), 16),
+    calibration_artifact((3, 6, 10, 12), 12),
+    calibration_artifact((5, 7, 9, 11, 13, 14, 15), 15),
+    calibration_artifact((24, 32), 32),
 )
 
 
@@ -127,7 +123,7 @@ DEFAULT_ARTIFACTS = (
 class CalibrationSettings:
     """How the calibration stage measures (docs/DESIGN.md §3; paper II-B, III-C, IV)."""
 
-    artifacts: tuple[Artifact, ...] = DEFAULT_ARTIFACTS
+    artifacts: tuple[RblnConfiguration, ...] = DEFAULT_ARTIFACTS
     decode_steps: int = 200
     min_steps: int = 50
     warmup_steps: int = 8
@@ -148,10 +144,6 @@ class CalibrationSettings:
                 "bucket set, e.g. {buckets: [1, 2, 4, 8], "
                 "batch_size: 8}"
             )
-        for index, artifact in enumerate(self.artifacts):
-            problem = bucket_set_problem(artifact.buckets, artifact.batch_size)
-            if problem is not None:
-                raise CalibrationConfigError(f"calibration.artifacts[{index}]: {problem}")
         if self.min_steps < 2 or self.decode_steps < 1:
             raise CalibrationConfigError(
                 "calibration.min_steps must be >= 2 and calibration.decode_steps >= 1"
@@ -160,6 +152,16 @@ class CalibrationSettings:
             raise CalibrationConfigError(
                 "calibration.max_residual and max_prefill_error must be > 0"
             )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings in the config file's spelling (``calibration:``), as the profile
+        records them and the workflow compares them: each artifact as the ``buckets`` and
+        ``batch_size`` it is configured with (its slots are batch_size, its name derived)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["artifacts"] = tuple(
+            {"buckets": list(a.buckets), "batch_size": a.batch_size} for a in self.artifacts
+        )
+        return values
 
     @property
     def measured_buckets(self) -> tuple[int, ...]:
@@ -221,6 +223,14 @@ def _typed(cls: type, raw: Any, key: str) -> Any:
     return cls(**values)
 
 
+def _artifact(index: int, raw: dict[str, Any]) -> RblnConfiguration:
+    """``calibration.artifacts[index]``; a knob the configuration refuses names the entry."""
+    try:
+        return calibration_artifact(tuple(raw["buckets"]), int(raw["batch_size"]))
+    except ConfigurationError as exc:
+        raise CalibrationConfigError(f"calibration.artifacts[{index}]: {exc}") from None
+
+
 def measurement_settings_from_mapping(raw: dict[str, Any], source: str) -> MeasurementSettings:
     """Typed calibration settings from a (schema-valid) study definition mapping."""
     try:
@@ -230,7 +240,7 @@ def measurement_settings_from_mapping(raw: dict[str, Any], source: str) -> Measu
         section = dict(raw.get("calibration") or {})
         if "artifacts" in section:
             section["artifacts"] = [
-                Artifact(tuple(a["buckets"]), int(a["batch_size"])) for a in section["artifacts"]
+                _artifact(index, raw) for index, raw in enumerate(section["artifacts"])
             ]
         settings = _typed(CalibrationSettings, section, "calibration")
         return MeasurementSettings(

@@ -26,9 +26,15 @@ from rearrival.config.injection import InjectionSettings
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.workload import Workload, workload_from_mapping
 from rearrival.errors import StageError
-from rearrival.model.buckets import bucket_set_problem, size_problem
+from rearrival.model.configuration import (
+    Configuration,
+    ConfigurationError,
+    RblnConfiguration,
+    configuration_from_mapping,
+    configuration_in_record,
+)
 from rearrival.model.plans.tools import ToolTable, default_tool_table, load_summary_json
-from rearrival.vocabulary import EMULATED
+from rearrival.vocabulary import EMULATED, RBLN
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -38,35 +44,15 @@ class SelectionMissingError(StageError):
     the CLI can name its flag for it."""
 
 
-@dataclass(frozen=True)
-class Configuration:
-    """A compile-time configuration: bucket set, batch size (max-num-seqs), KV slots."""
-
-    name: str
-    buckets: tuple[int, ...]
-    batch_size: int
-    slots: int
-
-    def label(self) -> str:
-        inner = ",".join(map(str, self.buckets))
-        return f"{{{inner}}}/{self.batch_size}/{self.slots}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"buckets": list(self.buckets), "batch_size": self.batch_size, "slots": self.slots}
-
-
-def make_configuration(name: str, raw: dict[str, Any], where: str) -> Configuration:
-    """Check the one rule every stage relies on: batch_size is the largest bucket."""
-    buckets = tuple(sorted(int(b) for b in raw["buckets"]))
-    batch_size = int(raw["batch_size"])
-    problem = bucket_set_problem(buckets, batch_size)
-    if problem is not None:
-        raise StudyConfigError(f"{where}: {name}.buckets/{name}.batch_size: {problem}")
-    slots = int(raw["slots"]) if "slots" in raw else batch_size  # docs/DESIGN.md §1
-    too_many = size_problem("slots", slots)
-    if too_many is not None:
-        raise StudyConfigError(f"{where}: {name}.slots: {too_many}")
-    return Configuration(name, buckets, batch_size, slots)
+def configuration_from_config(name: str, raw: dict[str, Any], where: str) -> RblnConfiguration:
+    """One entry under ``configurations``, checked once by the configuration type (the
+    largest bucket is batch_size; slots default to batch_size, docs/DESIGN.md §1); a knob
+    it refuses is one line naming the file and the keys."""
+    try:
+        return configuration_from_mapping(raw, RBLN, name)  # type: ignore[return-value]
+    except ConfigurationError as exc:
+        keys = "/".join(f"{name}.{field}" for field in exc.fields) or name
+        raise StudyConfigError(f"{where}: {keys}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -128,7 +114,7 @@ class StudyConfig:
     config/schema.yaml documents the same values)."""
 
     source: str
-    configurations: dict[str, Configuration]
+    configurations: dict[str, RblnConfiguration]
     studies: dict[str, Study]
     backend: str = EMULATED
     study_seed: int = 20260601
@@ -233,7 +219,7 @@ def _tuples(values: dict[str, Any]) -> dict[str, Any]:
 def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
     """Build the typed study definition from a schema-valid mapping."""
     configurations = {
-        name: make_configuration(name, value, f"{source}: configurations")
+        name: configuration_from_config(name, value, f"{source}: configurations")
         for name, value in raw["configurations"].items()
     }
     measurement = measurement_settings_from_mapping(raw, source)
@@ -361,22 +347,24 @@ def tool_table_for(cfg: StudyConfig) -> ToolTable:
     return load_summary_json(path)
 
 
-def read_selected(path: Path) -> Configuration:
-    """The configuration the search picked (results/search/selected.json)."""
+def read_selected(path: Path) -> RblnConfiguration:
+    """The configuration the search picked (results/search/selected.json, which carries
+    the pick's ``id`` beside its knobs), named ``selected``."""
     if not path.exists():
         raise StageError(
             f"{path}: no search result; run the search stage first "
             "(snakemake results/search/selected.json)"
         )
     raw = json.loads(path.read_text())
-    buckets = tuple(int(b) for b in raw["buckets"])
-    batch = int(raw["batch_size"])
-    return Configuration(SELECTED, buckets, batch, int(raw.get("slots", batch)))
+    try:
+        return configuration_in_record(raw, RBLN, SELECTED)  # type: ignore[return-value]
+    except ConfigurationError as exc:
+        raise StageError(f"{path}: {exc}; re-run the search stage") from None
 
 
 def resolve_configurations(
     cfg: StudyConfig, study: Study, selected_path: Path | None
-) -> dict[str, Configuration]:
+) -> dict[str, RblnConfiguration]:
     """Every configuration a study compares, by name, the search's pick read from
     ``selected_path`` (predict, preregister, run and compile all resolve them here)."""
     resolved = {}

@@ -15,29 +15,24 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.study import Configuration, Study
+from rearrival.config.study import Study
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.model.simulator.sim import simulate
 from rearrival.vocabulary import PREDICTION, RULE_SETS
 
 
 def simulate_condition(
     plan: Plan,
-    configuration: Configuration,
+    configuration: RblnConfiguration,
     variant: str,
     simulator: str,
     profile: Profile | None = None,
 ) -> dict[str, Any]:
-    """One simulator summary for one plan under one condition."""
-    release, dummy_block = RULE_SETS[simulator]
-    config = SimConfig(
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
-        release=release,
-        dummy_block=dummy_block,
-    )
+    """One simulator summary for one plan under one condition (``simulator`` one of
+    ``RULE_SETS``)."""
+    config = configuration.sim_config(simulator)
     summary = simulate(plan.variant(variant), config, profile).summary()
     summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
     return summary
@@ -47,7 +42,7 @@ def prediction_frame(
     replicates: int,
     study: Study,
     plan_for: Callable[[int, int], Plan],
-    configurations: dict[str, Configuration],
+    configurations: dict[str, RblnConfiguration],
     profile: Profile,
 ) -> pd.DataFrame:
     """The predictions table of one study under ``profile``, ``plan_for(n, replicate)``

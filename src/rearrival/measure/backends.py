@@ -27,7 +27,6 @@ from rearrival.measure.client import (
     server_configuration,
 )
 from rearrival.measure.emulate.driver import run_emulated
-from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate.server import server_argv
 from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.rbln import compiled_artifact, run_rbln
@@ -40,7 +39,8 @@ from rearrival.model.plans.plan import check_context
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, RBLN, VLLM
 
 if TYPE_CHECKING:
-    from rearrival.config.study import Configuration, StudyConfig
+    from rearrival.config.study import StudyConfig
+    from rearrival.model.configuration import Configuration
     from rearrival.model.plans.plan import Plan
 
 
@@ -85,7 +85,7 @@ class RunRequest:
     study: str
     plan: Plan
     plan_path: Path
-    configuration: Configuration | VllmConfiguration
+    configuration: Configuration
     variant: str
     label: str
     replicate: int
@@ -100,9 +100,7 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
     manifest = manifest_template(
         study=run.study,
         backend=settings.backend,
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=getattr(configuration, "slots", None),
+        configuration=configuration,
         variant=run.variant,
         condition=run.label,
         replicate=run.replicate,
@@ -117,9 +115,6 @@ def run_manifest(settings: BackendSettings, run: RunRequest) -> dict[str, Any]:
         # N is part of the id: one study runs the same condition at several N
         run_id=new_run_id(run.study, f"n{run.plan.n}-{run.label}", run.replicate, settings.backend),
     )
-    if isinstance(configuration, VllmConfiguration):  # its own knobs, named by substrate
-        manifest["configuration"] = {"substrate": configuration.substrate}
-        manifest["configuration"].update(configuration.as_dict())
     manifest["configuration"]["name"] = configuration.name
     return manifest
 
@@ -134,12 +129,9 @@ def run_emulated_backend(settings: BackendSettings, run: RunRequest, out: Path) 
     """The in-process virtual-time twin: complete by construction, seeded, byte-stable."""
     _check_slot_context(run)
     manifest = run_manifest(settings, run)
-    configuration = run.configuration
     result = run_emulated(
         run.plan,
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
+        run.configuration,
         variant=run.variant,
         seed=run.seed,
         truth=load_truth(settings.emulator_truth),
@@ -184,10 +176,9 @@ def run_http_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
             )
         )
         return outcome.path
-    configuration = run.configuration
     port = free_port()
     argv = server_argv(
-        EngineConfig(configuration.buckets, configuration.batch_size, configuration.slots),
+        run.configuration,
         port=port,
         seed=run.seed,
         time_scale=settings.time_scale,
@@ -220,9 +211,7 @@ def run_rbln_backend(settings: BackendSettings, run: RunRequest, out: Path) -> P
         run.plan,
         out,
         artifact=artifact,
-        buckets=configuration.buckets,
-        batch_size=configuration.batch_size,
-        slots=configuration.slots,
+        configuration=configuration,
         variant=run.variant,
         options=ReplayOptions(seed=run.seed),
         manifest=run_manifest(settings, run),

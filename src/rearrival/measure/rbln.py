@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from rearrival.errors import RearrivalError, StageError
 from rearrival.measure import patch
 from rearrival.measure.client import ReplayOptions, RunOutcome
 from rearrival.measure.serve import free_port, run_with_server
-from rearrival.model.buckets import bucket_set_problem
+from rearrival.model.configuration import RblnConfiguration
 
 if TYPE_CHECKING:
     from rearrival.model.plans.plan import Plan
@@ -102,31 +102,40 @@ def require_stack(modules: Sequence[str], *, dev_dir: Path = Path("/dev")) -> No
 
 @dataclass(frozen=True)
 class CompileConfig:
-    """One artifact's compile parameters (paper Section II-A; docs/DESIGN.md §5)."""
+    """One artifact's compile parameters (paper Section II-A; docs/DESIGN.md §5): a
+    configuration (checked where it was built) compiled for a model. Its slots are not
+    compiled: the eager path allocates batch_size KV slots (``run_rbln`` refuses others)."""
 
     model: str
-    batch_size: int
-    buckets: tuple[int, ...]
+    configuration: RblnConfiguration
     max_seq_len: int = 8192
     num_devices: int = 4
 
     def __post_init__(self) -> None:
         if not self.model.strip():
             raise RblnError("model is empty; give a Hugging Face id or a local model path")
-        problem = bucket_set_problem(tuple(self.buckets), self.batch_size)
-        if problem is not None:
-            raise RblnError(f"compile buckets/batch_size: {problem}")
         if self.max_seq_len < 1 or self.num_devices < 1:
             raise RblnError("max_seq_len and num_devices must be >= 1")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The compile record's ``config`` (and the artifact's content address): model,
+        batch_size, buckets, max_seq_len, num_devices."""
+        return {
+            "model": self.model,
+            "batch_size": self.configuration.batch_size,
+            "buckets": list(self.configuration.buckets),
+            "max_seq_len": self.max_seq_len,
+            "num_devices": self.num_devices,
+        }
 
     def from_pretrained_kwargs(self) -> dict[str, object]:
         """The optimum-rbln export arguments of one configuration (paper Section II-A)."""
         return {
             "export": True,
-            "rbln_batch_size": self.batch_size,
+            "rbln_batch_size": self.configuration.batch_size,
             "rbln_max_seq_len": self.max_seq_len,
             "rbln_num_devices": self.num_devices,
-            "rbln_decoder_batch_sizes": list(self.buckets),
+            "rbln_decoder_batch_sizes": list(self.configuration.buckets),
         }
 
 
@@ -137,14 +146,14 @@ def artifact_name(config: CompileConfig, software: Mapping[str, str | None]) -> 
     find the artifact compiled before.
     """
     canonical = json.dumps(
-        {"config": asdict(config), "software": dict(software)},
+        {"config": config.as_dict(), "software": dict(software)},
         sort_keys=True,
         separators=(",", ":"),
     )
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     slug = "".join(c if c.isalnum() or c in "._-" else "-" for c in config.model).strip("-")
-    buckets = "-".join(map(str, config.buckets))
-    return f"{slug}.b{config.batch_size}.k{buckets}.{digest}"
+    buckets = "-".join(map(str, config.configuration.buckets))
+    return f"{slug}.b{config.configuration.batch_size}.k{buckets}.{digest}"
 
 
 @dataclass(frozen=True)
@@ -199,7 +208,7 @@ def compile_artifact(
         record,
         {
             "artifact": name,
-            "config": asdict(config),
+            "config": config.as_dict(),
             "compile_s": compile_s,
             "artifact_bytes": size,
             "software": software,
@@ -279,9 +288,7 @@ def run_rbln(
     out: Path,
     *,
     artifact: Path | None,
-    buckets: Sequence[int],
-    batch_size: int,
-    slots: int | None,
+    configuration: RblnConfiguration,
     variant: str,
     options: ReplayOptions,
     manifest: dict[str, Any],
@@ -301,9 +308,10 @@ def run_rbln(
             f"{status.path}: observation patch is not applied (state "
             f"{status.state}); run `rearrival rbln patch apply` first"
         )
-    if slots is not None and slots != batch_size:
+    buckets, batch_size = list(configuration.buckets), configuration.batch_size
+    if configuration.slots != batch_size:
         raise RblnError(
-            f"slots {slots}: on the eager path the artifact has exactly "
+            f"slots {configuration.slots}: on the eager path the artifact has exactly "
             f"batch_size={batch_size} KV slots; compile another batch size instead"
         )
     if artifact is None or not artifact.is_dir():
@@ -313,10 +321,10 @@ def run_rbln(
     record = artifact.with_name(f"{artifact.name}.json")
     if record.is_file():
         compiled = json.loads(record.read_text())["config"]
-        if compiled["buckets"] != list(buckets) or compiled["batch_size"] != batch_size:
+        if compiled["buckets"] != buckets or compiled["batch_size"] != batch_size:
             raise RblnError(
                 f"artifact {artifact}: compiled for buckets {compiled['buckets']} "
-                f"batch {compiled['batch_size']}, not {list(buckets)} batch "
+                f"batch {compiled['batch_size']}, not {buckets} batch "
                 f"{batch_size}; pass the matching artifact"
             )
     port = free_port()

@@ -4,7 +4,9 @@ requests runs as the next size compiled at build time, the rest of it padding.
 RBLN compiles decoder graphs for a bucket set whose largest bucket is the batch size; a
 vLLM GPU server captures CUDA graphs for a set of sizes and runs a batch above the largest
 eagerly, unpadded. The configuration types (``rearrival.model.configuration``) check their
-sizes here and the simulators and the emulator pad with these functions.
+knobs here, and so does the simulator's own config (``SimConfig``, which that module
+builds and so cannot import), so the checks and the slots default exist once; the
+simulators and the emulator pad with these functions.
 """
 
 from __future__ import annotations
@@ -17,6 +19,29 @@ from rearrival.limits import BATCH_SIZE_WHY, MAX_BATCH_SIZE, bound_problem
 def is_integer(value: object) -> bool:
     """An int that is not a bool (True == 1 would pass as a batch size)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_sizes(value: object) -> tuple[int, ...] | None:
+    """A list of sizes as a tuple, or None when it is not a list of anything (a number,
+    None): the caller names its field."""
+    try:
+        return tuple(value)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+
+
+def default_slots(slots: int | None, batch_size: int) -> int:
+    """KV slots S default to batch_size: eager attention allocates one ``max_seq_len``
+    block per sequence of the batch (paper Section II-B; docs/DESIGN.md §1)."""
+    return batch_size if slots is None else slots
+
+
+def slots_problem(slots: object) -> str | None:
+    """What is wrong with a KV slot count (not a positive integer, or over the bound of
+    ``size_problem``), or None."""
+    if not is_integer(slots) or slots < 1:  # type: ignore[operator]
+        return f"slots {slots!r} must be a positive integer (default: batch_size)"
+    return size_problem("slots", slots)  # type: ignore[arg-type]
 
 
 def select_bucket(n: int, buckets: tuple[int, ...]) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -38,10 +38,12 @@ from rearrival.limits import (
 from rearrival.model.buckets import (
     bucket_set_problem,
     capture_padded,
+    default_slots,
+    int_sizes,
     is_integer,
     select_bucket,
-    size_problem,
     sizes_problem,
+    slots_problem,
 )
 from rearrival.model.simulator.sim_types import SimConfig
 from rearrival.vocabulary import RULE_SETS
@@ -58,12 +60,12 @@ class ConfigurationError(RearrivalError, ValueError):
 
 
 def _as_int_tuple(value: Any, name: str) -> tuple[int, ...]:
-    try:
-        return tuple(value)
-    except TypeError as exc:
+    sizes = int_sizes(value)
+    if sizes is None:
         raise ConfigurationError(
             f"configuration field '{name}' must be a list of integers such as 1,2,4,8", (name,)
-        ) from exc
+        )
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,9 @@ class Configuration:
         return type(self)(**self.as_dict(), name=name)
 
 
+_RBLN_ID = re.compile(r"(\d+):([\d,]+)(?:/(\d+))?")
+
+
 @dataclass(frozen=True)
 class RblnConfiguration(Configuration):
     """The paper's configuration (bucket set B, batch_size, KV slots S; Section II-B).
@@ -120,16 +125,25 @@ class RblnConfiguration(Configuration):
         problem = bucket_set_problem(buckets, self.batch_size)
         if problem is not None:
             raise ConfigurationError(problem, ("buckets", "batch_size"))
-        slots = self.batch_size if self.slots is None else self.slots
-        if not is_integer(slots) or slots < 1:
-            raise ConfigurationError(
-                f"slots {slots!r} must be a positive integer (default: batch_size)", ("slots",)
-            )
-        problem = size_problem("slots", slots)
+        slots = default_slots(self.slots, self.batch_size)
+        problem = slots_problem(slots)
         if problem is not None:
             raise ConfigurationError(problem, ("slots",))
         object.__setattr__(self, "buckets", buckets)
         object.__setattr__(self, "slots", slots)
+
+    @classmethod
+    def from_id(cls, text: str, name: str = "") -> RblnConfiguration:
+        """The configuration an ``id`` names (its inverse: search results, advice)."""
+        match = _RBLN_ID.fullmatch(text)
+        if match is None:
+            raise ConfigurationError(
+                f"configuration id {text!r} is not of the form 16:1,4,6,8,10,16 "
+                "(batch_size:buckets, then /slots when slots differ from batch_size)",
+                ("id",),
+            )
+        slots = int(match[3]) if match[3] else None
+        return cls(tuple(int(b) for b in match[2].split(",")), int(match[1]), slots, name=name)
 
     def padded(self, n: int) -> int:
         return select_bucket(n, self.buckets)
@@ -302,24 +316,55 @@ SUBSTRATES: dict[str, type[Configuration]] = {
 }
 
 
-def configuration_from_mapping(
-    raw: Mapping[str, Any], substrate: str = "rbln", name: str = ""
-) -> Configuration:
-    """Rebuild a configuration from its ``as_dict`` mapping (a manifest, a registration,
-    a search result, a config file's entry). Keys the substrate does not know are refused;
-    an ``id`` key, which search results carry beside the knobs, is ignored."""
+def substrate_type(substrate: str) -> type[Configuration]:
+    """The configuration type of a substrate (``SUBSTRATES``), or a one-line refusal."""
     kind = SUBSTRATES.get(substrate)
     if kind is None:
         raise ConfigurationError(
             f"substrate {substrate!r}: use one of {', '.join(SUBSTRATES)}", ("substrate",)
         )
-    knobs = {key: value for key, value in raw.items() if key != "id"}
+    return kind
+
+
+def knob_names(substrate: str = "rbln") -> tuple[str, ...]:
+    """The fields a substrate's configuration is built from, in ``as_dict`` order."""
+    return tuple(f.name for f in fields(substrate_type(substrate)) if f.name != "name")
+
+
+def configuration_from_mapping(
+    raw: Mapping[str, Any], substrate: str = "rbln", name: str = ""
+) -> Configuration:
+    """Rebuild a configuration from its ``as_dict`` mapping (a manifest, a registration,
+    a search result, a config file's entry). Keys the substrate does not know are refused;
+    an ``id`` key, which search results carry beside the knobs, is ignored, a
+    ``substrate`` key (a vLLM run manifest's) names the substrate, and a ``name`` key (a
+    run manifest's) names it unless ``name`` is given."""
+    substrate = str(raw.get("substrate", substrate))
+    kind, known = substrate_type(substrate), knob_names(substrate)
+    knobs = {key: value for key, value in raw.items() if key not in ("id", "name", "substrate")}
+    unknown = tuple(key for key in knobs if key not in known)
+    if unknown:
+        raise ConfigurationError(
+            f"configuration field '{unknown[0]}' is unknown: {substrate} configurations "
+            f"have the fields {', '.join(known)}",
+            unknown,
+        )
+    name = name or str(raw.get("name", ""))
     if "buckets" in knobs:
         knobs["buckets"] = tuple(sorted(_as_int_tuple(knobs["buckets"], "buckets")))
     try:
         return kind(**knobs, name=name)
-    except TypeError as exc:  # a missing or unknown knob
-        known = ", ".join(f for f in kind.__dataclass_fields__ if f != "name")
+    except TypeError as exc:  # a missing knob
         raise ConfigurationError(
-            f"a {substrate} configuration has the fields {known} ({exc})"
+            f"a {substrate} configuration has the fields {', '.join(known)} ({exc})"
         ) from None
+
+
+def configuration_in_record(
+    raw: Mapping[str, Any], substrate: str = "rbln", name: str = ""
+) -> Configuration:
+    """The configuration a larger record carries beside other fields (``selected.json``
+    holds the pick's knobs with its scores and resource costs): its knobs only, checked
+    as ``configuration_from_mapping`` checks them."""
+    knobs = {key: raw[key] for key in knob_names(substrate) if key in raw}
+    return configuration_from_mapping(knobs, substrate, name)

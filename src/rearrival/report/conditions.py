@@ -17,8 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.study import Configuration, Study
+from rearrival.config.study import Study
 from rearrival.judge.decisions import condition_runs
+from rearrival.model.configuration import Configuration
 from rearrival.report.results import Results, run_configuration, study_note
 
 

@@ -20,8 +20,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rearrival.config.study import SELECTED, Configuration, Study, StudyConfig
+from rearrival.config.study import SELECTED, Study, StudyConfig
 from rearrival.errors import RearrivalError
+from rearrival.model.configuration import (
+    Configuration,
+    configuration_from_mapping,
+    configuration_in_record,
+)
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan, load_plan
 from rearrival.report.profiles import ProfileChoice, configured_choice
@@ -178,12 +183,7 @@ class Results:
             return self.cfg.configurations[name]
         if name == SELECTED:
             raw = self.selected()
-            if raw is None:
-                return None
-            batch = int(raw["batch_size"])
-            return Configuration(
-                SELECTED, tuple(int(b) for b in raw["buckets"]), batch, int(raw.get("slots", batch))
-            )
+            return None if raw is None else configuration_in_record(raw, name=SELECTED)
         return None
 
 
@@ -211,10 +211,7 @@ def run_configuration(channels: pd.DataFrame | None, name: str) -> Configuration
         manifest_path = Path(run_dir) / "manifest.json"
         if manifest_path.exists():
             raw = json.loads(manifest_path.read_text())["configuration"]
-            batch = int(raw["batch_size"])
-            return Configuration(
-                name, tuple(int(b) for b in raw["buckets"]), batch, int(raw.get("slots", batch))
-            )
+            return configuration_from_mapping(raw, name=name)
     return None
 
 

@@ -23,11 +23,12 @@ from typing import Any, NamedTuple
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import simulate
-from rearrival.search.candidates import Candidate, baseline_of, parse_candidate_id
+from rearrival.search.candidates import baseline_of, candidate_record
 from rearrival.search.caveats import n_caveats, overlap_caveat
 from rearrival.search.inputs import PlanKey, make_plan
 from rearrival.search.plan_files import keyed_plans, load_plan_dir
@@ -58,7 +59,7 @@ def evaluation_plans(
 
 
 def predict(
-    plans: Sequence[Plan], candidate: Candidate, profile: Profile | None = None
+    plans: Sequence[Plan], candidate: RblnConfiguration, profile: Profile | None = None
 ) -> dict[str, Any]:
     """Base-simulator totals over the inputs (seconds summed first) and the summed h(n->b)."""
     results = [simulate(p, candidate.sim_config(), profile) for p in plans]
@@ -69,7 +70,7 @@ def predict(
     padded = sum(int(k.split("->")[1]) * v for k, v in histogram.items())
     used = sum(int(k.split("->")[0]) * v for k, v in histogram.items())
     return {
-        "configuration": candidate.as_dict(),
+        "configuration": candidate_record(candidate),
         "device_s": math.fsum(r.device_s for r in results),
         "decode_s": math.fsum(r.decode_s for r in results),
         "prefill_s": math.fsum(r.prefill_s for r in results),
@@ -97,15 +98,17 @@ def full_reuse_tokens(plans: Sequence[Plan], profile: Profile) -> int:
     return total
 
 
-def larger_candidate(pick: Candidate, batch_sizes: Sequence[int]) -> Candidate:
+def larger_candidate(pick: RblnConfiguration, batch_sizes: Sequence[int]) -> RblnConfiguration:
     """The pick's buckets with a larger top: the next searched batch size, else +8 slots
     (the saturation study's 16 -> 24 -> 32 steps, paper V-C)."""
     bigger = sorted(b for b in batch_sizes if b > pick.batch_size)
     top = bigger[0] if bigger else pick.batch_size + SLOT_STEP
-    return Candidate((*pick.buckets[:-1], top), top)
+    return RblnConfiguration((*pick.buckets[:-1], top), top)
 
 
-def resources(candidate: Candidate, profile: Profile, memory: DeviceMemory) -> dict[str, Any]:
+def resources(
+    candidate: RblnConfiguration, profile: Profile, memory: DeviceMemory
+) -> dict[str, Any]:
     """Compile cost, artifact and KV memory of a configuration, checked against the
     devices: weights plus KV per device, the device's memory and what is left."""
     kv = profile.kv_gib(candidate.slots)
@@ -127,7 +130,7 @@ class Recommendation(NamedTuple):
     """The pick, where it came from, the N set the search chose it at (None when a
     search result does not record it) and what the search's ranking cannot tell."""
 
-    pick: Candidate
+    pick: RblnConfiguration
     source: str
     search_n: tuple[int, ...] | None
     caveats: list[dict[str, str]]
@@ -150,7 +153,7 @@ def search_pick(
     path = search_dir if search_dir.is_file() else search_dir / "selected.json"
     try:
         raw = json.loads(path.read_text())
-        pick = parse_candidate_id(raw["id"])
+        pick = RblnConfiguration.from_id(raw["id"])
         recorded = raw.get("search_n")
         search_n = None if recorded is None else tuple(int(v) for v in recorded)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -216,9 +219,9 @@ def resolve_n(
 
 def assess(
     plans: Sequence[Plan],
-    baseline: Candidate,
-    pick: Candidate,
-    larger: Candidate,
+    baseline: RblnConfiguration,
+    pick: RblnConfiguration,
+    larger: RblnConfiguration,
     profile: Profile,
     memory: DeviceMemory,
 ) -> dict[str, Any]:
@@ -248,8 +251,8 @@ def assess(
 
 
 def more_slots_verdict(
-    pick: Candidate,
-    larger: Candidate,
+    pick: RblnConfiguration,
+    larger: RblnConfiguration,
     chosen: dict[str, Any],
     more: dict[str, Any],
     further: float,

@@ -1,10 +1,12 @@
 """The compile-time candidates of the configuration search (paper V-A, V-D).
 
-Candidate space. For each batch_size B the bucket set holds 1 and B plus intermediate
-buckets from the integers strictly between, at most ``max_buckets`` buckets IN TOTAL:
-57 + 163 + 386 + 1,471 = 2,077 for B in {8, 10, 12, 16} and max_buckets 6 (4,393 for 7).
-The authors' script counted intermediates + 1, so their ``--max-buckets 5`` is our 6 and
-their default 6 enumerated our 4,393 (paper V-A, last paragraph of the search text).
+Candidate space. A candidate is a compiled configuration
+(``rearrival.model.configuration.RblnConfiguration``, slots = batch_size). For each
+batch_size B the bucket set holds 1 and B plus intermediate buckets from the integers
+strictly between, at most ``max_buckets`` buckets IN TOTAL: 57 + 163 + 386 + 1,471 =
+2,077 for B in {8, 10, 12, 16} and max_buckets 6 (4,393 for 7). The authors' script
+counted intermediates + 1, so their ``--max-buckets 5`` is our 6 and their default 6
+enumerated our 4,393 (paper V-A, last paragraph of the search text).
 Order is stable: batch size ascending, then bucket tuples in lexicographic order.
 
 The compile-budget and device-memory filters, the baseline every score divides by and
@@ -13,102 +15,27 @@ the resource costs of a candidate (Tables XIV, XV) live here too.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import cached_property
 from itertools import combinations
 from typing import Any
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
-from rearrival.model.buckets import select_bucket
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.simulator.sim import SimConfig
 from rearrival.search.space import SpaceSize, space_size
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One compile-time configuration: decode buckets, batch_size, KV slots (= batch_size)."""
-
-    buckets: tuple[int, ...]
-    batch_size: int
-    slots: int | None = None
-
-    def __post_init__(self) -> None:
-        buckets = tuple(self.buckets)
-        if (
-            not buckets
-            or list(buckets) != sorted(set(buckets))
-            or buckets[0] < 1
-            or buckets[-1] != self.batch_size
-        ):
-            raise SearchError(
-                f"candidate buckets {buckets} must be ascending positive "
-                f"integers ending at batch_size {self.batch_size}"
-            )
-        object.__setattr__(self, "buckets", buckets)
-        slots = self.batch_size if self.slots is None else self.slots
-        if slots < 1:
-            raise SearchError(f"candidate {self.batch_size}:{buckets} needs slots >= 1")
-        object.__setattr__(self, "slots", slots)
-
-    @cached_property
-    def id(self) -> str:
-        """Stable name, e.g. ``16:1,4,6,8,10,16`` (``/S`` appended only if slots differ)."""
-        text = f"{self.batch_size}:{','.join(map(str, self.buckets))}"
-        return text if self.slots == self.batch_size else f"{text}/{self.slots}"
-
-    @property
-    def n_buckets(self) -> int:
-        return len(self.buckets)
-
-    @cached_property
-    def bucket_map(self) -> tuple[int, ...]:
-        """b(n) for n = 0..batch_size (0 at n = 0), the only way buckets reach the schedule."""
-        return (0, *(select_bucket(n, self.buckets) for n in range(1, self.batch_size + 1)))
-
-    def tiebreak(self) -> tuple[Any, ...]:
-        """Among equal predicted cost prefer fewer buckets (compile time, artifact size),
-        then fewer slots (KV memory), then the enumeration order."""
-        return (self.n_buckets, self.slots, self.batch_size, self.buckets)
-
-    def sim_config(self) -> Any:
-        """The base simulator of the paper (deferred release, no dummy-block rule)."""
-        return SimConfig(
-            buckets=self.buckets,
-            batch_size=self.batch_size,
-            slots=self.slots,
-            release="deferred",
-            dummy_block="off",
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "buckets": list(self.buckets),
-            "batch_size": self.batch_size,
-            "slots": self.slots,
-        }
-
-
-BASELINE = Candidate((1, 2, 4, 8), 8)
-
-
-def parse_candidate_id(text: str) -> Candidate:
-    """Inverse of ``Candidate.id``."""
-    match = re.fullmatch(r"(\d+):([\d,]+)(?:/(\d+))?", text)
-    if match is None:
-        raise SearchError(f"candidate id {text!r} is not of the form 16:1,4,6,8,10,16")
-    slots = int(match[3]) if match[3] else None
-    return Candidate(tuple(int(b) for b in match[2].split(",")), int(match[1]), slots)
+def candidate_record(candidate: RblnConfiguration) -> dict[str, Any]:
+    """A candidate as the search's files write it: its ``id`` then its knobs
+    (``selected.json``, advice); ``configuration_from_mapping`` reads it back."""
+    return {"id": candidate.id, **candidate.as_dict()}
 
 
 def enumerate_candidates(
     batch_sizes: Iterable[int] = (8, 10, 12, 16), max_buckets: int = 6
-) -> list[Candidate]:
+) -> list[RblnConfiguration]:
     """Every bucket set with 1 and B plus intermediates, at most ``max_buckets`` in total.
 
     Not filtered by compile budget; see ``candidates``.
@@ -121,10 +48,10 @@ def enumerate_candidates(
             f"search.max_buckets {max_buckets!r} must be an "
             "integer >= 2: it counts 1 and batch_size too"
         )
-    out: list[Candidate] = []
+    out: list[RblnConfiguration] = []
     for batch in sizes:
         if batch == 1:
-            out.append(Candidate((1,), 1))
+            out.append(RblnConfiguration((1,), 1))
             continue
         between = range(2, batch)
         sets = [
@@ -132,7 +59,7 @@ def enumerate_candidates(
             for k in range(0, min(max_buckets - 2, len(between)) + 1)
             for middle in combinations(between, k)
         ]
-        out.extend(Candidate(buckets, batch) for buckets in sorted(sets))
+        out.extend(RblnConfiguration(buckets, batch) for buckets in sorted(sets))
     return out
 
 
@@ -142,7 +69,7 @@ def candidates(
     profile: Profile | None = None,
     memory: DeviceMemory | None = None,
     memory_filter: bool = True,
-) -> list[Candidate]:
+) -> list[RblnConfiguration]:
     """The searched candidates in stable order: enumeration minus those over the compile
     budget and, with ``memory_filter``, those whose KV and weights do not fit the devices
     (none of the paper's 2,077 is excluded by either). Both filters decide by size alone,
@@ -157,7 +84,7 @@ def candidates(
     return enumerate_candidates(size.searched_batch_sizes, size.searched_max_buckets)
 
 
-def resource_costs(cand: Candidate, profile: Profile) -> dict[str, float]:
+def resource_costs(cand: RblnConfiguration, profile: Profile) -> dict[str, float]:
     """Compile time and artifact size (authors' fit) and KV reservation (Tables XIV, XV)."""
     kv = profile.kv_gib(cand.slots)
     return {
@@ -168,20 +95,22 @@ def resource_costs(cand: Candidate, profile: Profile) -> dict[str, float]:
     }
 
 
-def baseline_of(cfg: StudyConfig, study: str | None = None) -> Candidate:
+def baseline_of(cfg: StudyConfig, study: str | None = None) -> RblnConfiguration:
     """The denominator of every score: the config's ``baseline`` configuration, or for a
     study's own search that study's baseline (its first configuration)."""
     name = "baseline" if study is None else cfg.study(study).baseline
-    raw = cfg.configurations.get(name)
-    if raw is None:
+    baseline = cfg.configurations.get(name)
+    if baseline is None:
         raise SearchError(
             f"{cfg.source}: configurations.baseline is missing; the search "
             "scores candidates against it (e.g. buckets [1,2,4,8], batch_size 8)"
         )
-    return Candidate(raw.buckets, raw.batch_size, raw.slots)
+    return baseline
 
 
-def search_candidates(settings: SearchSettings, profile: Profile | None = None) -> list[Candidate]:
+def search_candidates(
+    settings: SearchSettings, profile: Profile | None = None
+) -> list[RblnConfiguration]:
     """The searched candidates; refuses an empty space before anything is simulated or
     written, naming the filter that removed the last candidate and how to relax it."""
     profile = profile or measured_profile()

@@ -11,7 +11,7 @@ Four cases make a pick an artefact of the tie-break rather than of the workload:
   inputs (the same candidate on another draw of the same workload); where the evaluation
   inputs are the search inputs again, only exact ties (equal to 1e-9) count. Among tied
   candidates the pick is the one with fewer buckets, then fewer slots
-  (``Candidate.tiebreak``), not a predicted difference.
+  (``RblnConfiguration.tiebreak``), not a predicted difference.
 - ``no_saving``: the pick scores within that noise of the baseline's 1.
 - ``no_overlap``: no two sessions of the search inputs are ever in the system at once (a
   trace imported with ``--time-origin first`` whose sessions are days apart), so every
@@ -31,10 +31,10 @@ from typing import Any
 
 import pandas as pd
 
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import simulate
-from rearrival.search.candidates import Candidate
 
 EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the same number
 # The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the
@@ -92,7 +92,7 @@ def ranking_caveats(scores_best_first: Sequence[float]) -> list[dict[str, str]]:
     return tie_caveats(pd.DataFrame({"score": scores, "evaluation_score": scores}), False)
 
 
-def sessions_overlap(plan: Plan, baseline: Candidate, profile: Profile) -> bool:
+def sessions_overlap(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> bool:
     """Whether two sessions of ``plan`` are ever in the system at once under the
     baseline: each session from its first arrival to its last completion."""
     spans: dict[int, list[float]] = {}
@@ -109,7 +109,7 @@ def sessions_overlap(plan: Plan, baseline: Candidate, profile: Profile) -> bool:
 
 
 def overlap_caveat(
-    plans: Sequence[Plan], baseline: Candidate, profile: Profile
+    plans: Sequence[Plan], baseline: RblnConfiguration, profile: Profile
 ) -> list[dict[str, str]]:
     """``no_overlap`` when no plan ever has two sessions in the system at once."""
     if any(sessions_overlap(plan, baseline, profile) for plan in plans):
@@ -129,7 +129,7 @@ def overlap_caveat(
 def search_caveats(
     table: pd.DataFrame,
     search_plans: Sequence[Plan] | None,
-    baseline: Candidate,
+    baseline: RblnConfiguration,
     profile: Profile,
     held_out: bool = True,
 ) -> list[dict[str, Any]]:

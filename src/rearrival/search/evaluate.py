@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from rearrival.config.search import SearchError
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import compiled_core, core_inputs, simulate
 from rearrival.progress import progress
-from rearrival.search.candidates import Candidate
 from rearrival.search.inputs import PlanKey
 from rearrival.search.space import plan_footprint
 
@@ -59,7 +59,7 @@ class CandidateArrays:
     With N <= 10 the 1,471 batch-16 sets collapse to far fewer runs; at N = 32-48 few do.
     """
 
-    def __init__(self, cands: Sequence[Candidate], profile: Profile) -> None:
+    def __init__(self, cands: Sequence[RblnConfiguration], profile: Profile) -> None:
         self.candidates = list(cands)
         self.profile = profile
         self.count = len(cands)
@@ -154,7 +154,7 @@ def _python_batch(
 _WORKER: list[CandidateArrays] = []
 
 
-def _init_worker(cands: list[Candidate], profile: Profile | None = None) -> None:
+def _init_worker(cands: list[RblnConfiguration], profile: Profile | None = None) -> None:
     _WORKER[:] = [CandidateArrays(cands, profile or measured_profile())]
 
 
@@ -176,7 +176,7 @@ def pool_workers(workers: int, plans: int, simulations: int) -> int:
 
 
 def evaluate(
-    cands: Sequence[Candidate],
+    cands: Sequence[RblnConfiguration],
     plans: Sequence[tuple[PlanKey, Plan]],
     workers: int = 1,
     profile: Profile | None = None,
@@ -213,7 +213,7 @@ def evaluate(
 
 
 def results_frame(
-    cands: Sequence[Candidate],
+    cands: Sequence[RblnConfiguration],
     plans: Sequence[tuple[PlanKey, Plan]],
     outcomes: Mapping[int, PlanScores],
 ) -> pd.DataFrame:
@@ -293,7 +293,9 @@ def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def shard_candidates(cands: Sequence[Candidate], shard: int, shards: int) -> list[Candidate]:
+def shard_candidates(
+    cands: Sequence[RblnConfiguration], shard: int, shards: int
+) -> list[RblnConfiguration]:
     """Round robin ``cands[shard::shards]``: every shard gets a share of every batch size."""
     if not 0 <= shard < shards:
         raise SearchError(f"shard {shard} must be in 0..{shards - 1} (shards {shards})")
@@ -301,11 +303,11 @@ def shard_candidates(cands: Sequence[Candidate], shard: int, shards: int) -> lis
 
 
 def run_shard(
-    cands: Sequence[Candidate],
+    cands: Sequence[RblnConfiguration],
     plans: Sequence[tuple[PlanKey, Plan]],
     shard: int,
     shards: int,
-    baseline: Candidate,
+    baseline: RblnConfiguration,
     workers: int = 1,
     profile: Profile | None = None,
 ) -> pd.DataFrame:

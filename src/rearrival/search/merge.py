@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from rearrival.config.search import SearchError, SearchSettings
-from rearrival.search.candidates import Candidate
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.search.evaluate import RESULT_COLUMNS, sort_results
 from rearrival.search.inputs import plan_keys
 
@@ -48,7 +48,10 @@ def combine_shards(frames: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 
 def check_complete(
-    results: pd.DataFrame, cands: Sequence[Candidate], baseline: Candidate, settings: SearchSettings
+    results: pd.DataFrame,
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
+    settings: SearchSettings,
 ) -> None:
     expected_plans = {(k.inputs, k.name) for k in plan_keys(settings)}
     have = results.groupby("candidate")[["inputs", "plan"]]

@@ -12,12 +12,12 @@ import pandas as pd
 
 from rearrival.atomic import atomic_write_json
 from rearrival.config.search import SearchSettings
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.parquet import write_frame
 from rearrival.search.candidates import (
-    Candidate,
-    parse_candidate_id,
+    candidate_record,
     resource_costs,
     settings_space,
 )
@@ -58,9 +58,9 @@ def summarize(
     evaluation inputs are not the search inputs again)."""
     profile = profile or measured_profile()
     best = _row_dict(table, table.iloc[0]["id"])
-    pick = parse_candidate_id(best["id"])
+    pick = RblnConfiguration.from_id(best["id"])
     selected = {
-        **pick.as_dict(),
+        **candidate_record(pick),
         "search_score": best["score"],
         "evaluation_score": best["evaluation_score"],
         "mean_ratio_score": best["mean_ratio_score"],
@@ -122,8 +122,8 @@ def summarize(
 
 def write_outputs(
     results: pd.DataFrame,
-    cands: Sequence[Candidate],
-    baseline: Candidate,
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
     settings: SearchSettings,
     paths: OutputPaths,
     profile: Profile | None = None,

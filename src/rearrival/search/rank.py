@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 from rearrival.config.search import SearchSettings
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.search.candidates import Candidate, resource_costs
+from rearrival.search.candidates import resource_costs
 from rearrival.search.evaluate import sort_results
 from rearrival.search.inputs import INPUT_SETS
 
@@ -43,7 +44,7 @@ def mean_ratio_scores(
 
 
 def ranking(scores: Mapping[str, float], tiebreak: Mapping[str, tuple[Any, ...]]) -> list[str]:
-    """Candidate ids best first: lower score, then ``Candidate.tiebreak``."""
+    """RblnConfiguration ids best first: lower score, then ``RblnConfiguration.tiebreak``."""
     return sorted(scores, key=lambda cid: (scores[cid], tiebreak[cid]))
 
 
@@ -129,8 +130,8 @@ def _sum(totals: Mapping[int, float]) -> float:
 
 def score_table(
     results: pd.DataFrame,
-    cands: Sequence[Candidate],
-    baseline: Candidate,
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
     settings: SearchSettings,
     profile: Profile | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:

@@ -21,12 +21,11 @@ from typing import Any, NamedTuple
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
 from rearrival.search.candidates import (
-    Candidate,
     baseline_of,
-    parse_candidate_id,
     search_candidates,
     settings_space,
 )
@@ -66,7 +65,7 @@ def run_search(
 
 
 def check_planned(
-    settings: SearchSettings, baseline: Candidate, workers: int, profile: Profile | None
+    settings: SearchSettings, baseline: RblnConfiguration, workers: int, profile: Profile | None
 ) -> None:
     """Refuse a search whose space or estimated memory is over its bound before a
     candidate is enumerated or a plan drawn (``rearrival.search.space``); ``evaluate``
@@ -82,7 +81,7 @@ def check_planned(
 class Pick(NamedTuple):
     """The search's pick, its score and what the ranking cannot tell (``caveats``)."""
 
-    candidate: Candidate
+    candidate: RblnConfiguration
     score: float
     caveats: list[dict[str, str]]
 
@@ -111,4 +110,4 @@ def select(
     scores = set_scores({c.id: totals[c.id] for c in cands}, totals[baseline.id], settings.n)
     order = ranking(scores, {c.id: c.tiebreak() for c in cands})
     caveats = ranking_caveats([scores[cid] for cid in order])
-    return Pick(parse_candidate_id(order[0]), scores[order[0]], caveats)
+    return Pick(RblnConfiguration.from_id(order[0]), scores[order[0]], caveats)

@@ -29,6 +29,7 @@ from typing import Any
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.otel_import import plans_from_otel
@@ -38,7 +39,7 @@ from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
 from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
-from rearrival.search.candidates import Candidate, baseline_of, search_candidates, settings_space
+from rearrival.search.candidates import baseline_of, search_candidates, settings_space
 from rearrival.search.caveats import n_caveats, ranking_caveats, spread_caveats
 from rearrival.search.evaluate import CandidateArrays
 from rearrival.search.rank import ranking
@@ -100,13 +101,16 @@ def workload_plans(
     ]
 
 
-def _device_s(plan: Plan, cand: Candidate, profile: Profile) -> float:
+def _device_s(plan: Plan, cand: RblnConfiguration, profile: Profile) -> float:
     return simulate(plan, cand.sim_config(), profile).device_s
 
 
 def search_on(
-    plans: Sequence[Plan], cands: Sequence[Candidate], baseline: Candidate, profile: Profile
-) -> tuple[Candidate, float, list[dict[str, str]]]:
+    plans: Sequence[Plan],
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
+    profile: Profile,
+) -> tuple[RblnConfiguration, float, list[dict[str, str]]]:
     """The candidate with the lowest summed device time over ``plans`` relative to the
     baseline (paper V-A score), ties to fewer buckets and slots, and the ranking's
     caveats (``rearrival.search.caveats``).
@@ -129,7 +133,7 @@ def search_on(
     return pick, scores[order[0]], ranking_caveats([scores[cid] for cid in order])
 
 
-def per_round_loss(plans: Sequence[Plan], cand: Candidate, profile: Profile) -> list[dict]:
+def per_round_loss(plans: Sequence[Plan], cand: RblnConfiguration, profile: Profile) -> list[dict]:
     """Re-arrivals, KV misses and prefill tokens beyond full reuse, by round index."""
     rows: dict[int, dict[str, int]] = {}
     for plan in plans:
@@ -152,8 +156,8 @@ def per_round_loss(plans: Sequence[Plan], cand: Candidate, profile: Profile) -> 
 def saving_spread(
     pool: Plan,
     n_set: Sequence[int],
-    baseline: Candidate,
-    pick: Candidate,
+    baseline: RblnConfiguration,
+    pick: RblnConfiguration,
     profile: Profile,
     *,
     seed: int,

@@ -27,8 +27,7 @@ def compile_study(
         result = compile_artifact(
             CompileConfig(
                 model=settings.model,
-                batch_size=configuration.batch_size,
-                buckets=configuration.buckets,
+                configuration=configuration,
                 max_seq_len=settings.max_seq_len,
                 num_devices=settings.num_devices,
             ),

@@ -68,7 +68,7 @@ def workflow_params(cfg: StudyConfig, raw_config: dict[str, Any]) -> dict[str, s
             "study_seed": cfg.study_seed,
             "emulator_truth": cfg.measurement.emulator_truth,
             "model": asdict(cfg.measurement.model),
-            "calibration": asdict(cfg.measurement.calibration),
+            "calibration": cfg.measurement.calibration.as_dict(),
         }
     )
     params["search"] = _canonical(

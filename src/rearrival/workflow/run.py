@@ -156,8 +156,7 @@ def injection(cfg: StudyConfig, out: Path) -> pd.DataFrame:
                 injected_prompt_tokens=int(size),
                 inject_at_s=settings.inject_at_s,
                 gen_tokens=settings.background_gen_tokens,
-                buckets=configuration.buckets,
-                batch_size=configuration.batch_size,
+                config=configuration,
                 seed=seed,
                 truth=truth,
             )

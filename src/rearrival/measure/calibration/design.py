@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rearrival.config.calibration import Artifact, CalibrationSettings
+from rearrival.config.calibration import CalibrationSettings
 from rearrival.errors import RearrivalError
-from rearrival.model.buckets import select_bucket
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import Plan, PlanMeta, Session
 
@@ -38,12 +38,14 @@ class Measurement:
 
     label: str
     kind: str  # "decode" | "prefill" | "reuse"
-    artifact: Artifact
+    artifact: RblnConfiguration
     plan: Plan
     n: int
 
 
-def characterised(settings: CalibrationSettings) -> list[tuple[Artifact, int, tuple[int, ...]]]:
+def characterised(
+    settings: CalibrationSettings,
+) -> list[tuple[RblnConfiguration, int, tuple[int, ...]]]:
     """(artifact, bucket, n values) for every measured bucket, each in the first artifact
     that lists it; n runs over every count the scheduler puts in that bucket (thinned to
     ``max_n_per_bucket`` evenly spaced counts, ends kept, when that is set)."""
@@ -119,7 +121,7 @@ def prefill_measurements(
                 )
             waits.append(at)
             at += 2 * reference.prefill_s(q) + spread
-        step = reference.decode_step_s(1, select_bucket(1, artifact.buckets))
+        step = reference.decode_step_s(1, artifact.padded(1))
         clock_steps = int(2 * (at + spread) / step) + 64
         limit = max_seq_len - settings.decode_prompt_tokens - 2
         if clock_steps > limit:

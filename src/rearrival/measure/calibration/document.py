@@ -67,7 +67,7 @@ def profile_document(
         "calibration": {
             "backend": backend,
             "run_ids": list(calibration.measured.run_ids),
-            "settings": _plain(asdict(config.calibration)),
+            "settings": _plain(config.calibration.as_dict()),
             "measured_buckets": sorted(g_points),
             "interpolated_buckets": sorted(interpolated),
         },

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.config.calibration import MeasurementSettings
-from rearrival.config.study import Configuration
 from rearrival.measure.backends import RunRequest, run_backend
 from rearrival.measure.calibration.design import (
     STUDY,
@@ -65,14 +64,11 @@ def run_measurements(
     plans_dir = runs_dir.parent / "plans"
     for m in measurements:
         plan_path = write_plan(m.plan, plans_dir / f"{m.label}.parquet")
-        configuration = Configuration(
-            m.artifact.name, m.artifact.buckets, m.artifact.batch_size, m.artifact.batch_size
-        )
         run = RunRequest(
             study=STUDY,
             plan=m.plan,
             plan_path=plan_path,
-            configuration=configuration,
+            configuration=m.artifact,
             variant="wait",
             label=m.label,
             replicate=0,

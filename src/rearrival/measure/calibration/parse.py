@@ -19,7 +19,6 @@ from rearrival.measure.calibration.design import CalibrationError, Measurement
 from rearrival.measure.records import RunRecord, read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.measure.steplog import parse_step_times
-from rearrival.model.buckets import select_bucket
 
 # A gap this many times the median step gap holds a prefill (T(q) >= one chunk's cost,
 # about twice a decode step on the paper's stack).
@@ -99,7 +98,7 @@ def decode_samples(m: Measurement, record: RunRecord, warmup: int) -> pd.DataFra
             "label": m.label,
             "run_id": record.run_id,
             "artifact": m.artifact.name,
-            "bucket": select_bucket(m.n, m.artifact.buckets),
+            "bucket": m.artifact.padded(m.n),
             "n": m.n,
             "duration_s": durations,
         }

@@ -27,8 +27,7 @@ def compile_calibration(config: MeasurementSettings, rbln: RblnSettings, out: Pa
         result = rbln_stack.compile_artifact(
             rbln_stack.CompileConfig(
                 model=rbln.model,
-                batch_size=artifact.batch_size,
-                buckets=artifact.buckets,
+                configuration=artifact,
                 max_seq_len=model.max_seq_len,
                 num_devices=model.num_devices,
             ),

@@ -21,7 +21,6 @@ import pandas as pd
 from rearrival.measure.emulate.engine import (
     METRIC_NAMES,
     Engine,
-    EngineConfig,
     StepOutcome,
     stream_seed,
 )
@@ -34,6 +33,7 @@ from rearrival.measure.emulate.frames import (
 )
 from rearrival.measure.emulate.truth import EmulateError, Truth, default_truth
 from rearrival.measure.records.contract import ROUND_COLUMN
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, EVICTED_BY_DUMMY_BLOCK
@@ -70,7 +70,7 @@ class EmulatedRun:
     server_log: str
     metrics: dict[str, dict[str, float]]
     counts: dict[str, int]
-    configuration: dict[str, Any]
+    configuration: RblnConfiguration
     variant: str
     seed: int
     plan_sha256: str | None
@@ -175,7 +175,7 @@ def _latency(rng: np.random.Generator, median: float, sigma: float, size: Any) -
 
 
 def drive(
-    script: Script, config: EngineConfig, truth: Truth, seed: int, profile: Profile
+    script: Script, config: RblnConfiguration, truth: Truth, seed: int, profile: Profile
 ) -> tuple[Client, Engine]:
     """One discrete-event loop: deliver due sends, run a step, jump over idle time."""
     engine = Engine(config, truth=truth, profile=profile, seed=seed)
@@ -211,16 +211,15 @@ def first_sends(seed: int, truth: Truth, count: int) -> tuple[float, ...]:
 
 def run_emulated(
     plan: Plan,
+    config: RblnConfiguration,
     *,
-    buckets: tuple[int, ...] | list[int],
-    batch_size: int,
-    slots: int | None = None,
     variant: str = "wait",
     seed: int,
     truth: Truth | None = None,
     profile: Profile | None = None,
 ) -> EmulatedRun:
-    """One run of ``plan`` under one condition on the emulated stack (docs/DESIGN.md).
+    """One run of ``plan`` under one condition (``config`` and ``variant``) on the emulated
+    stack (docs/DESIGN.md).
 
     Each session sends round 0 at its ``start_s`` plus first-send jitter, receives the
     response (engine completion + HTTP egress), waits the variant's tool gap plus the
@@ -231,7 +230,6 @@ def run_emulated(
     plans existed.
     """
     check_seed(seed)
-    config = EngineConfig(tuple(buckets), batch_size, slots)
     truth = truth or default_truth()
     profile = profile or measured_profile()
     conditioned = plan.variant(variant)
@@ -266,11 +264,7 @@ def run_emulated(
         server_log="\n".join(engine.log_lines) + "\n",
         metrics={"before": dict.fromkeys(METRIC_NAMES, 0.0), "after": dict(engine.counters)},
         counts=counts,
-        configuration={
-            "buckets": list(config.buckets),
-            "batch_size": config.batch_size,
-            "slots": config.slot_count,
-        },
+        configuration=config,
         variant=variant,
         seed=seed,
         plan_sha256=plan.sha256(),

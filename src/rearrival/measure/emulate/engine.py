@@ -24,7 +24,7 @@ from rearrival.measure.emulate.truth import (
     true_prefill_s,
 )
 from rearrival.measure.steplog import format_bucket_line
-from rearrival.model.buckets import bucket_set_problem, select_bucket, size_problem
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.simulator.kvslots import Eviction
 from rearrival.vocabulary import (
@@ -41,32 +41,6 @@ METRIC_NAMES = (
     "vllm:prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total",
 )
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """A compiled configuration (bucket set, batch_size, KV slots; docs/DESIGN.md §1)."""
-
-    buckets: tuple[int, ...]
-    batch_size: int
-    slots: int | None = None
-
-    def __post_init__(self) -> None:
-        buckets = tuple(self.buckets)
-        problem = bucket_set_problem(buckets, self.batch_size)
-        if problem is not None:
-            raise EmulateError(f"engine buckets/batch_size: {problem}")
-        if self.slots is not None and self.slots < 1:
-            raise EmulateError(f"engine slots must be >= 1, got {self.slots}")
-        too_many = None if self.slots is None else size_problem("slots", self.slots)
-        if too_many is not None:
-            raise EmulateError(f"engine {too_many}")
-        object.__setattr__(self, "buckets", buckets)
-
-    @property
-    def slot_count(self) -> int:
-        """S defaults to batch_size: one 8,192-token block per sequence (paper II-B)."""
-        return self.batch_size if self.slots is None else self.slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +161,7 @@ class Engine:
 
     def __init__(
         self,
-        config: EngineConfig,
+        config: RblnConfiguration,
         *,
         truth: Truth | None = None,
         profile: Profile | None = None,
@@ -204,8 +178,8 @@ class Engine:
             np.random.default_rng(stream_seed(seed, "engine-prefill")),
             self.truth.prefill_noise_sigma,
         )
-        self._slots = [_Slot() for _ in range(config.slot_count)]
-        self._free = config.slot_count
+        self._slots = [_Slot() for _ in range(config.slots)]
+        self._free = config.slots
         self._pending: list[int] = []
         self._allocations = 0
         self._submissions = 0
@@ -435,7 +409,7 @@ class Engine:
             evicted = self._evict_oldest(now_s, EVICTED_BY_DUMMY_BLOCK)
             if evicted is not None:
                 evictions = (evicted[1],)
-        b = select_bucket(n, self.config.buckets)
+        b = self.config.padded(n)
         base = self._cost[b] + self.truth.alpha_s + self.truth.beta_s * n
         duration = base * self._step_noise.factor()
         emitted = tuple(r.request_id for r in running)

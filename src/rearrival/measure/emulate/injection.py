@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from rearrival.measure.emulate.driver import Script, check_seed, drive, first_sends
-from rearrival.measure.emulate.engine import EngineConfig
 from rearrival.measure.emulate.truth import EmulateError, Truth, default_truth
+from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
 
@@ -22,8 +22,7 @@ def run_injection(
     injected_prompt_tokens: int,
     inject_at_s: float,
     gen_tokens: int,
-    buckets: tuple[int, ...] | list[int],
-    batch_size: int,
+    config: RblnConfiguration,
     seed: int,
     background_prompt_tokens: int = 1024,
     window: int = 5,
@@ -44,11 +43,10 @@ def run_injection(
     tokens, plus ~85 ms HTTP ingress) so that the gaps before it are plain decode gaps.
     """
     check_seed(seed)
-    config = EngineConfig(tuple(buckets), batch_size)
-    if not 1 <= background_sessions < config.slot_count:
+    if not 1 <= background_sessions < config.slots:
         raise EmulateError(
-            f"background_sessions must be between 1 and batch_size - 1 = "
-            f"{config.slot_count - 1} so the injected request is admitted "
+            f"background_sessions must be between 1 and slots - 1 = "
+            f"{config.slots - 1} so the injected request is admitted "
             f"at once, got {background_sessions}"
         )
     truth = truth or default_truth()

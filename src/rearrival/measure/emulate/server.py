@@ -49,7 +49,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily
 
 from rearrival.errors import RearrivalError
-from rearrival.measure.emulate.engine import EMULATOR_VERSION, Engine, EngineConfig, StepOutcome
+from rearrival.measure.emulate.engine import EMULATOR_VERSION, Engine, StepOutcome
 from rearrival.measure.emulate.request_fields import (
     Generation,
     RequestError,
@@ -58,6 +58,7 @@ from rearrival.measure.emulate.request_fields import (
 )
 from rearrival.measure.emulate.tokens import ORDINARY_TOKENS, VOCAB_SIZE, piece_id, reply_pieces
 from rearrival.measure.emulate.truth import load_truth
+from rearrival.model.configuration import RblnConfiguration
 
 MODEL_NAME = "rearrival-emulated-qwen3"
 _DONE = object()
@@ -79,7 +80,7 @@ class EmulateServerError(RearrivalError):
 class ServerOptions:
     """What one emulate-server serves: a compiled configuration and its clock."""
 
-    config: EngineConfig
+    config: RblnConfiguration
     seed: int = 0
     time_scale: float = 1.0
     log_path: Path | None = None
@@ -307,9 +308,7 @@ class EmulateServer:
         config = self.options.config
         return web.json_response(
             {
-                "buckets": list(config.buckets),
-                "batch_size": config.batch_size,
-                "slots": config.slot_count,
+                **config.as_dict(),
                 "seed": self.options.seed,
                 "time_scale": self.options.time_scale,
                 "emulator": EMULATOR_VERSION,
@@ -504,7 +503,7 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
         print(
             f"emulate-server listening on http://{host}:{port} "
             f"(buckets {list(options.config.buckets)}, batch {options.config.batch_size}, "
-            f"slots {options.config.slot_count}, time scale {options.time_scale})",
+            f"slots {options.config.slots}, time scale {options.time_scale})",
             file=sys.stderr,
             flush=True,
         )
@@ -520,7 +519,7 @@ async def serve(options: ServerOptions, host: str, port: int) -> None:
 
 
 def server_argv(
-    config: EngineConfig,
+    config: RblnConfiguration,
     *,
     port: int,
     seed: int,
@@ -550,4 +549,4 @@ def server_argv(
         repr(float(time_scale)),
     ]
     argv += ["--truth", str(truth)] if truth is not None else []
-    return argv + (["--slots", str(config.slots)] if config.slots is not None else [])
+    return argv + (["--slots", str(config.slots)] if config.slots != config.batch_size else [])

@@ -12,6 +12,7 @@ from importlib import metadata as importlib_metadata
 from typing import Any
 
 from rearrival.measure.records.contract import PREREG_KEYS
+from rearrival.model.configuration import Configuration, RblnConfiguration
 
 # Distributions whose versions explain a run; absent ones are recorded as absent.
 SOFTWARE = (
@@ -60,13 +61,21 @@ def new_run_id(study: str, condition: str, replicate: int, backend: str) -> str:
     return ".".join(parts)
 
 
+def configuration_entry(configuration: Configuration) -> dict[str, Any]:
+    """A manifest's ``configuration``: its knobs (``as_dict``), headed by its substrate on
+    every substrate but RBLN, whose entries (every record of the paper's studies) name
+    none and keep their bytes; ``configuration_from_mapping`` reads either back."""
+    knobs = configuration.as_dict()
+    if isinstance(configuration, RblnConfiguration):
+        return knobs
+    return {"substrate": configuration.substrate, **knobs}
+
+
 def manifest_template(
     *,
     study: str,
     backend: str,
-    buckets: list[int] | tuple[int, ...],
-    batch_size: int,
-    slots: int | None,
+    configuration: Configuration,
     variant: str,
     condition: str,
     replicate: int,
@@ -83,17 +92,13 @@ def manifest_template(
     started_at: str | None = None,
 ) -> dict[str, Any]:
     """A manifest with every contract key; status starts as 'partial' (the run has not
-    finished) until ``finish_manifest`` marks the outcome. ``slots`` None means
-    batch_size slots (eager attention, docs/DESIGN.md §1)."""
+    finished) until ``finish_manifest`` marks the outcome. ``configuration`` is written
+    by ``configuration_entry``."""
     return {
         "run_id": run_id or new_run_id(study, condition, replicate, backend),
         "study": study,
         "backend": backend,
-        "configuration": {
-            "buckets": [int(b) for b in buckets],
-            "batch_size": int(batch_size),
-            "slots": int(batch_size if slots is None else slots),
-        },
+        "configuration": configuration_entry(configuration),
         "variant": variant,
         "condition": condition,
         "replicate": int(replicate),

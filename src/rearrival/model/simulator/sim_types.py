@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.buckets import bucket_set_problem, select_bucket, size_problem
+from rearrival.model.buckets import (
+    bucket_set_problem,
+    default_slots,
+    int_sizes,
+    select_bucket,
+    slots_problem,
+)
 from rearrival.model.simulator.kvslots import NO_OWNER, Eviction
 from rearrival.vocabulary import DUMMY_BLOCKS, EVICTION_CAUSES, RELEASES
 
@@ -28,10 +34,6 @@ class SimConfigError(RearrivalError, ValueError):
     def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.fields = fields
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, ...]:
@@ -64,11 +66,14 @@ _VALID_GRIDS: set[tuple[tuple[int, ...], int]] = set()  # (buckets, batch_size) 
 class SimConfig:
     """One configuration (bucket set, batch_size, KV slots) plus the simulator variant.
 
-    ``slots`` defaults to batch_size (eager attention allocates one slot per sequence of
-    the batch); after construction it is always an int. ``fixed_arrivals`` (variant (a))
-    is a sequence of one time in seconds per re-arrival in (session, round) order, or a
-    mapping from the re-arrival index 0..R-1 (the session index for a two-round plan);
-    it is stored as a tuple.
+    Stages build it from the one compiled-configuration type
+    (``RblnConfiguration.sim_config(rules)``, rearrival.model.configuration); built
+    directly (the public API, ``rearrival simulate``) it checks its knobs with the same
+    functions (rearrival.model.buckets). ``slots`` defaults to batch_size (eager attention
+    allocates one slot per sequence of the batch); after construction it is always an
+    int. ``fixed_arrivals`` (variant (a)) is a sequence of one time in seconds per
+    re-arrival in (session, round) order, or a mapping from the re-arrival index 0..R-1
+    (the session index for a two-round plan); it is stored as a tuple.
     """
 
     buckets: tuple[int, ...] = (1, 2, 4, 8)
@@ -79,12 +84,11 @@ class SimConfig:
     fixed_arrivals: Mapping[int, float] | Sequence[float] | None = None
 
     def __post_init__(self) -> None:
-        try:
-            buckets = tuple(self.buckets)
-        except TypeError as exc:
+        buckets = int_sizes(self.buckets)
+        if buckets is None:
             raise SimConfigError(
                 "SimConfig field 'buckets' must be a list of integers such as 1,2,4,8", ("buckets",)
-            ) from exc
+            )
         key = (buckets, self.batch_size)
         if (
             key not in _VALID_GRIDS
@@ -98,16 +102,10 @@ class SimConfig:
                 )
             if len(_VALID_GRIDS) < 100_000:
                 _VALID_GRIDS.add(key)
-        slots = self.batch_size if self.slots is None else self.slots
-        if not _is_int(slots) or slots < 1:
-            raise SimConfigError(
-                f"SimConfig field 'slots' {slots!r} must be a "
-                "positive integer (default: batch_size)",
-                ("slots",),
-            )
-        too_many = size_problem("slots", slots)
-        if too_many is not None:
-            raise SimConfigError(f"SimConfig field 'slots': {too_many}", ("slots",))
+        slots = default_slots(self.slots, self.batch_size)
+        problem = slots_problem(slots)
+        if problem is not None:
+            raise SimConfigError(f"SimConfig field {problem}", ("slots",))
         if self.release not in RELEASES:
             raise SimConfigError(
                 f"SimConfig field 'release' {self.release!r}: use one of {', '.join(RELEASES)}",

@@ -14,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.config.study import SELECTED, Configuration, Study
+from rearrival.config.study import SELECTED, Study
 from rearrival.judge.predictions import predicted_ratios
 from rearrival.measure.records import read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
+from rearrival.model.configuration import Configuration, configuration_in_record
 from rearrival.report.conditions import condition_sums, ids, missing_notes, paired, ratio
 from rearrival.report.results import (
     Results,
@@ -35,9 +36,7 @@ def study_configuration(res: Results, study: Study, name: str) -> Configuration 
     if name == SELECTED:
         raw = res.study_selected(study)
         if raw is not None:
-            batch = int(raw["batch_size"])
-            buckets = tuple(int(b) for b in raw["buckets"])
-            return Configuration(SELECTED, buckets, batch, int(raw.get("slots", batch)))
+            return configuration_in_record(raw, name=SELECTED)
         return run_configuration(res.channels(study.name), name)
     return res.cfg.configurations.get(name)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rearrival.config.study import SELECTED, Configuration
+from rearrival.config.study import SELECTED
+from rearrival.model.configuration import Configuration
 from rearrival.model.cost.profile import GIB, measured_profile
 from rearrival.report.results import Results, run_configuration
 from rearrival.report.table_model import Column, Part, Table
