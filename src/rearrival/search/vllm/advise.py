@@ -41,6 +41,7 @@ from rearrival.search.advise import SMALL_GAIN
 from rearrival.search.caveats import spread_caveats, tie_caveats
 from rearrival.search.inputs import PlanKey
 from rearrival.search.trace_advice import bootstrap_spread, import_trace, workload_plans
+from rearrival.search.vllm.defaults import short_id
 from rearrival.search.vllm.evaluate import device_s
 from rearrival.search.vllm.outputs import (
     TIEBREAK,
@@ -124,7 +125,7 @@ def entry(scored: Scored, cand: VllmConfiguration, profile: VllmProfile) -> dict
     held = rows[rows["inputs"] == "evaluation"]
     counted = pool_totals(held)[cand.id]
     return {
-        "configuration": {"id": cand.id, **cand.as_dict()},
+        "configuration": {"id": cand.id, "short_id": short_id(cand), **cand.as_dict()},
         "device_s": math.fsum(held["device_s"].tolist()),
         **{k.removeprefix("e_"): v for k, v in pool_columns(counted, "e_").items()},
         **memory_entry(cand, profile),
@@ -285,8 +286,8 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "",
         "## 2. The pick",
         "",
-        f"Pick: `{chosen['configuration']['id']}` from {advice['recommendation_source']}.",
-        f"Baseline: `{base['configuration']['id']}`: {base['why']}.",
+        f"Pick: `{chosen['configuration']['short_id']}` from {advice['recommendation_source']}.",
+        f"Baseline: `{base['configuration']['short_id']}`: {base['why']}.",
         "",
         f"| configuration | device {unit} | hit rate | upper bound | recomputed prefill "
         "tokens | preemptions | KV GiB | memory left GiB/device |",
@@ -294,7 +295,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
     ]
     for label, row in (("baseline", base), ("pick", chosen)):
         lines.append(
-            f"| {label} `{row['configuration']['id']}` | {row['device_s']:.3f} | "
+            f"| {label} `{row['configuration']['short_id']}` | {row['device_s']:.3f} | "
             f"{_pct(row['hit_rate'])} | {_pct(row['upper_bound'])} | "
             f"{row['recomputed_prefill_tokens']:,} | {row['preemptions']} | "
             f"{row['kv_gib']:.3f} | {_left(row)} |"

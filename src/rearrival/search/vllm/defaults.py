@@ -46,9 +46,9 @@ GRAPH_CEILING = 512  # vLLM's default largest capture size (1,024 on data-centre
 
 
 def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
-    """vLLM's default capture sizes for these knobs, up to ``max_num_seqs`` (module
-    docstring): a decode batch never exceeds ``max_num_seqs``, which is itself a capture
-    size, so the larger sizes are never used for decode and are left out."""
+    """vLLM's default capture sizes for these knobs (module docstring). All of them: a
+    step's decode tokens can exceed ``max_num_seqs`` (a request resumed after preemption
+    recomputes as generation tokens), so the larger sizes can pad too."""
     ceiling = min(2 * max_num_seqs, GRAPH_CEILING, max_num_batched_tokens)
     sizes = {s for s in (1, 2, 4) if s <= ceiling}
     sizes |= set(range(8, min(ceiling + 1, 256), 8))
@@ -57,7 +57,7 @@ def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tup
         sizes.add(max_num_batched_tokens)
     if max_num_seqs <= min(GRAPH_CEILING, max_num_batched_tokens):
         sizes.add(max_num_seqs)
-    return tuple(sorted(s for s in sizes if s <= max_num_seqs))
+    return tuple(sorted(sizes))
 
 
 def baseline_configuration(profile: VllmProfile, num_blocks: int) -> VllmConfiguration:
@@ -73,3 +73,19 @@ def baseline_configuration(profile: VllmProfile, num_blocks: int) -> VllmConfigu
         max_num_batched_tokens=budget,
         name="baseline",
     )
+
+
+def short_id(cand: VllmConfiguration) -> str:
+    """The id as result lines and tables print it: vLLM's default capture sizes, which
+    run to dozens of numbers, as ``:default`` (``VllmConfiguration.id`` keeps them all)."""
+    sizes = cand.buckets
+    if sizes and sizes == default_capture_sizes(cand.batch_size, cand.max_num_batched_tokens):
+        plain = VllmConfiguration(
+            (),
+            cand.batch_size,
+            num_blocks=cand.num_blocks,
+            block_size=cand.block_size,
+            max_num_batched_tokens=cand.max_num_batched_tokens,
+        )
+        return f"{plain.id}:{CAPTURE_DEFAULT}"
+    return cand.id

@@ -6,7 +6,7 @@ step for step, so one run stands in for all of them:
 
 - ``max_num_seqs`` at or above N: at most N requests are ever in the system (a session
   has one request at a time), so the limit never binds; they run as ``min(S, N)``;
-- capture sizes that pad every decode batch of 1..min(S, N) requests alike;
+- capture sizes that pad every step's decode tokens alike (``padding_sizes``);
 - pools at or above ``VllmInputs.never_evicting_blocks``: every request's blocks fit
   beside every other's, so no cached block is ever evicted, no admission waits for
   blocks and nothing is preempted; they run on that pool.
@@ -102,14 +102,25 @@ def stand_in(cand: VllmConfiguration, n: int, never_evicting: int) -> VllmConfig
 
 def run_key(cand: VllmConfiguration, n: int, never_evicting: int) -> tuple[Any, ...]:
     """Configurations with one key replay one simulation on such a plan."""
-    seqs = min(cand.batch_size, n)
     return (
         cand.block_size,
         min(cand.num_blocks, never_evicting),
-        seqs,
+        min(cand.batch_size, n),
         cand.max_num_batched_tokens,
-        tuple(cand.padded(d) for d in range(1, seqs + 1)),
+        padding_sizes(cand),
     )
+
+
+def padding_sizes(cand: VllmConfiguration) -> tuple[int, ...]:
+    """The capture sizes that can pad a step's decode tokens: those below the token
+    budget and the first at or above it. A step's decode tokens can exceed
+    ``max_num_seqs`` (a request resumed after preemption recomputes its tokens as
+    generation tokens, docs/DESIGN.md §15 rule 7) but never the budget, so two sets
+    with the same such sizes pad every step alike."""
+    budget = cand.max_num_batched_tokens
+    below = tuple(s for s in cand.buckets if s < budget)
+    above = [s for s in cand.buckets if s >= budget][:1]
+    return (*below, *above)
 
 
 def device_s(plan: Plan, cand: VllmConfiguration, step_cost: VllmStepCost) -> float:

@@ -34,6 +34,7 @@ from rearrival.search.rank import (
     ranking,
     set_scores,
 )
+from rearrival.search.vllm.defaults import short_id
 from rearrival.search.vllm.space import VllmSpace, block_budget
 
 TIEBREAK = "the smaller pool, then fewer sequences, a smaller token budget, fewer capture sizes"
@@ -75,6 +76,7 @@ def knobs(cand: VllmConfiguration) -> dict[str, Any]:
         "block_size": cand.block_size,
         "max_num_batched_tokens": cand.max_num_batched_tokens,
         "capture_sizes": ",".join(map(str, cand.buckets)) or "none",
+        "short_id": short_id(cand),
     }
 
 
@@ -163,6 +165,7 @@ def summarize(
     selected = {
         "substrate": "vllm",
         "id": pick.id,
+        "short_id": short_id(pick),
         **pick.as_dict(),
         "search_score": best["score"],
         "evaluation_score": best["evaluation_score"],
@@ -195,19 +198,19 @@ def summarize(
 
 
 def result_lines(out: Path, summary: dict[str, Any]) -> str:
-    """What the search did, in two lines under 100 columns: how many configurations each
-    filter removed, then the pick (the RBLN search's lines for this substrate)."""
+    """What the search did, in two lines (the RBLN search's, for this substrate): how many
+    configurations each filter removed (a token budget below max_num_seqs, a pool too
+    small for the longest request, device memory), then the pick."""
     counts, selected = summary["candidates"], summary["selected"]
     memory = (
-        f"{counts['excluded_by_memory']:,} over device memory"
+        f"{counts['excluded_by_memory']:,} over memory"
         if counts["memory_filter"]
         else "memory not checked"
     )
     return (
         f"{out}: searched {counts['searched']:,} of {counts['enumerated']:,} vLLM "
-        f"configurations ({counts['excluded_by_budget']:,} with a token budget below "
-        f"max_num_seqs, {counts['excluded_by_pool_too_small']:,} too small for the longest "
-        f"request, {memory})\n"
-        f"selected {selected['id']}: search score {selected['search_score']:.4f}, "
+        f"configurations ({counts['excluded_by_budget']:,} budget < max_num_seqs, "
+        f"{counts['excluded_by_pool_too_small']:,} pool too small, {memory})\n"
+        f"selected {selected['short_id']}: search score {selected['search_score']:.4f}, "
         f"evaluation score {selected['evaluation_score']:.4f}"
     )
