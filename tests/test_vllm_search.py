@@ -20,7 +20,7 @@ from vllm_cases import random_plan
 from rearrival.cli import app
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.errors import RearrivalError
-from rearrival.limits import MAX_CANDIDATES, LimitError
+from rearrival.limits import MAX_CANDIDATES, MAX_KV_BLOCKS, LimitError
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import GIB
 from rearrival.model.cost.vllm_profile import (
@@ -40,7 +40,7 @@ from rearrival.search.vllm.defaults import (
 )
 from rearrival.search.vllm.evaluate import OUTCOME_COLUMNS, evaluate, outcome
 from rearrival.search.vllm.prefix_bound import prefix_bound
-from rearrival.search.vllm.run import Inputs, search_vllm
+from rearrival.search.vllm.run import Inputs, resolve_baseline, search_vllm
 from rearrival.search.vllm.space import VllmAxes, build_space, parse_capture_sets
 
 runner = CliRunner()
@@ -247,6 +247,7 @@ def test_a_gpu_profile_searches_capture_sizes_and_its_baseline_is_vllms_default(
     assert base["buckets"] == list(default_capture_sizes(*BATCH_DEFAULTS["gpu"]))
     assert base["block_size"] == BLOCK_SIZE["gpu"] == 16
     assert "asynchronous scheduling" in summary["profile_note"]
+    assert "eager_unpriced" in {c["code"] for c in summary["caveats"]}
     pools = summary["candidates"]["pools"]["16"]
     assert summary["candidates"]["searched"] == len(pools) * 2 * 3 * 2  # seqs, budgets, sets
     table = pd.read_parquet(tmp_path / "s" / "scores.parquet")
@@ -418,3 +419,17 @@ def test_advise_runs_on_the_shipped_sample_and_shows_the_bound_beside_the_hit_ra
     assert advice["selected"]["headroom_gib_per_device"] >= 0
     text = runner.invoke(app, args).stdout
     assert "device CPU s" in text and "upper bound" in text and "not GPU seconds" in text
+
+
+def test_a_baseline_larger_than_the_pool_bound_is_simulated_at_it(tmp_path):
+    """All of 72 GiB holds more 16-token blocks of the tiny model than a pool may have;
+    beyond the never-evicting pool nothing changes, so the bound stands in and says so."""
+    path = tmp_path / "h100.yaml"
+    path.write_text(profile_text("gpu", device_gib=72.0))
+    profile = load_vllm_profile(path)
+    inputs = plans(10, 2)
+    space = build_space(VllmAxes.for_profile(profile, pool_sizes=2), profile, inputs, inputs)
+    base, why = resolve_baseline(profile, space, inputs, None)
+    assert base.num_blocks == MAX_KV_BLOCKS and "never evicts on these inputs" in why
+    given, why = resolve_baseline(profile, space, inputs, "vllm:8:4096x16:512")
+    assert given.num_blocks == 4096 and why == "--baseline vllm:8:4096x16:512"

@@ -45,6 +45,7 @@ from rearrival.search.vllm.defaults import short_id
 from rearrival.search.vllm.evaluate import device_s
 from rearrival.search.vllm.outputs import (
     TIEBREAK,
+    capture_caveats,
     memory_entry,
     pool_columns,
     pool_totals,
@@ -172,6 +173,7 @@ def advise_vllm(
     chosen, base_entry = entry(scored, pick, profile), entry(scored, base, profile)
     rows = pool_rows(scored, pick, profile)
     caveats = tie_caveats(scored.table, inputs.held_out, TIEBREAK)
+    caveats += capture_caveats(scored.space.candidates)
     spread = None
     if trace_pool is not None:
         cost = profile.step_cost

@@ -99,6 +99,24 @@ def pool_columns(totals: dict[str, int], prefix: str) -> dict[str, Any]:
     }
 
 
+def capture_caveats(cands: Sequence[VllmConfiguration]) -> list[dict[str, str]]:
+    """``eager_unpriced``: eager and CUDA-graph configurations searched side by side. The
+    step cost prices a decode token alike whether its batch ran in a graph or eagerly
+    (docs/DESIGN.md §15 rule 7), so here graphs only add padding and eager never loses;
+    what graphs save per step is not in the model."""
+    if not any(c.buckets for c in cands) or all(c.buckets for c in cands):
+        return []
+    return [
+        {
+            "code": "eager_unpriced",
+            "message": "the search compares eager (capture sizes none) with CUDA-graph "
+            "configurations, but the step cost prices a decode token the same either way, "
+            "so graphs only add padding here and eager never loses; compare capture-size "
+            "sets with each other, or calibrate eager and graphs separately",
+        }
+    ]
+
+
 def score_table(
     results: pd.DataFrame,
     cands: Sequence[VllmConfiguration],
@@ -192,7 +210,7 @@ def summarize(
         "mean_ratio_selected": full["mean_ratio_selected"],
         "mean_ratio_changes_selection": full["mean_ratio_changes_selection"],
         "restricted": {k: v for k, v in comparison.items() if k != n_label(settings.n)},
-        "caveats": tie_caveats(table, held_out, TIEBREAK),
+        "caveats": tie_caveats(table, held_out, TIEBREAK) + capture_caveats(space.candidates),
     }
     return selected, summary
 

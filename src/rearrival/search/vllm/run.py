@@ -17,6 +17,7 @@ import pandas as pd
 
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
+from rearrival.limits import MAX_KV_BLOCKS
 from rearrival.model.configuration import ConfigurationError, VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.plans.plan import Plan
@@ -98,6 +99,10 @@ def resolve_baseline(
             blocks = -(-tokens // block_size)
             pool = f"a pool as large as the largest searched ({blocks:,} blocks of {block_size})"
         chosen = baseline_configuration(profile, blocks)
+        if chosen.num_blocks < blocks:
+            ample = max(vllm_inputs(p, block_size).never_evicting_blocks() for p in plans)
+            same = ", which never evicts on these inputs either" if ample <= MAX_KV_BLOCKS else ""
+            pool += f", simulated at the bound of {MAX_KV_BLOCKS:,} blocks (rearrival.limits){same}"
         device = "the CPU build" if profile.device == "cpu" else f"a GPU ({GPU_BATCH_NOTE})"
         why = f"vLLM 0.32.0's defaults on {device}, with {pool}"
     need = 1 + max(vllm_inputs(p, chosen.block_size).blocks_needed() for p in plans)
