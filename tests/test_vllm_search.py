@@ -419,6 +419,7 @@ def test_advise_runs_on_the_shipped_sample_and_shows_the_bound_beside_the_hit_ra
     assert advice["selected"]["headroom_gib_per_device"] >= 0
     text = runner.invoke(app, args).stdout
     assert "device CPU s" in text and "upper bound" in text and "not GPU seconds" in text
+    assert "other overhead (0.001 GiB)" in text and advice["profile_memory"]["num_devices"] == 1
 
 
 def test_a_baseline_larger_than_the_pool_bound_is_simulated_at_it(tmp_path):

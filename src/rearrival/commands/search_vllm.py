@@ -25,7 +25,8 @@ SubstrateOption = Annotated[
     typer.Option(
         "--substrate",
         help="rbln (the paper's compile-time-static stack, the default) or vllm (paged KV "
-        "with prefix caching: pools, max_num_seqs, token budgets; docs/DESIGN.md §15).",
+        "with prefix caching: pools, max_num_seqs, token budgets; docs/DESIGN.md §15; "
+        "scored in this process, --workers is for rbln).",
     ),
 ]
 MaxNumSeqsOption = Annotated[

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import GIB
 from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.plans.plan import Plan
+from rearrival.model.plans.trace_plans import LongerContext
 from rearrival.search.advise import SMALL_GAIN
 from rearrival.search.caveats import spread_caveats, tie_caveats
 from rearrival.search.inputs import PlanKey
@@ -57,7 +59,7 @@ KNOBS = ("max_num_seqs", "block_size", "max_num_batched_tokens", "capture_sizes"
 CONTEXT_STEP = 1024  # a suggested max_model_len is rounded up to this
 
 
-def longer_context(profile: VllmProfile, block_size: int):
+def longer_context(profile: VllmProfile, block_size: int) -> LongerContext:
     """What a longer ``max_model_len`` costs on vLLM: the pool must hold one such request
     (``rearrival.model.plans.trace_plans.LongerContext``)."""
 
@@ -198,6 +200,7 @@ def advise_vllm(
         "workload_notes": list(notes),
         "profile": profile.identity(),
         "profile_note": profile.seconds_note(),
+        "profile_memory": None if profile.memory is None else asdict(profile.memory),
         "recommendation_source": (
             f"a search over {counts['searched']:,} of {counts['enumerated']:,} vLLM "
             f"configurations ({counts['excluded_by_budget']:,} with a token budget below "
@@ -229,17 +232,23 @@ def _left(row: dict[str, Any]) -> str:
     return text if row["fits_memory"] else f"{text} (no fit)"
 
 
-def memory_sentence(row: dict[str, Any]) -> str:
-    """Device memory of one configuration: KV, what the devices hold and what is left."""
+def memory_sentence(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
+    """Device memory of one configuration: KV, what the devices hold and what is left
+    (``memory``: the profile's memory block)."""
     c = row["configuration"]
-    kv = (
-        f"{c['num_blocks']:,} blocks of {c['block_size']} tokens hold {row['kv_gib']:.3f} GiB of KV"
-    )
-    if row["fits_memory"] is None:
+    blocks = f"{c['num_blocks']:,} blocks of {c['block_size']} tokens"
+    kv = f"{blocks} hold {row['kv_gib']:.3f} GiB of KV"
+    if row["fits_memory"] is None or memory is None:
         return f"{kv}; the profile has no memory block, so what is left is not known"
+    weights = f"the weights ({memory['weights_gib']:g} GiB"
+    besides = (
+        f"{weights}) and other overhead ({memory['overhead_gib']:g} GiB)"
+        if memory["overhead_gib"] is not None
+        else f"{weights}; the profile gives no other overhead)"
+    )
     text = (
-        f"{kv}; with the weights and overhead that is {row['memory_gib_per_device']:.3f} GiB "
-        f"per device of {row['device_memory_gib']:.3f} GiB"
+        f"{kv}; with {besides} that is {row['memory_gib_per_device']:.3f} GiB per device of "
+        f"{row['device_memory_gib']:.3f} GiB on each of {memory['num_devices']}"
     )
     if row["fits_memory"]:
         return f"{text}: leaves {row['headroom_gib_per_device']:.3f} GiB per device"
@@ -307,7 +316,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         "time against the baseline.",
         *_spread_lines(advice.get("saving_spread")),
-        f"Memory: {memory_sentence(chosen)}.",
+        f"Memory: {memory_sentence(chosen, advice['profile_memory'])}.",
         "",
         "## 3. How much KV",
         "",

@@ -17,7 +17,6 @@ step for step, so one run stands in for all of them:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -186,8 +185,3 @@ def evaluate(
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     frame = frame.sort_values(["candidate", "inputs", "n", "plan"], kind="stable")
     return frame.reset_index(drop=True), simulations
-
-
-def summed(frame: pd.DataFrame, column: str) -> float:
-    """Exactly rounded sum of a column (independent of row order)."""
-    return math.fsum(frame[column].tolist())

@@ -218,6 +218,11 @@ class VllmSpace:
             "excluded_by_pool_too_small": self.excluded_by_pool_too_small,
             "excluded_by_memory": self.excluded_by_memory,
             "memory_filter": self.memory_filter,
+            "merged_duplicates": self.enumerated
+            - self.excluded_by_budget
+            - self.excluded_by_pool_too_small
+            - self.excluded_by_memory
+            - len(self.candidates),
             "searched": len(self.candidates),
             "pools": {str(bs): list(pools) for bs, pools in self.pools.items()},
             "pools_derived_from_memory": self.derived,
