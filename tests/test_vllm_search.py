@@ -312,6 +312,8 @@ def test_bad_options_are_one_line_refusals(cpu_profile, tmp_path):
     refusal(["search", *out, *vllm, "--capture-sizes", "x"], "--capture-sizes")
     refusal(["search", *out, *vllm, "--baseline", "vllm:8:x"], "--baseline", "vllm:16:512x16")
     refusal(["search", *out, *vllm, "--pool-sizes", "65"], "--pool-sizes", "64")
+    refusal(["search", *out, *vllm, "--max-num-seqs", "2048"], "--max-num-seqs", "1,024")
+    refusal(["search", *out, *vllm, "--num-blocks", "2000000"], "--num-blocks", "1,048,576")
     refusal(["search", *out, *vllm, "--num-blocks", "4,8"], "no candidate left", "longest")
     refusal(["search", *out, "--substrate", "vllm"], "no vLLM profile ships yet", "--profile")
     refusal(["advise", *vllm, "--search", str(tmp_path)], "--search")
@@ -382,6 +384,13 @@ def test_the_search_runs_on_the_shipped_sample(cpu_profile, tmp_path, monkeypatc
     assert summary["inputs"]["n"] == [2] and summary["profile"]["device"] == "cpu"
     assert "profile" in result.stderr and "CPU seconds" in result.stderr
     assert len(lines[-2].removeprefix("results/vllm: ")) <= 100 and len(lines[-1]) <= 100
+    plans_args = ["--plans", "results/sample", "--profile", str(cpu_profile)]
+    plans_args += ["--config", str(CONFIG_FILE), "--json"]
+    advised = runner.invoke(app, ["advise", "--substrate", "vllm", *plans_args])
+    assert advised.exit_code == 0, advised.output
+    advice = json.loads(advised.stdout)
+    assert "not held out" in advice["inputs"] and advice["saving_spread"] is None
+    assert advice["selected"]["configuration"]["id"] == summary["selected"]["id"]
 
 
 @needs_sample

@@ -26,7 +26,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rearrival.config.search import SearchError
-from rearrival.limits import MAX_CANDIDATES, MAX_KV_BLOCKS, LimitError, check_at_most
+from rearrival.limits import (
+    BATCH_SIZE_WHY,
+    KV_BLOCKS_WHY,
+    MAX_BATCH_SIZE,
+    MAX_CANDIDATES,
+    MAX_KV_BLOCKS,
+    LimitError,
+    check_at_most,
+)
 from rearrival.model.buckets import sizes_problem
 from rearrival.model.configuration import ConfigurationError, VllmConfiguration
 from rearrival.model.cost.memory import DeviceMemory
@@ -72,7 +80,8 @@ class VllmAxes:
                     f"option --num-blocks {list(self.num_blocks)}: give pool sizes >= 2 "
                     "(block 0 is vLLM's null block)"
                 )
-            check_at_most("--num-blocks", max(self.num_blocks), MAX_KV_BLOCKS, "KV blocks")
+            check_at_most("--num-blocks", max(self.num_blocks), MAX_KV_BLOCKS, KV_BLOCKS_WHY)
+        check_at_most("--max-num-seqs", max(self.max_num_seqs), MAX_BATCH_SIZE, BATCH_SIZE_WHY)
         if self.pool_sizes < 2:
             raise SearchError(f"option --pool-sizes {self.pool_sizes}: give at least 2")
         check_at_most("--pool-sizes", self.pool_sizes, MAX_POOL_SIZES, POOL_SIZES_WHY)
