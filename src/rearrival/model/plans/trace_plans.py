@@ -394,25 +394,36 @@ def fitting_scale(options: ImportOptions, longest_transcript: int) -> float:
     return math.floor(exact * 10**digits) / 10**digits
 
 
-def _longer_context(need: int, profile: Profile) -> tuple[int, str]:
-    """The maximum sequence length that holds ``need`` tokens (a multiple of the profile's)
-    and what it costs in KV memory per slot and slots that fit."""
-    step = profile.slot_tokens
-    longer = max(step, -(-need // step) * step)
-    return longer, context_cost(profile, device_memory(profile), longer).sentence()
+# A longer context for ``need`` tokens: how to ask for it and what it costs, e.g.
+# ("import with --max-seq-len 16,384", "a maximum sequence length of ... needs ...").
+LongerContext = Callable[[int], tuple[str, str]]
 
 
-def _nothing_fits(path: Path, counts: _Counts, options: ImportOptions, profile: Profile) -> str:
+def slot_context(profile: Profile) -> LongerContext:
+    """The RBLN slot's: the maximum sequence length that holds ``need`` tokens (a
+    multiple of the profile's) and its KV memory per slot and the slots that fit."""
+
+    def longer_context(need: int) -> tuple[str, str]:
+        step = profile.slot_tokens
+        longer = max(step, -(-need // step) * step)
+        cost = context_cost(profile, device_memory(profile), longer).sentence()
+        return f"import with --max-seq-len {longer:,}", cost
+
+    return longer_context
+
+
+def _nothing_fits(
+    path: Path, counts: _Counts, options: ImportOptions, longer_context: LongerContext
+) -> str:
     """The refusal when no session's first round fits, with both ways forward."""
     need = counts.longest_transcript
-    longer, cost = _longer_context(need, profile)
+    how, cost = longer_context(need)
     return (
         f"{path}: nothing fits a maximum sequence length of {options.max_seq_len:,} "
         f"tokens: every session's first round is longer (shortest "
         f"{counts.shortest_first:,}, longest transcript {need:,}), so no plan was written; "
         f"study it as a labelled what-if with --token-scale "
-        f"{fitting_scale(options, need):g} (every round fits) or import with --max-seq-len "
-        f"{longer:,}, where {cost}"
+        f"{fitting_scale(options, need):g} (every round fits) or {how}, where {cost}"
     )
 
 
@@ -425,9 +436,12 @@ def build_plan(
     options: ImportOptions,
     profile: Profile | None = None,
     extra_notes: dict[str, Any] | None = None,
+    longer_context: LongerContext | None = None,
 ) -> ImportResult:
-    """The plan of a parsed trace under ``options`` (see the module docstring)."""
-    profile = profile or measured_profile()
+    """The plan of a parsed trace under ``options`` (see the module docstring);
+    ``longer_context`` says what a longer context costs (default: the RBLN slot of
+    ``profile``)."""
+    longer_context = longer_context or slot_context(profile or measured_profile())
     if not trace_sessions:
         raise TraceError(f"{path}: the trace holds no LLM rounds; nothing to import")
     chosen = _select(trace_sessions, options, path)
@@ -453,7 +467,7 @@ def build_plan(
             "them before that round, or --token-scale to study a scaled what-if"
         )
     if not kept:
-        raise TraceError(_nothing_fits(path, counts, options, profile))
+        raise TraceError(_nothing_fits(path, counts, options, longer_context))
     origin = min(s.start_epoch_s for s, _ in kept)
     sessions = tuple(
         MultiRoundSession(
@@ -465,8 +479,7 @@ def build_plan(
     )
     notes = _notes(counts, options, chosen, kept) | (extra_notes or {})
     if affected:
-        longer = _longer_context(counts.longest_transcript, profile)[1]
-        notes["overflow"]["longer_context"] = longer
+        notes["overflow"]["longer_context"] = longer_context(counts.longest_transcript)[1]
     meta = PlanMeta(
         seed=options.seed if options.sessions is not None else None,
         variant="wait",
@@ -510,6 +523,7 @@ class TraceImporter:
         time_origin: str = "first",
         token_scale: float = 1.0,
         profile: Profile | None = None,
+        longer_context: LongerContext | None = None,
     ) -> ImportResult:
         path = Path(path)
         options = ImportOptions(sessions, seed, max_seq_len, on_overflow, time_origin, token_scale)
@@ -522,6 +536,7 @@ class TraceImporter:
             options=options,
             profile=profile,
             extra_notes=notes,
+            longer_context=longer_context,
         )
 
 
