@@ -65,8 +65,8 @@ def _check_design(
     run: Run, commit: Any, study: str, problems: list[str], passed: list[str]
 ) -> None:
     """Check (h): the run measured the registered design: its backend, N, replicate,
-    variant and its configuration's buckets, batch size and slots are the ones in
-    design.json at its prereg commit (a config edited around the DAG-time refusal and
+    variant and its configuration's knobs (buckets, batch size and slots; on vLLM the pool,
+    block size and token budget too) are the ones in design.json at its prereg commit (a config edited around the DAG-time refusal and
     run by hand is caught here)."""
     try:
         design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json").data_stream.read())
@@ -83,7 +83,10 @@ def _check_design(
         found.append(f"replicate {run.replicate} beyond the registered {design.get('replicates')}")
     if run.variant not in design.get("variants", []):
         found.append(f"variant {run.variant} not among the registered {design.get('variants')}")
-    measured = {key: configuration.get(key) for key in ("buckets", "batch_size", "slots")}
+    # the knobs the registration holds: buckets, batch size and slots on RBLN, the pool,
+    # block size and token budget beside them on vLLM
+    knobs = registered or {"buckets": None, "batch_size": None, "slots": None}
+    measured = {key: configuration.get(key) for key in knobs}
     if registered is None or measured != registered:
         found.append(
             f"configuration {configuration.get('name')} {measured}, registered {registered}"
