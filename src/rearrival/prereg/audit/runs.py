@@ -65,9 +65,9 @@ def _check_design(
     run: Run, commit: Any, study: str, problems: list[str], passed: list[str]
 ) -> None:
     """Check (h): the run measured the registered design: its backend, N, replicate,
-    variant and its configuration's knobs (buckets, batch size and slots; on vLLM the pool,
-    block size and token budget too) are the ones in design.json at its prereg commit (a config edited around the DAG-time refusal and
-    run by hand is caught here)."""
+    variant and its configuration's knobs (buckets, batch size and slots; on vLLM the
+    pool, block size and token budget too) are the ones in design.json at its prereg
+    commit (a config edited around the DAG-time refusal and run by hand is caught here)."""
     try:
         design = json.loads((commit.tree / f"{PREREG_ROOT}/{study}/design.json").data_stream.read())
     except (KeyError, ValueError):
