@@ -93,6 +93,10 @@ def test_steps_that_do_not_cover_the_requests_are_named() -> None:
     assert "prefill 372 tokens" in log.coverage_problem(recomputed, REQUESTS, {})
     preempted = {"vllm:num_preemptions_total": 1.0}
     assert log.coverage_problem(recomputed, REQUESTS, preempted) is None
+    # a resumed request's recomputed output is logged as generation tokens
+    redecoded = log.steps(LOG.replace("1 generation tokens", "5 generation tokens"))
+    assert "no preemption to recompute more" in log.coverage_problem(redecoded, REQUESTS, {})
+    assert log.coverage_problem(redecoded, REQUESTS, preempted) is None
 
 
 def test_vllms_reason_is_its_first_error_not_a_warning() -> None:
