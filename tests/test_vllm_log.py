@@ -131,6 +131,9 @@ def test_server_argv_holds_the_configurations_knobs() -> None:
     assert kv_cache_memory_bytes(configuration, model) == 128 * 32 * 1024  # 1 KiB a token
     for flag in ("--enforce-eager", "--enable-prefix-caching", "--load-format"):
         assert flag in argv
+    study_seed = 2**63 + 5  # a study's run seeds are 64-bit; vLLM takes [0, 2**32)
+    argv = server_argv(Path("/py"), configuration, model, port=9, seed=study_seed, max_model_len=8)
+    assert argv[argv.index("--seed") + 1] == "5"
     with pytest.raises(ValueError, match="CPU build has no CUDA graphs"):
         server_argv(
             Path("/py"),

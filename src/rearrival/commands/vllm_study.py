@@ -11,19 +11,25 @@ from typing import Annotated
 
 import typer
 
-from rearrival.commands.study import (
-    DEFAULT_CONFIG,
-    DEFAULT_REPO,
-    Config,
-    Ledger,
-    Out,
-    Plans,
-    Predictions,
-    Repo,
-    Selected,
-    StudyName,
-)
 from rearrival.commands.values import Values, checked_config
+
+# The options of the study verbs (rearrival.commands.study), spelled alike.
+Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
+StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
+Plans = Annotated[Path, typer.Option("--plans", help="The study's plans directory.")]
+Predictions = Annotated[Path, typer.Option("--predictions", help="Predictions Parquet.")]
+Out = Annotated[Path, typer.Option("--out", help="Output file or directory.")]
+Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
+Selected = Annotated[
+    Path | None,
+    typer.Option("--selected", help="The study's search result (its selected.json)."),
+]
+Ledger = Annotated[
+    Path | None,
+    typer.Option("--ledger", help="The seal stage's record (results/ledger/<study>.json)."),
+]
+DEFAULT_CONFIG = Path("config/config.yaml")
+DEFAULT_REPO = Path(".")
 
 
 def vllm_tables(
