@@ -1,4 +1,4 @@
-"""Search speed (SPEC section 14), figures 3 and 4 of `make bench`.
+"""Search speed (README "Speed"), figures 3 and 4 of `make bench`.
 
 3. The paper's search: 2,077 candidates x 54 plans (27 search + 27 evaluation), scored
    and merged into scores/selected/summary, on ``--workers`` cores, timed in this process

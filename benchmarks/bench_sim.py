@@ -1,4 +1,4 @@
-"""Predictor speed (SPEC section 14), figures 1 and 2 of `make bench`, as ratios in one run.
+"""Predictor speed (README "Speed"), figures 1 and 2 of `make bench`, as ratios in one run.
 
 1. Single call: ``simulate(plan, SimConfig(...)).summary()`` against
    ``rearrival.model.simulator.sim_reference`` on the mixed workload of issue 12: 45 plans, N in

@@ -1,5 +1,5 @@
 """Calibration at work: validation errors with the published vs a calibrated profile on two
-emulator truths (issue 11; SPEC section 4). Not a speed benchmark: an experiment.
+emulator truths (docs/DESIGN.md §3). Not a speed benchmark: an experiment.
 
 For each truth (``default``: the twin of the paper's stack; ``assumed``: the clearly
 hypothetical stack of ``rearrival/data/emulator_truth_assumed.yaml``):

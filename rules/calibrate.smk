@@ -1,7 +1,8 @@
-# Stage 0: calibration (SPEC 4, paper II-B, III-C, IV): measure g(b), beta, the prefill
-# model and the reuse rule on the configured backend and write a profile with CIs and
-# run ids. It runs in every `make all` (Table VII is always regenerated); predictions,
-# channel A, the search and advise read it only with `profile: calibrated`.
+# Stage 0: calibration (docs/DESIGN.md §3; paper II-B, III-C, IV): measure g(b), beta, the
+# prefill model and the reuse rule on the configured backend and write a profile with CIs
+# and run ids. It runs in every `make all` (Table VII is always regenerated); predictions,
+# channel A, the search and advise read it only with `profile: calibrated` (and the
+# exploratory evaluation of a `published` study).
 
 
 rule calibrate_compile:
@@ -12,15 +13,14 @@ rule calibrate_compile:
     conda:
         "../envs/rbln.yaml"
     resources:
-        device=1 if REAL_DEVICE else 0,
+        device=1 if BACKEND.device else 0,
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=stage_values("calibration"),
+        values=values("calibration"),
     shell:
         "rearrival study calibrate-compile --config {params.config_file:q}"
-        " --out {output.record:q}"
-        " > {log:q} 2>&1"
+        " --values {params.values} --out {output.record:q} > {log:q} 2>&1"
 
 
 rule calibrate:
@@ -38,15 +38,15 @@ rule calibrate:
     conda:
         "../envs/workflow.yaml"
     resources:
-        device=1 if REAL_DEVICE else 0,
+        device=1 if BACKEND.device else 0,
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=stage_values("calibration"),
+        values=values("calibration"),
         compiled=compiled_option,
-        # the runs, plans and sample tables (declared above) go into the calibration's
-        # own folder, the profile's; the report reads them there
-        work=lambda wildcards, output: os.path.dirname(output.profile),
     shell:
-        "rearrival study calibrate --config {params.config_file:q} --out {output.profile:q}"
-        " --work {params.work:q} {params.compiled} > {log:q} 2>&1"
+        # every file it writes is named (declared above; the report reads them there)
+        "rearrival study calibrate --config {params.config_file:q} --values {params.values}"
+        " {params.compiled} --out {output.profile:q} --decode-steps {output.decode:q}"
+        " --prefill {output.prefill:q} --reuse {output.reuse:q} --runs {output.runs:q}"
+        " --plans {output.plans:q} > {log:q} 2>&1"

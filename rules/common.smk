@@ -1,69 +1,90 @@
 # Helpers shared by the workflow files. The study definition as typed objects, one helper
 # per path pattern and the file lists derived from them, the options that pass declared
-# files to commands, and the config values each rule depends on (as params, so an edit
-# reruns exactly the jobs it affects). No science here: rearrival.config.study expands
-# the config and rearrival.workflow.params says which values each stage uses.
+# files to commands, and the digest of the config values each job depends on (a param,
+# so an edit reruns exactly the jobs it affects; the job's verb checks it). No science
+# here: rearrival.config.study reads and expands the definition, rearrival.workflow.params
+# says which values each stage uses, rearrival.vocabulary.BACKEND_STAGES what runs on
+# the configured backend.
 import os
 from pathlib import Path
 
+from rearrival.config.calibration import CALIBRATED, PUBLISHED, exploratory_profile
+from rearrival.config.study import load_study_config
+from rearrival.vocabulary import BACKEND_STAGES
 from rearrival.workflow.cluster import check_slurm_site, device_gres
-from rearrival.workflow.configfile import study_config_file
-from rearrival.workflow.params import workflow_params
-from rearrival.workflow.preregister import refuse_changed_designs
-from rearrival.workflow.run import INJECTION_BACKEND
-from rearrival.config.calibration import CALIBRATED, PUBLISHED
-from rearrival.config.study import study_config_from_mapping
-from rearrival.vocabulary import RBLN
-
-CONFIG_FILE = study_config_file(
-    workflow.configfiles,
-    workflow.overwrite_configfiles,
-    workflow.config_settings.replace_workflow_config,
+from rearrival.workflow.configfile import (
+    refuse_command_line_values,
+    refusing_in_one_line,
+    study_config_file,
 )
-STUDY = study_config_from_mapping(config, CONFIG_FILE)
-STUDY_NAMES = list(STUDY.studies)
+from rearrival.workflow.params import stage_key, workflow_params
+from rearrival.workflow.preregister import refuse_changed_designs
+
 RESULTS = "results"
 
-# A registered study's design and criteria never change: refused here, before any job.
-refuse_changed_designs(STUDY, Path("."), Path(RESULTS) / "runs")
+# The DAG is built from the one file every job reads, loaded as the verbs load it (one
+# schema check, the models' defaults); a bad key or value is one line and exit code 2.
+with refusing_in_one_line():
+    CONFIG_FILE = study_config_file(
+        workflow.configfiles,
+        workflow.overwrite_configfiles,
+        workflow.config_settings.replace_workflow_config,
+    )
+    refuse_command_line_values(workflow.config_settings.config, CONFIG_FILE)
+    STUDY = load_study_config(CONFIG_FILE)
+    # A registered study's design and criteria never change: refused here, before any job.
+    refuse_changed_designs(STUDY, Path("."), Path(RESULTS) / "runs")
+    PARAMS = workflow_params(STUDY)
 
-PARAMS = workflow_params(STUDY, config)
+STUDY_NAMES = list(STUDY.studies)
+# What the configured backend runs: the real device, compile stages, the injection.
+BACKEND = BACKEND_STAGES[STUDY.backend]
+# The profile of the exploratory second evaluation (the {profile} wildcard's one value).
+EXPLORATORY_PROFILE = exploratory_profile(STUDY.measurement.profile)
+# Two-round validation studies: Table XI's fixed-arrival simulator runs on their runs.
+FIXED_ARRIVAL_STUDIES = [
+    name for name, s in STUDY.studies.items() if s.kind == "validation" and not s.multi_round
+]
 
 # Site settings for profiles/slurm come from the environment (rearrival.workflow.cluster): the
 # generic resource a real-device job holds on the cluster, '' for emulated backends.
-REAL_DEVICE = STUDY.backend == RBLN
-DEVICE_GRES = device_gres(os.environ, real_device=REAL_DEVICE)
+DEVICE_GRES = device_gres(os.environ, real_device=BACKEND.device)
 
 
 onstart:
     # Before the first sbatch: no Slurm, controller down or a missing partition is one
     # clear line, not one failed submission per job.
     if workflow.executor_plugin.cli_prefix == "slurm":
-        check_slurm_site(os.environ, real_device=REAL_DEVICE)
+        check_slurm_site(os.environ, real_device=BACKEND.device)
 
 
 def values(stage):
-    """Params function: the canonical JSON of the config values ``stage`` depends on.
-    A function, so Snakemake never reads braces in the values as wildcards."""
-    return lambda wildcards: PARAMS[f"{stage}:{wildcards.study}"]
+    """Params function: the digest of the config values ``stage`` depends on, for the
+    job's study (or the whole study definition when the job has no study)."""
+    return lambda wildcards: PARAMS[stage_key(stage, wildcards.get("study"))]
 
 
-def stage_values(stage):
-    """The same for a stage without a study wildcard (search, injection, report)."""
-    return lambda wildcards: PARAMS[stage]
+def search_values(wildcards):
+    """The values a search job depends on: the top-level search's or its study's."""
+    return PARAMS[stage_key("search", search_study(wildcards.search))]
 
 
 # One helper per path pattern. Rules declare their outputs with these and chain through
 # `rules.<rule>.output.<name>`; the helpers fill a study in for the lists below. Called
-# without arguments they return the wildcard pattern.
+# without arguments they return the wildcard pattern. The exploratory evaluation's
+# tables have the same layout under results/exploratory/<profile>/ (``root``).
+
+
+def exploratory_root(profile="{profile}"):
+    return f"{RESULTS}/exploratory/{profile}"
 
 
 def plans_path(study="{study}"):
     return f"{RESULTS}/plans/{study}"
 
 
-def predictions_path(study="{study}"):
-    return f"{RESULTS}/predictions/{study}.parquet"
+def predictions_path(study="{study}", root=RESULTS, table=""):
+    return f"{root}/predictions/{study}{table}.parquet"
 
 
 def prereg_path(study="{study}"):
@@ -82,12 +103,16 @@ def ledger_path(study="{study}"):
     return f"{RESULTS}/ledger/{study}.json"
 
 
-def channels_path(study="{study}"):
-    return f"{RESULTS}/channels/{study}.parquet"
+def channels_path(study="{study}", root=RESULTS):
+    return f"{root}/channels/{study}.parquet"
 
 
-def decisions_path(study="{study}"):
-    return f"{RESULTS}/decisions/{study}.csv"
+def decisions_path(study="{study}", root=RESULTS):
+    return f"{root}/decisions/{study}.csv"
+
+
+def fixed_arrivals_path(study="{study}", root=RESULTS):
+    return f"{root}/fixed_arrivals/{study}.parquet"
 
 
 def calibration_path(name):
@@ -98,16 +123,54 @@ def injection_path():
     return f"{RESULTS}/injection/gaps.parquet"
 
 
-def search_path(name):
-    return f"{RESULTS}/search/{name}"
+# A search's results: the top-level one under results/search/, a study's own (its
+# studies.<study>.search block) under results/study_search/<study>/.
+TOP_SEARCH = "search"
 
 
-def study_search_path(name, study="{study}"):
-    return f"{RESULTS}/study_search/{study}/{name}"
+def search_name(study=None):
+    """The {search} wildcard's value of the top-level search or a study's own."""
+    return TOP_SEARCH if study is None else f"study_search/{study}"
+
+
+def search_study(search):
+    """The study whose own search ``search`` is (None: the top-level search)."""
+    return None if search == TOP_SEARCH else search.removeprefix("study_search/")
+
+
+def search_path(name, search="{search}"):
+    return f"{RESULTS}/{search}/{name}"
 
 
 def shard_name(shard="{shard}"):
     return f"shards/shard_{shard}.parquet"
+
+
+SEARCHES = [search_name()] + [
+    search_name(name) for name, s in STUDY.studies.items() if s.search is not None
+]
+
+
+def search_settings(search):
+    study = search_study(search)
+    return STUDY.search if study is None else STUDY.study(study).search
+
+
+def search_shards(wildcards):
+    """The shard files of one search."""
+    shards = search_settings(wildcards.search).shards
+    return [search_path(shard_name(k), wildcards.search) for k in range(shards)]
+
+
+def search_count(wildcards):
+    """The shard count of one search."""
+    return search_settings(wildcards.search).shards
+
+
+def search_option(wildcards):
+    """`--study NAME` for a study's own search, nothing for the top-level one."""
+    study = search_study(wildcards.search)
+    return "" if study is None else f"--study '{study}'"
 
 
 def run_dirs(study):
@@ -131,27 +194,17 @@ def prereg_inputs(wildcards):
     return inputs
 
 
+def selected_path(study):
+    """The search pick a study compares as 'selected': its own search's (a study with a
+    search block, e.g. over agent sessions), else the top-level search's."""
+    own = STUDY.study(study).search is not None
+    return search_path("selected.json", search_name(study if own else None))
+
+
 def selected_input(wildcards):
-    """Studies that compare the search's pick need its result before predicting: their
-    own search's (a study with a search block, e.g. over agent sessions), else the
-    top-level search's."""
+    """Studies that compare the search's pick need its result before predicting."""
     study = STUDY.study(wildcards.study)
-    if study.search is not None:
-        return rules.study_search_merge.output.selected.format(study=study.name)
-    if study.uses_selected:
-        return rules.search_merge.output.selected
-    return []
-
-
-def study_search_shards(wildcards):
-    """The shard files of a study's own search."""
-    shards = STUDY.study(wildcards.study).search.shards
-    return [study_search_path(shard_name(k), wildcards.study) for k in range(shards)]
-
-
-def study_search_count(wildcards):
-    """The shard count of a study's own search."""
-    return STUDY.study(wildcards.study).search.shards
+    return selected_path(study.name) if study.uses_selected else []
 
 
 def amended_option(wildcards, input):
@@ -165,71 +218,100 @@ def selected_option(wildcards, input):
 
 
 def profile_option(wildcards, input):
-    """The CLI option naming the declared profile file (empty for `profile: published`)."""
+    """The CLI option naming the declared profile file (empty for the published one)."""
     return f"--profile '{input.profile}'" if input.profile else ""
 
 
+def prereg_option(wildcards, input):
+    """The registered decision reads the prereg record; the exploratory one does not."""
+    return f"--prereg '{input.prereg}'" if "prereg" in input.keys() else "--exploratory"
+
+
 def compile_inputs(wildcards):
-    """On real hardware every configuration of the study is compiled first."""
-    if STUDY.backend != RBLN:
-        return []
-    return [rules.compile.output.record]
+    """On a backend that compiles, every configuration of the study is compiled first."""
+    return [rules.compile.output.record] if BACKEND.compiles else []
 
 
 def compiled_option(wildcards, input):
-    """The compile record a hardware run or the calibration reads its artifacts from
-    (rbln only)."""
+    """The compile record a hardware run or the calibration reads its artifacts from."""
     return f"--compiled '{input.compiled}'" if input.compiled else ""
 
 
+def profile_file(name):
+    """The file a ``profile:`` value names: the calibrate stage's profile for
+    `calibrated`, the named file for a path, none for `published`."""
+    if name == PUBLISHED:
+        return []
+    if name == CALIBRATED:
+        return rules.calibrate.output.profile
+    return name
+
+
+def profile_input(wildcards):
+    """The profile file predictions, channel A, the prereg and the search read."""
+    return profile_file(STUDY.measurement.profile)
+
+
+def exploratory_profile_input(wildcards):
+    """The profile file of the exploratory evaluation's stages."""
+    return profile_file(EXPLORATORY_PROFILE)
+
+
+def calibration_compile_input(wildcards):
+    """On a backend that compiles, the calibration artifacts are compiled first."""
+    return rules.calibrate_compile.output.record if BACKEND.compiles else []
+
+
+def exploratory_tables(name):
+    """The exploratory evaluation's tables of one study, as the report reads them."""
+    root = exploratory_root(EXPLORATORY_PROFILE)
+    tables = [
+        predictions_path(name, root),
+        channels_path(name, root),
+        decisions_path(name, root),
+    ]
+    if name in FIXED_ARRIVAL_STUDIES:
+        tables.append(fixed_arrivals_path(name, root))
+    return tables
+
+
 def report_inputs(wildcards):
-    """Every result the report renders from, so Snakemake (and a storage plugin) can
-    track and stage them."""
+    """Every file the report reads, so Snakemake (and a storage plugin) can track and
+    stage them; the report reads nothing else (rearrival.report.results)."""
     inputs = {
         "decisions": [decisions_path(name) for name in STUDY_NAMES],
         "channels": [channels_path(name) for name in STUDY_NAMES],
         "predictions": [predictions_path(name) for name in STUDY_NAMES],
-        "plans": [plans_path(name) for name in STUDY_NAMES],
+        "requests": [predictions_path(name, table=".requests") for name in STUDY_NAMES],
+        "evictions": [predictions_path(name, table=".evictions") for name in STUDY_NAMES],
+        "fixed_arrivals": [fixed_arrivals_path(name) for name in FIXED_ARRIVAL_STUDIES],
+        "prereg": [prereg_path(name) for name in STUDY_NAMES],
         "runs": [d for name in STUDY_NAMES for d in run_dirs(name)],
-        "search": rules.search_merge.output.summary,
-        "scores": rules.search_merge.output.scores,
-        "selected": rules.search_merge.output.selected,
-        "calibration": rules.calibrate.output.profile,
+        "exploratory": [path for name in STUDY_NAMES for path in exploratory_tables(name)],
+        "search": [
+            search_path(name, search)
+            for search in SEARCHES
+            for name in ("summary.json", "scores.parquet", "selected.json")
+        ],
+        "calibration": [
+            rules.calibrate.output.profile,
+            rules.calibrate.output.decode,
+            rules.calibrate.output.prefill,
+        ],
+        "profile": profile_input(wildcards),
     }
-    searched = [name for name in STUDY_NAMES if STUDY.study(name).search is not None]
-    if searched:
-        inputs["study_search"] = [
-            rules.study_search_merge.output.summary.format(study=name) for name in searched
-        ]
-    if STUDY.backend == INJECTION_BACKEND:
-        inputs["injection"] = rules.injection.output.gaps
-    if STUDY.backend == RBLN:
+    if BACKEND.injection:
+        inputs["injection"] = [rules.injection.output.gaps]
+    if BACKEND.compiles:
         inputs["compile"] = [compile_path(name) for name in STUDY_NAMES]
     return inputs
 
 
-def results_root(wildcards, input):
-    """The results tree the report reads, derived from its declared inputs."""
-    return str(Path(input.search).parents[1])
-
-
-def profile_input(wildcards):
-    """The profile file predictions, channel A, the prereg and the search read: the
-    calibrate stage's profile for `profile: calibrated`, the named file for a path, none
-    for `published` (passed to the command by profile_option)."""
-    chosen = STUDY.measurement.profile
-    if chosen == PUBLISHED:
-        return []
-    if chosen == CALIBRATED:
-        return rules.calibrate.output.profile
-    return chosen
-
-
-def calibration_compile_input(wildcards):
-    """On real hardware the calibration artifacts are compiled first."""
-    if STUDY.backend != RBLN:
-        return []
-    return rules.calibrate_compile.output.record
+def report_files(wildcards, input):
+    """The report command's arguments: every declared results file (the profile file,
+    which may lie outside results/, is its --profile)."""
+    named = [path for name, paths in input.items() if name != "profile" for path in paths]
+    return " ".join(f"'{path}'" for path in named)
 
 
 def final_targets():
@@ -238,7 +320,7 @@ def final_targets():
     return [
         rules.calibrate.output.profile,
         *[decisions_path(name) for name in STUDY_NAMES],
-        rules.search_merge.output.summary,
-        *([rules.injection.output.gaps] if STUDY.backend == INJECTION_BACKEND else []),
+        search_path("summary.json", search_name()),
+        *([rules.injection.output.gaps] if BACKEND.injection else []),
         rules.report.output.html,
     ]

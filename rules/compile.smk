@@ -1,5 +1,5 @@
-# Stage 4 (backend rbln only): compile every configuration of a study with optimum-rbln
-# into content-addressed artifacts; an existing artifact is reused, not recompiled.
+# Stage 4 (backends that compile, e.g. rbln): compile every configuration of a study
+# with optimum-rbln into content-addressed artifacts; an existing artifact is reused.
 
 
 rule compile:
@@ -20,4 +20,4 @@ rule compile:
         selected=selected_option,
     shell:
         "rearrival study compile --config {params.config_file:q} --study {wildcards.study:q}"
-        " {params.selected} --out {output.record:q} > {log:q} 2>&1"
+        " --values {params.values} {params.selected} --out {output.record:q} > {log:q} 2>&1"

@@ -14,4 +14,4 @@ rule plans:
         values=values("plans"),
     shell:
         "rearrival study plans --config {params.config_file:q} --study {wildcards.study:q}"
-        " --out {output.plans:q} > {log:q} 2>&1"
+        " --values {params.values} --out {output.plans:q} > {log:q} 2>&1"

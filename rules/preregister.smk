@@ -1,10 +1,8 @@
 # Stage 3: predictions and decision criteria committed to git (GitPython) before any run
+# they judge (docs/DESIGN.md §8). Amending studies wait for the decision they amend.
+# Commits are serialised through the `git` resource so two jobs never race for the index.
 localrules:
     preregister,
-
-
-# they judge (SPEC 9). Amending studies wait for the decision they amend. Commits are
-# serialised through the `git` resource so two jobs never race for the index.
 
 
 rule preregister:
@@ -29,5 +27,6 @@ rule preregister:
         amended=amended_option,
     shell:
         "rearrival study prereg --config {params.config_file:q} --study {wildcards.study:q}"
-        " --plans {input.plans:q} --predictions {input.predictions:q} {params.selected}"
-        " {params.profile} {params.amended} --out {output.record:q} > {log:q} 2>&1"
+        " --values {params.values} --plans {input.plans:q}"
+        " --predictions {input.predictions:q} {params.selected} {params.profile}"
+        " {params.amended} --out {output.record:q} > {log:q} 2>&1"

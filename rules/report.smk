@@ -1,10 +1,10 @@
 # Stage 8: every paper table (CSV, Markdown, LaTeX), the figures and one HTML report,
-# rendered from results only; `rearrival tables` re-renders without rerunning anything.
-# The scorecard's second, exploratory evaluation under the other profile (published, or
-# the calibrated one for a published study) is recomputed here from the declared plans,
-# run records and search pick; it is never registered (rearrival.report.recompute).
-# `snakemake --report` shows each table (its CSV, grouped by family) and each figure as
-# its own item, captioned from rules/report/.
+# rendered from results only: the rule declares every file the report reads and the
+# command is given exactly those (rearrival.report.results reads nothing else), among
+# them the exploratory evaluation's tables under results/exploratory/<profile>/ that the
+# scorecard's second evaluation rests on. `rearrival tables` re-renders without rerunning
+# anything. `snakemake --report` shows each table (its CSV, grouped by family) and each
+# figure as its own item, captioned from rules/report/.
 from rearrival.report.tables import table_family
 
 
@@ -34,9 +34,10 @@ rule report:
         "../envs/workflow.yaml"
     params:
         config_file=CONFIG_FILE,
-        values=stage_values("report"),
-        results=results_root,
-        out=lambda wildcards, output: str(Path(output.html).parent),
+        values=values("report"),
+        profile=profile_option,
+        files=report_files,
     shell:
-        "rearrival study report --config {params.config_file:q} --results {params.results:q}"
-        " --out {params.out:q} > {log:q} 2>&1"
+        "rearrival study report --config {params.config_file:q} --values {params.values}"
+        " {params.profile} --html {output.html:q} --tables {output.tables:q}"
+        " --figures {output.figures:q} {params.files} > {log:q} 2>&1"

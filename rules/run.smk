@@ -18,7 +18,7 @@ rule run_replicate:
     conda:
         "../envs/workflow.yaml"
     resources:
-        device=1 if REAL_DEVICE else 0,
+        device=1 if BACKEND.device else 0,
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
@@ -27,7 +27,8 @@ rule run_replicate:
         compiled=compiled_option,
     shell:
         "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
-        " --n {wildcards.n} --replicate {wildcards.rep} --plans {input.plans:q}"
+        " --values {params.values} --n {wildcards.n} --replicate {wildcards.rep}"
+        " --plans {input.plans:q}"
         " --prereg {input.prereg:q} {params.selected} {params.compiled}"
         " --failed-runs {log.failed:q} --out {output.run:q} > {log.run:q} 2>&1"
 
@@ -40,11 +41,11 @@ rule injection:
     conda:
         "../envs/workflow.yaml"
     resources:
-        device=1 if REAL_DEVICE else 0,
+        device=1 if BACKEND.device else 0,
         gres=DEVICE_GRES,
     params:
         config_file=CONFIG_FILE,
-        values=stage_values("injection"),
+        values=values("injection"),
     shell:
-        "rearrival study injection --config {params.config_file:q} --out {output.gaps:q}"
-        " > {log:q} 2>&1"
+        "rearrival study injection --config {params.config_file:q} --values {params.values}"
+        " --out {output.gaps:q} > {log:q} 2>&1"

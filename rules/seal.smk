@@ -2,7 +2,8 @@
 # committed to git (ledger/<study>.json, one commit per study) before channels are
 # computed; channels, decisions and `rearrival audit` verify against it. Commits are
 # serialised through the `git` resource, like preregistration commits. The ledger is
-# append-only (re-run records are refused); with `witness:` set it is published.
+# append-only (re-run records are refused); with `witness:` set it is published. It takes
+# no values digest: a config edit must never rerun a seal (it would be refused).
 localrules:
     seal,
 

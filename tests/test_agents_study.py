@@ -52,12 +52,12 @@ def test_the_workload_block_becomes_the_generator_spec():
     ("edit", "message"),
     [
         ({"rounds": [4, 30]}, "studies.agents.workload.rounds:"),
-        ({"start_spread_s": -1}, "key $.studies.agents.workload.start_spread_s"),
-        ({"kind": "replay"}, "key $.studies.agents.workload.kind"),
+        ({"start_spread_s": -1}, "studies.agents.workload.start_spread_s: -1"),
+        ({"kind": "replay"}, "studies.agents.workload.kind: 'replay'"),
         ({"kind": "trace"}, "studies.agents.workload.rounds: not a key of kind trace"),
         ({"path": "t.jsonl"}, "studies.agents.workload.path: not a key of kind multi_round"),
-        ({"rounds": [4]}, "key $.studies.agents.workload.rounds"),
-        ({"turns": 3}, "key $.studies.agents.workload"),
+        ({"rounds": [4]}, "studies.agents.workload.rounds: [4]"),
+        ({"turns": 3}, "studies.agents.workload.turns is not a key"),
     ],
 )
 def test_a_bad_workload_is_one_line_naming_the_key(edit, message):
@@ -134,10 +134,10 @@ def test_a_workload_edit_after_registering_is_named_as_a_change():
 def test_a_workload_edit_reruns_that_study_and_its_search_only():
     raw = copy.deepcopy(SMALL)
     cfg = _cfg(raw)
-    before = workflow_params(cfg, raw)
+    before = workflow_params(cfg)
     raw2 = copy.deepcopy(SMALL)
     raw2["studies"]["agents"]["workload"]["start_spread_s"] = 2.0
-    after = workflow_params(_cfg(raw2), raw2)
+    after = workflow_params(_cfg(raw2))
     changed = {key for key in before if before[key] != after[key]}
     assert changed == {
         f"{stage}:agents" for stage in ("plans", "predict", "prereg", "run", "decide", "search")

@@ -1,4 +1,4 @@
-"""``rearrival audit`` (SPEC section 9) must pass a clean history and catch planted violations.
+"""``rearrival audit`` (docs/DESIGN.md §8) must pass a clean history and catch planted violations.
 
 Commit times are pinned with GIT_COMMITTER_DATE and manifests carry explicit start times,
 so the before/after comparisons are exact and need no sleeping.
@@ -331,7 +331,7 @@ def _profile_files(profile: bytes, recorded: bytes) -> dict:
 
 
 def test_committed_prediction_profile_passes(repo, monkeypatch):
-    """SPEC 4: the profile predictions used is committed with them (design.json's hash)."""
+    """The profile predictions used is committed with them (docs/DESIGN.md §3)."""
     profile = b"profile_version: calibrated/emulated/x\n"
     record = _register(repo, monkeypatch, T0, files=_profile_files(profile, profile))
     _manifest(repo, "v-r0", start=_at(3600), record=record)

@@ -1,4 +1,4 @@
-"""Calibration recovers the emulator's known truth and refuses every bad input (SPEC 4).
+"""Calibration recovers the emulator's known truth and refuses every bad input (docs/DESIGN.md §3).
 
 The emulator's truth is richer than the predictor (PCHIP in log2 b, convexity above the
 largest measured bucket, log-normal noise), so recovering it is a real test of the
@@ -326,26 +326,16 @@ def test_every_bucket_is_measured_once_with_its_counts():
     assert thin[24] == (1, 13, 24) and thin[4] == (3, 4)
 
 
-def test_schema_documents_the_dataclass_defaults():
-    """The typed settings are the one source of defaults; the schema says the same."""
-    from dataclasses import asdict, fields
+def test_schema_documents_every_calibration_and_model_setting():
+    """The typed settings are the one source of defaults (the schema states none); every
+    field is a documented key."""
+    from dataclasses import fields
 
     schema = yaml.safe_load((Path(__file__).parents[1] / "config" / "schema.yaml").read_text())
     props = schema["properties"]
-    assert props["profile"]["default"] == MeasurementSettings().profile
-    assert props["emulator_truth"]["default"] == MeasurementSettings().emulator_truth
-    model = props["model"]["properties"]
-    for f in fields(ModelSpec):
-        if f.default is not None:
-            assert model[f.name]["default"] == f.default, f.name
-    calibration = props["calibration"]["properties"]
-    defaults = asdict(CalibrationSettings())
-    assert set(calibration) == set(defaults)
-    for name, value in defaults.items():
-        documented = calibration[name]["default"]
-        if name == "artifacts":
-            value = [{"buckets": list(a["buckets"]), "batch_size": a["batch_size"]} for a in value]
-        assert documented == (list(value) if isinstance(value, tuple) else value), name
+    assert {f.name for f in fields(ModelSpec)} == set(props["model"]["properties"])
+    assert {f.name for f in fields(CalibrationSettings)} == set(props["calibration"]["properties"])
+    assert {"profile", "emulator_truth"} <= set(props)
 
 
 def test_shipped_config_parses_to_the_defaults():
@@ -416,13 +406,7 @@ def test_compile_records_give_the_compile_fit(tmp_path, monkeypatch):
         return rbln.CompileResult(Path(artifacts_dir) / str(count), record, False, 0.0, 0)
 
     monkeypatch.setattr(rbln, "compile_artifact", fake_compile)
-    rbln_settings = RblnSettings(
-        model="Qwen/Qwen3-4B",
-        max_seq_len=8192,
-        num_devices=4,
-        artifacts=str(tmp_path / "a"),
-        site_packages=None,
-    )
+    rbln_settings = RblnSettings(artifacts=str(tmp_path / "a"), site_packages=None)
     out = compile_calibration(MeasurementSettings(), rbln_settings, tmp_path / "compile.json")
     records = compile_records(out)
     assert sorted(r[0] for r in records) == [2, 4, 5, 7]

@@ -1,4 +1,4 @@
-"""Channels A and B (paper II-D, SPEC 8) against hand computations and an exact oracle."""
+"""Channels A and B (paper II-D, docs/DESIGN.md §7) against hand computations and an oracle."""
 
 from __future__ import annotations
 

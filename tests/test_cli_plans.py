@@ -1,4 +1,4 @@
-"""CLI verbs of the plans area: plan, tools build, tools show (SPEC 2-3)."""
+"""CLI verbs of the plans area: plan, tools build, tools show (docs/DESIGN.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The async replay client and the `run` verb (SPEC sections 6-7, paper Section II-C/D).
+"""The async replay client and the `run` verb (docs/DESIGN.md §5-6, paper Section II-C/D).
 
 Protocol properties are checked against a tiny recording aiohttp server; faults (HTTP
 500, a truncated stream, a wrong token count, an unreachable URL, a server killed

@@ -1,12 +1,16 @@
 """config/schema.yaml and the typed models under rearrival.config agree: every model field
-is a schema property and every property a model field, and every default the schema
-documents is the model's default (the models are the one source; the schema repeats them
-for snakemake's validation and for readers)."""
+is a schema property and every property a model field. The models are the one source of
+defaults: the schema states none, loading fills none in, and a key left out takes its
+model's default. A bad key is one line naming it and the nearest valid one, both from
+the verbs and from `snakemake -n all`."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +24,16 @@ from rearrival.config.errors import StudyConfigError
 from rearrival.config.injection import InjectionSettings
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import (
-    DEFAULT_REPEATS,
     Study,
     StudyConfig,
     config_schema_path,
+    effective_definition,
+    load_study_config,
     study_config_from_mapping,
     validate_against_schema,
 )
 from rearrival.config.workload import TRACE_KEYS, TraceSource
 from rearrival.measure.backends import BackendSettings
-from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plangen import MultiRoundSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,23 +57,16 @@ MEASUREMENT_KEYS = {"profile", "model", "emulator_truth", "calibration"}
 INTEGRITY = {"witness": "witness", "signing": "signing_key"}
 
 
-def _plain(value: Any) -> Any:
-    """A model value as YAML writes it: tuples as lists, dataclasses as mappings, a compiled
-    configuration as its buckets and batch_size (slots only where they differ)."""
-    if isinstance(value, RblnConfiguration):
-        knobs = value.as_dict()
-        return {k: v for k, v in knobs.items() if k != "slots" or v != value.batch_size}
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _defaults(model: type) -> dict[str, Any]:
-    """Every field's default (None where it has none or defaults to absent)."""
-    instance = model()
-    return {f.name: _plain(getattr(instance, f.name)) for f in dataclasses.fields(model)}
+def _defaults_stated(node: Any, where: str = "") -> list[str]:
+    """Every key path of the schema that states a ``default``."""
+    if isinstance(node, dict):
+        found = [where] if "default" in node else []
+        for key, value in node.items():
+            found += _defaults_stated(value, f"{where}.{key}" if where else key)
+        return found
+    if isinstance(node, list):
+        return [path for i, value in enumerate(node) for path in _defaults_stated(value, where)]
+    return []
 
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
@@ -79,39 +76,27 @@ def test_every_model_field_is_a_schema_property_and_back(section):
     assert fields == set(PROPS[section]["properties"])
 
 
-@pytest.mark.parametrize("section", sorted(SECTIONS))
-def test_every_schema_default_is_the_models(section):
-    defaults = _defaults(SECTIONS[section][0])
-    for key, spec in PROPS[section]["properties"].items():
-        if defaults[key] is None:  # absent by default (e.g. rbln.site_packages)
-            assert "default" not in spec, key
-        else:
-            assert spec.get("default") == defaults[key], f"{section}.{key}"
+def test_the_schema_states_no_default():
+    """Defaults live in the section models only, so the schema cannot drift from them."""
+    assert _defaults_stated(SCHEMA) == []
 
 
-def test_top_level_keys_are_typed_and_their_defaults_agree():
+def test_top_level_keys_are_typed():
     config_fields = {f.name for f in dataclasses.fields(StudyConfig)}
     typed = (config_fields - {"source", "measurement", *INTEGRITY.values()}) | MEASUREMENT_KEYS
     assert typed | set(INTEGRITY) == set(PROPS)
-    defaults = {f.name: f.default for f in dataclasses.fields(StudyConfig)}
-    defaults |= {key: getattr(MeasurementSettings(), key) for key in ("profile", "emulator_truth")}
-    for key, spec in PROPS.items():
-        if spec.get("type") != "object":
-            assert spec["default"] == defaults[key], key
     assert {INTEGRITY["witness"]: "remote", INTEGRITY["signing"]: "key"} == {
         INTEGRITY[key]: next(iter(PROPS[key]["properties"])) for key in INTEGRITY
     }
 
 
-def test_study_keys_are_study_fields_and_their_defaults_agree():
+def test_study_keys_are_study_fields():
     assert {f.name for f in dataclasses.fields(Study)} - {"name"} == set(STUDY_PROPS)
-    assert STUDY_PROPS["rule"]["default"] == Study.rule
-    assert STUDY_PROPS["repeats"]["default"] == DEFAULT_REPEATS
     own_search = STUDY_PROPS["search"]["properties"]
     assert set(own_search) == {f.name for f in dataclasses.fields(SearchSettings)} - {"workload"}
     spec_keys = {f.name for f in dataclasses.fields(MultiRoundSpec)}
     # the slot length is the model's and the tool cap the paper's: neither is a key
-    generator = spec_keys - {"tool_cap_s", "max_context_tokens"}
+    generator = spec_keys - {"tool_cap_s", "max_seq_len"}
     assert set(STUDY_PROPS["workload"]["properties"]) == {"kind"} | generator | set(TRACE_KEYS)
 
 
@@ -135,26 +120,41 @@ def _minimal() -> dict:
     }
 
 
-def test_schema_filled_and_model_defaults_give_the_same_sections(tmp_path):
-    """Loading a config whose sections are empty fills the schema's defaults into them
-    (snakemake's validate, as the Snakefile does); the typed sections then equal the
-    models' own defaults, which a config without the sections gets."""
+def test_left_out_keys_take_the_models_defaults(tmp_path):
+    """Loading a config whose sections are empty fills nothing into the file's mapping;
+    every typed section is its model's default, as for a config without the sections."""
     empty = {name: {} for name in SECTIONS}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(_minimal() | empty))
     raw = yaml.safe_load(path.read_text())
     validate_against_schema(raw, str(path), config_schema_path())
-    assert raw["search"]["top"] == SearchSettings.top  # the schema's defaults were filled in
-    filled = study_config_from_mapping(raw, str(path))
+    assert raw["search"] == {}  # checked, nothing filled in
+    filled = load_study_config(path)
     bare = study_config_from_mapping(_minimal(), "<test>")
     for name in ("decision", "injection", "search", "emulated_http", "rbln"):
         assert dataclasses.is_dataclass(getattr(filled, name)), name
         assert getattr(filled, name) == getattr(bare, name), name
+    assert filled.search == SearchSettings() and filled.decision == DecisionCriteria()
     assert filled.measurement.model == ModelSpec()
     assert filled.measurement.calibration == CalibrationSettings()
+    assert filled.measurement.profile == MeasurementSettings().profile
     assert filled.tool_table == StudyConfig.tool_table
     http = study_config_from_mapping(_minimal() | {"backend": "emulated-http"}, "<test>")
     assert BackendSettings.from_study_config(http).time_scale == EmulatedHttpSettings.time_scale
+
+
+def test_the_effective_definition_states_every_default_and_loads_back(tmp_path):
+    """`rearrival study config` prints every value in effect; that text is a study
+    definition giving the same typed settings as the file it came from."""
+    for config in (REPO / "config" / "config.yaml", REPO / ".test" / "config" / "config.yaml"):
+        cfg = load_study_config(config)
+        shown = effective_definition(cfg)
+        assert shown["search"]["top"] == cfg.search.top and "calibration" in shown
+        path = tmp_path / "shown.yaml"
+        path.write_text(yaml.safe_dump(shown, sort_keys=False))
+        again = load_study_config(path)
+        measurement = dataclasses.replace(again.measurement, source=cfg.measurement.source)
+        assert dataclasses.replace(again, source=cfg.source, measurement=measurement) == cfg
 
 
 def test_registered_criteria_keep_their_keys_and_round_trip():
@@ -176,3 +176,54 @@ def test_a_bad_section_value_is_one_line_naming_file_and_key():
     raw = _minimal() | {"search": {"search_seed_block": 7, "evaluation_seed_block": 7}}
     with pytest.raises(StudyConfigError, match=r"^c\.yaml: search\.evaluation_seed_block"):
         study_config_from_mapping(raw, "c.yaml")
+
+
+# --- a misspelled key: one line, naming the key and the nearest valid one ---------------
+
+
+def _misspelled(path: Path) -> Path:
+    text = (REPO / "config" / "config.yaml").read_text().replace("\nreplicates:", "\nreplicatse:")
+    path.write_text(text)
+    return path
+
+
+def test_a_misspelled_key_names_the_nearest_valid_one(tmp_path):
+    path = _misspelled(tmp_path / "config.yaml")
+    with pytest.raises(StudyConfigError) as info:
+        load_study_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: replicatse is not a key of the study definition")
+    assert "did you mean replicates?" in message and "\n" not in message and "$" not in message
+    nested = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    nested["studies"]["grid"]["seedblock"] = nested["studies"]["grid"].pop("seed_block")
+    with pytest.raises(
+        StudyConfigError,
+        match=r"studies\.grid\.seedblock is not a key of "
+        r"studies\.grid; did you mean seed_block\?",
+    ):
+        validate_against_schema(nested, "c.yaml", config_schema_path())
+
+
+def test_snakemake_prints_the_misspelled_key_in_one_line(tmp_path):
+    """`snakemake -n all` on a misspelled key: the one line and exit code 2, not the
+    schema and the whole config around it."""
+    work = tmp_path / "study"
+    work.mkdir()
+    for name in ("Snakefile", "rules", "envs", "config", "profiles"):
+        source, target = REPO / name, work / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
+    _misspelled(work / "config" / "config.yaml")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "-n", "all"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    ours = [line for line in lines if not line.startswith("Using workflow specific profile")]
+    assert done.returncode == 2, lines[-5:]
+    assert ours == [
+        "config/config.yaml: replicatse is not a key of the study definition; did you mean "
+        f"replicates? (see {config_schema_path()})"
+    ]

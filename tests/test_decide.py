@@ -1,4 +1,4 @@
-"""Decision rules (paper II-D, IV, V-C; SPEC 10) reproduced from the paper's own numbers.
+"""Decision rules (paper II-D, IV, V-C; docs/DESIGN.md §9) reproduced from the paper's own numbers.
 
 Table IX itself is not in the text we have, so each row below is built from the numbers
 the paper does publish: the observed ratios 0.9175 (8.25 % saved), 0.9028 (9.72 %),

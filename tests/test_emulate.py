@@ -1,4 +1,4 @@
-"""The emulated backend (SPEC section 6): truth file, engine rules, driver records,
+"""The emulated backend (docs/DESIGN.md §5): truth file, engine rules, driver records,
 determinism, the paper's headline behaviours (N=8 reuse loss recovered by 16 slots,
 r = B - A a few percent of B), multi-round sessions with staggered starts, and the
 prefill-injection study."""
@@ -35,14 +35,14 @@ SLOTS16 = RblnConfiguration((1, 2, 4, 8, 16), 16)
 EXACT = replace(default_truth(), step_noise_sigma=0.0, prefill_noise_sigma=0.0)
 
 
-# -- plans with the paper's workload (SPEC 3), inline so these tests pin their own inputs --
+# -- plans with the paper's workload (docs/DESIGN.md §2), inline: these tests pin their inputs --
 
 P50, P90, P99, CAP = 0.22, 10.05, 151.6, 60.0
 _NORMAL = NormalDist()
 
 
 def _tool_wait(u: float) -> float:
-    """Aggregate TraceLab inverse CDF through p50/p90/p99, capped at 60 s (SPEC 3)."""
+    """Aggregate TraceLab inverse CDF through p50/p90/p99, capped at 60 s (docs/DESIGN.md §2)."""
     if u < 0.5:
         sigma = math.log(P90 / P50) / _NORMAL.inv_cdf(0.9)
         latency = P50 * math.exp(sigma * _NORMAL.inv_cdf(max(u, 1e-12)))
@@ -73,7 +73,7 @@ def paper_plan(seed: int, n: int) -> Plan:
 
 
 def channel_a(run) -> float:
-    """SPEC 8: model cost of the logged decode steps plus prefill of computed tokens."""
+    """docs/DESIGN.md §7: model cost of the logged decode steps plus prefill of computed tokens."""
     decode = run.steps[run.steps["kind"] == "decode"]
     a = sum(
         PROFILE.decode_step_s(int(n), int(b)) for n, b in zip(decode["n"], decode["b"], strict=True)
@@ -82,7 +82,7 @@ def channel_a(run) -> float:
 
 
 def channel_b(run) -> float:
-    """SPEC 8: measure of the union of client in-flight intervals."""
+    """docs/DESIGN.md §7: measure of the union of client in-flight intervals."""
     total, start, end = 0.0, -math.inf, -math.inf
     for send, done in sorted(zip(run.requests["send_s"], run.requests["complete_s"], strict=True)):
         if send > end:
@@ -463,7 +463,7 @@ def random_multi_round_plan(rng: random.Random, n: int, max_rounds: int = 6) -> 
 
 
 def reusable(cached_prompt: int, prompt: int) -> int:
-    """SPEC reuse rule: C = floor(min(P, L - 1) / 128) * 128."""
+    """The reuse rule (docs/DESIGN.md §3): C = floor(min(P, L - 1) / 128) * 128."""
     return min(cached_prompt, prompt - 1) // 128 * 128
 
 

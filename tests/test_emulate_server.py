@@ -1,4 +1,4 @@
-"""The emulated-http backend: the engine behind a real HTTP server (SPEC section 6).
+"""The emulated-http backend: the engine behind a real HTTP server (docs/DESIGN.md §5).
 
 The oracle is the in-process emulated backend: with the same plan and seed, a replay
 through ``rearrival emulate-server`` (a subprocess on loopback) and the real client must

@@ -346,17 +346,42 @@ def _source_texts() -> list[tuple[Path, str]]:
     ]
 
 
-def test_help_and_docstrings_cite_no_document_outside_the_repository() -> None:
-    cited = [f"{path.relative_to(REPO)}" for path, text in _source_texts() if "SPEC" in text]
+def _tracked_texts() -> list[tuple[Path, str]]:
+    """Every text file git tracks in the repository (binary files left out)."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout.decode()
+    texts = []
+    for name in filter(None, listed.split("\0")):
+        path = REPO / name
+        try:
+            texts.append((path, path.read_text()))
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+    return texts
+
+
+# Citations of documents users never see: the specification's section numbers and the
+# style guide (spelled in two pieces so this file does not match itself).
+OUTSIDE = re.compile(r"\bSP" r"EC\b|\bSTY" r"LE:")
+
+
+def test_no_tracked_file_cites_a_document_outside_the_repository() -> None:
+    cited = [
+        f"{path.relative_to(REPO)}:{text[: m.start()].count(chr(10)) + 1}"
+        for path, text in _tracked_texts()
+        for m in OUTSIDE.finditer(text)
+    ]
     assert cited == []
 
 
 def test_every_design_citation_names_a_section_that_exists() -> None:
-    """`docs/DESIGN.md §N` and `docs/DESIGN.md "Title"` must land on a heading."""
+    """A section number or a quoted section title after docs/DESIGN.md, in any tracked
+    file, must land on a heading."""
     headings = re.findall(r"^## (\d+)\. (.+)$", DESIGN.read_text(), flags=re.MULTILINE)
     numbers = {int(n) for n, _ in headings}
     titles = {title for _, title in headings}
-    for path, text in _source_texts():
+    for path, text in _tracked_texts():
         for first, last in re.findall(r"DESIGN\.md §(\d+)(?:-(\d+))?", text):
             assert {int(first), int(last or first)} <= numbers, f"{path}: §{first}"
         for title in re.findall(r'DESIGN\.md "([^"]+)"', text):

@@ -153,7 +153,7 @@ def test_context_overflow_names_kv_cost(tmp_path: Path) -> None:
     cost = context_cost(measured_profile(), device_memory(), 24_576)
     assert cost.slot_gib == pytest.approx(3.375)  # 24,576 tokens x 144 KiB
     assert cost.max_slots == int((4 * 15.7 - 7.45) // 3.375)
-    assert "--max-context 24,576" in str(info.value) and "3.375 GiB" in str(info.value)
+    assert "--max-seq-len 24,576" in str(info.value) and "3.375 GiB" in str(info.value)
 
 
 @pytest.mark.parametrize(

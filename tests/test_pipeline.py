@@ -210,11 +210,14 @@ def test_a_new_study_schedules_its_own_jobs_only(finished_study):
     assert counts == {
         "plans": 1,
         "predict": 1,
+        "predict_exploratory": 1,
         "preregister": 1,
         "run_replicate": 2,
         "seal": 1,
         "channels": 1,
+        "channels_exploratory": 1,
         "decide": 1,
+        "decide_exploratory": 1,
         "report": 1,
         "all": 1,
     }
@@ -404,7 +407,9 @@ def test_killed_run_leaves_no_output_and_only_it_reruns(finished_study, study_co
         "run_replicate": 1,
         "seal": 1,
         "channels": 1,
+        "channels_exploratory": 1,
         "decide": 1,
+        "decide_exploratory": 1,
         "report": 1,
         "all": 1,
     }
@@ -424,7 +429,7 @@ def test_config_errors_name_the_key(tmp_path):
     result = snakemake(work, home, "-n", "all")
     assert result.returncode != 0
     output = result.stdout + result.stderr
-    assert "instance['backend']" in output and "gpu" in output
+    assert "backend: 'gpu' is not one of" in output and result.returncode == 2
 
 
 def test_bucket_set_without_batch_size_is_refused(tmp_path):

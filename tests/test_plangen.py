@@ -1,4 +1,4 @@
-"""Seeded plan generator (SPEC 3, paper II-C): ranges, determinism, nesting, variants."""
+"""Seeded plan generator (docs/DESIGN.md §2, paper II-C): ranges, determinism, nesting, variants."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_replicate_block_and_seed_change_the_plan() -> None:
 
 
 def test_plans_of_different_n_are_independent() -> None:
-    # SPEC 3: N is part of the seed, so a larger plan is not an extension of a smaller one
+    # N is part of the seed (docs/DESIGN.md §2): a larger plan does not extend a smaller one
     small = generate_plan(6, study_seed=11, replicate=2, block=1)
     large = generate_plan(10, study_seed=11, replicate=2, block=1)
     assert small.meta.seed != large.meta.seed

@@ -172,7 +172,7 @@ def test_context_check_uses_the_configured_length() -> None:
         first_prompt_tokens=(10, 10),
         new_tokens=(5, 5),
         gen_tokens=(3, 3),
-        max_context_tokens=31,
+        max_seq_len=31,
     )
     assert spec.longest_transcript() == 10 + 5 + 2 * 3
     with pytest.raises(PlanGenError, match="maximum sequence length 20"):
@@ -181,7 +181,7 @@ def test_context_check_uses_the_configured_length() -> None:
             first_prompt_tokens=(10, 10),
             new_tokens=(5, 5),
             gen_tokens=(3, 3),
-            max_context_tokens=20,
+            max_seq_len=20,
         )
 
 

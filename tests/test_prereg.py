@@ -1,4 +1,4 @@
-"""Preregistration commits (SPEC section 9) in throw-away git repositories.
+"""Preregistration commits (docs/DESIGN.md §8) in throw-away git repositories.
 
 Every test runs with HOME pointing into tmp_path and system config disabled, so a
 machine-wide git identity cannot hide the "no identity" case.

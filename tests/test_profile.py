@@ -1,4 +1,4 @@
-"""The measured profile reproduces the paper's own numbers (SPEC section 4)."""
+"""The measured profile reproduces the paper's own numbers (docs/DESIGN.md §3)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Compile job and server launcher of the RBLN path (SPEC section 6 "rbln").
+"""Compile job and server launcher of the RBLN path (docs/DESIGN.md §5, backend rbln).
 
 No NPU here: the fail-fast paths run for real; the compile orchestration runs against a
 stand-in ``optimum.rbln`` module that records its arguments; the launcher's lifecycle
@@ -24,10 +24,14 @@ from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 CLI = str(Path(sys.executable).with_name("rearrival"))
 
 
+# the paper's maximum sequence length and devices (the study definition's model: block)
+SHAPE = {"max_seq_len": 8192, "num_devices": 4}
+
+
 def compile_config(
     model: str, buckets: tuple[int, ...], batch_size: int, **kw
 ) -> rbln.CompileConfig:
-    return rbln.CompileConfig(model, RblnConfiguration(buckets, batch_size), **kw)
+    return rbln.CompileConfig(model, RblnConfiguration(buckets, batch_size), **(SHAPE | kw))
 
 
 CONFIG = compile_config("Qwen/Qwen3-4B", (1, 2, 4, 8), 8)
@@ -183,7 +187,7 @@ def test_bad_compile_options_are_refused_naming_the_option(
 
 
 def test_vllm_serve_argv_is_a_list_carrying_the_spec_flags() -> None:
-    argv = rbln.vllm_serve_argv(Path("/a/b c;rm -rf x"), batch_size=8, port=8011)
+    argv = rbln.vllm_serve_argv(Path("/a/b c;rm -rf x"), batch_size=8, port=8011, max_seq_len=8192)
     assert Path(argv[0]).name == "vllm"
     assert argv[1:3] == ["serve", "/a/b c;rm -rf x"]  # one argument, never a shell
     pairs = dict(itertools.pairwise(argv))

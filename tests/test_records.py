@@ -1,4 +1,4 @@
-"""Run records (SPEC 7, 15): contract validation, atomic publication, one-line refusals."""
+"""Run records (docs/DESIGN.md §6, §14): contract, atomic publication, one-line refusals."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-"""The report stage (SPEC 13) on a tiny but real results tree.
+"""The report stage (docs/DESIGN.md §13) on a tiny but real results tree.
 
 The tree is built with the pipeline's own stage functions (plans, predictions, emulated
 runs, channel tables, decisions, injection) for a small study definition, without git:
-the prereg records are written by hand because the report only reads their shas.
+the prereg records are written by hand because the report only reads their shas. The
+report only reads what the stages wrote; it simulates nothing.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -22,19 +24,24 @@ from rearrival.config.calibration import PUBLISHED
 from rearrival.config.study import load_study_config
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
+from rearrival.judge.fixed_arrivals import (
+    FixedArrivalError,
+    fixed_arrival_device_s,
+    fixed_arrival_frame,
+    observed_rearrivals,
+)
+from rearrival.judge.predictions import predict_study
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.model.configuration import RblnConfiguration
-from rearrival.model.cost.profile import profile_bytes, profile_sha256
-from rearrival.report.analysis import AnalysisError, fixed_arrival_device_s, observed_rearrivals
-from rearrival.report.profiles import choice
-from rearrival.report.recompute import RecomputedResults
-from rearrival.report.render import build_report
-from rearrival.report.results import Results
+from rearrival.model.cost.profile import load_profile, profile_bytes, profile_sha256
+from rearrival.parquet import write_frame
+from rearrival.report.render import render_tree
+from rearrival.report.results import ReportError, Results
 from rearrival.report.table_model import Column, Part, Table, display, table_csv, tex_escape
 from rearrival.report.tables import TABLE_BUILDERS, table_family
 from rearrival.vocabulary import RULE_SETS
 from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
-from rearrival.workflow.predict import predict
+from rearrival.workflow.predict import PredictionFiles, predict
 from rearrival.workflow.run import injection, run_slots
 
 PAPER_TABLES = ("III", "VI", "VIII", "IX", "X", "XI", "XII", "XIII", "XIV", "XV", "S1", "S8", "S9")
@@ -133,7 +140,7 @@ def build_tree(root: Path) -> Path:
         make_plans(cfg, name, plans_dir)
         _short_plans(plans_dir)
         predictions = results / "predictions" / f"{name}.parquet"
-        predict(cfg, name, plans_dir, predictions)
+        predict(cfg, name, plans_dir, prediction_files(results, name))
         commit = f"{sum(map(ord, name)):040x}"
         prereg = {"study": name, "commit": commit, "committed_at": "2026-01-01T00:00:00+00:00"}
         # the record names the sha256 of the profile committed beside the predictions
@@ -176,8 +183,25 @@ def build_tree(root: Path) -> Path:
         )
         (results / "decisions").mkdir(parents=True, exist_ok=True)
         (results / "decisions" / f"{name}.csv").write_text(text)
+        if study.kind == "validation":
+            fixed = fixed_arrival_frame(
+                study,
+                pd.read_parquet(channels),
+                lambda n, k, d=plans_dir: read_study_plan(d, n, k),
+            )
+            write_frame(fixed, results / "fixed_arrivals" / f"{name}.parquet")
     injection(cfg, results / "injection" / "gaps.parquet")
     return config_path
+
+
+def prediction_files(results: Path, name: str) -> PredictionFiles:
+    """Where the predict stage writes a study's tables under ``results``."""
+    folder = results / "predictions"
+    return PredictionFiles(
+        folder / f"{name}.parquet",
+        folder / f"{name}.requests.parquet",
+        folder / f"{name}.evictions.parquet",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +214,7 @@ def tree(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def rendered(tree) -> Path:
     out = tree / "reports"
-    build_report(tree / "config.yaml", tree / "results", out)
+    render_tree(load_study_config(tree / "config.yaml"), tree / "results", out)
     return out
 
 
@@ -238,7 +262,7 @@ def test_a_table_changes_when_one_run_changes(tree, rendered, tmp_path):
     channels.loc[target, "reuse_hits"] = 0
     channels.to_parquet(path, index=False)
     out = tmp_path / "reports"
-    build_report(tree / "config.yaml", results, out)
+    render_tree(load_study_config(tree / "config.yaml"), results, out)
     before = _csv(rendered / "tables" / "table_III.csv")
     after = _csv(out / "tables" / "table_III.csv")
     changed = after["run_ids"].str.contains(channels.loc[target, "run_id"], regex=False)
@@ -265,7 +289,7 @@ def test_hardware_runs_are_labelled_as_measurements(tree, tmp_path):
         frame = pd.read_parquet(path)
         frame["backend"] = "rbln"
         frame.to_parquet(path, index=False)
-    build_report(tree / "config.yaml", results, tmp_path / "reports")
+    render_tree(load_study_config(tree / "config.yaml"), results, tmp_path / "reports")
     html = (tmp_path / "reports" / "report.html").read_text()
     assert "real hardware" in html and "emulated substrate" not in html
 
@@ -319,7 +343,7 @@ def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(smal
 def test_observed_rearrivals_name_the_run_when_incomplete():
     requests = pd.DataFrame({"session": [0, 0, 1], "turn": [0, 1, 0], "send_s": [0.0, 2.5, 0.0]})
     assert observed_rearrivals(requests, 1, "run x") == [2.5]
-    with pytest.raises(AnalysisError, match=r"run x.*session 1"):
+    with pytest.raises(FixedArrivalError, match=r"run x.*session 1"):
         observed_rearrivals(requests, 2, "run x")
 
 
@@ -460,8 +484,8 @@ def test_cli_tables_scorecard_prints_what_the_report_stage_wrote(tree, tmp_path,
     runner = CliRunner()
     fresh = runner.invoke(app, args)
     assert fresh.exit_code == 0, fresh.output
-    renders = []
-    monkeypatch.setattr(render, "build_report", lambda *a: renders.append(a) or build_report(*a))
+    renders, original = [], render.build_report
+    monkeypatch.setattr(render, "build_report", lambda *a: renders.append(a) or original(*a))
     cached = runner.invoke(app, args)
     assert cached.exit_code == 0, cached.output
     assert renders == []
@@ -492,46 +516,80 @@ def dearer_profile(path: Path) -> Path:
     return path
 
 
+def published_exploratory(tree: Path, tmp_path: Path) -> Path:
+    """A copy of the tree whose exploratory evaluation under the published constants is
+    the tables its stages wrote with them (what a study with another profile gets)."""
+    results = tmp_path / "results"
+    shutil.copytree(tree / "results", results)
+    for table in ("predictions", "channels", "decisions", "fixed_arrivals"):
+        shutil.copytree(results / table, results / "exploratory" / PUBLISHED / table)
+    return results
+
+
 @pytest.fixture(scope="module")
 def stored(tree) -> Results:
     return Results(load_study_config(tree / "config.yaml"), tree / "results")
 
 
-def test_recomputing_under_the_studys_own_profile_reproduces_every_stage(stored):
-    """The oracle of the second evaluation: with the profile the tree was built with, the
-    recomputed predictions, channel tables and decisions are the stored ones exactly."""
-    again = RecomputedResults(stored, choice(PUBLISHED, stored.root))
-    for name in stored.cfg.studies:
-        pd.testing.assert_frame_equal(again.predictions(name), stored.predictions(name))
-        pd.testing.assert_frame_equal(again.channels(name), stored.channels(name))
-        pd.testing.assert_frame_equal(again.decisions(name), stored.decisions(name))
-
-
 def test_another_profile_reprices_predictions_and_channel_a_only(stored, tmp_path):
-    dearer = choice(str(dearer_profile(tmp_path / "dearer.yaml")), stored.root)
-    again = RecomputedResults(stored, dearer)
-    predicted, repriced = stored.predictions("validation"), again.predictions("validation")
+    """What the exploratory stages compute under another profile: the predictions and
+    channel A move, every measured quantity stays, and so does the observed channel B."""
+    dearer = load_profile(dearer_profile(tmp_path / "dearer.yaml"))
+    study = stored.cfg.study("validation")
+    plans = stored.root / "plans" / "validation"
+    repriced = predict_study(
+        stored.cfg.replicates,
+        study,
+        lambda n, k: read_study_plan(plans, n, k),
+        {name: stored.cfg.configurations[name] for name in study.configurations},
+        dearer,
+    ).summaries
+    predicted = stored.predictions("validation")
     assert (repriced["device_s"] > predicted["device_s"]).all()
     runs = stored.channels("validation")
     complete = runs["status"] == "complete"
-    mine = again.channels("validation")
+    replicate_dirs = sorted({Path(d).parent for d in runs["run_dir"]})
+    mine = collect_channels(replicate_dirs, None, dearer)
     assert (mine[complete]["a_s"] > runs[complete]["a_s"]).all()
     measured = ["b_s", "reuse_hits", "decode_steps", "padding_ratio", "histogram"]
     pd.testing.assert_frame_equal(mine[measured], runs[measured])
-    judged, rejudged = stored.decisions("validation"), again.decisions("validation")
+    text, _ = decision_table(
+        study, stored.cfg.replicates, stored.cfg.study_seed, mine, repriced, stored.cfg.decision
+    )
+    rejudged, judged = pd.read_csv(io.StringIO(text)), stored.decisions("validation")
     pd.testing.assert_series_equal(rejudged["ratio_obs_b"], judged["ratio_obs_b"])
     assert (rejudged["ratio_pred"] != judged["ratio_pred"]).all()
 
 
-def test_table_xi_prices_fixed_arrivals_with_the_studys_profile(stored, tmp_path):
+def test_fixed_arrivals_are_priced_with_the_profile_they_are_given(stored, tmp_path):
     """The fixed-arrival simulator must use the constants the full predictions used, or
     Table XI would compare two profiles instead of two arrival rules."""
-    dearer = choice(str(dearer_profile(tmp_path / "dearer.yaml")), stored.root)
-    published = TABLE_BUILDERS["XI"](stored).parts[0].rows
-    repriced = TABLE_BUILDERS["XI"](Results(stored.cfg, stored.root, dearer)).parts[0].rows
-    pairs = zip(published, repriced, strict=True)
-    fixed = [(a["ratio_pred_fixed"], b["ratio_pred_fixed"]) for a, b in pairs]
-    assert fixed and all(a != b for a, b in fixed)
+    dearer = load_profile(dearer_profile(tmp_path / "dearer.yaml"))
+    study = stored.cfg.study("validation")
+    plans = stored.root / "plans" / "validation"
+    channels = stored.channels("validation")
+    repriced = fixed_arrival_frame(
+        study, channels, lambda n, k: read_study_plan(plans, n, k), dearer
+    )
+    published = stored.fixed_arrivals("validation")
+    assert len(published) == len(repriced) > 0
+    assert (repriced["device_s"] > published["device_s"]).all()
+    xi = TABLE_BUILDERS["XI"](stored).parts[0].rows
+    assert xi and all(row.get("ratio_pred_fixed") is not None for row in xi)
+
+
+def test_the_report_reads_only_the_files_it_is_given(tree):
+    """Declared files only: a table whose file the report was not given is not
+    produced, and a run directory it was not given is refused, never read."""
+    cfg = load_study_config(tree / "config.yaml")
+    results = tree / "results"
+    given = [results / "decisions" / "slots.csv", results / "channels" / "slots.parquet"]
+    res = Results(cfg, results, declared=given)
+    assert res.decisions("slots") is not None and res.channels("grid") is None
+    assert any("channels/grid.parquet not produced" in line for line in res.missing)
+    run_dir = res.channels("slots")["run_dir"].iloc[0]
+    with pytest.raises(ReportError, match="a run the report was not given"):
+        res.run_path(run_dir)
 
 
 def test_header_names_the_profile_and_its_sha256_per_registration(rendered):
@@ -550,16 +608,18 @@ def test_header_names_the_profile_and_its_sha256_per_registration(rendered):
 
 
 def test_scorecard_judges_again_with_the_published_constants(tree, rendered, tmp_path):
-    """A study configured with another profile file: its second evaluation, recomputed
-    with the published constants, gives exactly the verdicts (and numbers) of the report
-    made from the stages that ran with them; the header flags that every registration
+    """A study configured with another profile file: its second evaluation reads the
+    exploratory stages' tables under results/exploratory/published/ (here the tables the
+    stages wrote with the published constants) and gives exactly the verdicts (and
+    numbers) of the report made from them; the header flags that every registration
     committed another profile than the config now names."""
     dearer = dearer_profile(tmp_path / "dearer.yaml")
     config = yaml.safe_load((tree / "config.yaml").read_text()) | {"profile": str(dearer)}
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
+    results = published_exploratory(tree, tmp_path)
     out = tmp_path / "reports"
-    build_report(config_path, tree / "results", out)
+    render_tree(load_study_config(config_path), results, out)
     published, card = (
         _csv(rendered / "tables" / "scorecard.csv"),
         _csv(out / "tables" / "scorecard.csv"),
@@ -684,7 +744,8 @@ def test_scorecard_fits_its_box_and_headers_align_with_their_text(tree, tmp_path
     config = yaml.safe_load((tree / "config.yaml").read_text())
     config["profile"] = str(dearer_profile(tmp_path / "dearer.yaml"))
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    build_report(tmp_path / "config.yaml", tree / "results", tmp_path / "reports")
+    results = published_exploratory(tree, tmp_path)
+    render_tree(load_study_config(tmp_path / "config.yaml"), results, tmp_path / "reports")
     html = (tmp_path / "reports" / "report.html").read_text()
     assert 'id="other-profile">Every finding is judged twice' in html
     measured = _measure_scorecard(html, width, tmp_path)

@@ -15,10 +15,10 @@ from rearrival.config.study import load_study_config, resolve_configurations
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
-from rearrival.report.render import build_report
+from rearrival.report.render import render_tree
 from rearrival.report.tables import table_family
 from rearrival.workflow.plans import make_plans, plan_file, read_study_plan
-from rearrival.workflow.predict import predict
+from rearrival.workflow.predict import PredictionFiles, predict
 from rearrival.workflow.run import run_slots
 
 PICK = {"id": "6:1,2,6", "buckets": [1, 2, 6], "batch_size": 6, "slots": 6}
@@ -82,7 +82,12 @@ def tree(tmp_path_factory) -> Path:
     make_plans(cfg, "agents", plans_dir)
     _capped_waits(plans_dir)
     predictions = results / "predictions" / "agents.parquet"
-    predict(cfg, "agents", plans_dir, predictions, selected)
+    files = PredictionFiles(
+        predictions,
+        results / "predictions" / "agents.requests.parquet",
+        results / "predictions" / "agents.evictions.parquet",
+    )
+    predict(cfg, "agents", plans_dir, files, selected)
     prereg = {"study": "agents", "commit": "a" * 40, "committed_at": "2026-01-01T00:00:00+00:00"}
     (results / "prereg").mkdir()
     (results / "prereg" / "agents.json").write_text(json.dumps(prereg | {"history": [prereg]}))
@@ -116,7 +121,7 @@ def tree(tmp_path_factory) -> Path:
     )
     (results / "decisions").mkdir()
     (results / "decisions" / "agents.csv").write_text(text)
-    build_report(root / "config.yaml", results, root / "reports")
+    render_tree(load_study_config(root / "config.yaml"), results, root / "reports")
     return root
 
 

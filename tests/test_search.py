@@ -1,4 +1,4 @@
-"""Configuration search (SPEC 12, paper V-A): candidates, plans, scores, shards, CLI."""
+"""Configuration search (docs/DESIGN.md §12, paper V-A): candidates, plans, scores, shards, CLI."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def test_plans_longer_than_the_profile_are_refused(
     config, _ = setup
     long_trace = _write(tmp_path / "long.jsonl", [_round("a", 0, 0.0, 9000, 100)])
     plans = tmp_path / "long"
-    write_plan(plans_from_trace(long_trace, max_context=16_384).plan, plans / "p.parquet")
+    write_plan(plans_from_trace(long_trace, max_seq_len=16_384).plan, plans / "p.parquet")
     with pytest.raises(PlanError, match=r"9100 tokens, over the maximum sequence length 8192"):
         search_plan_dir(load_study_config(config), plans, OutputPaths.under(tmp_path / "out"))
     assert not (tmp_path / "out").exists()

@@ -133,7 +133,7 @@ def test_a_witness_without_a_remote_is_refused_naming_the_key(tmp_path):
     raw = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(raw | {"witness": {"url": "git://h/w.git"}}))
-    with pytest.raises(StudyConfigError, match=r"key \$\.witness"):
+    with pytest.raises(StudyConfigError, match=r"witness\.url is not a key of witness; use remote"):
         load_study_config(config)
 
 

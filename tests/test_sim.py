@@ -1,4 +1,4 @@
-"""Predictor simulator (SPEC section 5): hand-computed cases, corner rules, invariants, CLI."""
+"""Predictor simulator (docs/DESIGN.md §4): hand-computed cases, corner rules, invariants, CLI."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ SUMMARY_KEYS = (
     "histogram",
 )
 
-# The paper's constants written out (SPEC section 4), so these cases do not lean on
+# The paper's constants written out (docs/DESIGN.md §3), so these cases do not lean on
 # the profile code they exercise.
 F_MS = {1: 9.870, 2: 10.420, 4: 10.825, 8: 12.970}
 ALPHA_MS, BETA_MS = 0.501, 0.0413
@@ -428,7 +428,7 @@ def test_twice_as_many_slots_as_sessions_keeps_every_prefix(release, dummy_block
 
 def test_zero_waits_with_one_slot_per_session_is_not_a_guarantee_of_reuse():
     # With S = batch = N and no tool wait the re-arriving request secures its slot first
-    # and often evicts its own prefix (SPEC 5 item 3); the paper measured 7/24 at N = 8.
+    # and often evicts its own prefix (docs/DESIGN.md §4); the paper measured 7/24 at N = 8.
     plan = random_plan(random.Random(5), 8, max_gen=60, zero_wait_share=1.0)
     s = simulate(plan, SimConfig()).summary()
     assert s["reuse_hits"] < s["re_arrivals"]

@@ -1,4 +1,4 @@
-"""The event core agrees with the step-by-step reference (SPEC section 5 requirement).
+"""The event core agrees with the step-by-step reference (docs/DESIGN.md §4).
 
 Integer outputs (steps, histogram, reuse, tokens, slots, evictions, stretch shapes) must
 match exactly; times to 1e-9 relative, because the core multiplies a step time by a

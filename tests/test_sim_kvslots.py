@@ -1,4 +1,4 @@
-"""KV slot pool (paper Section III-B, SPEC 5 item 3): FIFO by allocation, release timing."""
+"""KV slot pool (paper Section III-B, docs/DESIGN.md §4): FIFO by allocation, release timing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The [BUCKET] step log (SPEC section 6): the emitted format, the real logger prefixes,
+"""The [BUCKET] step log (docs/DESIGN.md §5): the emitted format, the real logger prefixes,
 and garbage lines that must stop channel A instead of silently dropping a step."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_unreadable_path_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_timestamps_are_read_when_present_and_optional() -> None:
-    """Calibration (SPEC 4) reads the patch's monotonic clock; older logs carry none."""
+    """Calibration (docs/DESIGN.md §3) reads the patch's monotonic clock; older logs carry none."""
     from rearrival.measure.steplog import parse_step_times
 
     text = (

@@ -35,7 +35,7 @@ def test_sections_are_frozen():
 
 
 def _params(raw: dict) -> dict[str, str]:
-    return workflow_params(study_config_from_mapping(raw, "<test>"), raw)
+    return workflow_params(study_config_from_mapping(raw, "<test>"))
 
 
 def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
@@ -144,3 +144,25 @@ def test_design_changes_name_each_changed_key():
         "configurations.slots16.buckets: registered [1, 2, 4, 8, 16], config [1, 2, 16]",
         "study_seed: registered 7, config 8",
     ]
+
+
+def test_a_job_refuses_values_the_workflow_did_not_plan(tmp_path):
+    """The digest a rule passes (--values) is what its verb checks: the same file passes,
+    an edit that changes the stage's values after the DAG was built is one line."""
+    from rearrival.workflow.params import ValuesChangedError, check_values
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(copy.deepcopy(SMALL)))
+    planned = workflow_params(load_study_config(path))
+    check_values(load_study_config(path), "predict", "grid", planned["predict:grid"])
+    check_values(load_study_config(path), "report", None, planned["report"])
+    edited = copy.deepcopy(SMALL)
+    edited["studies"]["grid"]["n"] = [6, 8]
+    path.write_text(yaml.safe_dump(edited))
+    with pytest.raises(ValuesChangedError) as info:
+        check_values(load_study_config(path), "predict", "grid", planned["predict:grid"])
+    message = str(info.value)
+    assert "predict:grid values differ" in message and "run snakemake again" in message
+    assert "\n" not in message
+    # an edit the stage does not depend on leaves its digest alone
+    check_values(load_study_config(path), "predict", "saturation", planned["predict:saturation"])

@@ -1,4 +1,4 @@
-"""Tool-latency mixture (SPEC 3, paper II-C): inverse CDF, sampler, loaders, default table."""
+"""Tool-latency mixture (docs/DESIGN.md §2, paper II-C): inverse CDF, sampler, loaders, default."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ ROWS = (
 
 
 def _analytic_share(row: ToolStats, seconds: float) -> float:
-    """P(latency < seconds) for one row, from the piecewise definition in SPEC 3."""
+    """P(latency < seconds) for one row, from the piecewise definition in docs/DESIGN.md §2."""
     x = seconds
     if x <= row.p50_s:
         return statistics.NormalDist().cdf(math.log(x / row.p50_s) / row.sigma)

@@ -144,7 +144,7 @@ def test_time_origin_zero_and_sampling_are_seeded(tmp_path: Path) -> None:
 def test_overflow_truncates_and_counts_or_refuses(tmp_path: Path) -> None:
     path = _three_sessions(tmp_path / "t.jsonl")
     # a: transcripts 1050, 1140, 1230; b: 520, 540; c: 770, 860, 905
-    result = plans_from_trace(path, max_context=1100)
+    result = plans_from_trace(path, max_seq_len=1100)
     a = result.plan.sessions[0]
     assert len(a.rounds) == 1 and a.rounds[-1].gap_after_s == 0.0
     over = result.plan.meta.notes["overflow"]
@@ -155,10 +155,10 @@ def test_overflow_truncates_and_counts_or_refuses(tmp_path: Path) -> None:
     assert over["longer_context"].startswith("a maximum sequence length of 8,192 tokens")
     assert "1.125 GiB of KV per slot" in over["longer_context"]
     assert any("to keep every round" in line for line in result.summary_lines())
-    dropped = plans_from_trace(path, max_context=1000)
+    dropped = plans_from_trace(path, max_seq_len=1000)
     assert dropped.plan.n == 2 and dropped.plan.meta.notes["overflow"]["dropped"] == ["a"]
     with pytest.raises(TraceError, match=r"1 of 3 sessions exceed .* 1,100"):
-        plans_from_trace(path, max_context=1100, on_overflow="refuse")
+        plans_from_trace(path, max_seq_len=1100, on_overflow="refuse")
 
 
 def test_fitting_scale_keeps_every_round() -> None:
@@ -212,7 +212,7 @@ def test_real_sample_imports_with_token_scale(tmp_path: Path) -> None:
     assert meta.import_flags == {
         "sessions": None,
         "seed": 0,
-        "max_context": 8192,
+        "max_seq_len": 8192,
         "on_overflow": "truncate",
         "time_origin": "first",
         "token_scale": 0.15,
@@ -229,7 +229,7 @@ def test_real_sample_prompts_follow_the_trace_input(tmp_path: Path) -> None:
     """Unscaled at a long context, every round's prompt is the trace's input_tokens_total,
     except where the input shrank (then the whole previous transcript is resent)."""
     rows = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
-    result = plans_from_trace(SAMPLE, max_context=65_536)
+    result = plans_from_trace(SAMPLE, max_seq_len=65_536)
     by_key = dict(zip(result.plan.meta.notes["trace_sessions"], result.plan.sessions, strict=True))
     shrinks = 0
     for key, session in by_key.items():

@@ -2,20 +2,42 @@
 records and predictions, and the arrival tolerance of the scheduler rules.
 
 docs/DESIGN.md §2 (variants), §4 (release and dummy-block rules, arrival tolerance),
-§5-6 (backends, eviction causes in the emulated server log). Plain tuples of ``str``,
-not enums, so every value written into Parquet, JSON, CSV and logs stays the string it
-always was; the order of a tuple shows only in error messages ("use one of ...").
+§5-6 (backends and what the workflow runs for each, eviction causes in the emulated
+server log). Plain tuples of ``str``, not enums, so every value written into Parquet,
+JSON, CSV and logs stays the string it always was; the order of a tuple shows only in
+error messages ("use one of ...").
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # Measurement backends (docs/DESIGN.md §5): the in-process twin, the twin behind HTTP, RBLN
 # hardware, and a real vLLM server (§15; its CPU build runs anywhere).
 EMULATED, EMULATED_HTTP, RBLN, VLLM = "emulated", "emulated-http", "rbln", "vllm"
 BACKENDS = (EMULATED, EMULATED_HTTP, RBLN, VLLM)
+
+
+@dataclass(frozen=True)
+class BackendStages:
+    """What the workflow runs for one backend, so a rule asks the backend's entry, never
+    ``backend == ...``: a new substrate is one entry here (docs/DESIGN.md §5, §15)."""
+
+    device: bool  # its jobs hold the real device (`device` resource, the Slurm gres)
+    compiles: bool  # every configuration is compiled before it runs (compile stages)
+    injection: bool  # it has a prefill-injection driver (paper III-C)
+
+
+BACKEND_STAGES = {
+    EMULATED: BackendStages(device=False, compiles=False, injection=True),
+    EMULATED_HTTP: BackendStages(device=False, compiles=False, injection=False),
+    RBLN: BackendStages(device=True, compiles=True, injection=False),
+    # vLLM's CPU build, a server per run; nothing to compile ahead (no RBLN artifacts)
+    VLLM: BackendStages(device=False, compiles=False, injection=False),
+}
 # The only backend with a prefill-injection driver (paper III-C); `all` leaves the
 # injection out on the others.
-INJECTION_BACKEND = EMULATED
+(INJECTION_BACKEND,) = (name for name, stages in BACKEND_STAGES.items() if stages.injection)
 
 # Workload variants of a plan (docs/DESIGN.md §2): the measured tool wait, no wait, one equal wait.
 VARIANTS = ("wait", "control", "equal")

@@ -3,7 +3,8 @@
 plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
 rejudge: decide --table · prereg: prereg, audit, publish · search: search, advise ·
 report: tables · rbln: rbln patch/compile · calibrate: calibrate, calibrate-compile ·
-study: ``rearrival study <stage>``, one verb per Snakemake rule
+study: ``rearrival study <stage>``, one verb per Snakemake rule, and ``study config`` ·
+values: the ``--values`` option the stage verbs check
 """
 
 from rearrival.commands import (

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
+from rearrival.commands.values import Values, checked_config
 
 if TYPE_CHECKING:
     from rearrival.model.configuration import VllmConfiguration
@@ -57,12 +58,24 @@ class VllmOptions:
         )
 
 
+def _named(flag: str, name: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=f"Where to write {name} (default: in --work).")
+
+
+RunsDir = Annotated[Path | None, _named("--runs", "the calibration runs (a directory)")]
+PlansDir = Annotated[Path | None, _named("--plans", "their plans (a directory)")]
+DecodeSteps = Annotated[Path | None, _named("--decode-steps", "the decode-step samples")]
+PrefillSamples = Annotated[Path | None, _named("--prefill", "the prefill samples")]
+ReuseSamples = Annotated[Path | None, _named("--reuse", "the reuse checks")]
+
+
 def calibrate(
     out: Annotated[
         Path,
         typer.Option(
             "--out",
-            help="Profile YAML to write; its runs and sample tables go into --work.",
+            help="Profile YAML to write; its runs and sample tables go into --work "
+            "unless named by the options below.",
         ),
     ],
     work: Annotated[
@@ -160,6 +173,12 @@ def calibrate(
     seed: Annotated[
         int | None, typer.Option("--seed", help="vllm: plans' and runs' seed (default 0).")
     ] = None,
+    runs: RunsDir = None,
+    plans: PlansDir = None,
+    decode_steps: DecodeSteps = None,
+    prefill: PrefillSamples = None,
+    reuse: ReuseSamples = None,
+    values: Values = None,
 ) -> None:
     """Measure the cost model on a backend and write a profile with CIs, samples and run
     ids: g(b), beta, the prefill model and the reuse rule (paper II-B, III-C, IV; Table
@@ -181,6 +200,23 @@ def calibrate(
         seed,
     )
     if backend == VLLM:
+        rbln_only = {
+            "--emulator-truth": emulator_truth,
+            "--time-scale": time_scale,
+            "--compiled": compiled,
+            "--runs": runs,
+            "--plans": plans,
+            "--decode-steps": decode_steps,
+            "--prefill": prefill,
+            "--reuse": reuse,
+            "--values": values,
+        }
+        given = [flag for flag, value in rbln_only.items() if value is not None]
+        if given:
+            raise RearrivalError(
+                f"{', '.join(given)}: not read by --backend vllm (its runs and samples go "
+                "into --work); drop them"
+            )
         calibrate_vllm(out, work, vllm)
         return
     if vllm.given():
@@ -190,19 +226,27 @@ def calibrate(
 
     from rearrival.config.backends import EmulatedHttpSettings
     from rearrival.config.calibration import MeasurementSettings
-    from rearrival.config.study import load_study_config
     from rearrival.measure.backends import BackendSettings
     from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
     )
+    from rearrival.measure.calibration.drive import CalibrationFiles, write_samples
     from rearrival.measure.calibration.drive import calibrate as run_calibration
-    from rearrival.measure.calibration.drive import write_samples
     from rearrival.measure.calibration.rbln_compile import compile_records
     from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
 
-    cfg = load_study_config(config) if config.is_file() else None
+    cfg = checked_config(config, "calibration", None, values) if config.is_file() else None
+    work_dir = work if work is not None else work_directory(out)
+    default = CalibrationFiles.in_directory(work_dir)
+    files = CalibrationFiles(
+        runs or default.runs,
+        plans or default.plans,
+        decode_steps or default.decode_steps,
+        prefill or default.prefill,
+        reuse or default.reuse,
+    )
     settings = cfg.measurement if cfg is not None else MeasurementSettings()
     if emulator_truth is not None:
         settings = replace(settings, emulator_truth=emulator_truth)
@@ -222,21 +266,20 @@ def calibrate(
         emulator_truth=settings.truth_path(),
     )
     records = compile_records(compiled) if compiled is not None and chosen == RBLN else None
-    work_dir = work if work is not None else work_directory(out)
     result = run_calibration(
         settings,
         backend_settings,
-        work_dir,
+        files,
         seed=cfg.study_seed if cfg is not None else 0,
         compile_records=records,
     )
     wanted = required_buckets(cfg) if cfg is not None else ()
-    write_samples(result, work_dir)
+    write_samples(result, files)
     write_profile(profile_document(result, settings, wanted), out)
     decode = result.decode
     typer.echo(
-        f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs and samples in "
-        f"{work_dir}), beta "
+        f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs in "
+        f"{files.runs}), beta "
         f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "
         f"{decode.beta_ci_s[1] * 1e3:.4f}], max residual "
         f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
@@ -309,12 +352,12 @@ def work_directory(profile: Path) -> Path:
 def calibrate_compile(
     out: Annotated[Path, typer.Option("--out", help="Compile record JSON to write.")],
     config: Annotated[Path, typer.Option("--config", help="Study definition.")] = DEFAULT_CONFIG,
+    values: Values = None,
 ) -> None:
     """Compile the calibration artifacts on the RBLN stack (backend rbln)."""
-    from rearrival.config.study import load_study_config
     from rearrival.measure.calibration.rbln_compile import compile_calibration
 
-    cfg = load_study_config(config)
+    cfg = checked_config(config, "calibration", None, values)
     compile_calibration(cfg.measurement, cfg.rbln, out)
     typer.echo(f"{out}: calibration artifacts compiled")
 

@@ -190,13 +190,13 @@ SessionsOption = Annotated[
     typer.Option("--sessions", min=1, help="Sample this many sessions (seeded); default: all."),
 ]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the session sample.")]
-MaxContextOption = Annotated[
-    int,
+MaxSeqLenOption = Annotated[
+    int | None,
     typer.Option(
-        "--max-context",
+        "--max-seq-len",
         min=2,
-        help="Maximum sequence length a slot holds (the paper's 8,192); longer rounds "
-        "are truncated or refused.",
+        help="Maximum sequence length a slot holds (default: the shipped profile's, the "
+        "paper's); longer rounds are truncated or refused.",
     ),
 ]
 OverflowOption = Annotated[
@@ -249,7 +249,7 @@ def from_trace(
     out: Annotated[Path, typer.Option("--out", help="Directory for plan.parquet.")],
     sessions: SessionsOption = None,
     seed: SeedOption = 0,
-    max_context: MaxContextOption = 8192,
+    max_seq_len: MaxSeqLenOption = None,
     on_overflow: OverflowOption = "truncate",
     time_origin: OriginOption = "first",
     token_scale: ScaleOption = 1.0,
@@ -264,7 +264,7 @@ def from_trace(
         path=trace,
         sessions=sessions,
         seed=seed,
-        max_context=max_context,
+        max_seq_len=max_seq_len,
         on_overflow=on_overflow,
         time_origin=time_origin,
         token_scale=token_scale,
@@ -278,7 +278,7 @@ def from_otel(
     out: Annotated[Path, typer.Option("--out", help="Directory for plan.parquet.")],
     sessions: SessionsOption = None,
     seed: SeedOption = 0,
-    max_context: MaxContextOption = 8192,
+    max_seq_len: MaxSeqLenOption = None,
     on_overflow: OverflowOption = "truncate",
     time_origin: OriginOption = "first",
     token_scale: ScaleOption = 1.0,
@@ -294,7 +294,7 @@ def from_otel(
         path=spans,
         sessions=sessions,
         seed=seed,
-        max_context=max_context,
+        max_seq_len=max_seq_len,
         on_overflow=on_overflow,
         time_origin=time_origin,
         token_scale=token_scale,

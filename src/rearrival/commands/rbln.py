@@ -82,8 +82,14 @@ def compile_model(
     artifacts: Annotated[
         Path, typer.Option("--artifacts", help="Directory of content-addressed compiled artifacts.")
     ],
-    max_seq_len: Annotated[int, typer.Option("--max-seq-len")] = 8192,
-    num_devices: Annotated[int, typer.Option("--num-devices")] = 4,
+    max_seq_len: Annotated[
+        int | None,
+        typer.Option("--max-seq-len", help="rbln_max_seq_len (default: model.max_seq_len's)."),
+    ] = None,
+    num_devices: Annotated[
+        int | None,
+        typer.Option("--num-devices", help="rbln_num_devices (default: model.num_devices's)."),
+    ] = None,
 ) -> None:
     """Compile Qwen3 with optimum-rbln for one configuration (or reuse the artifact).
 
@@ -91,13 +97,14 @@ def compile_model(
     install when optimum-rbln or an RBLN device is missing.
     """
     from rearrival.commands.configuration import configuration_option
+    from rearrival.config.calibration import ModelSpec
     from rearrival.measure.rbln import CompileConfig, compile_artifact
 
     config = CompileConfig(
         model=model,
         configuration=configuration_option(buckets, batch_size),
-        max_seq_len=max_seq_len,
-        num_devices=num_devices,
+        max_seq_len=max_seq_len or ModelSpec.max_seq_len,
+        num_devices=num_devices or ModelSpec.num_devices,
     )
     result = compile_artifact(config, artifacts)
     cost = "reused" if result.skipped else f"compiled in {result.compile_s:.1f} s"

@@ -1,4 +1,6 @@
-"""CLI verbs of the report area (registered by rearrival.cli)."""
+"""CLI verbs of the report area (registered by rearrival.cli): ``tables`` re-renders the
+report from a whole results tree; ``rearrival study report`` (the report rule) renders it
+from exactly the files the rule declares."""
 
 from __future__ import annotations
 
@@ -8,6 +10,11 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.values import Values, checked_config
+
+DEFAULT_CONFIG = Path("config/config.yaml")
+ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
+
 
 def register(app: typer.Typer) -> None:
     """Add this area's verbs to the top-level app."""
@@ -15,9 +22,7 @@ def register(app: typer.Typer) -> None:
 
 
 def tables(
-    config: Annotated[
-        Path, typer.Option("--config", help="Study definition (config.yaml).")
-    ] = Path("config/config.yaml"),
+    config: ConfigOption = DEFAULT_CONFIG,
     results: Annotated[
         Path, typer.Option("--results", help="Results tree written by the pipeline.")
     ] = Path("results"),
@@ -44,7 +49,8 @@ def tables(
     and .md; --scorecard prints it here, each finding within 100 columns, without
     rendering again when what was written is up to date.
     """
-    from rearrival.report.render import build_report
+    from rearrival.config.study import load_study_config
+    from rearrival.report.render import render_tree
 
     index_path = out / "tables" / "index.json"
     stale = stale_because(index_path, config, results) if scorecard else None
@@ -57,7 +63,7 @@ def tables(
     else:
         if stale is not None:
             typer.echo(f"{stale}: rendering the report again", err=True)
-        index = build_report(config, results, out)
+        index = render_tree(load_study_config(config), results, out)
         typer.echo(
             f"{out / index['report']}: {len(index['tables'])} tables, "
             f"{len(index['figures'])} figures"
@@ -107,3 +113,36 @@ def print_scorecard(out: Path, index: dict) -> None:
     if expected:
         typer.echo("\n".join(wrap_markdown(expected)))
     typer.echo(", ".join(f"{count} {name}" for name, count in card.counts().items()))
+
+
+def study_report(
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Every results file and directory the report reads (the report rule "
+            "lists them); anything else is reported as not produced."
+        ),
+    ],
+    html: Annotated[Path, typer.Option("--html", help="The HTML report to write.")],
+    tables_dir: Annotated[
+        Path, typer.Option("--tables", help="Directory of the tables, scorecard and index.")
+    ],
+    figures_dir: Annotated[Path, typer.Option("--figures", help="Directory of the figures.")],
+    config: ConfigOption = DEFAULT_CONFIG,
+    profile: Annotated[
+        Path | None,
+        typer.Option("--profile", help="The profile file profile: names, when it is a path."),
+    ] = None,
+    values: Values = None,
+) -> None:
+    """Render the report from the declared results files only (docs/DESIGN.md §13)."""
+    from rearrival.report.render import ReportFiles, build_report
+    from rearrival.report.results import Results, declared_root
+
+    cfg = checked_config(config, "report", None, values)
+    declared = [*files, *([profile] if profile is not None else [])]
+    res = Results(cfg, declared_root(files), declared=declared)
+    index = build_report(cfg, res, ReportFiles(html, tables_dir, figures_dir))
+    typer.echo(f"{html}: {len(index['tables'])} tables, {len(index['figures'])} figures")
+    for line in index["not_produced"]:
+        typer.echo(f"not produced: {line}", err=True)

@@ -9,8 +9,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rearrival.commands import search_vllm
 from rearrival.commands.panels import PanelledGroup
 from rearrival.commands.profile import PROFILE_HELP
+from rearrival.commands.search_vllm import (
+    BaselineOption,
+    BlockSizesOption,
+    BudgetsOption,
+    CaptureSizesOption,
+    MaxModelLenOption,
+    MaxNumSeqsOption,
+    NumBlocksOption,
+    PoolSizesOption,
+    SubstrateOption,
+)
+from rearrival.commands.values import Values, checked_config
 
 if TYPE_CHECKING:
     from rearrival.commands.profile import ProfileChoice
@@ -18,7 +31,13 @@ if TYPE_CHECKING:
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
-ProfileOption = Annotated[Path | None, typer.Option("--profile", help=PROFILE_HELP)]
+ProfileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        help=f"{PROFILE_HELP} With --substrate vllm: a vLLM profile (docs/DESIGN.md §15).",
+    ),
+]
 # ctx.obj key set on the ``rearrival study search`` group: a workflow stage, whose profile
 # is the one its rule passes (a missing calibration is an error, never the published one).
 STAGE = "workflow_stage"
@@ -112,12 +131,11 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
     from rearrival.config.search import SearchSettings
-    from rearrival.config.study import load_study_config
     from rearrival.search.settings import override_settings
 
-    cfg = load_study_config(config)
     obj = ctx.obj if ctx is not None else None  # set by the `search` callback
     study = _study(ctx)
+    cfg = checked_config(config, "search", study, (obj or {}).get("values"))
     settings = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
@@ -204,10 +222,57 @@ def search(
             "of generated ones; their N set is used.",
         ),
     ] = None,
+    values: Values = None,
+    substrate: SubstrateOption = "rbln",
+    max_num_seqs: MaxNumSeqsOption = None,
+    num_blocks: NumBlocksOption = None,
+    pool_sizes: PoolSizesOption = None,
+    max_num_batched_tokens: BudgetsOption = None,
+    block_sizes: BlockSizesOption = None,
+    capture_sizes: CaptureSizesOption = None,
+    baseline: BaselineOption = None,
 ) -> None:
     """Configuration search (paper V-A): with no subcommand, run plans, every candidate and
     the merge in one process; subcommands split the same work into jobs. The options
-    before a subcommand apply to it too (`rearrival search --n 16,32 shard ...`)."""
+    before a subcommand apply to it too (`rearrival search --n 16,32 shard ...`). With
+    --substrate vllm: max_num_seqs, KV pools, token budgets and (GPU) capture sizes,
+    scored exactly in one process (docs/DESIGN.md §15)."""
+    given = search_vllm.given_options(
+        _int_list,
+        max_num_seqs=max_num_seqs,
+        num_blocks=num_blocks,
+        pool_sizes=pool_sizes,
+        token_budgets=max_num_batched_tokens,
+        block_sizes=block_sizes,
+        capture_sets=capture_sizes,
+        baseline=baseline,
+    )
+    search_vllm.check_substrate(
+        substrate, {**given, "batch_sizes": batch_sizes, "max_buckets": max_buckets}
+    )
+    if substrate == "vllm":
+        if ctx.invoked_subcommand is not None:
+            raise search_vllm.SubstrateOptionError(
+                f"--substrate vllm runs the whole search in one process; drop "
+                f"`{ctx.invoked_subcommand}` (plans, shard and merge split the RBLN search)"
+            )
+        _no_collection_passes()
+        search_vllm.search(
+            checked_config(config, "search", study, values),
+            out=out,
+            paths=_output_paths(
+                "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
+            ),
+            plans_out=plans_out,
+            plans_dir=plans_dir,
+            profile_path=profile,
+            given=given,
+            memory_filter=memory_filter,
+            n=_int_list("--n", n),
+            study=study,
+            warn=warn,
+        )
+        return
     overrides = {
         key: value
         for key, value in (
@@ -218,16 +283,19 @@ def search(
         )
         if value is not None
     }
-    ctx.obj = {**(ctx.obj or {}), "search_overrides": overrides, "search_study": study}
+    ctx.obj = {
+        **(ctx.obj or {}),
+        "search_overrides": overrides,
+        "search_study": study,
+        "values": values,
+    }
     if ctx.invoked_subcommand is not None:
         return
-    from rearrival.config.study import load_study_config
-
     _no_collection_passes()
     paths = _output_paths(
         "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
     )
-    cfg = load_study_config(config)
+    cfg = checked_config(config, "search", study, values)
     chosen = _profile(cfg, profile, ctx)
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir
@@ -435,10 +503,64 @@ def advise(
             "with a workload and a search block, e.g. agent sessions).",
         ),
     ] = None,
+    substrate: SubstrateOption = "rbln",
+    max_num_seqs: MaxNumSeqsOption = None,
+    num_blocks: NumBlocksOption = None,
+    pool_sizes: PoolSizesOption = None,
+    max_num_batched_tokens: BudgetsOption = None,
+    block_sizes: BlockSizesOption = None,
+    capture_sizes: CaptureSizesOption = None,
+    baseline: BaselineOption = None,
+    max_model_len: MaxModelLenOption = search_vllm.DEFAULT_MAX_MODEL_LEN,
+    memory_filter: Annotated[
+        bool | None,
+        typer.Option(
+            "--memory-filter/--no-memory-filter",
+            help="vLLM: exclude given pools (--num-blocks) whose KV and weights do not fit "
+            "the profile's memory (default: on).",
+        ),
+    ] = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
-    slots would still help and fit."""
+    slots would still help and fit. With --substrate vllm: how much KV and which knobs,
+    the prefix-cache hit rate at each pool size beside its structural upper bound, the
+    prefill recomputed because tool waits let blocks be evicted, and the pick's saving
+    (docs/DESIGN.md §15)."""
+    given = search_vllm.given_options(
+        _int_list,
+        max_num_seqs=max_num_seqs,
+        num_blocks=num_blocks,
+        pool_sizes=pool_sizes,
+        token_budgets=max_num_batched_tokens,
+        block_sizes=block_sizes,
+        capture_sets=capture_sizes,
+        baseline=baseline,
+    )
+    search_vllm.check_substrate(substrate, given)
+    if substrate == "vllm":
+        _advise_vllm(
+            config,
+            trace=trace,
+            plans_dir=plans_dir,
+            search_dir=search_dir,
+            profile_path=profile,
+            given=given,
+            memory_filter=memory_filter,
+            n=n,
+            study=study,
+            token_scale=token_scale,
+            max_model_len=max_model_len,
+            seed=seed,
+            resamples=resamples,
+            as_json=as_json,
+        )
+        return
+    if memory_filter is not None or max_model_len != search_vllm.DEFAULT_MAX_MODEL_LEN:
+        raise search_vllm.SubstrateOptionError(
+            "--memory-filter, --max-model-len: only for --substrate vllm (the RBLN advice "
+            "checks memory always and imports at the profile's maximum sequence length)"
+        )
     from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
     from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
@@ -483,6 +605,30 @@ def advise(
             raise typer.Exit(2) from None
     chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
+
+
+def _advise_vllm(config: Path, *, search_dir: Path | None, **options) -> None:
+    """``advise --substrate vllm``: the trace, plans or config inputs searched now."""
+    from rearrival.config.search import SearchError
+    from rearrival.config.study import load_study_config
+    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
+    from rearrival.model.plans.trace_plans import TraceError
+
+    if options["trace"] is not None and options["plans_dir"] is not None:
+        raise SearchError("options --trace and --plans both give the inputs; pass one")
+    if search_dir is not None:
+        raise SearchError(
+            "option --search: with --substrate vllm the advice searches its inputs itself "
+            "(a finished vLLM search's selected.json holds no per-pool table); drop --search"
+        )
+    check_at_most("--resamples", options["resamples"], MAX_RESAMPLES, RESAMPLES_WHY)
+    _no_collection_passes()
+    options["n"] = _int_list("--n", options["n"])
+    try:
+        search_vllm.advise(load_study_config(config), **options)
+    except TraceError as exc:
+        typer.echo(f"rearrival: error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def search_app(stage: bool = False) -> typer.Typer:

@@ -134,7 +134,11 @@ def _simulate_rbln(plans: list[Path], options: dict[str, Any], as_json: bool) ->
 
 
 def _vllm_step_cost(options: dict[str, Any]) -> Any:
-    from rearrival.model.cost.vllm_profile import load_vllm_profile, parse_step_cost
+    from rearrival.model.cost.vllm_profile import (
+        DEFAULT_VLLM_PROFILE,
+        choose_vllm_profile,
+        parse_step_cost,
+    )
 
     text, profile = options["step_cost"], options["profile_path"]
     if text is not None and profile is not None:
@@ -143,8 +147,8 @@ def _vllm_step_cost(options: dict[str, Any]) -> Any:
         )
     if text is not None:
         return parse_step_cost(text)
-    if profile is not None:
-        return load_vllm_profile(profile).step_cost
+    if profile is not None or DEFAULT_VLLM_PROFILE is not None:
+        return choose_vllm_profile(profile).step_cost
     raise SimulateOptionError(
         "--substrate vllm needs the step cost: pass --step-cost BASE,DEC,PRE[,KV] (seconds "
         "per step, per decode token, per prefill token, per token of context) or --profile "

@@ -2,7 +2,9 @@
 
 One name per stage: rule ``X`` (rules/X.smk) calls ``rearrival study X``, which delegates
 to ``rearrival.workflow.X`` or the library package doing the work. Every file a verb reads
-or writes is an option or argument the rule fills from its declared inputs and outputs.
+or writes is an option or argument the rule fills from its declared inputs and outputs,
+and every verb whose rule passes the digest of its config values checks it (``--values``,
+``rearrival.commands.values``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Annotated
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL, PanelledGroup
+from rearrival.commands.values import Values, checked_config
 
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
@@ -55,14 +58,17 @@ Ledger = Annotated[
     ),
 ]
 
+Exploratory = Annotated[
+    bool,
+    typer.Option(
+        "--exploratory",
+        help="The exploratory second evaluation: predict or price with the other profile "
+        "(published, or the calibrated one for a published study); never registered.",
+    ),
+]
+
 DEFAULT_CONFIG = Path("config/config.yaml")
 DEFAULT_REPO = Path(".")
-
-
-def _config(path: Path):
-    from rearrival.config.study import load_study_config
-
-    return load_study_config(path)
 
 
 @contextlib.contextmanager
@@ -76,11 +82,13 @@ def _naming_selected() -> Iterator[None]:
         raise SelectionMissingError(f"{exc}; pass --selected") from None
 
 
-def plans(study: StudyName, out: Out, config: Config = DEFAULT_CONFIG) -> None:
+def plans(
+    study: StudyName, out: Out, config: Config = DEFAULT_CONFIG, values: Values = None
+) -> None:
     """Write every input plan of a study (one per N and replicate)."""
     from rearrival.workflow.plans import make_plans
 
-    for path in make_plans(_config(config), study, out):
+    for path in make_plans(checked_config(config, "plans", study, values), study, out):
         typer.echo(str(path))
 
 
@@ -88,16 +96,28 @@ def predict(
     study: StudyName,
     plans: Plans,
     out: Out,
+    requests: Annotated[
+        Path,
+        typer.Option("--requests", help="Parquet of the base simulator's per-request records."),
+    ],
+    evictions: Annotated[
+        Path, typer.Option("--evictions", help="Parquet of the base simulator's KV evictions.")
+    ],
     config: Config = DEFAULT_CONFIG,
     selected: Selected = None,
     profile: Profile = None,
+    exploratory: Exploratory = False,
+    values: Values = None,
 ) -> None:
     """Simulate every plan under every condition of a study (paper Section IV)."""
+    from rearrival.workflow.predict import PredictionFiles
     from rearrival.workflow.predict import predict as run_predict
 
+    cfg = checked_config(config, "predict", study, values)
+    files = PredictionFiles(out, requests, evictions)
     with _naming_selected():
-        frame = run_predict(_config(config), study, plans, out, selected, profile)
-    typer.echo(f"{out}: {len(frame)} predictions")
+        made = run_predict(cfg, study, plans, files, selected, profile, exploratory)
+    typer.echo(f"{out}: {len(made.summaries)} predictions")
 
 
 def prereg(
@@ -116,13 +136,14 @@ def prereg(
             help="Decision table of the study this one amends (results/decisions/<name>.csv).",
         ),
     ] = None,
+    values: Values = None,
 ) -> None:
     """Commit the study's design, criteria, plan hashes and predictions to git."""
     from rearrival.workflow.preregister import preregister
 
     with _naming_selected():
         record = preregister(
-            _config(config),
+            checked_config(config, "prereg", study, values),
             study,
             plans_dir=plans,
             predictions_path=predictions,
@@ -152,6 +173,7 @@ def run(
         Path | None,
         typer.Option("--failed-runs", help="Keep the records of runs that did not complete here."),
     ] = None,
+    values: Values = None,
 ) -> None:
     """Run every condition of one replicate in its seeded shuffled order; a run that does
     not complete fails the stage (its record kept under --failed-runs)."""
@@ -159,7 +181,7 @@ def run(
 
     with _naming_selected():
         paths = run_replicate(
-            _config(config),
+            checked_config(config, "run", study, values),
             study,
             n,
             replicate,
@@ -175,11 +197,11 @@ def run(
         typer.echo(str(path))
 
 
-def injection(out: Out, config: Config = DEFAULT_CONFIG) -> None:
+def injection(out: Out, config: Config = DEFAULT_CONFIG, values: Values = None) -> None:
     """Prefill injection: background inter-token gaps per injected prefill size."""
     from rearrival.workflow.run import injection as run_injection
 
-    frame = run_injection(_config(config), out)
+    frame = run_injection(checked_config(config, "injection", None, values), out)
     typer.echo(f"{out}: {len(frame)} gaps")
 
 
@@ -194,18 +216,21 @@ def channels(
     repo: Repo = DEFAULT_REPO,
     profile: Profile = None,
     ledger: Ledger = None,
+    exploratory: Exploratory = False,
+    values: Values = None,
 ) -> None:
     """Channel A and B (and reuse, steps, padding) for every run of a study."""
     from rearrival.workflow.channels import channels as run_channels
 
     frame = run_channels(
-        _config(config),
+        checked_config(config, "predict", study, values),
         study,
         replicates,
         out,
         repo_dir=repo,
         profile_path=profile,
         ledger_record=ledger,
+        exploratory=exploratory,
     )
     typer.echo(f"{out}: {len(frame)} runs")
 
@@ -214,26 +239,75 @@ def decide(
     study: StudyName,
     channels: Annotated[Path, typer.Option("--channels", help="Channel table.")],
     predictions: Predictions,
-    prereg: Annotated[Path, typer.Option("--prereg", help="Prereg record JSON.")],
     out: Out,
+    prereg: Annotated[
+        Path | None,
+        typer.Option("--prereg", help="Prereg record JSON (needed unless --exploratory)."),
+    ] = None,
     config: Config = DEFAULT_CONFIG,
     repo: Repo = DEFAULT_REPO,
     ledger: Ledger = None,
+    exploratory: Annotated[
+        bool,
+        typer.Option(
+            "--exploratory",
+            help="The exploratory second evaluation: the same rules on the other profile's "
+            "predictions and channels, with the config's criteria; never registered.",
+        ),
+    ] = False,
+    values: Values = None,
 ) -> None:
     """Apply the registered decision rules to the study's replicate-summed ratios."""
+    from rearrival.errors import StageError
     from rearrival.workflow.decide import decide as run_decide
+    from rearrival.workflow.decide import decide_exploratory
 
-    run_decide(
-        _config(config),
+    cfg = checked_config(config, "decide", study, values)
+    paths = {"channels_path": channels, "predictions_path": predictions, "out": out}
+    if exploratory:
+        decide_exploratory(cfg, study, repo_dir=repo, ledger_record=ledger, **paths)
+    elif prereg is None:
+        raise StageError(
+            f"study {study}: a registered decision needs --prereg (or pass "
+            "--exploratory for the exploratory evaluation)"
+        )
+    else:
+        run_decide(cfg, study, prereg_path=prereg, repo_dir=repo, ledger_record=ledger, **paths)
+    typer.echo(str(out))
+
+
+def fixed_arrivals(
+    study: StudyName,
+    replicates: Annotated[
+        list[Path],
+        typer.Argument(help="The study's replicate run directories (results/runs/<study>/n*_r*)."),
+    ],
+    plans: Plans,
+    channels: Annotated[Path, typer.Option("--channels", help="The study's channel table.")],
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    repo: Repo = DEFAULT_REPO,
+    profile: Profile = None,
+    ledger: Ledger = None,
+    exploratory: Exploratory = False,
+    values: Values = None,
+) -> None:
+    """The fixed-arrival simulator (Table XI) on every baseline run of a study."""
+    from rearrival.workflow.fixed_arrivals import fixed_arrivals as run_fixed_arrivals
+
+    frame = run_fixed_arrivals(
+        checked_config(config, "predict", study, values),
         study,
+        replicates,
+        plans_dir=plans,
         channels_path=channels,
-        predictions_path=predictions,
-        prereg_path=prereg,
         repo_dir=repo,
         out=out,
+        profile_path=profile,
         ledger_record=ledger,
+        exploratory=exploratory,
     )
-    typer.echo(str(out))
+    typer.echo(f"{out}: {len(frame)} fixed-arrival predictions")
 
 
 def seal(
@@ -257,9 +331,10 @@ def seal(
     A sealed hash is never overwritten: changed or re-run records are refused unless
     re-measured under a newer registration. With witness: set, the ledger is published.
     """
+    from rearrival.config.study import load_study_config
     from rearrival.workflow.seal import seal as run_seal
 
-    cfg = _config(config) if config is not None else None
+    cfg = load_study_config(config) if config is not None else None
     record = run_seal(cfg, study, replicates, out, repo_dir=repo, prereg_path=prereg)
     typer.echo(f"{study}: {record['files']} files sealed at {record['commit']}")
     if cfg is not None and cfg.witness:
@@ -267,23 +342,40 @@ def seal(
 
 
 def compile_configurations(
-    study: StudyName, out: Out, config: Config = DEFAULT_CONFIG, selected: Selected = None
+    study: StudyName,
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    selected: Selected = None,
+    values: Values = None,
 ) -> None:
     """Compile every configuration of a study with optimum-rbln (backend rbln only)."""
     from rearrival.workflow.compile import compile_study
 
+    cfg = checked_config(config, "compile", study, values)
     with _naming_selected():
-        record = compile_study(_config(config), study, out, selected)
+        record = compile_study(cfg, study, out, selected)
     for name, entry in record["configurations"].items():
         typer.echo(f"{name}: {entry['artifact']}{' (reused)' if entry['reused'] else ''}")
 
 
+def show_config(config: Config = DEFAULT_CONFIG) -> None:
+    """Print the study definition as the workflow reads it: every key, the defaults of
+    the keys the file leaves out filled in (the section models are their one source)."""
+    import yaml
+
+    from rearrival.config.study import effective_definition, load_study_config
+
+    typer.echo(yaml.safe_dump(effective_definition(load_study_config(config)), sort_keys=False))
+
+
 def register(app: typer.Typer) -> None:
     """Add the `study` group: one verb per Snakemake rule (rule X calls `rearrival study
-    X`). Calibration, search and report are also top-level verbs for use outside the
-    workflow; here they are the same functions under the stage's name."""
+    X`; an `X_exploratory` rule calls it with --exploratory), and `study config`.
+    Calibration and search are also top-level verbs for use outside the workflow; here
+    they are the same functions under the stage's name. `study report` renders from the
+    files its rule declares, `rearrival tables` from a whole results tree."""
     from rearrival.commands.calibrate import calibrate, calibrate_compile
-    from rearrival.commands.report import tables
+    from rearrival.commands.report import study_report
     from rearrival.commands.search import search_app
 
     study_app = typer.Typer(
@@ -303,7 +395,9 @@ def register(app: typer.Typer) -> None:
         "seal": seal,
         "channels": channels,
         "decide": decide,
-        "report": tables,
+        "fixed-arrivals": fixed_arrivals,
+        "report": study_report,
+        "config": show_config,
     }
     for name, verb in verbs.items():
         study_app.command(name)(verb)

@@ -1,7 +1,9 @@
 """The ``emulated_http`` and ``rbln`` sections: settings of the two backends that run
 outside this process (docs/DESIGN.md §5). Their defaults are the one source
-(config/schema.yaml documents the same values, tests/test_config_schema.py checks that
-they agree)."""
+(config/schema.yaml states none; tests/test_config_schema.py checks that every field is
+a documented key). What hardware compiles and serves, the model's id, maximum sequence
+length and devices, is the ``model`` section's (rearrival.config.calibration.ModelSpec),
+never repeated here."""
 
 from __future__ import annotations
 
@@ -17,10 +19,7 @@ class EmulatedHttpSettings:
 
 @dataclass(frozen=True)
 class RblnSettings:
-    """The ``rbln`` section: what real hardware compiles and where artifacts go."""
+    """The ``rbln`` section: where compiled artifacts go and which vllm_rbln serves."""
 
-    model: str = "Qwen/Qwen3-4B"
-    max_seq_len: int = 8192
-    num_devices: int = 4
     artifacts: str = "artifacts"
     site_packages: str | None = None

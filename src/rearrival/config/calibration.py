@@ -27,6 +27,14 @@ CALIBRATED_PROFILE = Path("results/calibration/profile.yaml")
 ASSUMED_TRUTH = "emulator_truth_assumed.yaml"
 
 
+def exploratory_profile(profile: str) -> str:
+    """The profile of the exploratory second evaluation (paper Sections II-B, IV): the
+    published constants, or this run's calibrated profile when the study used them. Its
+    predictions, channels and decisions go under results/exploratory/<name>/ and are
+    never registered."""
+    return CALIBRATED if profile == PUBLISHED else PUBLISHED
+
+
 class CalibrationConfigError(RearrivalError, ValueError):
     """A calibration, model or profile setting that cannot be used; names key and fix."""
 

@@ -9,14 +9,15 @@ the Snakefile and every stage agree on one list of files without repeating the r
 
 from __future__ import annotations
 
+import difflib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
-from snakemake.utils import validate
 
 from rearrival.config.backends import EmulatedHttpSettings, RblnSettings
 from rearrival.config.calibration import MeasurementSettings, measurement_settings_from_mapping
@@ -275,20 +276,42 @@ def config_schema_path() -> Path:
 
 
 def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
-    """Schema check with the failing key path in the message, then fill defaults.
+    """Schema check only: types, ranges and key names, one line naming the first bad key.
 
-    jsonschema's best match names the key (e.g. ``$.studies.grid.n[0]``); snakemake's own
-    validate then fills the documented defaults exactly as the Snakefile does.
-    """
+    Nothing is filled in: a key left out takes its section model's default when the
+    mapping is typed (:func:`study_config_from_mapping`), the one source of defaults
+    (config/schema.yaml states none). jsonschema's best match picks the error; an
+    unknown key is named with the nearest valid one."""
     schema = yaml.safe_load(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
     if error is not None:
-        raise StudyConfigError(
-            f"{source}: key {error.json_path}: {error.message}; "
-            f"see {schema_path} for allowed values"
-        )
-    validate(raw, str(schema_path))
+        raise StudyConfigError(f"{source}: {schema_problem(error)} (see {schema_path})")
+
+
+def key_path(parts: Iterable[str | int]) -> str:
+    """``studies.grid.n[0]`` for the parts of a key path (empty at the top level)."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
+    """One schema error as the key it is about and what is wrong with it."""
+    where = key_path(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(known))[0]
+        name = f"{where}.{unknown}" if where else unknown
+        close = difflib.get_close_matches(unknown, known, n=1)
+        fix = f"did you mean {close[0]}?" if close else f"use {' or '.join(known)}"
+        if not close and len(known) > 2:
+            fix = f"use one of {', '.join(known)}"
+        return f"{name} is not a key of {where or 'the study definition'}; {fix}"
+    if error.validator == "required" and not where:
+        return f"{error.message} of the study definition"
+    return f"{where or 'the study definition'}: {error.message}"
 
 
 def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
@@ -379,3 +402,75 @@ def resolve_configurations(
         else:
             resolved[name] = cfg.configurations[name]
     return resolved
+
+
+# --- the definition as the workflow reads it --------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """YAML-ready: tuples as lists, paths as text."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return str(value) if isinstance(value, Path) else value
+
+
+def _section(model: Any, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A section model's keys and values, the unset optional ones left out."""
+    return {
+        f.name: _plain(getattr(model, f.name))
+        for f in fields(model)
+        if f.name not in leave_out and getattr(model, f.name) is not None
+    }
+
+
+def _workload(workload: Workload) -> dict[str, Any]:
+    if workload.trace is not None:
+        t = workload.trace
+        return {"kind": workload.kind, "path": t.path} | _section(
+            t, ("path", "sha256", "max_seq_len")
+        )
+    return {"kind": workload.kind} | _section(workload.spec, ("tool_cap_s", "max_seq_len"))
+
+
+def _study_definition(study: Study) -> dict[str, Any]:
+    out = _section(study, ("name", "workload", "search"))
+    if study.amends is None:
+        out.pop("amends", None)
+    if study.kind != "repeats":
+        out.pop("repeats")
+    if study.workload is not None:
+        out["workload"] = _workload(study.workload)
+    if study.search is not None:
+        out["search"] = _plain(study.search.as_dict())
+    return out
+
+
+def effective_definition(cfg: StudyConfig) -> dict[str, Any]:
+    """Every key of the study definition with the value it has, the defaults of the keys
+    the file leaves out filled in (``rearrival study config`` prints it; loading it gives
+    the same definition)."""
+    measurement = cfg.measurement
+    out: dict[str, Any] = {
+        "backend": cfg.backend,
+        "study_seed": cfg.study_seed,
+        "replicates": cfg.replicates,
+        "tool_table": cfg.tool_table,
+        "profile": measurement.profile,
+        "emulator_truth": measurement.emulator_truth,
+        "configurations": {name: c.as_dict() for name, c in cfg.configurations.items()},
+        "studies": {name: _study_definition(s) for name, s in cfg.studies.items()},
+        "decision": _section(cfg.decision),
+        "injection": _section(cfg.injection),
+        "search": _plain(cfg.search.as_dict()),
+        "emulated_http": _section(cfg.emulated_http),
+        "rbln": _section(cfg.rbln),
+        "model": _section(measurement.model),
+        "calibration": _plain(measurement.calibration.as_dict()),
+    }
+    if cfg.witness is not None:
+        out["witness"] = {"remote": cfg.witness}
+    if cfg.signing_key is not None:
+        out["signing"] = {"key": str(cfg.signing_key)}
+    return out

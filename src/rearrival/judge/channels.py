@@ -98,7 +98,7 @@ def channel_a(record: RunRecord, profile: Profile | None = None) -> ChannelA:
     """Device time D reconstructed from the step log and the computed prefill tokens.
 
     Unknown computed tokens are an error, never 0: a run whose reuse was not observed
-    cannot price its prefills (STYLE: a missing value is never replaced silently).
+    cannot price its prefills (a missing value is never replaced silently; docs/DESIGN.md §7).
     """
     profile = profile or measured_profile()
     pairs, source = _decode_pairs(record)

@@ -1,16 +1,18 @@
 """What the simulator predicts for a study (paper Section IV): one summary per plan x
-condition x simulator variant (``rearrival.model.simulator.sim.RULE_SETS``).
+condition x simulator variant (``rearrival.model.simulator.sim.RULE_SETS``), and the
+registered simulator's per-request records and evictions (the timeline figure draws them).
 
-The predict stage writes this table with the study's profile and the preregistration
-commits its base-simulator rows; the report recomputes it with the other profile for the
-scorecard's exploratory second evaluation. It sits in the judge layer, beside the
-decisions that read it, so the workflow and the report share one implementation.
+The predict stage writes these tables with the study's profile and the preregistration
+commits its base-simulator rows; the same stage run for the exploratory second
+evaluation writes them with the other profile under results/exploratory/. It sits in the
+judge layer, beside the decisions that read it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import pandas as pd
@@ -19,7 +21,9 @@ from rearrival.config.study import Study
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.kvslots import Eviction
+from rearrival.model.simulator.sim import SimResult, simulate
+from rearrival.model.simulator.sim_types import PredictedRequest
 from rearrival.vocabulary import PREDICTION, RULE_SETS
 
 
@@ -29,36 +33,53 @@ def simulate_condition(
     variant: str,
     simulator: str,
     profile: Profile | None = None,
-) -> dict[str, Any]:
-    """One simulator summary for one plan under one condition (``simulator`` one of
+) -> SimResult:
+    """One simulator's run of one plan under one condition (``simulator`` one of
     ``RULE_SETS``)."""
-    config = configuration.sim_config(simulator)
-    summary = simulate(plan.variant(variant), config, profile).summary()
-    summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
-    return summary
+    return simulate(plan.variant(variant), configuration.sim_config(simulator), profile)
 
 
-def prediction_frame(
+@dataclass(frozen=True)
+class StudyPredictions:
+    """A study's predictions: ``summaries`` one row per plan x condition x simulator (the
+    predictions table); ``requests`` and ``evictions`` the registered simulator's
+    (``PREDICTION``) per-request records and evictions, keyed by plan and condition."""
+
+    summaries: pd.DataFrame
+    requests: pd.DataFrame
+    evictions: pd.DataFrame
+
+
+def predict_study(
     replicates: int,
     study: Study,
     plan_for: Callable[[int, int], Plan],
     configurations: dict[str, RblnConfiguration],
     profile: Profile,
-) -> pd.DataFrame:
-    """The predictions table of one study under ``profile``, ``plan_for(n, replicate)``
-    giving each plan: the predict stage's with the configured profile, and the report's
-    exploratory second evaluation with the other profile (``rearrival.report.recompute``),
-    so both come from the same code."""
-    rows = []
+) -> StudyPredictions:
+    """Every prediction of one study under ``profile``, ``plan_for(n, replicate)`` giving
+    each plan."""
+    rows: list[dict[str, Any]] = []
+    requests: list[dict[str, Any]] = []
+    evictions: list[dict[str, Any]] = []
     for n in study.n:
         for replicate in range(replicates):
             plan = plan_for(n, replicate)
             for condition in study.conditions():
                 configuration = configurations[condition.configuration]
+                key = {
+                    "study": study.name,
+                    "n": n,
+                    "replicate": replicate,
+                    "configuration": condition.configuration,
+                    "variant": condition.variant,
+                }
                 for simulator in RULE_SETS:
-                    summary = simulate_condition(
+                    result = simulate_condition(
                         plan, configuration, condition.variant, simulator, profile
                     )
+                    summary = result.summary()
+                    summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
                     rows.append(
                         {
                             "study": study.name,
@@ -72,7 +93,22 @@ def prediction_frame(
                             **summary,
                         }
                     )
-    return pd.DataFrame(rows)
+                    if simulator == PREDICTION:
+                        requests += [key | asdict(r) for r in result.requests]
+                        evictions += [key | asdict(e) for e in result.evictions]
+    return StudyPredictions(
+        pd.DataFrame(rows),
+        pd.DataFrame(requests, columns=[*KEY_COLUMNS, *_fields(PredictedRequest)]),
+        pd.DataFrame(evictions, columns=[*KEY_COLUMNS, *_fields(Eviction)]),
+    )
+
+
+# The plan and condition a request or eviction row belongs to.
+KEY_COLUMNS = ("study", "n", "replicate", "configuration", "variant")
+
+
+def _fields(record: type) -> list[str]:
+    return [f.name for f in fields(record)]
 
 
 def predicted_ratios(

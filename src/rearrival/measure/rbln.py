@@ -34,6 +34,7 @@ from rearrival.measure import patch
 from rearrival.measure.client import ReplayOptions, RunOutcome
 from rearrival.measure.serve import free_port, run_with_server
 from rearrival.model.configuration import RblnConfiguration
+from rearrival.model.cost.profile import measured_profile
 
 if TYPE_CHECKING:
     from rearrival.model.plans.plan import Plan
@@ -108,8 +109,8 @@ class CompileConfig:
 
     model: str
     configuration: RblnConfiguration
-    max_seq_len: int = 8192
-    num_devices: int = 4
+    max_seq_len: int  # the study definition's model.max_seq_len (rbln_max_seq_len)
+    num_devices: int  # model.num_devices (rbln_num_devices)
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -247,8 +248,8 @@ def vllm_serve_argv(
     *,
     batch_size: int,
     port: int,
+    max_seq_len: int,
     host: str = "127.0.0.1",
-    max_seq_len: int = 8192,
     seed: int = 0,
 ) -> list[str]:
     """``vllm serve`` for one run (docs/DESIGN.md §5).
@@ -319,6 +320,9 @@ def run_rbln(
             f"artifact {artifact}: no compiled model there; build it with `rearrival rbln compile`"
         )
     record = artifact.with_name(f"{artifact.name}.json")
+    # served at the length it was compiled for; an artifact without its record at the
+    # length every profile's slot holds (the measured one's)
+    max_seq_len = measured_profile().slot_tokens
     if record.is_file():
         compiled = json.loads(record.read_text())["config"]
         if compiled["buckets"] != buckets or compiled["batch_size"] != batch_size:
@@ -327,8 +331,11 @@ def run_rbln(
                 f"batch {compiled['batch_size']}, not {buckets} batch "
                 f"{batch_size}; pass the matching artifact"
             )
+        max_seq_len = int(compiled["max_seq_len"])
     port = free_port()
-    argv = vllm_serve_argv(artifact, batch_size=batch_size, port=port, seed=options.seed)
+    argv = vllm_serve_argv(
+        artifact, batch_size=batch_size, port=port, max_seq_len=max_seq_len, seed=options.seed
+    )
     served = {name: version or "absent" for name, version in versions(SERVE_SOFTWARE).items()}
     manifest = manifest | {
         "patch_sha256": status.sha256,

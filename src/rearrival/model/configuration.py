@@ -186,6 +186,9 @@ class RblnConfiguration(Configuration):
         return (self.n_buckets, self.slots, self.batch_size, self.buckets)
 
 
+_VLLM_ID = re.compile(r"vllm:(\d+):(\d+)x(\d+):(\d+)(?::([\d,]+))?")
+
+
 @dataclass(frozen=True)
 class VllmConfiguration(Configuration):
     """A vLLM server's fixed-at-start knobs (docs/DESIGN.md "The vLLM substrate").
@@ -255,6 +258,28 @@ class VllmConfiguration(Configuration):
             f":{self.max_num_batched_tokens}"
         )
         return f"{text}:{','.join(map(str, self.buckets))}" if self.buckets else text
+
+    @classmethod
+    def from_id(cls, text: str, name: str = "") -> VllmConfiguration:
+        """The configuration an ``id`` names (its inverse: search results, advice, a
+        ``--baseline`` option)."""
+        match = _VLLM_ID.fullmatch(text)
+        if match is None:
+            raise ConfigurationError(
+                f"configuration id {text!r} is not of the form vllm:16:512x16:2048 "
+                "(vllm:max_num_seqs:num_blocks x block_size:max_num_batched_tokens, then "
+                ":capture sizes such as :1,2,4,8 when there are any)",
+                ("id",),
+            )
+        sizes = tuple(int(b) for b in match[5].split(",")) if match[5] else ()
+        return cls(
+            sizes,
+            int(match[1]),
+            num_blocks=int(match[2]),
+            block_size=int(match[3]),
+            max_num_batched_tokens=int(match[4]),
+            name=name,
+        )
 
     def label(self) -> str:
         """The reports' spelling, e.g. ``16 seqs/512x16 blocks/2048 tok`` (+ capture sizes)."""

@@ -4,26 +4,28 @@ Table VII puts each measured g(b) = f(b) + alpha with its CI beside the paper's 
 then beta and the residuals of the straight-line form; the prefill table does the same
 for T(q) per token range with the reuse-rule check; Table IX-P sets the validation
 errors of predictions made with the published constants beside those made with this
-run's calibrated profile. Everything is read from ``results/calibration/`` (written by
-``rearrival calibrate``) and the validation results; nothing is copied from the paper
-except the published column, which comes from the shipped profile file.
+run's calibrated profile (the study's predictions and the exploratory evaluation's, both
+written by the predict stage). Everything is read from ``results/calibration/`` (written
+by ``rearrival calibrate``), the predictions and the validation results; nothing is
+simulated here and nothing is copied from the paper except the published column, which
+comes from the shipped profile file.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from rearrival.config.calibration import CALIBRATED, PUBLISHED, exploratory_profile
 from rearrival.measure.calibration.document import PROFILE_FILE
 from rearrival.measure.calibration.drive import DECODE_STEPS_FILE, PREFILL_FILE
-from rearrival.model.cost.profile import load_profile, measured_profile
-from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.model.cost.profile import measured_profile
 from rearrival.report.figure_model import BUCKET_COLOURS, Figure, absent, pyplot, to_svg
 from rearrival.report.results import Results, decision_records, study_backend
 from rearrival.report.table_model import Column, Part, Table
+from rearrival.vocabulary import PREDICTION
 
 CALIBRATION_DIR = "calibration"
 
@@ -224,10 +226,9 @@ def table_prefill(res: Results) -> Table:
             ("b: per token, per chunk (ns)", "per_token_s", paper.prefill_per_token_s, 1e9),
         )
     )
-    samples_path = res.root / CALIBRATION_DIR / PREFILL_FILE
+    samples = res.load(f"{CALIBRATION_DIR}/{PREFILL_FILE}")
     ranges = []
-    if samples_path.exists():
-        samples = pd.read_parquet(samples_path)
+    if samples is not None:
         q = samples["computed_tokens"].to_numpy(dtype=float)
         t = samples["prefill_s"].to_numpy(dtype=float)
         chunks = np.ceil(q / int(prefill["chunk_tokens"]["value"]))
@@ -300,30 +301,45 @@ def table_prefill(res: Results) -> Table:
     )
 
 
-def _predicted_ratio(res: Results, study: Any, n: int, changed: str, profile: Any) -> float | None:
+def _predicted_ratio(
+    predictions: pd.DataFrame | None,
+    replicates: int,
+    n: int,
+    reference: str,
+    changed: str,
+    variant: str,
+) -> float | None:
+    """The base simulator's replicate-summed device time of ``changed`` over
+    ``reference`` (None unless every replicate of both was predicted)."""
+    if predictions is None:
+        return None
+    chosen = predictions[
+        (predictions["simulator"] == PREDICTION)
+        & (predictions["n"] == n)
+        & (predictions["variant"] == variant)
+    ]
     totals = {}
-    for name in (study.baseline, changed):
-        conf = res.configuration(name)
-        if conf is None:
+    for name in (reference, changed):
+        rows = chosen[chosen["configuration"] == name].set_index("replicate")["device_s"]
+        if set(rows.index) != set(range(replicates)):
             return None
         total = 0.0
-        for replicate in range(res.cfg.replicates):
-            plan = res.plan(study.name, n, replicate)
-            if plan is None:
-                return None
-            config = SimConfig(buckets=conf.buckets, batch_size=conf.batch_size, slots=conf.slots)
-            total += simulate(plan, config, profile).device_s
+        for replicate in range(replicates):
+            total += float(rows.loc[replicate])
         totals[name] = total
-    return totals[changed] / totals[study.baseline]
+    return totals[changed] / totals[reference]
 
 
 def table_ix_profiles(res: Results) -> Table:
-    """Validation errors with the published and the calibrated profile side by side."""
+    """Validation errors with the published and the calibrated profile side by side,
+    read from the predictions of both evaluations (the study's and the exploratory one)."""
     title = "Cost validation: published vs calibrated constants"
-    path = res.root / CALIBRATION_DIR / PROFILE_FILE
     if calibrated_tree(res) is None:
         return _absent_table("IX-P", title)
-    profiles = {"published": measured_profile(), "calibrated": load_profile(path)}
+    study_profile = res.cfg.measurement.profile
+    other = exploratory_profile(study_profile)
+    calibrated = other if study_profile == PUBLISHED else study_profile
+    profiles = {"published": PUBLISHED, "calibrated": calibrated}
     notes: list[str] = []
     rows = []
     studies = res.studies("validation")
@@ -341,10 +357,18 @@ def table_ix_profiles(res: Results) -> Table:
                 "run_ids": row.get("run_ids") or "",
             }
             for label, profile in profiles.items():
-                predicted = _predicted_ratio(res, study, int(row["n"]), changed, profile)
+                predicted = _predicted_ratio(
+                    res.predictions(study.name, profile),
+                    res.cfg.replicates,
+                    int(row["n"]),
+                    study.baseline,
+                    changed,
+                    str(row.get("variant")),
+                )
                 entry[f"pred_{label}"] = predicted
                 entry[f"error_{label}"] = None if predicted is None else observed - predicted
             rows.append(entry)
+    second = "calibrated" if calibrated == CALIBRATED else "profile file"
     return Table(
         "IX-P",
         title,
@@ -361,8 +385,8 @@ def table_ix_profiles(res: Results) -> Table:
                     Column("observed", "observed A", "f4"),
                     Column("pred_published", "pred (published)", "f4"),
                     Column("error_published", "e (published)", "f4"),
-                    Column("pred_calibrated", "pred (calibrated)", "f4"),
-                    Column("error_calibrated", "e (calibrated)", "f4"),
+                    Column("pred_calibrated", f"pred ({second})", "f4"),
+                    Column("error_calibrated", f"e ({second})", "f4"),
                     Column("run_ids", "runs", "ids"),
                 ),
                 tuple(rows),
@@ -377,10 +401,9 @@ def step_time_figure(res: Results) -> Figure:
     """Median step time against n per bucket, with the fitted g(b) + beta*n lines."""
     fid, title = "calibration-steps", "Decode step time against running requests"
     tree = calibrated_tree(res)
-    path = res.root / CALIBRATION_DIR / DECODE_STEPS_FILE
-    if tree is None or not Path(path).exists():
+    steps = res.load(f"{CALIBRATION_DIR}/{DECODE_STEPS_FILE}") if tree is not None else None
+    if steps is None:
         return absent(fid, title, "Calibration stage not run yet.")
-    steps = pd.read_parquet(path)
     medians = steps.groupby(["bucket", "n"])["duration_s"].median().reset_index()
     beta = float(tree["decode"]["beta_ms_per_request"]["value"])
     costs = tree["decode"]["bucket_cost_ms"]

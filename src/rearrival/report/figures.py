@@ -17,7 +17,6 @@ import numpy as np
 from rearrival.config.study import Study
 from rearrival.measure.records import read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
-from rearrival.model.simulator.sim import SimConfig, simulate
 from rearrival.report.calibration import step_time_figure
 from rearrival.report.conditions import condition_sums, grid_studies, slot_studies
 from rearrival.report.figure_model import (
@@ -28,7 +27,7 @@ from rearrival.report.figure_model import (
     round_spans,
     to_svg,
 )
-from rearrival.report.results import Results, decision_records, run_configuration, study_backend
+from rearrival.report.results import Results, decision_records, study_backend
 
 VERDICT_COLOURS = {
     "pass": "#2a9d4b",
@@ -208,21 +207,43 @@ def observed_session_rows(requests: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def predicted_session_rows(result: Any) -> list[dict[str, Any]]:
+def predicted_session_rows(requests: Any) -> list[dict[str, Any]]:
+    """The same per session from the predict stage's request records of one plan and
+    condition (simulator clock)."""
     rows: dict[int, dict[str, Any]] = {}
-    records = result.requests
+    records = requests.sort_values(["session", "turn"]).to_dict("records")
+    completed = {(r["session"], r["turn"]): r["complete_s"] for r in records}
     for r in records:
-        row = rows.setdefault(r.session, {"session": r.session, "spans": [], "rearrival_s": None})
+        session = int(r["session"])
+        row = rows.setdefault(session, {"session": session, "spans": [], "rearrival_s": None})
         row["spans"] += [
-            ("queue", r.arrival_s, r.admit_s),
-            ("prefill", r.admit_s, r.first_token_s),
-            ("decode", r.first_token_s, r.complete_s),
+            ("queue", r["arrival_s"], r["admit_s"]),
+            ("prefill", r["admit_s"], r["first_token_s"]),
+            ("decode", r["first_token_s"], r["complete_s"]),
         ]
-        if r.turn == 1:
-            first = records[2 * r.session]
-            row["spans"].append(("tool wait", first.complete_s, r.arrival_s))
-            row.update(rearrival_s=r.arrival_s, hit=r.hit)
+        if r["turn"] == 1:
+            row["spans"].append(("tool wait", completed[(r["session"], 0)], r["arrival_s"]))
+            row.update(rearrival_s=r["arrival_s"], hit=bool(r["cached_tokens"] > 0))
     return [rows[k] for k in sorted(rows)]
+
+
+def _predicted_run(res: Results, study: Study, run: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The base simulator's request records and evictions for the plan and condition of
+    ``run``, as the predict stage wrote them (None when not produced)."""
+    requests, evictions = res.predicted_requests(study.name), res.predicted_evictions(study.name)
+    if requests is None or evictions is None:
+        return None
+
+    def chosen(frame: Any) -> Any:
+        return frame[
+            (frame["n"] == int(run["n"]))
+            & (frame["replicate"] == int(run["replicate"]))
+            & (frame["configuration"] == study.baseline)
+            & (frame["variant"] == run["variant"])
+        ]
+
+    picked = chosen(requests)
+    return (picked, chosen(evictions)) if not picked.empty else None
 
 
 def timeline_figure(res: Results) -> Figure:
@@ -233,9 +254,9 @@ def timeline_figure(res: Results) -> Figure:
     study, run = picked
     record = read_run(res.run_path(run["run_dir"]))
     plt = pyplot()
-    plan = res.plan(study.name, int(run["n"]), int(run["replicate"]))
+    predicted = _predicted_run(res, study, run)
     fig, axes = plt.subplots(
-        2 if plan is not None else 1, 1, figsize=(10, 7), sharex=True, squeeze=False
+        2 if predicted is not None else 1, 1, figsize=(10, 7), sharex=True, squeeze=False
     )
     backend = record.manifest["backend"]
     _draw_sessions(
@@ -246,22 +267,18 @@ def timeline_figure(res: Results) -> Figure:
         "server log, server clock)",
     )
     caption_tail = ""
-    if plan is not None:
-        conf = run_configuration(res.channels(study.name), study.baseline)
-        result = simulate(
-            plan.variant(run["variant"]),
-            SimConfig(buckets=conf.buckets, batch_size=conf.batch_size, slots=conf.slots),
-        )
-        evictions = [(e.time_s, e.session, e.cause) for e in result.evictions]
+    if predicted is not None:
+        requests, evictions = predicted
         _draw_sessions(
             axes[1][0],
-            predicted_session_rows(result),
-            evictions,
+            predicted_session_rows(requests),
+            list(zip(evictions["time_s"], evictions["session"], evictions["cause"], strict=True)),
             "base simulator on the same plan and configuration (predicted)",
         )
         caption_tail = (
             " The lower panel is the base simulator's prediction for the same "
-            "plan, with every eviction it makes."
+            "plan (the predict stage's, with the study's profile), with every eviction "
+            "it makes."
         )
     axes[-1][0].set_xlabel("seconds from the run's first send")
     return Figure(

@@ -9,7 +9,9 @@ the top and checks it against the sha256 every registration committed; it also j
 the findings a second time under the *other* profile (published when the study used a
 calibrated or file profile, the calibrated one when it used the published constants),
 so a verdict that rests on the constants is visible. That second evaluation is
-exploratory and never registered (``rearrival.report.recompute``).
+exploratory and never registered: the predict, channels, decide and fixed-arrivals stages
+run again with the other profile and write under results/exploratory/<profile>/
+(rules/common.smk), and the report reads those files as it reads the study's own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rearrival.config.calibration import CALIBRATED, PUBLISHED
+from rearrival.config.calibration import CALIBRATED, PUBLISHED, exploratory_profile
 from rearrival.config.study import StudyConfig
 from rearrival.model.cost.profile import (
     DEFAULT_PROFILE,
@@ -73,10 +75,8 @@ def configured_choice(cfg: StudyConfig, results_root: Path) -> ProfileChoice:
 def other_choice(cfg: StudyConfig, results_root: Path) -> ProfileChoice | None:
     """The profile of the second, exploratory evaluation: the published constants, or
     when the study used them, this run's calibrated profile (None until it exists)."""
-    if cfg.measurement.profile != PUBLISHED:
-        return choice(PUBLISHED, results_root)
-    calibrated = choice(CALIBRATED, results_root)
-    return calibrated if calibrated.sha256 is not None else None
+    other = choice(exploratory_profile(cfg.measurement.profile), results_root)
+    return other if other.sha256 is not None else None
 
 
 def name_of_sha(sha256: str | None, known: Iterable[ProfileChoice]) -> str:

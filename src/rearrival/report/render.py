@@ -10,8 +10,9 @@ The report states at the top which backend produced the runs and which profile e
 prediction and channel A used, with its sha256 checked against each study's
 registration, then opens with the scorecard of the paper's findings
 (``rearrival.report.scorecard``), judged with that profile and, as an exploratory second
-evaluation, with the other one (``rearrival.report.recompute``), also written as
-``<out>/tables/scorecard.csv`` and ``.md``. Numbers from the emulated
+evaluation, with the other one (the exploratory stages' tables under
+``results/exploratory/<profile>/``), also written as ``<out>/tables/scorecard.csv`` and
+``.md``. Numbers from the emulated
 substrate are described as such and never as hardware measurements (docs/DESIGN.md §5: every
 report labels its backend). The "Reading the results" section is generated from this
 run's numbers in the paper's manner; withheld and failed verdicts are stated plainly.
@@ -20,6 +21,7 @@ run's numbers in the paper's manner; withheld and failed verdicts are stated pla
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,12 @@ from typing import Any
 import jinja2
 
 from rearrival.atomic import atomic_write_json, atomic_write_text
-from rearrival.config.study import StudyConfig, load_study_config, tool_table_for
+from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.prereg.registration import PROFILE_FILE
 from rearrival.report.agents import build_agent_figures, reading_agents
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
 from rearrival.report.profiles import ProfileChoice, name_of_sha, other_choice
-from rearrival.report.recompute import RecomputedResults
 from rearrival.report.results import Results
 from rearrival.report.scorecard import (
     Scorecard,
@@ -379,31 +380,49 @@ def profile_statement(prov: Provenance) -> str:
 
 
 def scorecard(res: Results, tables: list[Table], prov: Provenance) -> Scorecard:
-    """The findings judged with the study's profile and, recomputed from the same plans
-    and run records, with the other profile (exploratory, never registered)."""
+    """The findings judged with the study's profile and, from the exploratory stages'
+    tables made on the same plans and run records, with the other profile (exploratory,
+    never registered)."""
     rows = score(evidence(res, tables))
     other = prov.other_profile
-    if other is None:
+    alternative = res.exploratory()
+    if other is None or alternative is None:
         rows = without_other_profile(
             rows,
             "the study used the published constants and this results tree has no "
             "calibrated profile yet",
         )
         return Scorecard(tuple(rows), prov.backends, describe(res.profile))
-    alternative = RecomputedResults(res, other)
     other_rows = score(evidence(alternative, build_tables(alternative)))
     rows = with_other_profile(rows, other_rows, (res.profile.name, other.name))
     return Scorecard(tuple(rows), prov.backends, describe(res.profile), describe(other))
 
 
-def build_report(config: Path | str, results: Path | str, out: Path | str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where the report writes: the HTML file, the tables directory (CSV, Markdown, LaTeX,
+    the scorecard, index.json) and the figures directory."""
+
+    html: Path
+    tables: Path
+    figures: Path
+
+    @classmethod
+    def under(cls, out: Path) -> ReportFiles:
+        """The default layout: OUT/report.html, OUT/tables/, OUT/figures/."""
+        return cls(out / "report.html", out / "tables", out / "figures")
+
+    def relative(self, path: Path) -> str:
+        """``path`` as the index names it: relative to the HTML file's directory."""
+        return Path(os.path.relpath(path, self.html.parent)).as_posix()
+
+
+def build_report(cfg: StudyConfig, res: Results, out: ReportFiles) -> dict[str, Any]:
     """Render every table, figure and the HTML report from existing results.
 
-    Returns the index written to ``<out>/tables/index.json`` (paths relative to ``out``).
+    Returns the index written to ``tables/index.json`` (paths relative to the HTML
+    file's directory).
     """
-    cfg = load_study_config(config)
-    res = Results(cfg, Path(results))
-    out = Path(out)
     tables = build_tables(res)
     figures = build_figures(res) + build_agent_figures(res)
     prov = provenance(res)
@@ -411,23 +430,24 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     paragraphs = reading(res, prov, by_id)
     agent_paragraphs = reading_agents(res, by_id) if res.agent_studies() else []
     card = scorecard(res, tables, prov)
-    index: dict[str, Any] = {"tables": {}, "figures": {}, "report": "report.html"}
+    index: dict[str, Any] = {"tables": {}, "figures": {}, "report": out.relative(out.html)}
     for table in tables:
         written = []
         for suffix, render in (("csv", table_csv), ("md", table_markdown), ("tex", table_latex)):
-            rel = f"tables/table_{table.id}.{suffix}"
-            atomic_write_text(out / rel, render(table))
-            written.append(rel)
+            path = out.tables / f"table_{table.id}.{suffix}"
+            atomic_write_text(path, render(table))
+            written.append(out.relative(path))
         index["tables"][table.id] = written
     for figure in figures:
         if figure.svg is not None:
-            rel = f"figures/{figure.id}.svg"
-            atomic_write_text(out / rel, figure.svg + "\n")
-            index["figures"][figure.id] = rel
-    for suffix, render in (("csv", scorecard_csv), ("md", scorecard_markdown)):
-        atomic_write_text(out / f"tables/scorecard.{suffix}", render(card))
+            path = out.figures / f"{figure.id}.svg"
+            atomic_write_text(path, figure.svg + "\n")
+            index["figures"][figure.id] = out.relative(path)
+    scorecard_files = [out.tables / "scorecard.csv", out.tables / "scorecard.md"]
+    for path, render in zip(scorecard_files, (scorecard_csv, scorecard_markdown), strict=True):
+        atomic_write_text(path, render(card))
     index["scorecard"] = {
-        "files": ["tables/scorecard.csv", "tables/scorecard.md"],
+        "files": [out.relative(path) for path in scorecard_files],
         "counts": card.counts(),
     }
     index["not_produced"] = sorted(res.missing)
@@ -442,6 +462,12 @@ def build_report(config: Path | str, results: Path | str, out: Path | str) -> di
     html = render_html(
         cfg, prov, tables, figures, paragraphs, sorted(res.missing), card, agent_paragraphs
     )
-    atomic_write_text(out / "report.html", html)
-    atomic_write_json(out / "tables" / "index.json", index)
+    atomic_write_text(out.html, html)
+    atomic_write_json(out.tables / "index.json", index)
     return index
+
+
+def render_tree(cfg: StudyConfig, results: Path | str, out: Path | str) -> dict[str, Any]:
+    """``rearrival tables``: the report of a whole results tree into OUT/report.html,
+    OUT/tables/ and OUT/figures/."""
+    return build_report(cfg, Results(cfg, Path(results)), ReportFiles.under(Path(out)))

@@ -1,18 +1,23 @@
 """Read-only access to a results tree for the report (docs/DESIGN.md §13).
 
-The report reads only the files the pipeline wrote (channel tables, decision CSVs,
-predictions, plans, run records, the search outputs, the injection gaps, the calibrated
-profile); it never reruns anything. A results file that does not exist yet is noted as
-"not produced" rather than raised: the report is useful while a long pipeline is still
-running. The helpers here are the reads that tables and figures share: a study's
-decision rows, a run directory, a configuration as its runs recorded it, and the one
-backend a table's runs came from.
+The report reads only files the pipeline wrote (channel tables, decision CSVs,
+predictions and their request records, fixed-arrival predictions, run records, prereg
+records, the search outputs, the injection gaps, the calibration stage's profile and
+samples, and the same tables of the exploratory second evaluation under
+``exploratory/<profile>/``); it never reruns anything. In the workflow it reads only the
+files its rule declared (``declared``): any other is "not produced", so the rule and
+what the report reads cannot drift apart. ``rearrival tables`` re-renders from a whole
+tree. A results file that does not exist yet is noted as "not produced" rather than
+raised: the report is useful while a long pipeline is still running. The helpers here
+are the reads that tables and figures share: a study's decision rows, a run directory, a
+configuration as its runs recorded it, and the one backend a table's runs came from.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,8 +33,7 @@ from rearrival.model.configuration import (
     configuration_in_record,
 )
 from rearrival.model.cost.profile import Profile
-from rearrival.model.plans.plan import Plan, load_plan
-from rearrival.report.profiles import ProfileChoice, configured_choice
+from rearrival.report.profiles import ProfileChoice, configured_choice, other_choice
 from rearrival.vocabulary import INJECTION_BACKEND
 
 
@@ -44,30 +48,66 @@ READERS = {
     ".csv": lambda path: pd.read_csv(path, keep_default_na=False, na_values=[""]),
     ".yaml": lambda path: yaml.safe_load(path.read_text()),
 }
+# Where the exploratory second evaluation's predictions, channels, decisions and
+# fixed-arrival predictions are, under the results tree (rules/common.smk writes them).
+EXPLORATORY = "exploratory"
+
+
+def _normal(path: Path | str) -> Path:
+    return Path(os.path.normpath(path))
+
+
+def declared_root(files: Iterable[Path]) -> Path:
+    """The results tree a list of declared files lies in (their common directory)."""
+    paths = [_normal(f) for f in files]
+    if not paths:
+        raise ReportError("the report was given no results files; the report rule lists them")
+    return Path(os.path.commonpath(paths))
 
 
 class Results:
     """Read-only access to a results tree, caching each file and noting absent ones.
 
+    ``declared`` (None: the whole tree) are the files and directories the report may read;
+    ``evaluation`` is the profile the predictions, channels, decisions and fixed-arrival
+    predictions it shows rest on: the study's, or with :meth:`exploratory` the other one.
     ``missing`` collects one line per absent input so the report can list what was not
     produced; accessors return ``None`` for absent files instead of raising.
     """
 
-    def __init__(self, cfg: StudyConfig, root: Path, profile: ProfileChoice | None = None) -> None:
+    def __init__(
+        self,
+        cfg: StudyConfig,
+        root: Path,
+        declared: Iterable[Path] | None = None,
+        profile: ProfileChoice | None = None,
+    ) -> None:
         self.cfg = cfg
         self.root = Path(root)
-        # the constants the numbers rest on: the config's profile: unless a second
-        # evaluation names another (rearrival.report.recompute)
+        self.declared = None if declared is None else frozenset(map(_normal, declared))
+        # the constants the numbers rest on: the config's profile: unless this view is
+        # the exploratory evaluation's (:meth:`exploratory`)
         self.profile = profile or configured_choice(cfg, self.root)
         self._cache: dict[str, Any] = {}
         self.missing: list[str] = []
 
-    def prediction_profile(self) -> Profile:
-        """The profile the predictions and channel A of this tree used, which any
-        simulation the report runs itself (Table XI's fixed arrivals) must use too."""
-        if "profile:" not in self._cache:
-            self._cache["profile:"] = self.profile.load(self.cfg)
-        return self._cache["profile:"]
+    # --- which files may be read ----------------------------------------------------
+
+    def readable(self, path: Path) -> bool:
+        """Whether ``path`` is a declared file or lies in a declared directory."""
+        if self.declared is None:
+            return True
+        path = _normal(path)
+        return path in self.declared or any(d in path.parents for d in self.declared)
+
+    def file(self, relative: str, how: str | None = None) -> Path | None:
+        """The path of a results file the report may read and that exists, else None
+        (noted as not produced, with ``how`` to produce it)."""
+        path = self.root / relative
+        if self.readable(path) and path.exists():
+            return path
+        self._note_missing(path, how or f"snakemake results/{relative}")
+        return None
 
     def _note_missing(self, path: Path, how: str) -> None:
         line = f"{path} not produced ({how})"
@@ -78,22 +118,59 @@ class Results:
         """The results file at ``relative`` (parsed by its suffix), or None if absent,
         noted with ``how`` to produce it (default: the snakemake target)."""
         if relative not in self._cache:
-            path = self.root / relative
-            if path.exists():
-                self._cache[relative] = READERS[path.suffix](path)
-            else:
-                self._note_missing(path, how or f"snakemake results/{relative}")
-                self._cache[relative] = None
+            path = self.file(relative, how)
+            self._cache[relative] = None if path is None else READERS[path.suffix](path)
         return self._cache[relative]
 
-    def channels(self, study: str) -> pd.DataFrame | None:
-        return self.load(f"channels/{study}.parquet")
+    # --- the profile and the two evaluations ----------------------------------------
 
-    def predictions(self, study: str) -> pd.DataFrame | None:
-        return self.load(f"predictions/{study}.parquet")
+    @property
+    def evaluation(self) -> str:
+        """Where this view's priced tables are: '' for the study's profile, else
+        ``exploratory/<profile>/``."""
+        if self.profile.name == self.cfg.measurement.profile:
+            return ""
+        return f"{EXPLORATORY}/{self.profile.name}/"
+
+    def exploratory(self) -> Results | None:
+        """The same tree under the exploratory evaluation's profile (None while that
+        profile's file does not exist, e.g. the calibrated one before calibration)."""
+        other = other_choice(self.cfg, self.root)
+        return None if other is None else Results(self.cfg, self.root, self.declared, other)
+
+    def prediction_profile(self) -> Profile:
+        """The profile this view's predictions and channel A used."""
+        if "profile:" not in self._cache:
+            self._cache["profile:"] = self.profile.load(self.cfg)
+        return self._cache["profile:"]
+
+    # --- the stages' outputs --------------------------------------------------------
+
+    def channels(self, study: str) -> pd.DataFrame | None:
+        return self.load(f"{self.evaluation}channels/{study}.parquet")
+
+    def predictions(self, study: str, profile: str | None = None) -> pd.DataFrame | None:
+        """A study's predictions; ``profile`` names the profile (the study's or the
+        exploratory one), default this view's."""
+        return self.load(f"{self._evaluation_of(profile)}predictions/{study}.parquet")
+
+    def predicted_requests(self, study: str) -> pd.DataFrame | None:
+        """The registered simulator's per-request records (the study's profile)."""
+        return self.load(f"predictions/{study}.requests.parquet")
+
+    def predicted_evictions(self, study: str) -> pd.DataFrame | None:
+        return self.load(f"predictions/{study}.evictions.parquet")
 
     def decisions(self, study: str) -> pd.DataFrame | None:
-        return self.load(f"decisions/{study}.csv")
+        return self.load(f"{self.evaluation}decisions/{study}.csv")
+
+    def fixed_arrivals(self, study: str) -> pd.DataFrame | None:
+        return self.load(f"{self.evaluation}fixed_arrivals/{study}.parquet")
+
+    def _evaluation_of(self, profile: str | None) -> str:
+        if profile is None:
+            return self.evaluation
+        return "" if profile == self.cfg.measurement.profile else f"{EXPLORATORY}/{profile}/"
 
     def prereg(self, study: str) -> dict[str, Any] | None:
         return self.load(f"prereg/{study}.json")
@@ -119,31 +196,26 @@ class Results:
         )
 
     def compile_records(self) -> list[tuple[Path, Any]]:
-        """Every results/compile/*.json (hardware only), parsed."""
+        """Every results/compile/*.json the report may read (hardware only), parsed."""
         folder = self.root / "compile"
-        return [(p, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
-
-    def plan(self, study: str, n: int, replicate: int) -> Plan | None:
-        path = self.root / "plans" / study / f"n{n}_r{replicate}.parquet"
-        key = f"plan:{path}"
-        if key not in self._cache:
-            self._cache[key] = load_plan(path) if path.exists() else None
-            if self._cache[key] is None:
-                self._note_missing(path, f"snakemake results/plans/{study}")
-        return self._cache[key]
+        found = sorted(p for p in folder.glob("*.json") if self.readable(p))
+        return [(p, json.loads(p.read_text())) for p in found]
 
     def run_path(self, run_dir: str) -> Path:
         """A run directory named in a channel table, found relative to the results tree
-        when the table was written from another working directory."""
+        when the table was written from another working directory; a run the report was
+        not given is refused (its rule must declare every run it reads)."""
         path = Path(run_dir)
-        if path.exists():
-            return path
-        parts = path.parts
-        if "runs" in parts:
-            rebuilt = self.root.joinpath(*parts[parts.index("runs") :])
-            if rebuilt.exists():
-                return rebuilt
-        return self.root.parent / path
+        if not path.exists():
+            parts = path.parts
+            rebuilt = self.root.joinpath(*parts[parts.index("runs") :]) if "runs" in parts else None
+            path = rebuilt if rebuilt is not None and rebuilt.exists() else self.root.parent / path
+        if not self.readable(path):
+            raise ReportError(
+                f"{run_dir}: a run the report was not given; the report rule declares "
+                "every run directory of every study (rules/common.smk: report_inputs)"
+            )
+        return path
 
     def studies(self, *kinds: str) -> list[Study]:
         """The paper's studies (two-round sessions) of the given kinds; studies of agent

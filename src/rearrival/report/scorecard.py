@@ -338,8 +338,9 @@ def profile_sentences(card: Scorecard) -> list[str]:
         differing = card.differing()
         out.append(
             f"Second, exploratory evaluation with {card.other_profile}: predictions, channel "
-            "A and decisions recomputed by the report stage from the plans and run records, "
-            f"never registered; {other[HOLDS]} hold, {other[FAILS]} do not hold, "
+            "A and decisions made by the exploratory stages from the same plans and run "
+            f"records (results/exploratory/), never registered; {other[HOLDS]} hold, "
+            f"{other[FAILS]} do not hold, "
             f"{other[NOT_COMPARABLE]} not comparable. Verdicts that differ: "
             f"{', '.join(differing) or 'none'}."
         )

@@ -30,7 +30,7 @@ from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
 from rearrival.search.caveats import n_caveats, overlap_caveat
-from rearrival.search.inputs import PlanKey, make_plan
+from rearrival.search.inputs import PlanKey, make_plan, workload_plans
 from rearrival.search.plan_files import keyed_plans, load_plan_dir
 from rearrival.search.run import select
 from rearrival.search.settings import override_settings
@@ -50,8 +50,9 @@ def evaluation_plans(
 
     settings = settings or SearchSettings.from_config(cfg)
     table = tool_table_for(cfg)
+    workload = workload_plans(settings)
     return [
-        make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table)
+        make_plan(PlanKey("evaluation", n, seed, block), settings, cfg.study_seed, table, workload)
         for n in n_set
         for seed in range(settings.seeds)
         for block in range(settings.blocks)

@@ -26,7 +26,7 @@ printed by the verbs as a warning line on stderr.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -40,6 +40,9 @@ EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the s
 # The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the
 # simulator was validated at N 6 and 8 and checked at 10 (Section IV).
 PAPER_LARGEST_N = 16
+# How the ranking orders equal scores (``RblnConfiguration.tiebreak``); a vLLM search
+# names its own (``VllmConfiguration.tiebreak``).
+RBLN_TIEBREAK = "fewer buckets, then fewer slots"
 
 
 def score_noise(search_score: float, evaluation_score: float, held_out: bool) -> float:
@@ -47,8 +50,11 @@ def score_noise(search_score: float, evaluation_score: float, held_out: bool) ->
     return max(abs(search_score - evaluation_score), EXACT) if held_out else EXACT
 
 
-def tie_caveats(table: pd.DataFrame, held_out: bool = True) -> list[dict[str, str]]:
-    """``tie`` and ``no_saving`` for a ranked scores table (best first)."""
+def tie_caveats(
+    table: pd.DataFrame, held_out: bool = True, tiebreak: str = RBLN_TIEBREAK
+) -> list[dict[str, str]]:
+    """``tie`` and ``no_saving`` for a ranked scores table (best first); ``tiebreak``
+    says how the ranking orders equal scores."""
     best = table.iloc[0]
     noise = score_noise(float(best["score"]), float(best["evaluation_score"]), held_out)
     tied = int((table["score"] - best["score"]).abs().le(noise).sum())
@@ -61,8 +67,7 @@ def tie_caveats(table: pd.DataFrame, held_out: bool = True) -> list[dict[str, st
                 "code": "no_difference",
                 "message": f"all {len(table):,} candidates predict exactly the same cost "
                 f"(score {best['score']:.4f}): on these inputs the configuration does not "
-                "matter, and the pick is only the tie-break's (fewer buckets, then fewer "
-                "slots)",
+                f"matter, and the pick is only the tie-break's ({tiebreak})",
             }
         ]
     if tied > 1:
@@ -71,7 +76,7 @@ def tie_caveats(table: pd.DataFrame, held_out: bool = True) -> list[dict[str, st
                 "code": "tie",
                 "message": f"{tied:,} of {len(table):,} candidates score {within} the pick's "
                 f"{best['score']:.4f} ({source}): the pick among them is the tie-break's "
-                "(fewer buckets, then fewer slots), not a predicted difference",
+                f"({tiebreak}), not a predicted difference",
             }
         )
     if 1 - float(best["score"]) <= noise:
@@ -85,11 +90,14 @@ def tie_caveats(table: pd.DataFrame, held_out: bool = True) -> list[dict[str, st
     return found
 
 
-def ranking_caveats(scores_best_first: Sequence[float]) -> list[dict[str, str]]:
+def ranking_caveats(
+    scores_best_first: Sequence[float], tiebreak: str = RBLN_TIEBREAK
+) -> list[dict[str, str]]:
     """``tie_caveats`` for scores from one set of inputs (no evaluation inputs measure
     the noise, so only exact ties count)."""
     scores = list(scores_best_first)
-    return tie_caveats(pd.DataFrame({"score": scores, "evaluation_score": scores}), False)
+    frame = pd.DataFrame({"score": scores, "evaluation_score": scores})
+    return tie_caveats(frame, False, tiebreak)
 
 
 def sessions_overlap(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> bool:
@@ -99,9 +107,13 @@ def sessions_overlap(plan: Plan, baseline: RblnConfiguration, profile: Profile) 
     for record in simulate(plan, baseline.sim_config(), profile).requests:
         span = spans.setdefault(record.session, [record.arrival_s, record.complete_s])
         span[0], span[1] = min(span[0], record.arrival_s), max(span[1], record.complete_s)
-    ordered = sorted(spans.values())
+    return spans_overlap(spans.values())
+
+
+def spans_overlap(spans: Iterable[Sequence[float]]) -> bool:
+    """Whether two of the (start, stop) spans of sessions intersect."""
     end = float("-inf")
-    for start, stop in ordered:
+    for start, stop in sorted(spans):
         if start < end:
             return True
         end = max(end, stop)
@@ -114,10 +126,15 @@ def overlap_caveat(
     """``no_overlap`` when no plan ever has two sessions in the system at once."""
     if any(sessions_overlap(plan, baseline, profile) for plan in plans):
         return []
+    return no_overlap(len(plans))
+
+
+def no_overlap(plans: int) -> list[dict[str, str]]:
+    """The ``no_overlap`` caveat for ``plans`` search input plans."""
     return [
         {
             "code": "no_overlap",
-            "message": f"no two sessions of the {len(plans)} search input plans are ever in "
+            "message": f"no two sessions of the {plans} search input plans are ever in "
             "the system at once, so every configuration serves one session at a time and "
             "none can do better than another: start the sessions together (`rearrival "
             "plans from-trace --time-origin zero`) or draw N of them (`rearrival advise "

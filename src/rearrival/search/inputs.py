@@ -13,6 +13,7 @@ from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.plans.plan import Plan, load_plan, write_plan
 from rearrival.model.plans.plangen import generate_plan
+from rearrival.model.plans.workload import WorkloadPlans
 
 INPUT_SETS = ("search", "evaluation")
 
@@ -46,14 +47,21 @@ def plan_keys(settings: SearchSettings) -> list[PlanKey]:
     ]
 
 
-def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: Any) -> Plan:
+def make_plan(
+    key: PlanKey,
+    settings: SearchSettings,
+    study_seed: int,
+    table: Any,
+    workload: WorkloadPlans | None = None,
+) -> Plan:
     """The plan of one key, from the one plan generator every study uses.
 
     Each input set keeps its own seed block (``block`` argument of ``generate_plan``) and
     numbers its (seed, block) pairs as replicates ``seed * blocks + block``, so the search
     and evaluation sets, and every study's plans, never share a plan seed (the generator
     also puts N in the seed, so the N levels are independent draws). A search over agent
-    sessions (``settings.workload``) draws them with the same seeds from their own stream.
+    sessions (``settings.workload``) draws them with the same seeds from their own stream
+    (``workload``, made once per stage so a trace is read once).
     """
     seeds = {
         "study_seed": study_seed,
@@ -62,13 +70,23 @@ def make_plan(key: PlanKey, settings: SearchSettings, study_seed: int, table: An
         "tool_table": table,
     }
     if settings.workload is not None:
-        return settings.workload.plan(key.n, **seeds)
+        return (workload or workload_plans(settings)).plan(key.n, **seeds)
     return generate_plan(key.n, **seeds)
+
+
+def workload_plans(settings: SearchSettings) -> WorkloadPlans | None:
+    """What draws a search's agent sessions, made once per stage (None: two-round)."""
+    chosen = settings.workload
+    return WorkloadPlans(chosen.spec, chosen.trace) if chosen is not None else None
 
 
 def make_plans(cfg: StudyConfig, settings: SearchSettings) -> list[tuple[PlanKey, Plan]]:
     table = tool_table_for(cfg)
-    return [(key, make_plan(key, settings, cfg.study_seed, table)) for key in plan_keys(settings)]
+    workload = workload_plans(settings)
+    return [
+        (key, make_plan(key, settings, cfg.study_seed, table, workload))
+        for key in plan_keys(settings)
+    ]
 
 
 def write_plans(plans: Sequence[tuple[PlanKey, Plan]], out_dir: Path) -> None:

@@ -18,9 +18,11 @@ from typing import Any
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.plans.plan import Plan
 from rearrival.search.candidates import baseline_of, search_candidates
 from rearrival.search.caveats import overlap_caveat
 from rearrival.search.evaluate import evaluate
+from rearrival.search.inputs import PlanKey
 from rearrival.search.outputs import OutputPaths, summarize, write_ranking
 from rearrival.search.plan_files import keyed_plans
 from rearrival.search.rank import score_table
@@ -38,20 +40,7 @@ def search_plan_dir(
     """Score every candidate on the directory's plans; writes the three ``paths`` (each
     atomically) and returns the summary."""
     profile = profile or measured_profile()
-    keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
-    n_set = tuple(sorted({key.n for key, _ in keyed}))
-    search_n = tuple(sorted({key.n for key, _ in keyed if key.inputs == "search"}))
-    if held_out and search_n != n_set:
-        raise SearchError(
-            f"{plans_dir}: search/ holds N {','.join(map(str, search_n))} but evaluation/ "
-            f"holds N {','.join(map(str, n_set))}; give both the same N set"
-        )
-    asked = (overrides or {}).get("n")
-    if asked is not None and tuple(sorted(asked)) != n_set:
-        raise SearchError(
-            f"option --n {','.join(map(str, asked))}: the plans under {plans_dir} are at N "
-            f"{','.join(map(str, n_set))}; omit --n (the plans set it)"
-        )
+    keyed, held_out, n_set = dir_inputs(plans_dir, overrides, profile.slot_tokens)
     changes = {k: v for k, v in (overrides or {}).items() if k != "n"}
     settings = override_settings(SearchSettings.from_config(cfg), **changes, n=n_set)
     cands = search_candidates(settings, profile)
@@ -68,12 +57,43 @@ def search_plan_dir(
     if summary["caveats"]:
         searched = [plan for key, plan in keyed if key.inputs == "search"]
         summary["caveats"] += overlap_caveat(searched, baseline, profile)
-    counts = {inputs: sum(k.inputs == inputs for k, _ in keyed) for inputs in ("search",)}
-    summary["inputs"] = {
+    summary["inputs"] = dir_summary(plans_dir, keyed, held_out, n_set)
+    write_ranking(table, selected, summary, paths)
+    return summary
+
+
+def dir_inputs(
+    plans_dir: Path, overrides: Mapping[str, Any] | None, max_seq_len: int | None = None
+) -> tuple[list[tuple[PlanKey, Plan]], bool, tuple[int, ...]]:
+    """The directory's keyed plans, whether evaluation is held out, and their N set
+    (``--n`` must agree with it; search/ and evaluation/ must hold the same N)."""
+    keyed, held_out = keyed_plans(plans_dir, max_seq_len)
+    n_set = tuple(sorted({key.n for key, _ in keyed}))
+    search_n = tuple(sorted({key.n for key, _ in keyed if key.inputs == "search"}))
+    if held_out and search_n != n_set:
+        raise SearchError(
+            f"{plans_dir}: search/ holds N {','.join(map(str, search_n))} but evaluation/ "
+            f"holds N {','.join(map(str, n_set))}; give both the same N set"
+        )
+    asked = (overrides or {}).get("n")
+    if asked is not None and tuple(sorted(asked)) != n_set:
+        raise SearchError(
+            f"option --n {','.join(map(str, asked))}: the plans under {plans_dir} are at N "
+            f"{','.join(map(str, n_set))}; omit --n (the plans set it)"
+        )
+    return keyed, held_out, n_set
+
+
+def dir_summary(
+    plans_dir: Path, keyed: list[tuple[PlanKey, Plan]], held_out: bool, n_set: tuple[int, ...]
+) -> dict[str, Any]:
+    """The summary's ``inputs`` entry for a search over a plans directory."""
+    searched = sum(key.inputs == "search" for key, _ in keyed)
+    return {
         "plans_dir": str(plans_dir),
         "n": list(n_set),
-        "search_plans": counts["search"],
-        "evaluation_plans": len(keyed) - counts["search"],
+        "search_plans": searched,
+        "evaluation_plans": len(keyed) - searched,
         "evaluation_held_out": held_out,
         "note": "search/ and evaluation/ subdirectories"
         if held_out
@@ -81,5 +101,3 @@ def search_plan_dir(
         "the evaluation score is not held out",
         "multi_round_plans": sum(plan.multi_round for _, plan in keyed),
     }
-    write_ranking(table, selected, summary, paths)
-    return summary

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gzip
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.otel_import import plans_from_otel
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta
-from rearrival.model.plans.trace_plans import ImportResult
+from rearrival.model.plans.trace_plans import ImportResult, LongerContext
 from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
@@ -50,17 +50,25 @@ RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)
 
 
-def import_trace(path: Path, token_scale: float, profile: Profile) -> ImportResult:
-    """The trace's sessions at the profile's maximum sequence length, all starting at 0.
+def import_trace(
+    path: Path,
+    token_scale: float,
+    profile: Profile | None,
+    max_seq_len: int | None = None,
+    longer_context: LongerContext | None = None,
+) -> ImportResult:
+    """The trace's sessions at the profile's maximum sequence length (or ``max_seq_len``,
+    a vLLM server's ``max_model_len``), all starting at 0.
 
     OTLP JSON is recognised by its ``resourceSpans``; anything else is read as TraceLab."""
     importer = plans_from_otel if _is_otlp(path) else plans_from_trace
     return importer(
         path,
-        max_context=profile.slot_tokens,
+        max_seq_len=profile.slot_tokens if max_seq_len is None else max_seq_len,
         time_origin="zero",
         token_scale=token_scale,
         profile=profile,
+        longer_context=longer_context,
     )
 
 
@@ -163,14 +171,29 @@ def saving_spread(
     seed: int,
     resamples: int,
 ) -> dict[str, Any]:
-    """The pick's saving over ``resamples`` fresh session sets (one per N each): a seeded
+    """The pick's saving over ``resamples`` fresh session sets (``bootstrap_spread``)."""
+
+    def saving(plans: Sequence[Plan]) -> float:
+        base = math.fsum(_device_s(p, baseline, profile) for p in plans)
+        chosen = math.fsum(_device_s(p, pick, profile) for p in plans)
+        return 1 - chosen / base
+
+    return bootstrap_spread(pool, n_set, saving, seed=seed, resamples=resamples)
+
+
+def bootstrap_spread(
+    pool: Plan,
+    n_set: Sequence[int],
+    saving: Callable[[Sequence[Plan]], float],
+    *,
+    seed: int,
+    resamples: int,
+) -> dict[str, Any]:
+    """``saving`` over ``resamples`` fresh session sets (one plan per N each): a seeded
     bootstrap over the trace's sessions; quantiles by the nearest-rank rule."""
     savings = []
     for b in progress(range(resamples), resamples, "advise: spread of the saving", "resample"):
-        plans = workload_plans(pool, n_set, 1, seed, f"bootstrap{b}")
-        base = math.fsum(_device_s(p, baseline, profile) for p in plans)
-        chosen = math.fsum(_device_s(p, pick, profile) for p in plans)
-        savings.append(1 - chosen / base)
+        savings.append(saving(workload_plans(pool, n_set, 1, seed, f"bootstrap{b}")))
     ordered = sorted(savings)
 
     def quantile(q: float) -> float:

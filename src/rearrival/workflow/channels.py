@@ -1,5 +1,6 @@
 """The channels stage (rules/channels.smk, paper Section II-D): channel A and B for every
-run of a study, from run records that match the ledger the seal stage committed.
+run of a study, from run records that match the ledger the seal stage committed. Run for
+the exploratory second evaluation, channel A is priced with the other profile.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ def channels(
     repo_dir: Path,
     profile_path: Path | None = None,
     ledger_record: Path | None = None,
+    exploratory: bool = False,
 ) -> pd.DataFrame:
     """The study's channel table, written to ``out``. Channel A prices steps with the
-    profile the predictions used (``profile_path``, the config's ``profile:``)."""
+    profile the predictions used (``profile_path``: the config's ``profile:``, or the
+    other one for the exploratory evaluation)."""
     cfg.study(study_name)
     require_sealed(repo_dir, study_name, replicate_dirs, ledger_record)
-    return collect_channels(replicate_dirs, out, stage_profile(cfg.measurement, profile_path))
+    profile = stage_profile(cfg.measurement, profile_path, exploratory)
+    return collect_channels(replicate_dirs, out, profile)

@@ -20,16 +20,16 @@ def compile_study(
     """Compile (or reuse) every configuration of a study with optimum-rbln and record
     where each artifact is and what compiling it cost (Table XIV on hardware)."""
     study = cfg.study(study_name)
-    settings = cfg.rbln
-    artifacts = Path(settings.artifacts)
+    model = cfg.measurement.model
+    artifacts = Path(cfg.rbln.artifacts)
     entries = {}
     for name, configuration in resolve_configurations(cfg, study, selected_path).items():
         result = compile_artifact(
             CompileConfig(
-                model=settings.model,
+                model=model.name,
                 configuration=configuration,
-                max_seq_len=settings.max_seq_len,
-                num_devices=settings.num_devices,
+                max_seq_len=model.max_seq_len,
+                num_devices=model.num_devices,
             ),
             artifacts,
         )

@@ -1,4 +1,4 @@
-"""Which one study definition file the workflow's rules read.
+"""Which one study definition file the workflow's rules read, and reading it once.
 
 Why: every rule calls a ``rearrival`` verb with ``--config FILE``, so the study the DAG is
 built from and the study the jobs run must be the same single file. Snakemake's
@@ -6,14 +6,22 @@ built from and the study the jobs run must be the same single file. Snakemake's
 (config/config.yaml): the DAG would then be built from a mix of two studies while the
 jobs read config/config.yaml alone. Snakemake's ``--replace-workflow-config`` discards
 the Snakefile's config instead, which is the documented way to run another study
-(``make test-study`` runs the small one so); a merge is refused in one line.
+(``make test-study`` runs the small one so); a merge is refused in one line, and so is
+``--config KEY=VALUE`` (it would change the DAG but not the file the jobs read).
+
+The DAG is built from the file as every verb reads it (``load_study_config``: one
+schema check, the models' defaults), never from Snakemake's own parse of it, so the
+workflow and its jobs cannot disagree on a value or a default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from rearrival.errors import RearrivalError
 
@@ -52,3 +60,25 @@ def _relative(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def refuse_command_line_values(overrides: Mapping[str, Any], config_file: str) -> None:
+    """``snakemake --config KEY=VALUE`` is refused: the jobs read ``config_file``."""
+    if overrides:
+        given = " ".join(f"{key}=..." for key in overrides)
+        raise ConfigFileError(
+            f"--config {given}: the jobs read {config_file}, not the command line; "
+            f"edit {config_file} (or pass another file with --configfile FILE "
+            "--replace-workflow-config)"
+        )
+
+
+@contextlib.contextmanager
+def refusing_in_one_line() -> Iterator[None]:
+    """While the DAG is built, a refusal of the study definition is its one line on
+    stderr and exit code 2 (bad input), not Snakemake's traceback around it."""
+    try:
+        yield
+    except RearrivalError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None

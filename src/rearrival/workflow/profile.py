@@ -1,43 +1,60 @@
-"""The profile file a study stage predicts with (predict, prereg, channels; paper Section
-IV): the one its rule declared and passed as ``--profile``, never a path the stage code
-knows by itself, so the DAG says which file each job reads.
+"""The profile file a study stage predicts with (predict, prereg, channels, fixed arrivals;
+paper Section IV): the one its rule declared and passed as ``--profile``, never a path
+the stage code knows by itself, so the DAG says which file each job reads.
 
 The config's ``profile:`` decides whether a file is needed at all: ``published`` uses the
 constants shipped with the package and takes none; ``calibrated`` or a path takes the file
-the rule names (rules/common.smk: ``profile_input``).
+the rule names (rules/common.smk: ``profile_input``). A stage run for the exploratory
+second evaluation (``--exploratory``) takes the other profile instead
+(``rearrival.config.calibration.exploratory_profile``): published, or the calibrated
+file when the study used the published constants.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rearrival.config.calibration import PUBLISHED, MeasurementSettings
+from rearrival.config.calibration import PUBLISHED, MeasurementSettings, exploratory_profile
 from rearrival.errors import StageError
 from rearrival.model.cost.profile import Profile, load_profile_for_model
 
 
-def stage_profile_path(measurement: MeasurementSettings, given: Path | None) -> Path | None:
+def stage_profile_name(measurement: MeasurementSettings, exploratory: bool = False) -> str:
+    """The ``profile:`` value a stage predicts with: the config's, or for the exploratory
+    evaluation the other one."""
+    if exploratory:
+        return exploratory_profile(measurement.profile)
+    return measurement.profile
+
+
+def stage_profile_path(
+    measurement: MeasurementSettings, given: Path | None, exploratory: bool = False
+) -> Path | None:
     """The profile file a stage reads: ``given`` (its ``--profile``), None for the
     published constants; a file the config does not ask for, or a missing one, is refused."""
-    if measurement.profile == PUBLISHED:
+    name = stage_profile_name(measurement, exploratory)
+    evaluation = "the exploratory evaluation uses" if exploratory else "says"
+    if name == PUBLISHED:
         if given is not None:
             raise StageError(
-                f"--profile {given}: {measurement.source} says profile: published; drop "
-                "--profile or set profile: to calibrated or the file"
+                f"--profile {given}: {measurement.source} {evaluation} profile: published; "
+                "drop --profile or set profile: to calibrated or the file"
             )
         return None
     if given is None:
         raise StageError(
-            f"{measurement.source}: profile: {measurement.profile} needs its file; pass "
+            f"{measurement.source}: profile: {name} needs its file; pass "
             "--profile (the calibrate stage writes results/calibration/profile.yaml)"
         )
     return given
 
 
-def stage_profile(measurement: MeasurementSettings, given: Path | None) -> Profile:
+def stage_profile(
+    measurement: MeasurementSettings, given: Path | None, exploratory: bool = False
+) -> Profile:
     """The profile a stage predicts with, checked against the config's model."""
     return load_profile_for_model(
-        stage_profile_path(measurement, given),
+        stage_profile_path(measurement, given, exploratory),
         measurement.model.name,
         measurement.model.architecture(),
     )

@@ -44,6 +44,33 @@ REUSE_FILE = "reuse.parquet"
 
 
 @dataclass(frozen=True)
+class CalibrationFiles:
+    """Where a calibration writes its runs, their plans and the samples behind its fits
+    (the workflow's rule names each; outside it they go into one folder, ``--work``)."""
+
+    runs: Path
+    plans: Path
+    decode_steps: Path
+    prefill: Path
+    reuse: Path
+
+    @classmethod
+    def in_directory(cls, out_dir: Path) -> CalibrationFiles:
+        """The default layout: runs/, plans/ and the sample tables in ``out_dir``."""
+        return cls(
+            out_dir / "runs",
+            out_dir / "plans",
+            out_dir / DECODE_STEPS_FILE,
+            out_dir / PREFILL_FILE,
+            out_dir / REUSE_FILE,
+        )
+
+
+def _files(out: CalibrationFiles | Path) -> CalibrationFiles:
+    return out if isinstance(out, CalibrationFiles) else CalibrationFiles.in_directory(out)
+
+
+@dataclass(frozen=True)
 class Calibration:
     """A finished calibration: samples, fits, and where they came from."""
 
@@ -57,11 +84,11 @@ class Calibration:
 
 
 def run_measurements(
-    measurements: list[Measurement], runs_dir: Path, backend: Any, seed: int
+    measurements: list[Measurement], files: CalibrationFiles, backend: Any, seed: int
 ) -> None:
     """Run every calibration plan through the backends dispatcher (fresh server per run
-    on HTTP backends); plans are written beside the runs so each manifest names its file."""
-    plans_dir = runs_dir.parent / "plans"
+    on HTTP backends); each plan is written first, so each manifest names its file."""
+    runs_dir, plans_dir = files.runs, files.plans
     for m in measurements:
         plan_path = write_plan(m.plan, plans_dir / f"{m.label}.parquet")
         run = RunRequest(
@@ -82,12 +109,13 @@ def run_measurements(
 def calibrate(
     config: MeasurementSettings,
     backend: Any,
-    out_dir: Path,
+    out: CalibrationFiles | Path,
     *,
     seed: int,
     compile_records: list[tuple[int, float, float]] | None = None,
 ) -> Calibration:
-    """Measure, fit and return a calibration; the runs go to ``out_dir/runs``.
+    """Measure, fit and return a calibration; the runs and plans go where ``out`` says
+    (a directory: its runs/ and plans/).
 
     ``backend`` is a :class:`rearrival.measure.backends.BackendSettings`. Any fit that does not
     hold raises (``rearrival.model.cost.fits.FitError``) naming bucket or range and the fix.
@@ -95,13 +123,14 @@ def calibrate(
     settings = config.calibration
     seed = seed + settings.seed_block
     measurements = all_measurements(settings, config.model.max_seq_len, seed)
-    runs_dir = out_dir / "runs"
+    files = _files(out)
+    runs_dir = files.runs
     if runs_dir.exists():
         raise CalibrationError(
             f"{runs_dir}: exists; calibration writes fresh runs, remove "
             "it (or choose another --work directory) and re-run"
         )
-    run_measurements(measurements, runs_dir, backend, seed)
+    run_measurements(measurements, files, backend, seed)
     measured = collect(measurements, runs_dir, settings)
     decode, prefill, reuse = fit(measured, config, seed)
     truth = None
@@ -159,8 +188,9 @@ def fit(
     return decode, prefill, reuse
 
 
-def write_samples(calibration: Calibration, out_dir: Path) -> None:
+def write_samples(calibration: Calibration, out: CalibrationFiles | Path) -> None:
     """The samples behind the fits, for Table VII and the step-time figure."""
-    write_frame(calibration.measured.decode, out_dir / DECODE_STEPS_FILE)
-    write_frame(calibration.measured.prefill, out_dir / PREFILL_FILE)
-    write_frame(calibration.measured.reuse, out_dir / REUSE_FILE)
+    files = _files(out)
+    write_frame(calibration.measured.decode, files.decode_steps)
+    write_frame(calibration.measured.prefill, files.prefill)
+    write_frame(calibration.measured.reuse, files.reuse)

@@ -26,7 +26,7 @@ def compile_calibration(config: MeasurementSettings, rbln: RblnSettings, out: Pa
         # Looked up on the module at call time, so a test can stand in for the compiler.
         result = rbln_stack.compile_artifact(
             rbln_stack.CompileConfig(
-                model=rbln.model,
+                model=model.name,
                 configuration=artifact,
                 max_seq_len=model.max_seq_len,
                 num_devices=model.num_devices,

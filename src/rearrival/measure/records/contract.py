@@ -35,7 +35,7 @@ STEP_KINDS = (PREFILL, DECODE, MIXED)
 ROUND_COLUMN = "turn"
 
 # (column, arrow type, nullable). "Nullable" integers are pandas Int64 in memory: an
-# unknown count is recorded as unknown, never as 0 (STYLE: UNKNOWN is an observation).
+# unknown count is recorded as unknown, never as 0 (UNKNOWN is an observation; docs/DESIGN.md §6).
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("session", pa.int64(), False),
     (ROUND_COLUMN, pa.int64(), False),

@@ -34,8 +34,14 @@ if TYPE_CHECKING:  # a type hint only: the profile's readers (simulate) need no 
 
 CI_LEVEL = 0.95
 # Prefill error is reported per range of computed tokens; below 500 the paper's fit was
-# extrapolation (III-C), so the short re-arrival remainders get their own row.
-PREFILL_RANGES = ((1, 499), (500, 1999), (2000, 8192))
+# extrapolation (III-C), so the short re-arrival remainders get their own row. The last
+# range ends at the longest prompt a slot holds (the fit's ``max_tokens``).
+PREFILL_BOUNDS = ((1, 499), (500, 1999), (2000, None))
+
+
+def prefill_ranges(max_tokens: int) -> tuple[tuple[int, int], ...]:
+    """The reported token ranges, the last one ending at ``max_tokens``."""
+    return tuple((low, max_tokens if high is None else high) for low, high in PREFILL_BOUNDS)
 
 
 class FitError(RearrivalError, ValueError):
@@ -289,7 +295,7 @@ def fit_prefill(
         )
     relative = np.abs(np.ceil(q / chunk_tokens) * (params[0] + params[1] * q) / t - 1)
     ranges = []
-    for low, high in PREFILL_RANGES:
+    for low, high in prefill_ranges(max_tokens):
         inside = (q >= low) & (q <= high)
         if not inside.any():
             continue

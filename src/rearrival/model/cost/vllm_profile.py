@@ -32,25 +32,52 @@ with ``value``, ``ci`` and ``provenance``)::
       per_kv_token_s:      {value: 1.0e-8, ci: [...], provenance: "..."}
     kv:
       bytes_per_token:     {value: 1024, provenance: "2 x layers x kv_heads x head_dim x 4 B"}
+    memory:                # optional: what sizes the KV pool (rearrival search/advise)
+      device_gib:          {value: 72.0, provenance: "80 GiB H100 x gpu_memory_utilization 0.9"}
+      weights_gib:         {value: 15.3, provenance: "vLLM's 'Model loading took 15.3 GiB'"}
+      overhead_gib:        {value: 2.1, provenance: "activation peak + CUDA graphs, startup log"}
+      num_devices:         {value: 1, provenance: "tensor_parallel_size"}
 
 ``ci`` is the 95 % interval of the fit (omit it for a number that was not fitted, e.g. an
 assumed one, and say so in ``provenance``). Optional top-level keys (``fit``, ``runs``,
 notes) are kept by the file and ignored here.
+
+The ``memory`` block is what the search needs to derive KV pool sizes from memory and to
+filter pools that do not fit (docs/DESIGN.md §15 "Search and advice"): ``device_gib`` is
+the memory vLLM may use on one device (the device's memory times
+``gpu_memory_utilization``, or a CPU server's ``--kv-cache-memory-bytes`` plus what its
+weights take), ``weights_gib`` the model's weights over all devices, ``overhead_gib``
+what else the engine holds besides the KV cache (activation peak, CUDA graphs; 0 when
+included in the weights figure, said in its provenance) and ``num_devices`` the tensor
+parallel size, over which weights and KV split evenly. Without it a search needs
+explicit pool sizes (``--num-blocks``) and checks no memory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rearrival.errors import RearrivalError
+from rearrival.model.cost.memory import DeviceMemory
+from rearrival.model.cost.profile import GIB
 from rearrival.provenance import field_value, read_mapping
 
 REFERENCE = "the vLLM profile layout in docs/DESIGN.md §15"
 DEVICES = ("cpu", "gpu")
 COEFFICIENTS = ("base_s", "per_decode_token_s", "per_prefill_token_s", "per_kv_token_s")
+# The vLLM profile a verb uses when none is given (a file in rearrival/data), or None
+# while none ships: then --substrate vllm needs --profile. The CPU calibration of the
+# shipped tiny model is this file once it is produced; a GPU operator passes their own.
+DEFAULT_VLLM_PROFILE: str | None = None
+MEMORY_FIELDS = ("device_gib", "weights_gib", "num_devices")
+OPTIONAL_MEMORY_FIELDS = ("overhead_gib",)  # absent: counted as 0, and outputs say so
 
 
 class VllmProfileError(RearrivalError, ValueError):
@@ -117,8 +144,32 @@ def parse_step_cost(text: str) -> VllmStepCost:
 
 
 @dataclass(frozen=True)
+class VllmMemory:
+    """What a vLLM server's devices hold besides the KV pool, and how much they hold: the
+    profile's ``memory`` block (module docstring)."""
+
+    device_gib: float  # what vLLM may use on one device
+    weights_gib: float  # over all devices
+    num_devices: int
+    overhead_gib: float | None = None  # activation peak, CUDA graphs (all devices); None: not given
+
+    def budget(self, bytes_per_block: int) -> DeviceMemory:
+        """The devices' budget in blocks of ``bytes_per_block`` (one KV block of the pool
+        across all devices): the RBLN memory check with a block in place of a slot."""
+        return DeviceMemory(
+            self.device_gib,
+            self.weights_gib + (self.overhead_gib or 0.0),
+            self.num_devices,
+            bytes_per_block / GIB,
+        )
+
+
+@dataclass(frozen=True)
 class VllmProfile:
-    """A vLLM profile file: the step cost and what it was measured on."""
+    """A vLLM profile file: the step cost and what it was measured on.
+
+    ``name`` is where it came from (the shipped file's name or the path given) and
+    ``sha256`` the hash of its bytes, so every answer priced with it names it."""
 
     version: str
     model_id: str
@@ -127,6 +178,43 @@ class VllmProfile:
     step_cost: VllmStepCost
     kv_bytes_per_token: int
     source: str
+    memory: VllmMemory | None = None
+    name: str = ""
+    sha256: str = ""
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        return self.kv_bytes_per_token * block_size
+
+    def identity(self) -> dict[str, str]:
+        """What search and advise outputs record of the profile they priced with."""
+        return {
+            "name": self.name or self.source,
+            "version": self.version,
+            "sha256": self.sha256,
+            "device": self.device,
+            "model_id": self.model_id,
+            "vllm_version": self.vllm_version,
+        }
+
+    def seconds_note(self) -> str:
+        """What its seconds are: a CPU profile's are never GPU seconds (docs/DESIGN.md §15)."""
+        if self.device == "cpu":
+            return (
+                f"CPU profile: every time is CPU seconds of the machine that calibrated it, "
+                f"serving {self.model_id} on vLLM {self.vllm_version}'s CPU build, not GPU "
+                "seconds; give a GPU calibration (--profile) to size a GPU server"
+            )
+        return (
+            f"GPU profile of {self.model_id} on vLLM {self.vllm_version}; asynchronous "
+            "scheduling (vLLM's GPU default) is not modelled"
+        )
+
+    def description(self) -> str:
+        """One phrase naming the profile, for the line a verb prints about it."""
+        return (
+            f"vLLM profile {self.name or self.source} ({self.version}, device {self.device}, "
+            f"sha256 {self.sha256[:12]})"
+        )
 
 
 def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
@@ -179,10 +267,70 @@ def vllm_profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -
         step_cost=cost,
         kv_bytes_per_token=kv_bytes,
         source=source,
+        memory=_memory(tree, source),
+    )
+
+
+def _memory(tree: dict[str, Any], source: str) -> VllmMemory | None:
+    """The optional ``memory`` block, every field with a value and its provenance."""
+    if "memory" not in tree:
+        return None
+    if not isinstance(tree["memory"], dict):
+        raise VllmProfileError(f"{source}: field 'memory' must be a mapping; see {REFERENCE}")
+    optional = [name for name in OPTIONAL_MEMORY_FIELDS if name in tree["memory"]]
+    values: dict[str, Any] = {}
+    for name in (*MEMORY_FIELDS, *optional):
+        dotted = f"memory.{name}"
+        value = _value(tree, dotted, source)
+        if "provenance" not in tree["memory"][name]:
+            raise VllmProfileError(
+                f"{source}: field '{dotted}' needs 'provenance' (the device, how it was "
+                f"read); see {REFERENCE}"
+            )
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if name == "num_devices" and not (isinstance(value, int) and number and value >= 1):
+            raise VllmProfileError(
+                f"{source}: field '{dotted}' {value!r} must be an integer >= 1 (the tensor "
+                "parallel size)"
+            )
+        if not number or not math.isfinite(value) or value < 0:
+            raise VllmProfileError(
+                f"{source}: field '{dotted}' {value!r} must be a number of GiB >= 0"
+            )
+        values[name] = value
+    return VllmMemory(
+        float(values["device_gib"]),
+        float(values["weights_gib"]),
+        int(values["num_devices"]),
+        float(values["overhead_gib"]) if "overhead_gib" in values else None,
     )
 
 
 def load_vllm_profile(path: str | Path) -> VllmProfile:
     """Read a vLLM profile file (layout in this module's docstring)."""
-    tree = read_mapping(Path(path), error=VllmProfileError, reference=REFERENCE)
-    return vllm_profile_from_mapping(tree, str(path))
+    path = Path(path)
+    tree = read_mapping(path, error=VllmProfileError, reference=REFERENCE)
+    profile = vllm_profile_from_mapping(tree, str(path))
+    return _named(profile, str(path), path.read_bytes())
+
+
+def _named(profile: VllmProfile, name: str, data: bytes) -> VllmProfile:
+    return replace(profile, name=name, sha256=hashlib.sha256(data).hexdigest())
+
+
+def shipped_vllm_profile() -> VllmProfile:
+    """The default vLLM profile (``DEFAULT_VLLM_PROFILE``); refused while none ships."""
+    if DEFAULT_VLLM_PROFILE is None:
+        raise VllmProfileError(
+            "no vLLM profile ships yet: pass --profile VLLM_PROFILE.yaml (a calibration of "
+            "your engine on your device; layout in docs/DESIGN.md §15)"
+        )
+    data = resources.files("rearrival.data").joinpath(DEFAULT_VLLM_PROFILE).read_bytes()
+    tree = yaml.safe_load(data)
+    profile = vllm_profile_from_mapping(tree, DEFAULT_VLLM_PROFILE)
+    return _named(profile, DEFAULT_VLLM_PROFILE, data)
+
+
+def choose_vllm_profile(path: str | Path | None) -> VllmProfile:
+    """``--profile PATH`` when given, else the shipped default."""
+    return shipped_vllm_profile() if path is None else load_vllm_profile(path)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rearrival.errors import RearrivalError
+from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import (
     APPENDED_TOKENS,
     MULTI_ROUND_VERSION,
@@ -185,7 +186,6 @@ def generate_plan(
 # The multi-round stream has its own seed name, so a study's multi-round plans are never
 # correlated with the two-round plans of the same (study seed, replicate, N, block).
 MULTI_ROUND_STREAM = "multi-round-sessions"
-DEFAULT_MAX_CONTEXT = 8192
 
 
 @dataclass(frozen=True)
@@ -198,8 +198,9 @@ class MultiRoundSpec:
     uniformly in [0, ``start_spread_s``]. Ranges are inclusive integer bounds. The
     defaults are a coding agent's: tool results of 50-600 tokens (file snippets,
     command output), 4-8 calls, the paper's first prompts and generations, and a
-    transcript that always fits ``max_context_tokens`` (the largest possible session
-    is checked, so no seed can draw a session a slot cannot hold).
+    transcript that always fits ``max_seq_len`` (the largest possible session is
+    checked, so no seed can draw a session a slot cannot hold; None: the tokens a slot of
+    the shipped profile holds, the paper's maximum sequence length).
     """
 
     rounds: tuple[int, int] = (4, 8)
@@ -208,7 +209,7 @@ class MultiRoundSpec:
     gen_tokens: tuple[int, int] = (32, 256)
     start_spread_s: float = 0.0
     tool_cap_s: float = CAP_S
-    max_context_tokens: int = DEFAULT_MAX_CONTEXT
+    max_seq_len: int | None = None
 
     def __post_init__(self) -> None:
         _check_range("rounds", self.rounds, 1)
@@ -222,13 +223,15 @@ class MultiRoundSpec:
             )
         if not self.tool_cap_s > 0:
             raise PlanGenError("MultiRoundSpec field 'tool_cap_s' must be > 0 seconds")
-        if self.longest_transcript() > self.max_context_tokens:
+        if self.max_seq_len is None:
+            object.__setattr__(self, "max_seq_len", measured_profile().slot_tokens)
+        if self.longest_transcript() > self.max_seq_len:
             raise PlanGenError(
                 f"MultiRoundSpec: a session of {self.rounds[1]} rounds can reach "
                 f"{self.longest_transcript()} tokens (first prompt {self.first_prompt_tokens[1]}"
                 f" + {self.rounds[1] - 1} x new {self.new_tokens[1]} + {self.rounds[1]} x gen "
                 f"{self.gen_tokens[1]}), over the maximum sequence length "
-                f"{self.max_context_tokens}; lower rounds, new_tokens or gen_tokens",
+                f"{self.max_seq_len}; lower rounds, new_tokens or gen_tokens",
                 "rounds",
             )
 

@@ -28,7 +28,7 @@ multi-round plan shape (paper Section II-C generalised; docs/DESIGN.md "Plans"):
 - **start** of a session = its first timestamp; ``time_origin="first"`` measures every
   start from the earliest selected session, ``"zero"`` starts them all at t = 0.
 - **context limit**: a round whose transcript (prompt + generated) exceeds
-  ``max_context`` cannot be served; ``on_overflow="truncate"`` ends the session before
+  ``max_seq_len`` cannot be served; ``on_overflow="truncate"`` ends the session before
   it, ``"refuse"`` stops the import. Either way the affected sessions and rounds are
   counted, printed and stored in the plan's metadata; a session whose first round
   already overflows is dropped and counted, and an import where nothing fits is refused
@@ -141,16 +141,18 @@ class ImportOptions:
 
     sessions: int | None = None
     seed: int = 0
-    max_context: int = 8192
+    max_seq_len: int | None = None  # None: the tokens a slot of the shipped profile holds
     on_overflow: str = "truncate"
     time_origin: str = "first"
     token_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.max_seq_len is None:
+            object.__setattr__(self, "max_seq_len", measured_profile().slot_tokens)
         if self.sessions is not None and self.sessions < 1:
             raise TraceError(f"sessions {self.sessions}: sample at least one session")
-        if self.max_context < 2:
-            raise TraceError(f"max_context {self.max_context}: give the tokens a slot holds")
+        if self.max_seq_len < 2:
+            raise TraceError(f"max_seq_len {self.max_seq_len}: give the tokens a slot holds")
         if self.on_overflow not in OVERFLOW_CHOICES:
             raise TraceError(
                 f"on_overflow {self.on_overflow!r}: use one of {', '.join(OVERFLOW_CHOICES)}"
@@ -166,7 +168,7 @@ class ImportOptions:
         return {
             "sessions": self.sessions,
             "seed": self.seed,
-            "max_context": self.max_context,
+            "max_seq_len": self.max_seq_len,
             "on_overflow": self.on_overflow,
             "time_origin": self.time_origin,
             "token_scale": self.token_scale,
@@ -204,7 +206,7 @@ class ImportResult:
             f"{self.source} trace sha256 {self.trace_sha256[:12]}: {self.sessions_in_trace} "
             f"sessions, {self.rounds_in_trace} rounds; plan: {self.plan.n} sessions, "
             f"{self.plan.requests} rounds (sha256 {self.plan.sha256()[:12]})",
-            f"context limit {over['max_context']:,} tokens: {over['truncated_sessions']} "
+            f"context limit {over['max_seq_len']:,} tokens: {over['truncated_sessions']} "
             f"sessions truncated, {over['dropped_sessions']} dropped (first round too long), "
             f"{over['dropped_rounds']} rounds removed",
             f"tool gaps: {n['tool_rounds']} rounds; parallel calls cost their longest, "
@@ -357,11 +359,11 @@ def _transcripts(rounds: Sequence[Round]) -> list[int]:
     return out
 
 
-def _fit(rounds: list[Round], max_context: int) -> list[Round]:
-    """The rounds before the first whose transcript exceeds ``max_context``; the last
+def _fit(rounds: list[Round], max_seq_len: int) -> list[Round]:
+    """The rounds before the first whose transcript exceeds ``max_seq_len``; the last
     kept round becomes the session's last (gap 0, no tool)."""
     reach = _transcripts(rounds)
-    keep = next((k for k, t in enumerate(reach) if t > max_context), len(rounds))
+    keep = next((k for k, t in enumerate(reach) if t > max_seq_len), len(rounds))
     kept = rounds[:keep]
     if keep < len(rounds) and kept:
         kept[-1] = Round(kept[-1].new_tokens, kept[-1].gen_tokens, 0.0, "")
@@ -386,31 +388,42 @@ def _select(
 
 def fitting_scale(options: ImportOptions, longest_transcript: int) -> float:
     """The largest --token-scale (two significant digits, rounded down) at which the
-    longest transcript fits ``max_context``, so every round of every session is kept."""
-    exact = options.token_scale * options.max_context / longest_transcript
+    longest transcript fits ``max_seq_len``, so every round of every session is kept."""
+    exact = options.token_scale * options.max_seq_len / longest_transcript
     digits = max(2, 1 - math.floor(math.log10(exact)))
     return math.floor(exact * 10**digits) / 10**digits
 
 
-def _longer_context(need: int, profile: Profile) -> tuple[int, str]:
-    """The maximum sequence length that holds ``need`` tokens (a multiple of the profile's)
-    and what it costs in KV memory per slot and slots that fit."""
-    step = profile.slot_tokens
-    longer = max(step, -(-need // step) * step)
-    return longer, context_cost(profile, device_memory(profile), longer).sentence()
+# A longer context for ``need`` tokens: how to ask for it and what it costs, e.g.
+# ("import with --max-seq-len 16,384", "a maximum sequence length of ... needs ...").
+LongerContext = Callable[[int], tuple[str, str]]
 
 
-def _nothing_fits(path: Path, counts: _Counts, options: ImportOptions, profile: Profile) -> str:
+def slot_context(profile: Profile) -> LongerContext:
+    """The RBLN slot's: the maximum sequence length that holds ``need`` tokens (a
+    multiple of the profile's) and its KV memory per slot and the slots that fit."""
+
+    def longer_context(need: int) -> tuple[str, str]:
+        step = profile.slot_tokens
+        longer = max(step, -(-need // step) * step)
+        cost = context_cost(profile, device_memory(profile), longer).sentence()
+        return f"import with --max-seq-len {longer:,}", cost
+
+    return longer_context
+
+
+def _nothing_fits(
+    path: Path, counts: _Counts, options: ImportOptions, longer_context: LongerContext
+) -> str:
     """The refusal when no session's first round fits, with both ways forward."""
     need = counts.longest_transcript
-    longer, cost = _longer_context(need, profile)
+    how, cost = longer_context(need)
     return (
-        f"{path}: nothing fits a maximum sequence length of {options.max_context:,} "
+        f"{path}: nothing fits a maximum sequence length of {options.max_seq_len:,} "
         f"tokens: every session's first round is longer (shortest "
         f"{counts.shortest_first:,}, longest transcript {need:,}), so no plan was written; "
         f"study it as a labelled what-if with --token-scale "
-        f"{fitting_scale(options, need):g} (every round fits) or import with --max-context "
-        f"{longer:,}, where {cost}"
+        f"{fitting_scale(options, need):g} (every round fits) or {how}, where {cost}"
     )
 
 
@@ -423,9 +436,12 @@ def build_plan(
     options: ImportOptions,
     profile: Profile | None = None,
     extra_notes: dict[str, Any] | None = None,
+    longer_context: LongerContext | None = None,
 ) -> ImportResult:
-    """The plan of a parsed trace under ``options`` (see the module docstring)."""
-    profile = profile or measured_profile()
+    """The plan of a parsed trace under ``options`` (see the module docstring);
+    ``longer_context`` says what a longer context costs (default: the RBLN slot of
+    ``profile``)."""
+    longer_context = longer_context or slot_context(profile or measured_profile())
     if not trace_sessions:
         raise TraceError(f"{path}: the trace holds no LLM rounds; nothing to import")
     chosen = _select(trace_sessions, options, path)
@@ -435,7 +451,7 @@ def build_plan(
         rounds = _plan_rounds(session, options.token_scale, counts)
         first = rounds[0].new_tokens + rounds[0].gen_tokens
         counts.shortest_first = min(counts.shortest_first or first, first)
-        fitted = _fit(rounds, options.max_context)
+        fitted = _fit(rounds, options.max_seq_len)
         counts.longest_transcript = max(counts.longest_transcript, _transcripts(rounds)[-1])
         if len(fitted) < len(rounds):
             counts.dropped_rounds += len(rounds) - len(fitted)
@@ -446,12 +462,12 @@ def build_plan(
     if affected and options.on_overflow == "refuse":
         raise TraceError(
             f"{path}: {affected} of {len(chosen)} sessions exceed the maximum sequence "
-            f"length {options.max_context:,} ({counts.dropped_rounds} rounds, longest "
+            f"length {options.max_seq_len:,} ({counts.dropped_rounds} rounds, longest "
             f"transcript {counts.longest_transcript:,}); pass --on-overflow truncate to end "
             "them before that round, or --token-scale to study a scaled what-if"
         )
     if not kept:
-        raise TraceError(_nothing_fits(path, counts, options, profile))
+        raise TraceError(_nothing_fits(path, counts, options, longer_context))
     origin = min(s.start_epoch_s for s, _ in kept)
     sessions = tuple(
         MultiRoundSession(
@@ -463,8 +479,7 @@ def build_plan(
     )
     notes = _notes(counts, options, chosen, kept) | (extra_notes or {})
     if affected:
-        longer = _longer_context(counts.longest_transcript, profile)[1]
-        notes["overflow"]["longer_context"] = longer
+        notes["overflow"]["longer_context"] = longer_context(counts.longest_transcript)[1]
     meta = PlanMeta(
         seed=options.seed if options.sessions is not None else None,
         variant="wait",
@@ -503,14 +518,15 @@ class TraceImporter:
         *,
         sessions: int | None = None,
         seed: int = 0,
-        max_context: int = 8192,
+        max_seq_len: int | None = None,
         on_overflow: str = "truncate",
         time_origin: str = "first",
         token_scale: float = 1.0,
         profile: Profile | None = None,
+        longer_context: LongerContext | None = None,
     ) -> ImportResult:
         path = Path(path)
-        options = ImportOptions(sessions, seed, max_context, on_overflow, time_origin, token_scale)
+        options = ImportOptions(sessions, seed, max_seq_len, on_overflow, time_origin, token_scale)
         parsed, notes = self.read(path)
         return build_plan(
             parsed,
@@ -520,6 +536,7 @@ class TraceImporter:
             options=options,
             profile=profile,
             extra_notes=notes,
+            longer_context=longer_context,
         )
 
 
@@ -533,7 +550,7 @@ def _notes(
         "trace_sessions": [s.key for s, _ in kept],
         "sessions_selected": len(chosen),
         "overflow": {
-            "max_context": options.max_context,
+            "max_seq_len": options.max_seq_len,
             "on_overflow": options.on_overflow,
             "truncated_sessions": len(counts.truncated),
             "dropped_sessions": len(counts.dropped),

@@ -14,7 +14,6 @@ import pandas as pd
 
 from rearrival.config.study import Study
 from rearrival.judge.decide import judge_rows
-from rearrival.measure.records import read_run
 from rearrival.report.analysis import fixed_arrival_rows
 from rearrival.report.conditions import (
     condition_label,
@@ -27,7 +26,6 @@ from rearrival.report.conditions import (
 from rearrival.report.results import (
     Results,
     decision_records,
-    run_configuration,
     study_backend,
     study_note,
 )
@@ -179,12 +177,7 @@ def table_xi(res: Results) -> Table:
         if not decisions or channels is None:
             continue
         rows += fixed_arrival_rows(
-            decisions=pd.DataFrame(decisions),
-            channels=channels,
-            plan_for=lambda n, k, name=study.name: res.plan(name, n, k),
-            read_requests=lambda run_dir: read_run(res.run_path(run_dir)).requests,
-            configuration_for=lambda name, ch=channels: run_configuration(ch, name),
-            profile=res.prediction_profile(),
+            decisions=pd.DataFrame(decisions), fixed=res.fixed_arrivals(study.name)
         )
     judged = [r for r in rows if r.get("closer")]
     if judged:

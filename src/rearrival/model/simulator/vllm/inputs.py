@@ -53,6 +53,16 @@ class VllmInputs:
         """Blocks the longest request needs at its last step."""
         return max(cdiv(tokens, self.block_size) for tokens in self.held)
 
+    def cacheable_tokens(self, rid: int) -> int:
+        """What request ``rid`` hits on a pool that never evicts: the full blocks of the
+        round before it (prompt + generation - 1 tokens: the last sampled token never
+        entered the cache); 0 for a session's first round. Below its prompt, so the
+        at-least-one-token cap never binds."""
+        a, bs = self.arrays, self.block_size
+        if a.round_of[rid] == 0:
+            return 0
+        return (a.prompt[rid - 1] + a.gen[rid - 1] - 1) // bs * bs
+
     def never_evicting_blocks(self) -> int:
         """A pool (null block included) so large that no cached block is ever evicted:
         every request's blocks fit beside every other's."""

@@ -101,13 +101,9 @@ class VllmResult:
         return self.inputs.arrays.requests - self.inputs.arrays.sessions
 
     def cacheable_tokens(self, rid: int) -> int:
-        """What a re-arrival would hit on a pool that never evicts: the full blocks of the
-        round before it (prompt + generation - 1 tokens: the last sampled token never
-        entered the cache); 0 for a session's first round."""
-        a, bs = self.inputs.arrays, self.inputs.block_size
-        if a.round_of[rid] == 0:
-            return 0
-        return (a.prompt[rid - 1] + a.gen[rid - 1] - 1) // bs * bs
+        """What a re-arrival would hit on a pool that never evicts
+        (``VllmInputs.cacheable_tokens``)."""
+        return self.inputs.cacheable_tokens(rid)
 
     @property
     def never_evicted_prefill(self) -> int:
