@@ -16,7 +16,8 @@ on a shared host) falls on every cell alike instead of on one coefficient:
   term apart from the per-token terms), for n = 1 and max_num_seqs / 2, each segment
   at most ``LONG_POOL_SHARE`` of the pool so two overlapping ones still fit;
 - ``prefill``: single requests of a quarter, half, one and two token budgets, generating
-  one token (P alone; the two-budget one in two chunks);
+  one token, sent ``PROBE_SPACING_S`` apart so each runs alone (P alone; the two-budget
+  one in two chunks);
 - ``mixed``: a one-block session decoding while a half-budget prompt arrives (steps with
   D and P together);
 - ``rearrival``: a two-budget prompt that comes back at once with a few new tokens, so
@@ -46,6 +47,9 @@ LONG_POOL_SHARE = 0.45
 # Seconds between the mixed segment's decoding session and its prompt: inside the
 # decode's run of steps on any machine this calibration was written for (1-20 ms a step).
 MIXED_OFFSET_S = 0.05
+# Seconds between the prefill probes: longer than a two-budget prefill on those machines,
+# so no two probes share a step.
+PROBE_SPACING_S = 0.25
 
 
 class VllmDesignError(RearrivalError, ValueError):
@@ -138,7 +142,10 @@ def segments(
     out.append(
         Segment(
             "prefill",
-            tuple((0.0, _one(q, 1)) for q in probe_sizes(configuration, max_model_len)),
+            tuple(
+                (i * PROBE_SPACING_S, _one(q, 1))
+                for i, q in enumerate(probe_sizes(configuration, max_model_len))
+            ),
         )
     )
     out.append(

@@ -73,7 +73,7 @@ def replay_run(record: RunRecord, plan: Plan, configuration: VllmConfiguration) 
     return replay
 
 
-def _segments(plan: Plan, replay: Replay) -> list[str]:
+def step_segments(plan: Plan, replay: Replay) -> list[str]:
     """Per step, the calibration segments whose sessions ran in it ('' without notes)."""
     labels = (plan.meta.notes or {}).get("segments")
     active: list[set[str]] = [set() for _ in replay.steps]
@@ -105,7 +105,7 @@ def step_samples(
             "context_read": [s.context_read for s in replay.steps],
             "elapsed_s": steps["elapsed_s"].astype("float64").to_numpy(),
             "warmup": [index < warmup_steps for index in range(len(replay.steps))],
-            "segments": _segments(plan, replay),
+            "segments": step_segments(plan, replay),
         }
     )
     return frame[list(SAMPLE_COLUMNS)]
