@@ -166,7 +166,7 @@ def calibrate(
         int | None,
         typer.Option(
             "--cycles",
-            help="vllm: repetitions of the calibration plan's segments (default 3; about "
+            help="vllm: repetitions of the calibration plan's segments (default 8; about "
             "8 s of plan each).",
         ),
     ] = None,

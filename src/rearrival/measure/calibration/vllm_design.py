@@ -63,7 +63,7 @@ class VllmCalibrationDesign:
     decoding session generates; ``warmup_steps``: the server's first steps, left out of
     the fit (its first prefill runs several times slower while caches warm)."""
 
-    cycles: int = 3
+    cycles: int = 8
     segment_gap_s: float = 1.0
     decode_tokens: int = 64
     warmup_steps: int = 16
