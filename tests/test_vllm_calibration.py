@@ -381,3 +381,47 @@ def test_the_profile_document_round_trips(tmp_path: Path, noisy_samples) -> None
     line = calibration_summary(document)
     assert "held-out device time" in line and "\n" not in line
     assert math.isfinite(document["validation"]["simulated_relative_error"])
+
+
+# --- Table VII-V ----------------------------------------------------------------------
+
+
+def test_table_vii_v_shows_the_profile_as_written(tmp_path: Path) -> None:
+    from importlib import resources
+
+    from rearrival.model.cost.vllm_profile import DEFAULT_VLLM_PROFILE
+    from rearrival.report.tables.vllm_calibration import (
+        UNITS,
+        VllmCalibrationTableError,
+        vllm_calibration_table,
+        write_vllm_calibration_table,
+    )
+
+    shipped = Path(str(resources.files("rearrival.data").joinpath(DEFAULT_VLLM_PROFILE)))
+    document = yaml.safe_load(shipped.read_text())
+    table = vllm_calibration_table(shipped)
+    coefficients, cells, held_out = (part.rows for part in table.parts)
+    for row in coefficients:
+        entry, scale = document["step_cost"][row["coefficient"]], UNITS[row["coefficient"]][2]
+        assert (row["value"], row["ci_low"], row["ci_high"]) == (
+            entry["value"] * scale,
+            entry["ci"][0] * scale,
+            entry["ci"][1] * scale,
+        )
+        assert row["identified"].startswith("yes" if entry["identified"] else "NO")
+    assert [r["steps"] for r in cells] == [c["steps"] for c in document["residuals"]["cells"]]
+    assert sum(r["bound"] == "BEYOND" for r in cells) == len(document["residuals"]["beyond_bound"])
+    validation = document["validation"]
+    assert [r["relative"] for r in held_out] == [
+        validation["simulated_relative_error"],
+        validation["priced_relative_error"],
+    ]
+    assert "CPU seconds, not GPU seconds" in table.caption
+    written = write_vllm_calibration_table(shipped, tmp_path / "tables")
+    assert [p.name for p in written] == ["table_VII-V.csv", "table_VII-V.md", "table_VII-V.tex"]
+    assert "per_kv_token_s" in written[1].read_text()
+    absent = vllm_calibration_table(tmp_path / "none.yaml")
+    assert absent.parts == () and "not produced" in absent.notes[0]
+    rbln = Path(str(resources.files("rearrival.data").joinpath("profile_rbln_ca25.yaml")))
+    with pytest.raises(VllmCalibrationTableError, match="not a vLLM calibration's profile"):
+        vllm_calibration_table(rbln)
