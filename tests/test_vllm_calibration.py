@@ -425,3 +425,35 @@ def test_table_vii_v_shows_the_profile_as_written(tmp_path: Path) -> None:
     rbln = Path(str(resources.files("rearrival.data").joinpath("profile_rbln_ca25.yaml")))
     with pytest.raises(VllmCalibrationTableError, match="not a vLLM calibration's profile"):
         vllm_calibration_table(rbln)
+
+
+# --- the verb's refusals (nothing starts) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--num-blocks", "8", "--cycles", "2"], "--num-blocks, --cycles: only for --backend vllm"),
+        (["--backend", "vllm", "--runs", "r"], "--runs: not read by --backend vllm"),
+        (["--backend", "vllm", "--cycles", "0"], "calibration cycles 0: must be an integer >= 1"),
+        (["--backend", "vllm", "--batch-size", "0"], "batch_size 0"),
+    ],
+)
+def test_the_verb_refuses_options_it_cannot_use(tmp_path: Path, args, needle) -> None:
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+    from rearrival.errors import RearrivalError
+
+    result = CliRunner().invoke(app, ["calibrate", "--out", str(tmp_path / "p.yaml"), *args])
+    assert isinstance(result.exception, RearrivalError), result.output
+    assert needle in str(result.exception) and "\n" not in str(result.exception)
+    assert not (tmp_path / "p.yaml").exists() and not (tmp_path / "p-calibration").exists()
+
+
+def test_a_calibration_into_a_used_work_directory_is_refused(tmp_path: Path) -> None:
+    from rearrival.measure.calibration.vllm_drive import calibrate_vllm
+
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(CalibrationError, match="runs: exists; a calibration writes fresh runs"):
+        calibrate_vllm(VllmCalibrationSettings(KNOBS), tmp_path)
