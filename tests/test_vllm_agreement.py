@@ -20,7 +20,7 @@ from vllm_agreement_cases import (
     profile_file,
     simulated_run,
 )
-from vllm_env import cli
+from vllm_env import cli, two_round_plan
 
 from rearrival.judge.vllm_agreement import (
     REQUESTS_FILE,
@@ -81,6 +81,17 @@ def test_the_profiles_own_step_times_agree_exactly_on_every_pool(
         assert summary["re_arrivals_lost_observed"] > 0
         assert summary["no_eviction_requests"] < 12
         assert summary["recomputed_prefill_tokens_observed"] > 0
+
+
+def test_a_two_round_plan_agrees_exactly(tmp_path: Path) -> None:
+    """The paper's two-round sessions (all starting at 0) compare the same way."""
+    plan = two_round_plan()
+    conf = configuration(vllm_inputs(plan, 32).never_evicting_blocks())
+    run = simulated_run(tmp_path, plan, conf, TRUTH)
+    profile = load_vllm_profile(profile_file(tmp_path / "p.yaml", TRUTH))
+    summary = compare_run(read_run(run), plan, profile, "plan").summary()
+    assert summary["agreeing"] == summary["no_eviction_requests"] == 6
+    assert summary["cached_tokens_observed"] == summary["cacheable_tokens"] > 0
 
 
 @pytest.mark.parametrize("blocks", [20, 24, 28, 32, 40])

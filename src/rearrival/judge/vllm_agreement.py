@@ -1,8 +1,9 @@
 """The predictor against the real vLLM server, per run (docs/DESIGN.md §15 "Agreement").
 
 For one complete, sealed run of the ``vllm`` backend, the ``vllm`` rule set is re-run on
-the run's own plan and configuration with the run's observed re-arrival send times
-(fixed arrivals, docs/DESIGN.md §15 rule 6) and a vLLM step-cost profile, and every
+the run's own plan and configuration with the run's observed send times (each
+session's first round when the run sent it, every later round as a fixed arrival,
+docs/DESIGN.md §15 rule 6) and a vLLM step-cost profile, and every
 request's prefix hit is set beside the one vLLM reported
 (``usage.prompt_tokens_details.cached_tokens``, checked against the
 ``vllm:prompt_tokens_cached_total`` delta when the run was written).
@@ -43,7 +44,7 @@ from rearrival.measure.records import RunRecord
 from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.configuration import VllmConfiguration, configuration_from_mapping
 from rearrival.model.cost.vllm_profile import VllmProfile, VllmStepCost
-from rearrival.model.plans.plan import Plan
+from rearrival.model.plans.plan import MultiRoundSession, Plan
 from rearrival.model.simulator.vllm.blockpool import NO_KEY, BlockPool
 from rearrival.model.simulator.vllm.engine import Engine
 from rearrival.model.simulator.vllm.inputs import vllm_inputs
@@ -261,6 +262,20 @@ def check_plan(plan: Plan, record: RunRecord, source: str) -> None:
         )
 
 
+def observed_starts(plan: Plan, requests: pd.DataFrame) -> Plan:
+    """The plan with each session's first round sent when the run sent it (the client
+    sends at the planned start plus its own few milliseconds): the prediction sees every
+    request when the real server did, not only the re-arrivals."""
+    first = requests[requests[ROUND_COLUMN] == 0].set_index("session")["send_s"]
+    return Plan(
+        tuple(
+            MultiRoundSession(s.session, s.rounds, start_s=float(first.loc[s.session]))
+            for s in plan.sessions
+        ),
+        plan.meta,
+    )
+
+
 def observed_rearrivals(requests: pd.DataFrame) -> list[float]:
     """The send times of every round after a session's first, in (session, round) order:
     the fixed arrivals of the prediction."""
@@ -405,21 +420,20 @@ def compare_run(record: RunRecord, plan: Plan, profile: VllmProfile, source: str
     configuration = run_configuration(record)
     check_profile(profile, record)
     check_plan(plan, record, source)
-    variant = plan.variant(str(record.manifest["variant"]))
     requests = record.requests.sort_values(["session", ROUND_COLUMN]).reset_index(drop=True)
-    fixed = observed_rearrivals(requests)
-    predicted = simulate_vllm(variant, configuration, profile.step_cost, fixed, source=source)
-    before, watched = evictions_before_admission(variant, configuration, profile.step_cost, fixed)
-    if watched.run.cached_tokens != predicted.run.cached_tokens:
-        raise AssertionError("the step-by-step engine and simulate_vllm disagree: a core bug")
-    predicted_rows = predicted.requests
-    keys = [(r.session, r.round) for r in predicted_rows]
-    observed_keys = list(zip(requests["session"], requests[ROUND_COLUMN], strict=True))
+    keys = [(s.session, k) for s in plan.sessions for k in range(len(s.rounds))]
+    observed_keys = zip(requests["session"], requests[ROUND_COLUMN], strict=True)
     if [(int(s), int(k)) for s, k in observed_keys] != keys:
         raise AgreementError(
             f"{record.path / 'requests.parquet'}: its (session, round) rows are not the "
             f"plan's {len(keys)} requests; the run is not of {source}"
         )
+    variant = observed_starts(plan.variant(str(record.manifest["variant"])), requests)
+    fixed = observed_rearrivals(requests)
+    predicted = simulate_vllm(variant, configuration, profile.step_cost, fixed, source=source)
+    before, watched = evictions_before_admission(variant, configuration, profile.step_cost, fixed)
+    if watched.run.cached_tokens != predicted.run.cached_tokens:
+        raise AssertionError("the step-by-step engine and simulate_vllm disagree: a core bug")
     observed_device = iteration_channel_a(record, None)
     device_error = (predicted.device_s - observed_device.elapsed_s) / observed_device.elapsed_s
     rows = _rows(requests, predicted, before)
