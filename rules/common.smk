@@ -325,6 +325,10 @@ def vllm_tables_path(study="{study}", table="{table}"):
     return f"{RESULTS}/vllm/{study}.{table}.parquet"
 
 
+def vllm_agreement_path(study="{study}"):
+    return f"{RESULTS}/vllm/agreement/{study}"
+
+
 def vllm_report_path():
     return "reports/vllm.md"
 
@@ -350,7 +354,7 @@ def vllm_report_files(wildcards, input):
     options = []
     for k, name in enumerate(STUDY_NAMES):
         options += [f"--study '{name}'"]
-        for key in ("decisions", "prereg", "runs", "rounds", "requests"):
+        for key in ("decisions", "prereg", "runs", "rounds", "requests", "agreement"):
             options.append(f"--{key} '{getattr(input, key)[k]}'")
     return " ".join(options)
 

@@ -377,7 +377,7 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.calibrate import calibrate, calibrate_compile
     from rearrival.commands.report import study_report
     from rearrival.commands.search import search_app
-    from rearrival.commands.vllm_study import vllm_report, vllm_tables
+    from rearrival.commands.vllm_study import vllm_agreement, vllm_report, vllm_tables
 
     study_app = typer.Typer(
         cls=PanelledGroup,
@@ -399,6 +399,7 @@ def register(app: typer.Typer) -> None:
         "fixed-arrivals": fixed_arrivals,
         "report": study_report,
         "vllm-tables": vllm_tables,
+        "vllm-agreement": vllm_agreement,
         "vllm-report": vllm_report,
         "config": show_config,
     }

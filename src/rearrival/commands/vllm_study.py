@@ -44,7 +44,6 @@ def vllm_tables(
         Path, typer.Option("--requests", help="The predict stage's per-request table.")
     ],
     channels: Annotated[Path, typer.Option("--channels", help="The study's channel table.")],
-    profile: Annotated[Path, typer.Option("--profile", help="The study's vLLM profile file.")],
     out_requests: Annotated[Path, typer.Option("--out-requests", help="Requests table to write.")],
     out_runs: Annotated[Path, typer.Option("--out-runs", help="Runs table to write.")],
     out_rounds: Annotated[Path, typer.Option("--out-rounds", help="Rounds table to write.")],
@@ -54,19 +53,52 @@ def vllm_tables(
     ledger: Ledger = None,
     values: Values = None,
 ) -> None:
-    """A vLLM study's sealed runs beside the vllm rule set's predictions, per request, per
-    run and per round (cached tokens, device time, recomputed prefill)."""
+    """A vLLM study's sealed runs beside the vllm rule set's registered predictions, per
+    request, per run and per round (cached tokens, device time, recomputed prefill)."""
     from rearrival.workflow.vllm_tables import VllmTableFiles, VllmTableInputs, vllm_study_tables
 
     vllm_study_tables(
         checked_config(config, "predict", study, values),
         study,
         replicates,
-        VllmTableInputs(plans, predictions, requests, channels, profile, ledger, selected),
+        VllmTableInputs(plans, predictions, requests, channels, ledger, selected),
         VllmTableFiles(out_requests, out_runs, out_rounds),
         repo_dir=repo,
     )
     typer.echo(f"{out_runs}: the vLLM tables of study {study}")
+
+
+def vllm_agreement(
+    study: StudyName,
+    replicates: Annotated[
+        list[Path],
+        typer.Argument(help="The study's replicate run directories (results/runs/<study>/n*_r*)."),
+    ],
+    plans: Plans,
+    profile: Annotated[Path, typer.Option("--profile", help="The study's vLLM profile file.")],
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    repo: Repo = DEFAULT_REPO,
+    ledger: Ledger = None,
+    values: Values = None,
+) -> None:
+    """Every sealed run of a vLLM study against the predictor re-run on its observed
+    arrivals (`rearrival compare` per run), one directory per run under --out."""
+    from rearrival.workflow.vllm_tables import vllm_agreement as compare_study
+
+    bugs = compare_study(
+        checked_config(config, "predict", study, values),
+        study,
+        replicates,
+        plans_dir=plans,
+        profile_path=profile,
+        repo_dir=repo,
+        out_dir=out,
+        ledger_record=ledger,
+    )
+    for bug in bugs:  # the report shows them; the stage does not hide a study's runs
+        typer.echo(f"rearrival: PREDICTOR BUG: {bug}", err=True)
+    typer.echo(f"{out}: every complete run of study {study} compared")
 
 
 def vllm_report(
@@ -76,6 +108,7 @@ def vllm_report(
     runs: Annotated[list[Path], typer.Option("--runs", help="Per study, in order.")],
     rounds: Annotated[list[Path], typer.Option("--rounds", help="Per study, in order.")],
     requests: Annotated[list[Path], typer.Option("--requests", help="Per study, in order.")],
+    agreement: Annotated[list[Path], typer.Option("--agreement", help="Per study, in order.")],
     out: Out,
     config: Config = DEFAULT_CONFIG,
     values: Values = None,
@@ -89,23 +122,25 @@ def vllm_report(
     from rearrival.report.vllm import VllmSection, report_markdown
 
     checked_config(config, "report", None, values)
-    if not all(len(x) == len(studies) for x in (decisions, prereg, runs, rounds, requests)):
+    given = (decisions, prereg, runs, rounds, requests, agreement)
+    if not all(len(x) == len(studies) for x in given):
         raise StageError(
-            "vllm-report: give --decisions, --prereg, --runs, --rounds and "
-            "--requests once per --study, in the same order"
+            "vllm-report: give --decisions, --prereg, --runs, --rounds, --requests and "
+            "--agreement once per --study, in the same order"
         )
-    sections = [
-        VllmSection(
-            study,
-            json.loads(prereg_file.read_text()),
-            pd.read_csv(decision_file),
-            read_frame(runs_file, "vllm-tables"),
-            read_frame(rounds_file, "vllm-tables"),
-            read_frame(requests_file, "vllm-tables"),
+    sections = []
+    for study, files in zip(studies, zip(*given, strict=True), strict=True):
+        decision_file, prereg_file, runs_file, rounds_file, requests_file, agreement_dir = files
+        sections.append(
+            VllmSection(
+                study,
+                json.loads(prereg_file.read_text()),
+                pd.read_csv(decision_file),
+                read_frame(runs_file, "vllm-tables"),
+                read_frame(rounds_file, "vllm-tables"),
+                read_frame(requests_file, "vllm-tables"),
+                sorted(p.parent for p in agreement_dir.glob("*/*/summary.json")),
+            )
         )
-        for study, decision_file, prereg_file, runs_file, rounds_file, requests_file in zip(
-            studies, decisions, prereg, runs, rounds, requests, strict=True
-        )
-    ]
     atomic_write_text(out, report_markdown(sections))
     typer.echo(str(out))

@@ -1,18 +1,23 @@
 """The report section of a study on a real vLLM server (docs/DESIGN.md §15; README "A study
 on a real vLLM server"), as Markdown: rendered from the files its rule declares (the
 decision table, the preregistration record, the vLLM tables stage's requests, runs and
-rounds tables); it computes nothing but sums and shares of the columns it shows.
+rounds tables against the registered predictions, and each run's comparison with the
+predictor re-run on its observed arrivals, Tables VA1-VA3 of
+``rearrival.report.tables.vllm_agreement``); it computes nothing but shares of the
+columns it shows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from rearrival.report.table_model import markdown_pipe_table, wrap_markdown
+from rearrival.report.table_model import markdown_pipe_table, table_markdown, wrap_markdown
+from rearrival.report.tables.vllm_agreement import VLLM_AGREEMENT_TABLE_BUILDERS
 
 Cell = Callable[[Any], str]
 
@@ -27,6 +32,7 @@ class VllmSection:
     runs: pd.DataFrame
     rounds: pd.DataFrame
     requests: pd.DataFrame
+    agreements: Sequence[Path]  # one comparison directory per run (vllm_agreement)
 
 
 def _text(value: Any) -> str:
@@ -80,17 +86,14 @@ CACHED_COLUMNS = (
     ("replicate", "rep", _text),
     ("requests", "requests", _text),
     ("agree_registered", "agree (registered)", _text),
-    ("agree_fixed", "agree (observed arrivals)", _text),
     ("cached_observed", "cached (vLLM)", _text),
     ("cached_metrics_delta", "/metrics delta", _fixed(0)),
     ("cached_registered", "cached (registered)", _text),
-    ("cached_fixed", "cached (observed arrivals)", _text),
 )
 DEVICE_COLUMNS = (
     ("configuration", "configuration", _text),
     ("replicate", "rep", _text),
     ("device_s_registered", "predicted s (registered)", _fixed(3)),
-    ("device_s_fixed", "predicted s (observed arrivals)", _fixed(3)),
     ("channel_a_s", "channel A s (profile on logged steps)", _fixed(3)),
     ("logged_elapsed_s", "logged iteration s", _fixed(3)),
     ("channel_b_s", "channel B s", _fixed(3)),
@@ -99,7 +102,8 @@ RECOMPUTED_COLUMNS = (
     ("configuration", "configuration", _text),
     ("replicate", "rep", _text),
     ("re_arrivals", "re-arrivals", _text),
-    ("re_arrivals_lost_observed", "lost part of their prefix", _text),
+    ("re_arrivals_lost_observed", "lost part of their prefix (vLLM)", _text),
+    ("re_arrivals_lost_registered", "(registered)", _text),
     ("recomputed_prefill_observed", "recomputed tokens (vLLM)", _text),
     ("recomputed_prefill_registered", "recomputed tokens (registered)", _text),
 )
@@ -109,24 +113,13 @@ ROUND_COLUMNS = (
     ("requests", "requests", _text),
     ("hit_observed", "hit share (vLLM)", _fixed(3)),
     ("hit_registered", "hit share (registered)", _fixed(3)),
-    ("hit_fixed", "hit share (observed arrivals)", _fixed(3)),
     ("hit_cacheable", "never-evicting pool", _fixed(3)),
-)
-DISAGREE_COLUMNS = (
-    ("configuration", "configuration", _text),
-    ("replicate", "rep", _text),
-    ("session", "session", _text),
-    ("round", "round", _text),
-    ("prompt_tokens", "prompt", _text),
-    ("cached_observed", "cached (vLLM)", _text),
-    ("cached_fixed", "cached (observed arrivals)", _text),
-    ("cacheable", "never-evicting pool", _text),
 )
 
 
 def _rounds(rounds: pd.DataFrame) -> pd.DataFrame:
     out = rounds.copy()
-    for source in ("observed", "registered", "fixed"):
+    for source in ("observed", "registered"):
         out[f"hit_{source}"] = _share(out[f"cached_{source}"], out["prompt_tokens"])
     out["hit_cacheable"] = _share(out["cacheable"], out["prompt_tokens"])
     return out
@@ -134,9 +127,8 @@ def _rounds(rounds: pd.DataFrame) -> pd.DataFrame:
 
 def section_markdown(section: VllmSection) -> str:
     """The section of one vLLM study (module docstring)."""
-    runs, requests = section.runs, section.requests
-    disagree = requests[requests["cached_observed"] != requests["cached_fixed"]]
-    agree = int(runs["agree_fixed"].sum()) if not runs.empty else 0
+    runs = section.runs
+    agree = int(runs["agree_registered"].sum()) if not runs.empty else 0
     total = int(runs["requests"].sum()) if not runs.empty else 0
     lines = [
         f"## A study on a real vLLM server: {section.study}",
@@ -147,12 +139,12 @@ def section_markdown(section: VllmSection) -> str:
         "",
         *_table(section.decisions, DECISION_COLUMNS),
         "",
-        "### Cached tokens per run: vLLM vs the predictor",
+        "### Cached tokens per run: vLLM vs the registered prediction",
         "",
         *wrap_markdown(
-            f"Requests whose cached tokens equal the prediction: {agree} of {total} with "
-            "the predictor re-run on each run's observed re-arrival times; the registered "
-            "prediction (planned arrivals) beside it."
+            f"Requests whose cached tokens equal the registered prediction (planned "
+            f"arrivals): {agree} of {total}. Table VA1 below re-runs the predictor with each "
+            "run's observed arrival times."
         ),
         "",
         *_table(runs, CACHED_COLUMNS),
@@ -174,12 +166,9 @@ def section_markdown(section: VllmSection) -> str:
         "",
         *_table(runs, RECOMPUTED_COLUMNS),
         "",
-        f"### Requests whose cached tokens differ from the observed-arrival prediction "
-        f"({len(disagree)})",
-        "",
-        *_table(disagree, DISAGREE_COLUMNS),
-        "",
     ]
+    for build in VLLM_AGREEMENT_TABLE_BUILDERS.values():
+        lines += ["#" + table_markdown(build(section.agreements)), ""]
     return "\n".join(lines)
 
 
