@@ -285,3 +285,66 @@ def test_the_audit_checks_a_vllm_run_against_its_registered_knobs(registered):
     assert "registered design" in rows[measured].reason
     assert rows[wrong].verdict == VIOLATION
     assert f"num_blocks': {base.num_blocks + 32}" in rows[wrong].reason
+
+
+def test_the_report_section_sets_each_run_beside_its_registered_prediction(tmp_path):
+    """A run whose "server" is the predictor's own engine under the profile's step cost
+    (tests/vllm_agreement_cases.py) agrees with the registered prediction on every
+    request; the tables say so and the section renders them with Tables VA1-VA3."""
+    from vllm_agreement_cases import configuration, evicting_plan, profile_file, simulated_run
+
+    from rearrival.config.study import Study
+    from rearrival.judge.collect import collect_channels
+    from rearrival.judge.predictions import predict_study
+    from rearrival.judge.vllm_agreement import compare_run, write_agreement
+    from rearrival.judge.vllm_tables import vllm_tables
+    from rearrival.measure.records import read_run
+    from rearrival.model.cost.vllm_profile import VllmStepCost
+    from rearrival.report.vllm import VllmSection, section_markdown
+
+    cost = VllmStepCost(4e-3, 5e-4, 4e-5, 0.0)
+    plan, conf = evicting_plan(), configuration(20)  # a pool that evicts across waits
+    profile = load_vllm_profile(profile_file(tmp_path / "profile.yaml", cost))
+    replicate = tmp_path / "runs" / f"n{plan.n}_r0"
+    run_dir = simulated_run(replicate, plan, conf, cost, name=conf.name)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["configuration"]["name"] = conf.name  # as the run stage names it
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    record = read_run(run_dir)
+    study = Study("agree", "validation", "", (plan.n,), (conf.name,), ("wait",), 1)
+    predicted = predict_study(1, study, lambda n, r: plan, {conf.name: conf}, profile)
+    channels = collect_channels([replicate], None, profile)
+    tables = vllm_tables(
+        [record],
+        lambda n, r: plan,
+        {conf.name: conf},
+        predicted.summaries,
+        predicted.requests,
+        channels,
+    )
+    (run,) = tables["runs"].to_dict("records")
+    assert run["agree_registered"] == run["requests"] == plan.requests
+    assert run["cached_observed"] == run["cached_registered"] == run["cached_metrics_delta"]
+    assert run["re_arrivals_lost_observed"] == run["re_arrivals_lost_registered"] > 0
+    assert run["recomputed_prefill_observed"] == run["recomputed_prefill_registered"] > 0
+    assert run["device_s_registered"] == pytest.approx(run["channel_a_s"])
+    rounds = tables["rounds"]
+    assert rounds["cached_observed"].sum() == run["cached_observed"]
+    assert (rounds["cached_observed"] <= rounds["cacheable"]).all()
+    agreement = write_agreement(
+        compare_run(record, plan, profile, "plan"), tmp_path / "agreement" / conf.name
+    )
+    text = section_markdown(
+        VllmSection(
+            "agree",
+            {"commit": "c" * 40, "committed_at": "T", "files": {"x/profile.yaml": "ab" * 32}},
+            pd.DataFrame(columns=["comparison", "verdict"]),
+            tables["runs"],
+            rounds,
+            tables["requests"],
+            [agreement],
+        )
+    )
+    assert f"(planned arrivals): {plan.requests} of {plan.requests}" in text
+    for heading in ("Table VA1", "Table VA2", "Table VA3", "Reuse by round"):
+        assert heading in text
