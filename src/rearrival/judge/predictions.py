@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from rearrival.config.study import Study
+from rearrival.errors import StageError
 from rearrival.model.configuration import Configuration, RblnConfiguration, VllmConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.cost.vllm_profile import VllmProfile
@@ -145,7 +146,11 @@ def predict_vllm_study(
             for condition in study.conditions():
                 configuration = configurations[condition.configuration]
                 if not isinstance(configuration, VllmConfiguration):
-                    raise TypeError(f"{condition.configuration}: not a vLLM configuration")
+                    raise StageError(
+                        f"configuration {condition.configuration} is not a vLLM "
+                        "configuration; a vLLM profile predicts backend vllm's (num_blocks, "
+                        "block_size, max_num_batched_tokens)"
+                    )
                 key = {
                     "study": study.name,
                     "n": n,
