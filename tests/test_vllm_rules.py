@@ -15,10 +15,12 @@ from typer.testing import CliRunner
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import ConfigurationError, VllmConfiguration
 from rearrival.model.cost.vllm_profile import (
+    DEFAULT_VLLM_PROFILE,
     VllmProfileError,
     VllmStepCost,
     load_vllm_profile,
     parse_step_cost,
+    shipped_vllm_profile,
 )
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
 from rearrival.model.simulator.vllm.blockpool import BlockPool
@@ -374,13 +376,27 @@ def test_cli_reads_the_step_cost_from_a_vllm_profile(plan_file, tmp_path):
     cost = ["--step-cost", "0.004,1e-4,2e-5,0", "--json"]
     with_cost = _cli(["simulate", str(plan_file), *KNOBS, *cost])
     assert with_profile.exit_code == 0, with_profile.output
-    assert with_profile.output == with_cost.output
+    assert with_profile.stdout == with_cost.stdout
+    assert f"profile: vLLM profile {profile} " in with_profile.stderr
+    assert with_cost.stderr == ""  # no profile read, none named
+
+
+def test_cli_prices_with_the_shipped_cpu_profile_by_default(plan_file):
+    shipped = shipped_vllm_profile()
+    cost = ",".join(repr(x) for x in shipped.step_cost.as_tuple())
+    default = _cli(["simulate", str(plan_file), *KNOBS, "--json"])
+    given = _cli(["simulate", str(plan_file), *KNOBS, "--step-cost", cost, "--json"])
+    assert default.exit_code == 0, default.output
+    assert default.stdout == given.stdout
+    profile_line, note = default.stderr.splitlines()
+    assert profile_line.endswith("the shipped vLLM profile")
+    assert DEFAULT_VLLM_PROFILE in profile_line and "not GPU seconds" in note
 
 
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        ([*KNOBS], "--step-cost"),
+        ([*KNOBS, "--step-cost", "1,0,0", "--profile", "p.yaml"], "pass one of them"),
         ([*KNOBS[:2], "--step-cost", "1,0,0"], "--block-size"),
         ([*KNOBS, "--step-cost", "1,0,0", "--buckets", "1,2"], "--buckets"),
         (["--num-blocks", "8", "--step-cost", "1,0,0"], "--substrate vllm"),

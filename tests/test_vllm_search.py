@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from conftest import CONFIG_FILE, TRACELAB_SAMPLE
 from typer.testing import CliRunner
 from vllm_cases import random_plan
@@ -24,6 +26,8 @@ from rearrival.limits import MAX_CANDIDATES, MAX_KV_BLOCKS, LimitError
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import GIB
 from rearrival.model.cost.vllm_profile import (
+    COEFFICIENTS,
+    DEFAULT_VLLM_PROFILE,
     VllmProfileError,
     VllmStepCost,
     load_vllm_profile,
@@ -315,7 +319,11 @@ def test_bad_options_are_one_line_refusals(cpu_profile, tmp_path):
     refusal(["search", *out, *vllm, "--max-num-seqs", "2048"], "--max-num-seqs", "1,024")
     refusal(["search", *out, *vllm, "--num-blocks", "2000000"], "--num-blocks", "1,048,576")
     refusal(["search", *out, *vllm, "--num-blocks", "4,8"], "no candidate left", "longest")
-    refusal(["search", *out, "--substrate", "vllm"], "no vLLM profile ships yet", "--profile")
+    refusal(
+        ["search", *out, "--substrate", "vllm"],
+        f"{DEFAULT_VLLM_PROFILE}: the vLLM profile has no memory block",
+        "--num-blocks",
+    )
     refusal(["advise", *vllm, "--search", str(tmp_path)], "--search")
     refusal(["advise", "--max-model-len", "4096"], "--max-model-len", "--substrate vllm")
     result = runner.invoke(
@@ -337,9 +345,28 @@ def test_bad_options_are_one_line_refusals(cpu_profile, tmp_path):
     assert "one process" in str(result.exception)
 
 
-def test_no_vllm_profile_ships_yet():
-    with pytest.raises(VllmProfileError, match="--profile"):
-        shipped_vllm_profile()
+def test_the_shipped_vllm_profile_is_the_cpu_calibration_of_the_tiny_model():
+    """What ships is a calibration's own output: CPU seconds of the random-weight tiny
+    model on vLLM's CPU build, every coefficient with its interval and provenance."""
+    profile = shipped_vllm_profile()
+    assert profile.name == DEFAULT_VLLM_PROFILE
+    assert (profile.device, profile.vllm_version, profile.model_id) == (
+        "cpu",
+        "0.32.0",
+        "tiny-qwen3",
+    )
+    assert "not GPU seconds" in profile.seconds_note()
+    tree = yaml.safe_load(
+        resources.files("rearrival.data").joinpath(DEFAULT_VLLM_PROFILE).read_text()
+    )
+    for name in COEFFICIENTS:
+        entry = tree["step_cost"][name]
+        assert entry["ci"][0] <= entry["value"] <= entry["ci"][1], name
+        assert entry["provenance"].startswith("fitted:")
+    assert tree["provenance"]["command"].startswith("rearrival calibrate --backend vllm")
+    assert tree["engine"]["distributions"]["torch"].endswith("+cpu")
+    assert "dummy (random) weights" in tree["what"] and "not GPU timings" in tree["what"]
+    assert set(tree["validation"]) >= {"simulated_relative_error", "priced_relative_error"}
 
 
 @needs_sample

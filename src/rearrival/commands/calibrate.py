@@ -3,15 +3,53 @@ calibrate-compile (docs/DESIGN.md §3, "Calibration")."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
 from rearrival.commands.values import Values, checked_config
 
+if TYPE_CHECKING:
+    from rearrival.model.configuration import VllmConfiguration
+
 DEFAULT_CONFIG = Path("config/config.yaml")
+
+
+# ``calibrate --backend vllm``'s knobs when not given: those of ``run --backend vllm``.
+VLLM_DEFAULT_KNOBS = {
+    "batch_size": 8,
+    "num_blocks": 512,
+    "block_size": 32,
+    "max_num_batched_tokens": 512,
+}
+
+
+def vllm_calibration_configuration(
+    buckets: str | None, knobs: dict[str, int | None]
+) -> VllmConfiguration:
+    """The knobs given (None: the default) as the one configuration type, each refusal
+    naming its option."""
+    from rearrival.commands.configuration import vllm_configuration_option
+
+    chosen = {
+        name: default if knobs.get(name) is None else knobs[name]
+        for name, default in VLLM_DEFAULT_KNOBS.items()
+    }
+    batch = chosen.pop("batch_size")
+    return vllm_configuration_option(buckets, batch, **chosen, name="vllm-calibration")
+
+
+@dataclass(frozen=True)
+class VllmCalibrationOptions:
+    """What ``--backend vllm`` reads beside the knobs (None: the default)."""
+
+    model: Path | None = None
+    max_model_len: int | None = None
+    cycles: int | None = None
+    seed: int | None = None
 
 
 def _named(flag: str, name: str) -> typer.models.OptionInfo:
@@ -52,7 +90,12 @@ def calibrate(
     ] = DEFAULT_CONFIG,
     backend: Annotated[
         str | None,
-        typer.Option("--backend", help="emulated, emulated-http or rbln (default: the config's)."),
+        typer.Option(
+            "--backend",
+            help="emulated, emulated-http, rbln or vllm (default: the config's). vllm: the "
+            "step cost of docs/DESIGN.md §15 on real vLLM servers (two: the calibration and a "
+            "held-out validation), with the knobs below; --config is not read.",
+        ),
     ] = None,
     emulator_truth: Annotated[
         str | None,
@@ -74,6 +117,56 @@ def calibrate(
             "(`rearrival calibrate-compile`); also fits compile time and size.",
         ),
     ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="vllm: --max-num-seqs (default 8).")
+    ] = None,
+    num_blocks: Annotated[
+        int | None,
+        typer.Option(
+            "--num-blocks", help="vllm: KV pool in blocks, null block included (default 512)."
+        ),
+    ] = None,
+    block_size: Annotated[
+        int | None,
+        typer.Option(
+            "--block-size", help="vllm: tokens per KV block (default 32; CPU: multiple of 32)."
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-batched-tokens", help="vllm: the per-step token budget (default 512)."
+        ),
+    ] = None,
+    buckets: Annotated[
+        str | None,
+        typer.Option(
+            "--buckets", help="vllm: CUDA-graph capture sizes, GPU only (default none: eager)."
+        ),
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="vllm: model directory with a config.json (default: the shipped "
+            "tiny-qwen3, random weights).",
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option("--max-model-len", help="vllm: default the model's max_position_embeddings."),
+    ] = None,
+    cycles: Annotated[
+        int | None,
+        typer.Option(
+            "--cycles",
+            help="vllm: repetitions of the calibration plan's segments (default 8; about "
+            "8 s of plan each).",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="vllm: plans' and runs' seed (default 0).")
+    ] = None,
     runs: RunsDir = None,
     plans: PlansDir = None,
     decode_steps: DecodeSteps = None,
@@ -81,9 +174,58 @@ def calibrate(
     reuse: ReuseSamples = None,
     values: Values = None,
 ) -> None:
-    """Measure g(b), beta, the prefill model and the reuse rule on a backend and write a
-    profile with CIs, samples and run ids (paper II-B, III-C, IV; Table VII)."""
+    """Measure the cost model on a backend and write a profile with CIs, samples and run
+    ids: g(b), beta, the prefill model and the reuse rule (paper II-B, III-C, IV; Table
+    VII), or with --backend vllm the vLLM step cost (docs/DESIGN.md §15 rule 7)."""
     from dataclasses import replace
+
+    from rearrival.errors import RearrivalError
+    from rearrival.vocabulary import VLLM
+
+    vllm_only = {
+        "--batch-size": batch_size,
+        "--num-blocks": num_blocks,
+        "--block-size": block_size,
+        "--max-num-batched-tokens": max_num_batched_tokens,
+        "--buckets": buckets,
+        "--model": model,
+        "--max-model-len": max_model_len,
+        "--cycles": cycles,
+        "--seed": seed,
+    }
+    if backend == VLLM:
+        rbln_only = {
+            "--emulator-truth": emulator_truth,
+            "--time-scale": time_scale,
+            "--compiled": compiled,
+            "--runs": runs,
+            "--plans": plans,
+            "--decode-steps": decode_steps,
+            "--prefill": prefill,
+            "--reuse": reuse,
+            "--values": values,
+        }
+        given = [flag for flag, value in rbln_only.items() if value is not None]
+        if given:
+            raise RearrivalError(
+                f"{', '.join(given)}: not read by --backend vllm (its runs and samples go "
+                "into --work); drop them"
+            )
+        knobs = {
+            "batch_size": batch_size,
+            "num_blocks": num_blocks,
+            "block_size": block_size,
+            "max_num_batched_tokens": max_num_batched_tokens,
+        }
+        configuration = vllm_calibration_configuration(buckets, knobs)
+        options = VllmCalibrationOptions(model, max_model_len, cycles, seed)
+        calibrate_vllm(out, work, configuration, options)
+        return
+    given = [flag for flag, value in vllm_only.items() if value is not None]
+    if given:
+        raise RearrivalError(
+            f"{', '.join(given)}: only for --backend vllm; drop them or pass --backend vllm"
+        )
 
     from rearrival.config.backends import EmulatedHttpSettings
     from rearrival.config.calibration import MeasurementSettings
@@ -146,6 +288,66 @@ def calibrate(
         f"{decode.max_abs_residual:.3%}, prefill a={result.prefill.per_chunk_s:.6f} s "
         f"b={result.prefill.per_token_s:.4g} s/token, reuse {result.reuse.checked} "
         f"re-arrivals, {len(result.reuse.violations)} violations"
+    )
+
+
+def calibrate_vllm(
+    out: Path,
+    work: Path | None,
+    configuration: VllmConfiguration,
+    options: VllmCalibrationOptions,
+) -> None:
+    """``calibrate --backend vllm``: the vLLM step cost measured on real servers
+    (docs/DESIGN.md §15, "Calibration"), written as a vLLM profile; one line says what
+    was fitted, one stderr line names each residual cell beyond the bound."""
+    import sys
+
+    from rearrival.measure.calibration.vllm_design import VllmCalibrationDesign
+    from rearrival.measure.calibration.vllm_document import profile_document, write_profile
+    from rearrival.measure.calibration.vllm_drive import VllmCalibrationSettings, write_samples
+    from rearrival.measure.calibration.vllm_drive import calibrate_vllm as run_calibration
+    from rearrival.measure.records import utc_now_iso
+    from rearrival.measure.vllm.backend import VllmSettings
+
+    design = VllmCalibrationDesign()
+    if options.cycles is not None:
+        design = VllmCalibrationDesign(cycles=options.cycles)
+    settings = VllmCalibrationSettings(
+        configuration,
+        VllmSettings(model_dir=options.model, max_model_len=options.max_model_len),
+        design,
+        seed=0 if options.seed is None else options.seed,
+    )
+    work_dir = work if work is not None else work_directory(out)
+    result = run_calibration(settings, work_dir)
+    write_samples(result, work_dir)
+    command = ["rearrival", *sys.argv[1:]]
+    document = profile_document(result, command=command, measured_at=utc_now_iso())
+    write_profile(document, out)
+    typer.echo(f"{out}: {calibration_summary(document)}; runs and samples in {work_dir}")
+    for label in document["residuals"]["beyond_bound"]:
+        typer.echo(f"calibrate: residual cell beyond the bound: {label}", err=True)
+
+
+def calibration_summary(document: dict[str, Any]) -> str:
+    """A vLLM profile's coefficients, validation and residual cells in one line."""
+    cost = document["step_cost"]
+
+    def term(name: str, scale: float, unit: str) -> str:
+        entry = cost[name]
+        low, high = (x * scale for x in entry["ci"])
+        mark = "" if entry["identified"] else " (not identified)"
+        return f"{name} {entry['value'] * scale:.4g} {unit} [{low:.4g}, {high:.4g}]{mark}"
+
+    validation, residuals = document["validation"], document["residuals"]
+    return (
+        f"vLLM step cost on {document['device']} from {document['fit']['samples']} steps: "
+        f"{term('base_s', 1e3, 'ms')}, {term('per_decode_token_s', 1e6, 'us')}, "
+        f"{term('per_prefill_token_s', 1e6, 'us')}, {term('per_kv_token_s', 1e9, 'ns')}; "
+        f"held-out device time {validation['simulated_relative_error']:+.1%} simulated, "
+        f"{validation['priced_relative_error']:+.1%} priced on its steps; "
+        f"{len(residuals['beyond_bound'])} residual cells beyond "
+        f"{residuals['bound_relative']:.0%}; {document['provenance']['wall_s']:.0f} s"
     )
 
 

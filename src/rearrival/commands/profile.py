@@ -28,6 +28,7 @@ import typer
 if TYPE_CHECKING:
     from rearrival.config.calibration import MeasurementSettings
     from rearrival.model.cost.profile import Profile
+    from rearrival.model.cost.vllm_profile import VllmProfile
 
 PROFILE_HELP = (
     "Cost constants to predict with: published, calibrated (this checkout's "
@@ -91,3 +92,11 @@ def profile_for_config(config: Path, given: str | None, config_given: bool) -> P
         return choose_profile(MeasurementSettings(source=f"no {config} here"), given)
     raw = read_mapping(config, error=CalibrationConfigError, reference="config/config.yaml")
     return choose_profile(measurement_settings_from_mapping(raw, str(config)), given)
+
+
+def announce_vllm_profile(profile: VllmProfile, path: Path | None) -> None:
+    """The vLLM profile line every ``--substrate vllm`` verb prints on stderr once its
+    work is done (``--profile PATH`` or the shipped one), with what its seconds are."""
+    why = f"--profile {path}" if path is not None else "the shipped vLLM profile"
+    typer.echo(f"rearrival: profile: {profile.description()}: {why}", err=True)
+    typer.echo(f"rearrival: note: {profile.seconds_note()}", err=True)

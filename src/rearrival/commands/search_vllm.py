@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rearrival.commands.profile import announce_vllm_profile
 from rearrival.errors import RearrivalError
 
 if TYPE_CHECKING:
@@ -155,14 +156,6 @@ def _profile(path: Path | None) -> VllmProfile:
     return choose_vllm_profile(path)
 
 
-def _announce(profile: VllmProfile, path: Path | None) -> None:
-    """The profile line every verb prints on stderr (``commands.profile``), with what
-    its seconds are."""
-    why = f"--profile {path}" if path is not None else "the shipped vLLM profile"
-    typer.echo(f"rearrival: profile: {profile.description()}: {why}", err=True)
-    typer.echo(f"rearrival: note: {profile.seconds_note()}", err=True)
-
-
 def _axes(profile: VllmProfile, given: dict[str, Any], memory_filter: bool | None) -> VllmAxes:
     from rearrival.search.vllm.space import VllmAxes
 
@@ -208,7 +201,7 @@ def search(
     else:
         inputs = generated_inputs(cfg, settings, plans_out or out / "plans")
     summary = search_vllm(inputs, axes, profile, paths, given["baseline"])
-    _announce(profile, profile_path)
+    announce_vllm_profile(profile, profile_path)
     warn(summary["caveats"])
     typer.echo(result_lines(paths.summary.parent if out is None else out, summary))
 
@@ -275,5 +268,5 @@ def advise(
         notes=notes,
         source=source,
     )
-    _announce(profile, profile_path)
+    announce_vllm_profile(profile, profile_path)
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))

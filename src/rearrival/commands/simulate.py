@@ -133,7 +133,8 @@ def _simulate_rbln(plans: list[Path], options: dict[str, Any], as_json: bool) ->
             )
 
 
-def _vllm_step_cost(options: dict[str, Any]) -> Any:
+def _vllm_step_cost(options: dict[str, Any]) -> tuple[Any, Any]:
+    """The step cost and the profile it came from (None for --step-cost)."""
     from rearrival.model.cost.vllm_profile import (
         DEFAULT_VLLM_PROFILE,
         choose_vllm_profile,
@@ -146,9 +147,10 @@ def _vllm_step_cost(options: dict[str, Any]) -> Any:
             "--step-cost and --profile both give the step cost; pass one of them"
         )
     if text is not None:
-        return parse_step_cost(text)
+        return parse_step_cost(text), None
     if profile is not None or DEFAULT_VLLM_PROFILE is not None:
-        return choose_vllm_profile(profile).step_cost
+        chosen = choose_vllm_profile(profile)
+        return chosen.step_cost, chosen
     raise SimulateOptionError(
         "--substrate vllm needs the step cost: pass --step-cost BASE,DEC,PRE[,KV] (seconds "
         "per step, per decode token, per prefill token, per token of context) or --profile "
@@ -187,10 +189,11 @@ def _vllm_configuration(options: dict[str, Any]) -> Any:
 def _simulate_vllm(plans: list[Path], options: dict[str, Any], as_json: bool) -> None:
     import json
 
+    from rearrival.commands.profile import announce_vllm_profile
     from rearrival.model.simulator.vllm.sim import simulate_vllm
 
     configuration = _vllm_configuration(options)
-    step_cost = _vllm_step_cost(options)
+    step_cost, profile = _vllm_step_cost(options)
     fixed = _fixed(options)
     loaded = _plans(plans, options)
     results = [
@@ -210,6 +213,8 @@ def _simulate_vllm(plans: list[Path], options: dict[str, Any], as_json: bool) ->
                 f"recomputed={summary['recomputed_prefill_tokens']} "
                 f"makespan={summary['makespan_s']:.3f}s"
             )
+    if profile is not None:
+        announce_vllm_profile(profile, options["profile_path"])
 
 
 def register(app: typer.Typer) -> None:

@@ -73,9 +73,10 @@ REFERENCE = "the vLLM profile layout in docs/DESIGN.md §15"
 DEVICES = ("cpu", "gpu")
 COEFFICIENTS = ("base_s", "per_decode_token_s", "per_prefill_token_s", "per_kv_token_s")
 # The vLLM profile a verb uses when none is given (a file in rearrival/data), or None
-# while none ships: then --substrate vllm needs --profile. The CPU calibration of the
-# shipped tiny model is this file once it is produced; a GPU operator passes their own.
-DEFAULT_VLLM_PROFILE: str | None = None
+# when none ships (then --substrate vllm needs --profile): the CPU calibration of the
+# shipped tiny model (random weights) by `rearrival calibrate --backend vllm` on a 2-core
+# machine; its seconds are CPU seconds, never GPU ones. A GPU operator passes their own.
+DEFAULT_VLLM_PROFILE: str | None = "profile_vllm_tiny_qwen3_cpu.yaml"
 MEMORY_FIELDS = ("device_gib", "weights_gib", "num_devices")
 OPTIONAL_MEMORY_FIELDS = ("overhead_gib",)  # absent: counted as 0, and outputs say so
 

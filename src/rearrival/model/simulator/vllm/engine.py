@@ -23,7 +23,12 @@ A step (``Engine.step``):
    (up to the tokens it holds). A chunk that reaches the end of the request's tokens
    samples one token; a request that has sampled its planned generation finishes, its
    blocks freed in the order the requests were scheduled.
-4. The step costs ``VllmStepCost.step_s(D_pad, P, C)`` and the clock advances by it.
+4. The step costs ``VllmStepCost.step_s(D_pad, P, C)`` and the clock advances by it; the
+   step returns its counts as vLLM's iteration log writes them, with the C it read.
+
+A *driven* engine sends nothing itself: its caller queues each request (``queue``) at the
+step where an observed run admitted it (``replay``, the calibration's replay of a real
+run); everything else is the same.
 """
 
 from __future__ import annotations
@@ -38,6 +43,28 @@ from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.simulator.vllm.blockpool import BlockPool
 from rearrival.model.simulator.vllm.inputs import VllmInputs, cdiv
 from rearrival.model.simulator.vllm.result import RawRun
+
+
+@dataclass(frozen=True, slots=True)
+class StepCounts:
+    """One step as vLLM's iteration log counts it (context requests have sampled nothing
+    yet, generation requests have), and C: the tokens its requests had computed before it
+    (docs/DESIGN.md §15 rule 7)."""
+
+    context_requests: int
+    context_tokens: int
+    generation_requests: int
+    generation_tokens: int
+    context_read: int
+
+    def logged(self) -> tuple[int, int, int, int]:
+        """The four counts the iteration line holds."""
+        return (
+            self.context_requests,
+            self.context_tokens,
+            self.generation_requests,
+            self.generation_tokens,
+        )
 
 
 @dataclass
@@ -71,6 +98,7 @@ class Engine:
         configuration: VllmConfiguration,
         step_cost: VllmStepCost,
         fixed: list[float] | None,
+        driven: bool = False,
     ) -> None:
         a = inputs.arrays
         self.inputs = inputs
@@ -87,9 +115,11 @@ class Engine:
                 zip(a.prompt, a.gen, a.gap, inputs.key_base, strict=True)
             )
         ]
+        self.driven = driven
         self.pending: list[tuple[float, int]] = []
-        for s, rid in enumerate(a.first[:-1]):
-            self._send(rid, a.start[s])
+        if not driven:
+            for s, rid in enumerate(a.first[:-1]):
+                self._send(rid, a.start[s])
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.t = 0.0
@@ -101,6 +131,11 @@ class Engine:
     def _send(self, rid: int, when: float) -> None:
         self.requests[rid].arrival_s = when
         heapq.heappush(self.pending, (when, rid))
+
+    def queue(self, rid: int) -> None:
+        """A driven engine's arrival: request ``rid`` joins the waiting queue now."""
+        self.requests[rid].arrival_s = self.t
+        self.waiting.append(self.requests[rid])
 
     def advance_to_work(self) -> bool:
         """Queue the sends due by now (time, then (session, round) order); with nothing
@@ -176,18 +211,19 @@ class Engine:
             scheduled.append((r, tokens))
             budget -= tokens
 
-    def step(self) -> None:
+    def step(self) -> StepCounts:
         """One engine step (module docstring, 1-4)."""
         scheduled, preempted = self._schedule_running(self.budget)
         if not preempted:
             used = sum(tokens for _, tokens in scheduled)
             self._schedule_waiting(self.budget - used, scheduled)
         assert scheduled, "the pool check guarantees every step schedules a token"
-        decode = prefill = context = 0
+        decode = prefill = context = decoding = 0
         for r, tokens in scheduled:
             context += r.computed
             if r.outputs:  # vLLM's iteration log: generation tokens
                 decode += tokens
+                decoding += 1
             else:  # context tokens: no output token yet
                 prefill += tokens
             r.steps += 1
@@ -205,6 +241,7 @@ class Engine:
         self.decode_tokens += decode
         self.prefill_tokens += prefill
         self.finish(finished)
+        return StepCounts(len(scheduled) - decoding, prefill, decoding, decode, context)
 
     def advance_clock(self, decode_padded: int, prefill: int, context: int) -> None:
         step_s = self.cost.step_s(decode_padded, prefill, context)
@@ -221,7 +258,7 @@ class Engine:
             r.blocks = []
             r.finish_s = self.t
             follow = next_fixed[r.rid]  # -1 on a session's last round
-            if follow >= 0:
+            if follow >= 0 and not self.driven:
                 when = self.t + r.gap_after_s if self.fixed is None else self.fixed[follow]
                 self._send(r.rid + 1, when)
         if finished:
