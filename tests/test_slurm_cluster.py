@@ -169,7 +169,8 @@ def test_search_shards_ran_as_separate_slurm_jobs(slurm_study):
     shards = _submissions(output)["search_shard"]
     assert len(shards) == small_config()["search"]["shards"] == 2
     assert len({job_id for job_id, _ in shards}) == 2
-    assert {log.parent.name for _, log in shards} == {"0", "1"}
+    # the plugin names a job's log folder by its wildcard values: search=search, shard=N
+    assert {log.parent.name for _, log in shards} == {"search_0", "search_1"}
 
 
 def test_results_are_byte_identical_to_a_local_run(slurm_study, finished_study):

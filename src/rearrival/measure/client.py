@@ -44,6 +44,7 @@ from rearrival.measure.records import finish_manifest, write_run
 from rearrival.measure.records.contract import DECODE, RequestRecord, StepRecord, TokenRecord
 from rearrival.measure.records.frames import requests_frame, steps_frame, tokens_frame
 from rearrival.measure.steplog import StepLogError, parse_step_log
+from rearrival.model.configuration import knob_names
 from rearrival.model.plans.plan import AnySession, Plan
 
 # Prompt ids start here: below it most tokenizers keep their control and byte tokens.
@@ -670,8 +671,9 @@ async def server_configuration(url: str) -> dict[str, Any]:
 
 
 def check_configuration(served: dict[str, Any], configuration: dict[str, Any], url: str) -> None:
-    """Refuse to label a run with a configuration the server does not serve."""
-    for key in ("buckets", "batch_size", "slots"):
+    """Refuse to label a run with a configuration the server does not serve (the
+    emulated server is the RBLN twin: its knobs are an RBLN configuration's)."""
+    for key in knob_names("rbln"):
         if served.get(key) != configuration[key]:
             raise ClientError(
                 f"server {url}: serves {key}={served.get(key)}, the run "

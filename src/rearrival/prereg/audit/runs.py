@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from rearrival.model.configuration import ConfigurationError, configuration_from_mapping
 from rearrival.prereg.audit.history import Auditor, commit_time, study_blobs
 from rearrival.prereg.audit.manifests import Run
 from rearrival.prereg.audit.report import (
@@ -65,7 +66,7 @@ def _check_design(
     run: Run, commit: Any, study: str, problems: list[str], passed: list[str]
 ) -> None:
     """Check (h): the run measured the registered design: its backend, N, replicate,
-    variant and its configuration's buckets, batch size and slots are the ones in
+    variant and its configuration's knobs (any substrate's) are the ones in
     design.json at its prereg commit (a config edited around the DAG-time refusal and
     run by hand is caught here)."""
     try:
@@ -83,7 +84,7 @@ def _check_design(
         found.append(f"replicate {run.replicate} beyond the registered {design.get('replicates')}")
     if run.variant not in design.get("variants", []):
         found.append(f"variant {run.variant} not among the registered {design.get('variants')}")
-    measured = {key: configuration.get(key) for key in ("buckets", "batch_size", "slots")}
+    measured = _measured_knobs(configuration)
     if registered is None or measured != registered:
         found.append(
             f"configuration {configuration.get('name')} {measured}, registered {registered}"
@@ -92,6 +93,15 @@ def _check_design(
         problems.append("run does not match the registered design: " + "; ".join(found))
     else:
         passed.append("registered design")
+
+
+def _measured_knobs(configuration: dict[str, Any]) -> dict[str, Any] | str:
+    """The knobs the manifest's configuration holds, as registrations write them (any
+    substrate: a vLLM manifest names its own), or why they cannot be read."""
+    try:
+        return configuration_from_mapping(configuration).as_dict()
+    except ConfigurationError as err:
+        return f"unreadable ({err})"
 
 
 def _check_validation_seed(
