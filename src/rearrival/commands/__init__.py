@@ -1,7 +1,8 @@
 """CLI verbs grouped by area; each module owns its verbs and registers them on the app.
 
 plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
-rejudge: decide --table · prereg: prereg, audit, publish · search: search, advise ·
+rejudge: decide --table · compare: compare (a vLLM run against the predictor) ·
+prereg: prereg, audit, publish · search: search, advise ·
 report: tables · rbln: rbln patch/compile · calibrate: calibrate, calibrate-compile ·
 study: ``rearrival study <stage>``, one verb per Snakemake rule, and ``study config`` ·
 values: the ``--values`` option the stage verbs check
@@ -9,6 +10,7 @@ values: the ``--values`` option the stage verbs check
 
 from rearrival.commands import (
     calibrate,
+    compare,
     measure,
     plans,
     prereg,
@@ -24,6 +26,7 @@ ALL_AREAS = (
     plans.register,
     simulate.register,
     measure.register,
+    compare.register,
     rejudge.register,
     prereg.register,
     search.register,

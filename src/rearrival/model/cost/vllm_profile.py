@@ -25,6 +25,7 @@ with ``value``, ``ci`` and ``provenance``)::
     model_id: "rearrival/tiny-qwen3"
     vllm_version: "0.32.0"
     device: cpu            # cpu | gpu
+    model_config_sha256: "bb48..."  # optional: the served config.json's (checked by compare)
     step_cost:
       base_s:              {value: 0.0042, ci: [0.0040, 0.0044], provenance: "..."}
       per_decode_token_s:  {value: 1.1e-4, ci: [...], provenance: "..."}
@@ -182,6 +183,7 @@ class VllmProfile:
     memory: VllmMemory | None = None
     name: str = ""
     sha256: str = ""
+    model_config_sha256: str = ""  # the served config.json's, when the profile records it
 
     def kv_bytes_per_block(self, block_size: int) -> int:
         return self.kv_bytes_per_token * block_size
@@ -269,6 +271,7 @@ def vllm_profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -
         kv_bytes_per_token=kv_bytes,
         source=source,
         memory=_memory(tree, source),
+        model_config_sha256=str(tree.get("model_config_sha256") or ""),
     )
 
 
