@@ -202,13 +202,8 @@ def test_rearrival_run_refuses_bad_slots_in_one_line_exit_2(tmp_path, monkeypatc
 
 
 # The simulator's config is a configuration plus the rule variant; model/configuration.py
-# builds it (``sim_config``) and so cannot be imported by it. `calibrate --backend vllm`'s
-# options record which flags were given (None: not given) and build the one type from
-# them (``VllmOptions.configuration``); no knob is checked there.
-ALLOWED = {
-    ("model/simulator/sim_types.py", "SimConfig"),
-    ("commands/calibrate.py", "VllmOptions"),
-}
+# builds it (``sim_config``) and so cannot be imported by it.
+ALLOWED = {("model/simulator/sim_types.py", "SimConfig")}
 
 
 def test_no_parallel_configuration_type() -> None:

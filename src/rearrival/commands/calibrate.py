@@ -3,7 +3,7 @@ calibrate-compile (docs/DESIGN.md §3, "Calibration")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,44 +18,38 @@ if TYPE_CHECKING:
 DEFAULT_CONFIG = Path("config/config.yaml")
 
 
-@dataclass(frozen=True)
-class VllmOptions:
-    """The options only ``--backend vllm`` reads (None: not given); defaults are those of
-    ``rearrival run --backend vllm``."""
+# ``calibrate --backend vllm``'s knobs when not given: those of ``run --backend vllm``.
+VLLM_DEFAULT_KNOBS = {
+    "batch_size": 8,
+    "num_blocks": 512,
+    "block_size": 32,
+    "max_num_batched_tokens": 512,
+}
 
-    batch_size: int | None = None
-    num_blocks: int | None = None
-    block_size: int | None = None
-    max_num_batched_tokens: int | None = None
-    buckets: str | None = None
+
+def vllm_calibration_configuration(
+    buckets: str | None, knobs: dict[str, int | None]
+) -> VllmConfiguration:
+    """The knobs given (None: the default) as the one configuration type, each refusal
+    naming its option."""
+    from rearrival.commands.configuration import vllm_configuration_option
+
+    chosen = {
+        name: default if knobs.get(name) is None else knobs[name]
+        for name, default in VLLM_DEFAULT_KNOBS.items()
+    }
+    batch = chosen.pop("batch_size")
+    return vllm_configuration_option(buckets, batch, **chosen, name="vllm-calibration")
+
+
+@dataclass(frozen=True)
+class VllmCalibrationOptions:
+    """What ``--backend vllm`` reads beside the knobs (None: the default)."""
+
     model: Path | None = None
     max_model_len: int | None = None
     cycles: int | None = None
     seed: int | None = None
-
-    def given(self) -> list[str]:
-        """The options given, as flags."""
-        return [
-            "--" + f.name.replace("_", "-")
-            for f in fields(self)
-            if getattr(self, f.name) is not None
-        ]
-
-    def configuration(self) -> VllmConfiguration:
-        """The knobs as a configuration, each refusal naming its option."""
-        from rearrival.commands.configuration import vllm_configuration_option
-
-        def chosen(value: int | None, default: int) -> int:
-            return default if value is None else value
-
-        return vllm_configuration_option(
-            self.buckets,
-            chosen(self.batch_size, 8),
-            num_blocks=chosen(self.num_blocks, 512),
-            block_size=chosen(self.block_size, 32),
-            max_num_batched_tokens=chosen(self.max_num_batched_tokens, 512),
-            name="vllm-calibration",
-        )
 
 
 def _named(flag: str, name: str) -> typer.models.OptionInfo:
@@ -188,17 +182,17 @@ def calibrate(
     from rearrival.errors import RearrivalError
     from rearrival.vocabulary import VLLM
 
-    vllm = VllmOptions(
-        batch_size,
-        num_blocks,
-        block_size,
-        max_num_batched_tokens,
-        buckets,
-        model,
-        max_model_len,
-        cycles,
-        seed,
-    )
+    vllm_only = {
+        "--batch-size": batch_size,
+        "--num-blocks": num_blocks,
+        "--block-size": block_size,
+        "--max-num-batched-tokens": max_num_batched_tokens,
+        "--buckets": buckets,
+        "--model": model,
+        "--max-model-len": max_model_len,
+        "--cycles": cycles,
+        "--seed": seed,
+    }
     if backend == VLLM:
         rbln_only = {
             "--emulator-truth": emulator_truth,
@@ -217,11 +211,20 @@ def calibrate(
                 f"{', '.join(given)}: not read by --backend vllm (its runs and samples go "
                 "into --work); drop them"
             )
-        calibrate_vllm(out, work, vllm)
+        knobs = {
+            "batch_size": batch_size,
+            "num_blocks": num_blocks,
+            "block_size": block_size,
+            "max_num_batched_tokens": max_num_batched_tokens,
+        }
+        configuration = vllm_calibration_configuration(buckets, knobs)
+        options = VllmCalibrationOptions(model, max_model_len, cycles, seed)
+        calibrate_vllm(out, work, configuration, options)
         return
-    if vllm.given():
+    given = [flag for flag, value in vllm_only.items() if value is not None]
+    if given:
         raise RearrivalError(
-            f"{', '.join(vllm.given())}: only for --backend vllm; drop them or pass --backend vllm"
+            f"{', '.join(given)}: only for --backend vllm; drop them or pass --backend vllm"
         )
 
     from rearrival.config.backends import EmulatedHttpSettings
@@ -288,7 +291,12 @@ def calibrate(
     )
 
 
-def calibrate_vllm(out: Path, work: Path | None, options: VllmOptions) -> None:
+def calibrate_vllm(
+    out: Path,
+    work: Path | None,
+    configuration: VllmConfiguration,
+    options: VllmCalibrationOptions,
+) -> None:
     """``calibrate --backend vllm``: the vLLM step cost measured on real servers
     (docs/DESIGN.md §15, "Calibration"), written as a vLLM profile; one line says what
     was fitted, one stderr line names each residual cell beyond the bound."""
@@ -305,7 +313,7 @@ def calibrate_vllm(out: Path, work: Path | None, options: VllmOptions) -> None:
     if options.cycles is not None:
         design = VllmCalibrationDesign(cycles=options.cycles)
     settings = VllmCalibrationSettings(
-        options.configuration(),
+        configuration,
         VllmSettings(model_dir=options.model, max_model_len=options.max_model_len),
         design,
         seed=0 if options.seed is None else options.seed,
