@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test-study test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env
+.PHONY: all test-study all-vllm test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env
 
 # vLLM's CPU build in a venv of its own (README "The vLLM backend": its numpy pin conflicts
 # with the project's), installed exactly as locked: every package==version of a working
@@ -49,6 +49,17 @@ all: $(STAMP)
 test-study: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 8 \
 		--configfile .test/config/config.yaml --replace-workflow-config all
+
+# The small preregistered study on real vLLM servers (README "A study on a real vLLM
+# server"), in place of config/config.yaml (replaced, never merged into it); like `make
+# all` it commits its registrations to the repository it runs in: run it in a scratch clone.
+# With REARRIVAL_VLLM_PYTHON set (a vLLM environment elsewhere) no .venv-vllm is built.
+ifeq ($(REARRIVAL_VLLM_PYTHON),)
+ALL_VLLM_ENV := $(VLLM_STAMP)
+endif
+all-vllm: $(STAMP) $(ALL_VLLM_ENV)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 2 \
+		--configfile config/vllm.yaml --replace-workflow-config all
 
 # Two workers, one module at a time each; the study modules are one unit (tests/conftest.py).
 test: $(STAMP)

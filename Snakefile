@@ -42,6 +42,7 @@ include: "rules/channels.smk"
 include: "rules/decide.smk"
 include: "rules/fixed_arrivals.smk"
 include: "rules/report.smk"
+include: "rules/vllm_report.smk"
 
 
 rule all:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rearrival.config.calibration import CALIBRATED, PUBLISHED, exploratory_profile
 from rearrival.config.study import load_study_config
-from rearrival.vocabulary import BACKEND_STAGES
+from rearrival.vocabulary import BACKEND_STAGES, VLLM
 from rearrival.workflow.cluster import check_slurm_site, device_gres
 from rearrival.workflow.configfile import (
     refuse_command_line_values,
@@ -41,9 +41,16 @@ STUDY_NAMES = list(STUDY.studies)
 BACKEND = BACKEND_STAGES[STUDY.backend]
 # The profile of the exploratory second evaluation (the {profile} wildcard's one value).
 EXPLORATORY_PROFILE = exploratory_profile(STUDY.measurement.profile)
+# On vLLM (docs/DESIGN.md §15) the studies are judged by the vllm rule set with the vLLM
+# profile their profile: names; the paper's RBLN stages (calibration, Table XI's fixed
+# arrivals, the exploratory evaluation, the top-level search, the paper's report) are not
+# run there, the vLLM report section (rules/vllm_report.smk) is.
+ON_VLLM = BACKEND.substrate == VLLM
 # Two-round validation studies: Table XI's fixed-arrival simulator runs on their runs.
 FIXED_ARRIVAL_STUDIES = [
-    name for name, s in STUDY.studies.items() if s.kind == "validation" and not s.multi_round
+    name
+    for name, s in STUDY.studies.items()
+    if s.kind == "validation" and not s.multi_round and not ON_VLLM
 ]
 
 # Site settings for profiles/slurm come from the environment (rearrival.workflow.cluster): the
@@ -314,9 +321,53 @@ def report_files(wildcards, input):
     return " ".join(f"'{path}'" for path in named)
 
 
+def vllm_tables_path(study="{study}", table="{table}"):
+    return f"{RESULTS}/vllm/{study}.{table}.parquet"
+
+
+def vllm_agreement_path(study="{study}"):
+    return f"{RESULTS}/vllm/agreement/{study}"
+
+
+def vllm_report_path():
+    return "reports/vllm.md"
+
+
+def vllm_search_axes(wildcards):
+    """The vLLM search's options from the vllm section: the configurations' block size,
+    the study's batch sizes as max_num_seqs, the section's pools and budgets, and the
+    study's baseline as the baseline every score divides by."""
+    study = STUDY.study(search_study(wildcards.search))
+    baseline = STUDY.configurations[study.baseline]
+    axes = {
+        "--block-sizes": [baseline.block_size],
+        "--max-num-seqs": study.search.batch_sizes,
+        "--num-blocks": STUDY.vllm.search_num_blocks,
+        "--max-num-batched-tokens": STUDY.vllm.search_max_num_batched_tokens,
+    }
+    given = [f"{flag} {','.join(map(str, v))}" for flag, v in axes.items() if v]
+    return " ".join([*given, f"--baseline {baseline.id}"])
+
+
+def vllm_report_files(wildcards, input):
+    """The vllm-report options: each study with its declared files, in the same order."""
+    options = []
+    for k, name in enumerate(STUDY_NAMES):
+        options += [f"--study '{name}'"]
+        for key in ("decisions", "prereg", "runs", "rounds", "requests", "agreement"):
+            options.append(f"--{key} '{getattr(input, key)[k]}'")
+    return " ".join(options)
+
+
 def final_targets():
     """Every decision, the search, the report, and the injection where its backend has a
-    driver (elsewhere it is left out, never run on another backend)."""
+    driver (elsewhere it is left out, never run on another backend); on vLLM every
+    decision and the vLLM report section."""
+    if ON_VLLM:
+        return [
+            *[decisions_path(name) for name in STUDY_NAMES],
+            vllm_report_path(),
+        ]
     return [
         rules.calibrate.output.profile,
         *[decisions_path(name) for name in STUDY_NAMES],

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rearrival.config.backends import EmulatedHttpSettings, RblnSettings
+from rearrival.config.backends import EmulatedHttpSettings, RblnSettings, VllmStudySettings
 from rearrival.config.calibration import CalibrationSettings, MeasurementSettings, ModelSpec
 from rearrival.config.decision import REGISTERED_KEYS, DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
@@ -49,6 +49,7 @@ SECTIONS: dict[str, tuple[type, set[str]]] = {
     "search": (SearchSettings, {"workload"}),  # a study's search takes the study's workload
     "emulated_http": (EmulatedHttpSettings, set()),
     "rbln": (RblnSettings, set()),
+    "vllm": (VllmStudySettings, set()),
     "model": (ModelSpec, set()),
     "calibration": (CalibrationSettings, set()),
 }

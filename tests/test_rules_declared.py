@@ -59,17 +59,18 @@ def dry_run_jobs(text: str) -> list[Job]:
     return jobs
 
 
-def command_paths(command: str) -> set[str]:
-    """The results/ and reports/ paths a command line names (log redirection dropped)."""
+def command_paths(command: str, declared: set[str] = frozenset()) -> set[str]:
+    """The results/ and reports/ paths a command line names (log redirection dropped),
+    and the declared files elsewhere it names (a profile file under src/, say)."""
     words = shlex.split(command.split(" > ", 1)[0])
-    return {w for w in words if w in ROOTS or w.split("/", 1)[0] in ROOTS}
+    return {w for w in words if w in ROOTS or w.split("/", 1)[0] in ROOTS or w in declared}
 
 
 def undeclared_or_unused(job: Job) -> list[str]:
     """The job's declared files its command is not given, and the paths its command is
     given that it does not declare."""
-    named = command_paths(job.command)
     declared = set(job.inputs) | set(job.outputs)
+    named = command_paths(job.command, declared)
     problems = [
         f"{job.rule}: declares {path} but its command is not given it"
         for path in sorted(declared)
@@ -82,9 +83,9 @@ def undeclared_or_unused(job: Job) -> list[str]:
     return problems
 
 
-def _dry_run(tmp_path: Path, config: str) -> str:
+def _dry_run(tmp_path: Path, config: str, extra: tuple[str, ...] = ()) -> str:
     work = tmp_path / "study"
-    for name in WORKFLOW_FILES:
+    for name in (*WORKFLOW_FILES, *extra):
         source, target = REPO / name, work / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
@@ -114,6 +115,20 @@ def test_every_rule_gives_its_command_exactly_its_declared_files(tmp_path, confi
     assert {"predict_exploratory", "channels_exploratory", "decide_exploratory"} <= rules
     report = next(job for job in jobs if job.rule == "report")
     assert any(path.startswith("results/exploratory/") for path in report.inputs)
+    assert [p for job in jobs for p in undeclared_or_unused(job)] == []
+
+
+def test_every_vllm_rule_gives_its_command_exactly_its_declared_files(tmp_path):
+    """The vLLM study (config/vllm.yaml): its own search, the tables and the comparison
+    with each run, and the report section, none of the paper's RBLN stages."""
+    profile = "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
+    jobs = dry_run_jobs(_dry_run(tmp_path, "config/vllm.yaml", (profile,)))
+    rules = {job.rule for job in jobs}
+    assert {"plans", "predict", "preregister", "run_replicate", "seal", "channels"} <= rules
+    assert {"decide", "search_vllm", "vllm_tables", "vllm_agreement", "vllm_report"} <= rules
+    assert not rules & {"calibrate", "report", "search_merge", "predict_exploratory"}
+    predict = next(job for job in jobs if job.rule == "predict")
+    assert profile in predict.inputs
     assert [p for job in jobs for p in undeclared_or_unused(job)] == []
 
 

@@ -93,6 +93,10 @@ def test_steps_that_do_not_cover_the_requests_are_named() -> None:
     assert "prefill 372 tokens" in log.coverage_problem(recomputed, REQUESTS, {})
     preempted = {"vllm:num_preemptions_total": 1.0}
     assert log.coverage_problem(recomputed, REQUESTS, preempted) is None
+    # a resumed request's recomputed output is logged as generation tokens
+    redecoded = log.steps(LOG.replace("1 generation tokens", "5 generation tokens"))
+    assert "no preemption to recompute more" in log.coverage_problem(redecoded, REQUESTS, {})
+    assert log.coverage_problem(redecoded, REQUESTS, preempted) is None
 
 
 def test_vllms_reason_is_its_first_error_not_a_warning() -> None:
@@ -127,6 +131,9 @@ def test_server_argv_holds_the_configurations_knobs() -> None:
     assert kv_cache_memory_bytes(configuration, model) == 128 * 32 * 1024  # 1 KiB a token
     for flag in ("--enforce-eager", "--enable-prefix-caching", "--load-format"):
         assert flag in argv
+    study_seed = 2**63 + 5  # a study's run seeds are 64-bit; vLLM takes [0, 2**32)
+    argv = server_argv(Path("/py"), configuration, model, port=9, seed=study_seed, max_model_len=8)
+    assert argv[argv.index("--seed") + 1] == "5"
     with pytest.raises(ValueError, match="CPU build has no CUDA graphs"):
         server_argv(
             Path("/py"),

@@ -26,6 +26,10 @@ class BackendStages:
     device: bool  # its jobs hold the real device (`device` resource, the Slurm gres)
     compiles: bool  # every configuration is compiled before it runs (compile stages)
     injection: bool  # it has a prefill-injection driver (paper III-C)
+    # the substrate whose configurations it runs (rearrival.model.configuration.SUBSTRATES)
+    # and the predictor's rule set its registered predictions use
+    substrate: str = "rbln"
+    prediction: str = "base"
 
 
 BACKEND_STAGES = {
@@ -33,7 +37,9 @@ BACKEND_STAGES = {
     EMULATED_HTTP: BackendStages(device=False, compiles=False, injection=False),
     RBLN: BackendStages(device=True, compiles=True, injection=False),
     # vLLM's CPU build, a server per run; nothing to compile ahead (no RBLN artifacts)
-    VLLM: BackendStages(device=False, compiles=False, injection=False),
+    VLLM: BackendStages(
+        device=False, compiles=False, injection=False, substrate="vllm", prediction="vllm"
+    ),
 }
 # The only backend with a prefill-injection driver (paper III-C); `all` leaves the
 # injection out on the others.
@@ -71,5 +77,8 @@ RULE_SETS: dict[str, tuple[str, str]] = {
     "dummy": ("deferred", "reserved"),
     "stack": ("immediate", "pre-evict"),
 }
-# The rule set every registered prediction uses; the others are reported beside it.
+# The rule set every registered prediction on the paper's substrate uses; the others are
+# reported beside it. On vLLM the one rule set is ``VLLM_RULES`` (docs/DESIGN.md §15):
+# each backend's registered rule set is its ``BackendStages.prediction``.
 PREDICTION = "base"
+VLLM_RULES = "vllm"

@@ -377,6 +377,7 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.calibrate import calibrate, calibrate_compile
     from rearrival.commands.report import study_report
     from rearrival.commands.search import search_app
+    from rearrival.commands.vllm_study import vllm_agreement, vllm_report, vllm_tables
 
     study_app = typer.Typer(
         cls=PanelledGroup,
@@ -397,6 +398,9 @@ def register(app: typer.Typer) -> None:
         "decide": decide,
         "fixed-arrivals": fixed_arrivals,
         "report": study_report,
+        "vllm-tables": vllm_tables,
+        "vllm-agreement": vllm_agreement,
+        "vllm-report": vllm_report,
         "config": show_config,
     }
     for name, verb in verbs.items():

@@ -1,5 +1,5 @@
-"""The ``emulated_http`` and ``rbln`` sections: settings of the two backends that run
-outside this process (docs/DESIGN.md §5). Their defaults are the one source
+"""The ``emulated_http``, ``rbln`` and ``vllm`` sections: settings of the backends that run
+outside this process (docs/DESIGN.md §5, §15). Their defaults are the one source
 (config/schema.yaml states none; tests/test_config_schema.py checks that every field is
 a documented key). What hardware compiles and serves, the model's id, maximum sequence
 length and devices, is the ``model`` section's (rearrival.config.calibration.ModelSpec),
@@ -8,6 +8,7 @@ never repeated here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -23,3 +24,43 @@ class RblnSettings:
 
     artifacts: str = "artifacts"
     site_packages: str | None = None
+
+
+@dataclass(frozen=True)
+class VllmStudySettings:
+    """The ``vllm`` section (backend vllm, docs/DESIGN.md §15): what every run's server
+    serves besides its configuration's knobs, and the knobs the study's own search tries
+    beside its ``batch_sizes`` (max_num_seqs).
+
+    ``model`` None serves the shipped tiny-qwen3 config with random weights;
+    ``max_model_len`` None is the model's ``max_position_embeddings``; ``device`` None is
+    what the vLLM environment is built for (the CPU package: cpu). ``search_num_blocks``
+    and ``search_max_num_batched_tokens`` empty: the vLLM search's own axes (pools from
+    the profile's memory, its token budgets)."""
+
+    model: str | None = None
+    max_model_len: int | None = None
+    device: str | None = None
+    ready_timeout_s: float = 600.0
+    search_num_blocks: tuple[int, ...] = ()
+    search_max_num_batched_tokens: tuple[int, ...] = ()
+
+    def problem(self) -> str | None:
+        """What a schema cannot say is wrong with the section (one line), else None."""
+        if self.model is not None and not (Path(self.model) / "config.json").is_file():
+            return (
+                f"vllm.model: {self.model} holds no config.json (looked for "
+                f"{(Path(self.model) / 'config.json').absolute()}); give a Hugging Face model "
+                "directory or leave vllm.model out to serve the shipped tiny-qwen3"
+            )
+        if self.device not in (None, "cpu", "gpu"):
+            return f"vllm.device: {self.device!r}: use cpu or gpu (or leave it out)"
+        if not self.ready_timeout_s > 0:
+            return f"vllm.ready_timeout_s: {self.ready_timeout_s}: give seconds > 0"
+        if self.max_model_len is not None and self.max_model_len < 1:
+            return f"vllm.max_model_len: {self.max_model_len}: give tokens >= 1"
+        for name in ("search_num_blocks", "search_max_num_batched_tokens"):
+            low = 2 if name == "search_num_blocks" else 1
+            if any(not isinstance(v, int) or v < low for v in getattr(self, name)):
+                return f"vllm.{name}: {list(getattr(self, name))}: give integers >= {low}"
+        return None

@@ -19,8 +19,13 @@ from typing import Any
 import jsonschema
 import yaml
 
-from rearrival.config.backends import EmulatedHttpSettings, RblnSettings
-from rearrival.config.calibration import MeasurementSettings, measurement_settings_from_mapping
+from rearrival.config.backends import EmulatedHttpSettings, RblnSettings, VllmStudySettings
+from rearrival.config.calibration import (
+    CALIBRATED,
+    PUBLISHED,
+    MeasurementSettings,
+    measurement_settings_from_mapping,
+)
 from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
 from rearrival.config.injection import InjectionSettings
@@ -30,12 +35,11 @@ from rearrival.errors import StageError
 from rearrival.model.configuration import (
     Configuration,
     ConfigurationError,
-    RblnConfiguration,
     configuration_from_mapping,
     configuration_in_record,
 )
 from rearrival.model.plans.tools import ToolTable, default_tool_table, load_summary_json
-from rearrival.vocabulary import EMULATED, RBLN
+from rearrival.vocabulary import BACKEND_STAGES, EMULATED
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -45,12 +49,15 @@ class SelectionMissingError(StageError):
     the CLI can name its flag for it."""
 
 
-def configuration_from_config(name: str, raw: dict[str, Any], where: str) -> RblnConfiguration:
-    """One entry under ``configurations``, checked once by the configuration type (the
-    largest bucket is batch_size; slots default to batch_size, docs/DESIGN.md §1); a knob
-    it refuses is one line naming the file and the keys."""
+def configuration_from_config(
+    name: str, raw: dict[str, Any], where: str, substrate: str = "rbln"
+) -> Configuration:
+    """One entry under ``configurations``, checked once by the configuration type of the
+    backend's substrate (RBLN: the largest bucket is batch_size, slots default to
+    batch_size, docs/DESIGN.md §1; vLLM: num_blocks, block_size, max_num_batched_tokens,
+    §15); a knob it refuses is one line naming the file and the keys."""
     try:
-        return configuration_from_mapping(raw, RBLN, name)  # type: ignore[return-value]
+        return configuration_from_mapping(raw, substrate, name)
     except ConfigurationError as exc:
         keys = "/".join(f"{name}.{field}" for field in exc.fields) or name
         raise StudyConfigError(f"{where}: {keys}: {exc}") from None
@@ -115,7 +122,7 @@ class StudyConfig:
     config/schema.yaml documents the same values)."""
 
     source: str
-    configurations: dict[str, RblnConfiguration]
+    configurations: dict[str, Configuration]
     studies: dict[str, Study]
     backend: str = EMULATED
     study_seed: int = 20260601
@@ -126,6 +133,7 @@ class StudyConfig:
     search: SearchSettings = field(default_factory=SearchSettings)
     emulated_http: EmulatedHttpSettings = field(default_factory=EmulatedHttpSettings)
     rbln: RblnSettings = field(default_factory=RblnSettings)
+    vllm: VllmStudySettings = field(default_factory=VllmStudySettings)
     # profile:, emulator_truth:, model: and calibration: (rearrival.config.calibration)
     measurement: MeasurementSettings = field(default_factory=MeasurementSettings)
     # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
@@ -200,15 +208,20 @@ def _sections(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """The typed sections (keys left out take the models' defaults); a value the model
     refuses is one line naming the file and the key."""
     try:
-        return {
+        sections = {
             "decision": DecisionCriteria.from_mapping(raw.get("decision")),
             "injection": InjectionSettings(**_tuples(raw.get("injection") or {})),
             "search": SearchSettings.from_mapping(raw.get("search") or {}),
             "emulated_http": EmulatedHttpSettings(**(raw.get("emulated_http") or {})),
             "rbln": RblnSettings(**(raw.get("rbln") or {})),
+            "vllm": VllmStudySettings(**_tuples(raw.get("vllm") or {})),
         }
     except (DecisionError, SearchError) as exc:
         raise StudyConfigError(f"{source}: {exc}") from None
+    problem = sections["vllm"].problem()
+    if problem is not None:
+        raise StudyConfigError(f"{source}: {problem}")
+    return sections
 
 
 def _tuples(values: dict[str, Any]) -> dict[str, Any]:
@@ -219,13 +232,23 @@ def _tuples(values: dict[str, Any]) -> dict[str, Any]:
 
 def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
     """Build the typed study definition from a schema-valid mapping."""
+    substrate = BACKEND_STAGES[raw.get("backend", StudyConfig.backend)].substrate
     configurations = {
-        name: configuration_from_config(name, value, f"{source}: configurations")
+        name: configuration_from_config(name, value, f"{source}: configurations", substrate)
         for name, value in raw["configurations"].items()
     }
     measurement = measurement_settings_from_mapping(raw, source)
+    if substrate == "vllm" and measurement.profile in (CALIBRATED, PUBLISHED):
+        raise StudyConfigError(
+            f"{source}: profile: {measurement.profile}: backend vllm predicts with a vLLM "
+            "profile file (no published vLLM constants exist, and the calibrate stage "
+            "measures the RBLN model); give its path, e.g. profile: "
+            "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
+        )
     sections = _sections(raw, source)
-    context = (sections["search"], measurement.model.max_seq_len)
+    # the longest session a workload may draw: the served model length on vLLM
+    longest = sections["vllm"].max_model_len if substrate == "vllm" else None
+    context = (sections["search"], longest or measurement.model.max_seq_len)
     studies = {
         name: _study(name, value, configurations, source, context)
         for name, value in raw["studies"].items()
@@ -370,9 +393,10 @@ def tool_table_for(cfg: StudyConfig) -> ToolTable:
     return load_summary_json(path)
 
 
-def read_selected(path: Path) -> RblnConfiguration:
+def read_selected(path: Path, substrate: str = "rbln") -> Configuration:
     """The configuration the search picked (results/search/selected.json, which carries
-    the pick's ``id`` beside its knobs), named ``selected``."""
+    the pick's ``id`` beside its knobs), named ``selected``: a configuration of the
+    backend's ``substrate`` (the vLLM search's pick on backend vllm)."""
     if not path.exists():
         raise StageError(
             f"{path}: no search result; run the search stage first "
@@ -380,14 +404,14 @@ def read_selected(path: Path) -> RblnConfiguration:
         )
     raw = json.loads(path.read_text())
     try:
-        return configuration_in_record(raw, RBLN, SELECTED)  # type: ignore[return-value]
+        return configuration_in_record(raw, substrate, SELECTED)
     except ConfigurationError as exc:
         raise StageError(f"{path}: {exc}; re-run the search stage") from None
 
 
 def resolve_configurations(
     cfg: StudyConfig, study: Study, selected_path: Path | None
-) -> dict[str, RblnConfiguration]:
+) -> dict[str, Configuration]:
     """Every configuration a study compares, by name, the search's pick read from
     ``selected_path`` (predict, preregister, run and compile all resolve them here)."""
     resolved = {}
@@ -398,7 +422,7 @@ def resolve_configurations(
                     f"study {study.name} compares the search's pick; give "
                     "the search's selected.json (results/search/selected.json)"
                 )
-            resolved[name] = read_selected(selected_path)
+            resolved[name] = read_selected(selected_path, BACKEND_STAGES[cfg.backend].substrate)
         else:
             resolved[name] = cfg.configurations[name]
     return resolved
@@ -466,6 +490,7 @@ def effective_definition(cfg: StudyConfig) -> dict[str, Any]:
         "search": _plain(cfg.search.as_dict()),
         "emulated_http": _section(cfg.emulated_http),
         "rbln": _section(cfg.rbln),
+        "vllm": _section(cfg.vllm),
         "model": _section(measurement.model),
         "calibration": _plain(measurement.calibration.as_dict()),
     }

@@ -17,6 +17,7 @@ from rearrival.judge.channels import StepCost, channels
 from rearrival.measure.records import read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.cost.profile import Profile
+from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.parquet import write_frame
 
 
@@ -28,13 +29,16 @@ def run_dirs(replicate_dirs: list[Path]) -> list[Path]:
 def collect_channels(
     replicate_dirs: list[Path],
     out: Path | None,
-    profile: Profile | None = None,
+    profile: Profile | VllmProfile | None = None,
     step_cost: StepCost | None = None,
 ) -> pd.DataFrame:
     """Channel A/B per run plus what decisions and tables need, incomplete runs included
     (with their status) so a decision can say which replicate is missing and why.
     ``out`` None returns the table without writing it (the audit recomputes it);
-    ``step_cost`` prices the steps of vLLM runs (the vLLM profile)."""
+    ``step_cost`` prices the steps of vLLM runs, the step cost of ``profile`` when that
+    is a vLLM profile (docs/DESIGN.md §15)."""
+    if isinstance(profile, VllmProfile):
+        profile, step_cost = None, profile.step_cost
     rows = []
     for run_dir in run_dirs(replicate_dirs):
         record = read_run(run_dir, require_complete=False)

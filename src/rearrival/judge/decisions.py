@@ -21,6 +21,7 @@ import pandas as pd
 from rearrival.config.decision import DecisionCriteria
 from rearrival.config.study import Condition, Study
 from rearrival.judge.decide import judge_rows, saturation, summed_ratio, table_csv
+from rearrival.vocabulary import PREDICTION
 
 COLUMNS = (
     "study",
@@ -159,7 +160,7 @@ def predicted_ratio(
     changed: str,
     variant: str,
     reference_variant: str | None = None,
-    simulator: str = "base",
+    simulator: str = PREDICTION,
 ) -> float:
     """Replicate-summed predicted device time ratio of two conditions (paper IV)."""
     chosen = predictions[(predictions["n"] == n) & (predictions["simulator"] == simulator)]
@@ -177,8 +178,10 @@ def validation_rows(
     channels: pd.DataFrame,
     predictions: pd.DataFrame,
     criteria: DecisionCriteria,
+    rule_set: str = PREDICTION,
 ) -> list[dict]:
-    """Preregistered cost validation (Table IX): each changed configuration vs baseline."""
+    """Preregistered cost validation (Table IX): each changed configuration vs baseline,
+    the prediction that of the registered ``rule_set`` (``vllm`` on vLLM)."""
     rows, pending = [], []
     for n in study.n:
         for changed in study.configurations[1:]:
@@ -189,7 +192,7 @@ def validation_rows(
                 reference = condition_runs(channels, n, study.baseline, variant, replicates)
                 other = condition_runs(channels, n, changed, variant, replicates)
                 row["ratio_pred"] = predicted_ratio(
-                    predictions, n, study.baseline, changed, variant
+                    predictions, n, study.baseline, changed, variant, simulator=rule_set
                 )
                 row["rule"] = study.rule
                 missing = withheld(row, reference.missing, other.missing)
@@ -218,7 +221,11 @@ def comparison_pairs(study: Study) -> list[tuple[Condition, Condition]]:
 
 
 def comparison_rows(
-    replicates: int, study: Study, channels: pd.DataFrame, predictions: pd.DataFrame
+    replicates: int,
+    study: Study,
+    channels: pd.DataFrame,
+    predictions: pd.DataFrame,
+    rule_set: str = PREDICTION,
 ) -> list[dict]:
     """Mechanism studies: paired comparisons on both channels with the simulator's
     prediction beside them (descriptive: these studies carry no verdict)."""
@@ -244,6 +251,7 @@ def comparison_rows(
                 condition.configuration,
                 condition.variant,
                 first.variant,
+                rule_set,
             )
             rows.append(described(row, reference, other))
     return rows
@@ -325,11 +333,14 @@ def decision_table(
     channels: pd.DataFrame,
     predictions: pd.DataFrame,
     criteria: DecisionCriteria,
+    rule_set: str = PREDICTION,
 ) -> tuple[str, pd.DataFrame]:
     """A study's decision table as CSV text (and frame): the decide stage writes it, the
-    audit recomputes it from the registration and the run records and compares."""
+    audit recomputes it from the registration and the run records and compares.
+    ``rule_set`` names the predictions judged (the registered one: ``base`` on RBLN,
+    ``vllm`` on vLLM)."""
     if study.kind == "validation":
-        rows = validation_rows(replicates, study, channels, predictions, criteria)
+        rows = validation_rows(replicates, study, channels, predictions, criteria, rule_set)
     elif study.kind == "saturation":
         rows = saturation_rows(
             replicates, study, channels, criteria, criteria.bootstrap_resamples, study_seed
@@ -337,7 +348,7 @@ def decision_table(
     elif study.kind == "repeats":
         rows = repeat_rows(replicates, study, channels)
     else:
-        rows = comparison_rows(replicates, study, channels, predictions)
+        rows = comparison_rows(replicates, study, channels, predictions, rule_set)
     ordered = [{column: row.get(column) for column in COLUMNS} for row in rows]
     text = table_csv(ordered) if ordered else ",".join(COLUMNS) + "\n"
     return text, pd.DataFrame(ordered, columns=list(COLUMNS))

@@ -69,12 +69,19 @@ class BackendSettings:
     ) -> BackendSettings:
 
         site_packages = cfg.rbln.site_packages
+        served = cfg.vllm
         return cls(
             backend=cfg.backend,
             time_scale=(cfg.emulated_http.time_scale if cfg.backend == EMULATED_HTTP else 1.0),
             site_packages=Path(site_packages) if site_packages else None,
             compile_record=compile_record,
             emulator_truth=cfg.measurement.truth_path(),
+            vllm=VllmSettings(
+                model_dir=Path(served.model) if served.model else None,
+                max_model_len=served.max_model_len,
+                device=served.device,
+                ready_timeout_s=served.ready_timeout_s,
+            ),
         )
 
 

@@ -20,6 +20,7 @@ from rearrival.config.decision import DecisionCriteria
 from rearrival.config.study import Study
 from rearrival.errors import StageError
 from rearrival.model.cost.profile import Profile, measured_profile, profile_from_mapping
+from rearrival.model.cost.vllm_profile import VllmProfile, vllm_profile_from_mapping
 from rearrival.parquet import read_frame
 from rearrival.prereg.registration import PROFILE_FILE, open_repo, registrations
 from rearrival.vocabulary import PREDICTION
@@ -38,7 +39,10 @@ class Registration:
     criteria: DecisionCriteria
     predictions: pd.DataFrame
     files: dict[str, bytes]
-    profile: Profile  # the constants the predictions (and channel A) were registered with
+    # the constants the predictions (and channel A) were registered with: a vLLM
+    # profile on backend vllm
+    profile: Profile | VllmProfile
+    rule_set: str = PREDICTION  # the predictor's rule set of the registered predictions
 
 
 REGISTERED_FILES = ("design.json", "criteria.json", "predictions.json")
@@ -75,9 +79,11 @@ def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
                 f"{path}: not in prereg commit {commit[:12]}; re-run the prereg stage"
             ) from None
     design = json.loads(files["design.json"])
-    per_plan = json.loads(files["predictions.json"])["per_plan"]
+    registered = json.loads(files["predictions.json"])
+    per_plan = registered["per_plan"]
+    rule_set = str(registered.get("simulator", PREDICTION)).split(" ")[0]
     predictions = pd.DataFrame(per_plan)
-    predictions["simulator"] = PREDICTION
+    predictions["simulator"] = rule_set
     criteria = DecisionCriteria.from_dict(
         json.loads(files["criteria.json"]),
         f"preregistration/{study_name}/criteria.json at {commit[:12]}",
@@ -91,29 +97,36 @@ def read_registration(repo: Any, study_name: str, commit: str) -> Registration:
         predictions,
         files,
         registered_profile(repo, study_name, commit),
+        rule_set,
     )
 
 
-def registered_profile(repo: Any, study_name: str, commit: str) -> Profile:
-    """The profile committed beside the predictions; registrations made before profiles
-    were committed used the shipped published constants."""
+def registered_profile(repo: Any, study_name: str, commit: str) -> Profile | VllmProfile:
+    """The profile committed beside the predictions (a vLLM profile says ``substrate:
+    vllm``); registrations made before profiles were committed used the shipped
+    published constants."""
     path = f"preregistration/{study_name}/{PROFILE_FILE}"
     try:
         text = (repo.commit(commit).tree / path).data_stream.read()
     except KeyError:
         return measured_profile()
-    return profile_from_mapping(yaml.safe_load(text), f"{path} at {commit[:12]}")
+    tree = yaml.safe_load(text)
+    if isinstance(tree, dict) and tree.get("substrate") == "vllm":
+        return vllm_profile_from_mapping(tree, f"{path} at {commit[:12]}")
+    return profile_from_mapping(tree, f"{path} at {commit[:12]}")
 
 
 PER_PLAN_KEYS = ["n", "replicate", "configuration", "variant", "plan_sha256", "device_s"]
 
 
 def prediction_difference(working: pd.DataFrame, registered: pd.DataFrame) -> str | None:
-    """The first per-plan prediction (base simulator) that differs from the registered
-    one, as text; None when the working predictions are what was registered."""
+    """The first per-plan prediction (of the registered rule set, which ``registered``
+    names in its ``simulator`` column) that differs from the registered one, as text;
+    None when the working predictions are what was registered."""
     keys = PER_PLAN_KEYS[:4]
+    rule_set = registered["simulator"].iloc[0] if len(registered) else PREDICTION
     mine = (
-        working[working["simulator"] == PREDICTION][PER_PLAN_KEYS]
+        working[working["simulator"] == rule_set][PER_PLAN_KEYS]
         .sort_values(keys)
         .reset_index(drop=True)
     )

@@ -12,7 +12,7 @@ import pandas as pd
 from rearrival.config.study import StudyConfig
 from rearrival.judge.collect import collect_channels
 from rearrival.prereg.ledger import require_sealed
-from rearrival.workflow.profile import stage_profile
+from rearrival.workflow.profile import stage_profile, substrate_of
 
 
 def channels(
@@ -31,5 +31,5 @@ def channels(
     other one for the exploratory evaluation)."""
     cfg.study(study_name)
     require_sealed(repo_dir, study_name, replicate_dirs, ledger_record)
-    profile = stage_profile(cfg.measurement, profile_path, exploratory)
+    profile = stage_profile(cfg.measurement, profile_path, exploratory, substrate_of(cfg))
     return collect_channels(replicate_dirs, out, profile)

@@ -20,6 +20,7 @@ from rearrival.judge.decisions import decision_table
 from rearrival.parquet import read_frame
 from rearrival.prereg.ledger import require_sealed
 from rearrival.prereg.registered import registration_for_decision
+from rearrival.vocabulary import BACKEND_STAGES
 
 
 def _sealed_channels(
@@ -61,6 +62,7 @@ def decide(
         channels,
         registration.predictions,
         registration.criteria,
+        registration.rule_set,
     )
     atomic_write_text(out, text)
 
@@ -85,5 +87,6 @@ def decide_exploratory(
         channels,
         read_frame(predictions_path, "predict"),
         cfg.decision,
+        BACKEND_STAGES[cfg.backend].prediction,
     )
     atomic_write_text(out, text)

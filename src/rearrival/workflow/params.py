@@ -21,6 +21,7 @@ from typing import Any
 from rearrival.config.study import Study, StudyConfig, tool_table_for
 from rearrival.errors import RearrivalError
 from rearrival.measure.backends import BackendSettings
+from rearrival.vocabulary import VLLM
 from rearrival.workflow.preregister import registered_design
 
 PLAN_KEYS = ("study", "study_seed", "replicates", "tool_table", "n", "seed_block", "workload")
@@ -63,6 +64,8 @@ def _study_search(cfg: StudyConfig, study: Study) -> dict[str, Any]:
         "profile": cfg.measurement.profile,
         "tool_table": tool_table_for(cfg).source,
         "baseline": cfg.configurations[study.baseline].as_dict(),
+        # the vLLM search's axes beside the study's batch sizes (backend vllm)
+        **({"vllm": asdict(cfg.vllm)} if cfg.backend == VLLM else {}),
     }
 
 

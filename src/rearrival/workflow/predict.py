@@ -14,7 +14,7 @@ from rearrival.config.study import StudyConfig, resolve_configurations
 from rearrival.judge.predictions import StudyPredictions, predict_study
 from rearrival.parquet import write_frame
 from rearrival.workflow.plans import read_study_plan
-from rearrival.workflow.profile import stage_profile
+from rearrival.workflow.profile import stage_profile, substrate_of
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def predict(
         study,
         lambda n, replicate: read_study_plan(plans_dir, n, replicate),
         resolve_configurations(cfg, study, selected_path),
-        stage_profile(cfg.measurement, profile_path, exploratory),
+        stage_profile(cfg.measurement, profile_path, exploratory, substrate_of(cfg)),
     )
     write_frame(predictions.summaries, out.predictions)
     write_frame(predictions.requests, out.requests)

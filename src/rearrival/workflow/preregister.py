@@ -30,9 +30,9 @@ from rearrival.prereg.registration import (
     registrations,
 )
 from rearrival.prereg.witness import publish
-from rearrival.vocabulary import PREDICTION, RULE_SETS
+from rearrival.vocabulary import BACKEND_STAGES, PREDICTION, RULE_SETS, VLLM, VLLM_RULES
 from rearrival.workflow.plans import read_study_plan
-from rearrival.workflow.profile import stage_profile
+from rearrival.workflow.profile import stage_profile, substrate_of
 
 
 def plan_registry(cfg: StudyConfig, study: Study, plans_dir: Path) -> dict[str, Any]:
@@ -47,13 +47,24 @@ def plan_registry(cfg: StudyConfig, study: Study, plans_dir: Path) -> dict[str, 
     return {"validation": study.kind == "validation", "plans": plans}
 
 
-def prediction_record(predictions: pd.DataFrame, study: Study) -> dict[str, Any]:
-    """The predictions a study commits to: replicate-summed ratios per condition."""
-    sums = predicted_ratios(predictions, study.baseline)
-    per_plan = predictions[predictions["simulator"] == PREDICTION]
+def rule_set_entry(rule_set: str) -> str:
+    """The registered predictions' ``simulator``: the rule set's name first (read back by
+    ``rearrival.prereg.registered``), then what it is."""
+    if rule_set == VLLM_RULES:
+        return f"{VLLM_RULES} (vLLM 0.32.0's scheduler rules, docs/DESIGN.md §15)"
+    release, dummy_block = RULE_SETS[rule_set]
+    return f"{rule_set} (release={release}, dummy_block={dummy_block})"
+
+
+def prediction_record(
+    predictions: pd.DataFrame, study: Study, rule_set: str = PREDICTION
+) -> dict[str, Any]:
+    """The predictions a study commits to: replicate-summed ratios per condition, under
+    the backend's registered rule set (``BackendStages.prediction``)."""
+    sums = predicted_ratios(predictions, study.baseline, rule_set)
+    per_plan = predictions[predictions["simulator"] == rule_set]
     return {
-        "simulator": f"{PREDICTION} (release={RULE_SETS[PREDICTION][0]}, "
-        f"dummy_block={RULE_SETS[PREDICTION][1]})",
+        "simulator": rule_set_entry(rule_set),
         "ratios": [
             {
                 "n": int(r.n),
@@ -87,7 +98,8 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     it as a param, so an edit reruns the study's jobs, and compares it with the
     registration, so an edit after registering is refused (:func:`design_changes`).
     A study of agent sessions also registers its ``workload`` (left out for the paper's
-    two-round sessions, so their registrations keep their bytes)."""
+    two-round sessions, so their registrations keep their bytes), a study on vLLM what
+    its servers serve."""
     design = {
         "study": study.name,
         "kind": study.kind,
@@ -111,6 +123,13 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     }
     if study.workload is not None:
         design["workload"] = study.workload.as_dict()
+    if cfg.backend == VLLM:  # what every run's server serves (left out elsewhere)
+        served = cfg.vllm
+        design["vllm"] = {
+            "model": served.model,
+            "max_model_len": served.max_model_len,
+            "device": served.device,
+        }
     return design
 
 
@@ -122,7 +141,7 @@ def study_design(
     configurations = resolve_configurations(cfg, study, selected_path)
     return registered_design(cfg, study) | {
         "description": study.description,
-        "profile": stage_profile(calibration, profile_path).version,
+        "profile": stage_profile(calibration, profile_path, substrate=substrate_of(cfg)).version,
         # the profile predictions used; its bytes are committed beside (profile.yaml)
         "profile_sha256": profile_sha256(profile_path),
         "configurations": {name: c.as_dict() for name, c in configurations.items()},
@@ -276,7 +295,9 @@ def preregister(
         "design.json": design,
         "criteria.json": criteria,
         "plans.json": plan_registry(cfg, study, plans_dir),
-        "predictions.json": prediction_record(predictions, study),
+        "predictions.json": prediction_record(
+            predictions, study, BACKEND_STAGES[cfg.backend].prediction
+        ),
         PROFILE_FILE: profile_bytes(profile_path),
     }
     record = register(

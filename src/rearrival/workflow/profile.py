@@ -8,6 +8,9 @@ the rule names (rules/common.smk: ``profile_input``). A stage run for the explor
 second evaluation (``--exploratory``) takes the other profile instead
 (``rearrival.config.calibration.exploratory_profile``): published, or the calibrated
 file when the study used the published constants.
+
+On backend vllm (docs/DESIGN.md §15) the profile is a vLLM profile file, always named by
+``profile:`` (there are no published vLLM constants), and there is no second evaluation.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from rearrival.config.calibration import PUBLISHED, MeasurementSettings, exploratory_profile
+from rearrival.config.study import StudyConfig
 from rearrival.errors import StageError
 from rearrival.model.cost.profile import Profile, load_profile_for_model
+from rearrival.model.cost.vllm_profile import VllmProfile, load_vllm_profile
+from rearrival.vocabulary import BACKEND_STAGES
 
 
 def stage_profile_name(measurement: MeasurementSettings, exploratory: bool = False) -> str:
@@ -49,10 +55,27 @@ def stage_profile_path(
     return given
 
 
+def substrate_of(cfg: StudyConfig) -> str:
+    """The substrate of the study's backend (``BackendStages.substrate``)."""
+    return BACKEND_STAGES[cfg.backend].substrate
+
+
 def stage_profile(
-    measurement: MeasurementSettings, given: Path | None, exploratory: bool = False
-) -> Profile:
-    """The profile a stage predicts with, checked against the config's model."""
+    measurement: MeasurementSettings,
+    given: Path | None,
+    exploratory: bool = False,
+    substrate: str = "rbln",
+) -> Profile | VllmProfile:
+    """The profile a stage predicts with, checked against the config's model; on the
+    vLLM substrate the vLLM profile file ``given`` names."""
+    if substrate == "vllm":
+        if exploratory or given is None:
+            raise StageError(
+                f"{measurement.source}: backend vllm predicts and prices with the vLLM "
+                "profile its profile: names (pass it as --profile); it has no "
+                "exploratory second evaluation"
+            )
+        return load_vllm_profile(given)
     return load_profile_for_model(
         stage_profile_path(measurement, given, exploratory),
         measurement.model.name,

@@ -30,6 +30,7 @@ from rearrival.measure.vllm.model import ServedModel, load_served_model
 from rearrival.measure.vllm.server import (
     CPU,
     GPU,
+    VLLM_SEEDS,
     capture_sizes_entry,
     kv_cache_memory_bytes,
     port_in_use,
@@ -155,7 +156,9 @@ def run_vllm(
     log_path = out.with_name(f"{out.name}.server.log")
     log_path.unlink(missing_ok=True)  # a rerun's log starts empty: its steps are its own
     url = f"http://127.0.0.1:{port}"
-    options = ReplayOptions(seed=seed, vocab_size=model.vocab_size)
+    # vLLM takes request seeds below 2**63 and server seeds below 2**32; a study's run
+    # seeds are 64-bit, so both get the run seed modulo 2**32 (recorded in the argv)
+    options = ReplayOptions(seed=seed % VLLM_SEEDS, vocab_size=model.vocab_size)
     run = _serve_and_replay(
         plan, argv, url, (log_path, out / SERVER_LOG_FILE), variant, options, settings, run_id
     )

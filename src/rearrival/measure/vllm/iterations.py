@@ -175,8 +175,8 @@ class IterationStepLog:
     ) -> str | None:
         """The iterations must be the ones that served the requests: every generated
         token after a request's first is one decode token (sum of G - 1), and the prefill
-        tokens are the requests' computed tokens (more only when a preemption recomputed
-        some)."""
+        tokens are the requests' computed tokens (more of either only when a preemption
+        recomputed some: vLLM logs a resumed request's recomputed output as generation)."""
         if requests and steps.empty:
             return (
                 f"the server log holds no iteration line although {len(requests)} requests "
@@ -185,14 +185,16 @@ class IterationStepLog:
             )
         decode = int(steps["generation_tokens"].sum()) if not steps.empty else 0
         needed = sum(r.generated_tokens - 1 for r in requests)
-        if decode != needed:
+        # a preempted request that had output recomputes it as generation tokens
+        preempted = counters.get(PREEMPTIONS_COUNTER, 0.0) > 0
+        if decode < needed or (decode > needed and not preempted):
             return (
                 f"the server log's iterations decode {decode} tokens, the requests needed "
-                f"{needed} (generated tokens after each first); the log does not cover the run"
+                f"{needed} (generated tokens after each first) with no preemption to "
+                "recompute more; the log does not cover the run"
             )
         prefill = int(steps["context_tokens"].sum()) if not steps.empty else 0
         computed = sum(int(r.computed_tokens or 0) for r in requests)
-        preempted = counters.get(PREEMPTIONS_COUNTER, 0.0) > 0
         if prefill < computed or (prefill > computed and not preempted):
             return (
                 f"the server log's iterations prefill {prefill} tokens, the requests computed "

@@ -29,6 +29,10 @@ CPU, GPU = "cpu", "gpu"
 DEVICES = (CPU, GPU)
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 NO_CAPTURE_SIZES = "none"
+# vLLM refuses a --seed outside [0, 2**32) ("Seed must be between 0 and 2**32 - 1"); a
+# study's run seeds are 64-bit (rearrival.model.plans.plangen.derive_seed), so the server
+# gets the run seed modulo this (its argv, in the manifest, says which).
+VLLM_SEEDS = 2**32
 
 # vLLM prefixes each line with its process, level, time and source: "(EngineCore pid=7)
 # ERROR 12-01 20:16:03 [core.py:1512] ".
@@ -86,7 +90,7 @@ def server_argv(
         "--port",
         str(port),
         "--seed",
-        str(seed),
+        str(seed % VLLM_SEEDS),
         "--max-num-seqs",
         str(configuration.batch_size),
         "--num-gpu-blocks-override",

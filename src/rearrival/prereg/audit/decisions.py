@@ -67,6 +67,7 @@ def decision_rows(auditor: Auditor, results: Path) -> Iterator[AuditRow]:
                 channels,
                 registration.predictions,
                 registration.criteria,
+                registration.rule_set,
             )
         except (StageError, RunRecordError, KeyError, ValueError) as exc:
             yield AuditRow(
