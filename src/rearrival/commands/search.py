@@ -511,7 +511,7 @@ def advise(
     block_sizes: BlockSizesOption = None,
     capture_sizes: CaptureSizesOption = None,
     baseline: BaselineOption = None,
-    max_model_len: MaxModelLenOption = search_vllm.DEFAULT_MAX_MODEL_LEN,
+    max_model_len: MaxModelLenOption = None,
     memory_filter: Annotated[
         bool | None,
         typer.Option(
@@ -556,7 +556,7 @@ def advise(
             as_json=as_json,
         )
         return
-    if memory_filter is not None or max_model_len != search_vllm.DEFAULT_MAX_MODEL_LEN:
+    if memory_filter is not None or max_model_len is not None:
         raise search_vllm.SubstrateOptionError(
             "--memory-filter, --max-model-len: only for --substrate vllm (the RBLN advice "
             "checks memory always and imports at the profile's maximum sequence length)"

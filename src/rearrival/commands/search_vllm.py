@@ -85,12 +85,12 @@ BaselineOption = Annotated[
     ),
 ]
 MaxModelLenOption = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--max-model-len",
         min=1,
         help="vLLM, with --trace: the server's max_model_len; longer sessions are truncated "
-        "and counted (default 8,192, the shipped tiny-qwen3's max_position_embeddings).",
+        "and counted (default: the shipped tiny-qwen3's max_position_embeddings).",
     ),
 ]
 VLLM_ONLY = {
@@ -103,7 +103,6 @@ VLLM_ONLY = {
     "baseline": "--baseline",
 }
 RBLN_ONLY = {"batch_sizes": "--batch-sizes", "max_buckets": "--max-buckets"}
-DEFAULT_MAX_MODEL_LEN = 8192
 
 
 class SubstrateOptionError(RearrivalError, ValueError):
@@ -217,7 +216,7 @@ def advise(
     n: tuple[int, ...] | None,
     study: str | None,
     token_scale: float,
-    max_model_len: int,
+    max_model_len: int | None,
     seed: int,
     resamples: int,
     as_json: bool,
@@ -232,6 +231,10 @@ def advise(
     settings = _settings(cfg, study, None if plans_dir is not None else n)
     pool, notes = None, []
     if trace is not None:
+        if max_model_len is None:  # the model a vLLM run serves unless told otherwise
+            from rearrival.measure.vllm.model import load_served_model
+
+            max_model_len = load_served_model().max_position_embeddings
         inputs, imported = trace_inputs(
             trace,
             settings,
