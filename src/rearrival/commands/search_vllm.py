@@ -172,6 +172,22 @@ def _settings(cfg: Any, study: str | None, n: tuple[int, ...] | None) -> Any:
     return settings if n is None else override_settings(settings, n=n)
 
 
+def _prepared(
+    cfg: Any,
+    profile_path: Path | None,
+    given: dict[str, Any],
+    memory_filter: bool | None,
+    study: str | None,
+    n: tuple[int, ...] | None,
+) -> tuple[VllmProfile, VllmAxes, Any]:
+    """What search and advise both start from: the profile, the bounded axes and the
+    workload settings (``n`` None: the plans' own N)."""
+    profile = _profile(profile_path)
+    axes = _axes(profile, given, memory_filter)
+    axes.check_bound()
+    return profile, axes, _settings(cfg, study, n)
+
+
 def search(
     cfg: Any,
     *,
@@ -190,10 +206,9 @@ def search(
     from rearrival.search.vllm.outputs import result_lines
     from rearrival.search.vllm.run import directory_inputs, generated_inputs, search_vllm
 
-    profile = _profile(profile_path)
-    axes = _axes(profile, given, memory_filter)
-    axes.check_bound()
-    settings = _settings(cfg, study, None if plans_dir is not None else n)
+    profile, axes, settings = _prepared(
+        cfg, profile_path, given, memory_filter, study, None if plans_dir is not None else n
+    )
     if plans_dir is not None:
         overrides = {} if n is None else {"n": n}
         inputs = directory_inputs(plans_dir, settings, overrides)
@@ -225,10 +240,9 @@ def advise(
     from rearrival.search.vllm.advise import advise_vllm, to_markdown, trace_inputs
     from rearrival.search.vllm.run import directory_inputs, generated_inputs
 
-    profile = _profile(profile_path)
-    axes = _axes(profile, given, memory_filter)
-    axes.check_bound()
-    settings = _settings(cfg, study, None if plans_dir is not None else n)
+    profile, axes, settings = _prepared(
+        cfg, profile_path, given, memory_filter, study, None if plans_dir is not None else n
+    )
     pool, notes = None, []
     if trace is not None:
         if max_model_len is None:  # the model a vLLM run serves unless told otherwise
