@@ -20,7 +20,6 @@ from typing import Any
 
 from rearrival.config.study import Study, StudyConfig, tool_table_for
 from rearrival.errors import RearrivalError
-from rearrival.measure.backends import BackendSettings
 from rearrival.vocabulary import VLLM
 from rearrival.workflow.preregister import registered_design
 
@@ -52,6 +51,10 @@ def _judged(cfg: StudyConfig, study: Study) -> dict[str, Any]:
 
 
 def _run(cfg: StudyConfig, study: Study) -> dict[str, Any]:
+    # imported here: the backends pull in the HTTP client, which every other stage's
+    # --values check (search, advise run by hand) would otherwise pay at start
+    from rearrival.measure.backends import BackendSettings
+
     settings = asdict(BackendSettings.from_study_config(cfg))
     return registered_design(cfg, study) | {"settings": settings}
 
