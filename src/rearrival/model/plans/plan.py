@@ -114,17 +114,46 @@ class Session:
 
 
 @dataclass(frozen=True)
+class Prefix:
+    """A prompt prefix that several sessions send first (SPEC 17 "Plans"): an agent's
+    system prompt and tool definitions. Its tokens are the same in every session that names
+    it; on vLLM its full blocks are ordinary cached blocks any session may hit."""
+
+    id: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class After:
+    """Session renewal (SPEC 17 "Plans"): the session's round 0 arrives ``gap_s`` seconds
+    after session ``session``'s last round finishes (closed-loop traffic; with gap 0 the
+    authors' ``successor``)."""
+
+    session: int
+    gap_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class MultiRoundSession:
-    """A real agent session: K >= 1 rounds, each after the previous round's tool gap."""
+    """A real agent session: K >= 1 rounds, each after the previous round's tool gap.
+
+    ``prefix`` names one of the plan's ``Prefix`` entries and ``prefix_tokens`` is its
+    length (the plan checks the two agree): round 0's prompt is the prefix followed by round
+    0's new tokens, so every prompt of the session starts with it. ``after`` replaces
+    ``start_s`` for a renewed session (``start_s`` is then 0 and unused)."""
 
     session: int
     rounds: tuple[Round, ...]
     start_s: float = 0.0
+    prefix: str | None = None
+    prefix_tokens: int = 0
+    after: After | None = None
 
     def prompts(self) -> tuple[int, ...]:
-        """Prompt length of each round: every earlier round's new and generated tokens
-        (the transcript a re-arrival resends) plus the round's own new tokens."""
-        out, transcript = [], 0
+        """Prompt length of each round: the shared prefix, every earlier round's new and
+        generated tokens (the transcript a re-arrival resends) plus the round's own new
+        tokens."""
+        out, transcript = [], self.prefix_tokens
         for r in self.rounds:
             out.append(transcript + r.new_tokens)
             transcript += r.new_tokens + r.gen_tokens
@@ -178,6 +207,7 @@ class Plan:
 
     sessions: tuple[AnySession, ...]
     meta: PlanMeta = field(default_factory=PlanMeta)
+    prefixes: tuple[Prefix, ...] = ()
 
     def __post_init__(self) -> None:
         validate_sessions(self.sessions, "<plan>")
@@ -227,7 +257,7 @@ class Plan:
             gaps = [tuple([mean] * (len(g) - 1) + [0.0]) for g in gaps]
         pairs = zip(self.sessions, gaps, strict=True)
         sessions = tuple(s.with_gaps(g) for s, g in pairs)
-        return Plan(sessions, replace(self.meta, variant=kind))
+        return Plan(sessions, replace(self.meta, variant=kind), self.prefixes)
 
 
 def validate_sessions(sessions: tuple[AnySession, ...], source: str) -> None:

@@ -115,7 +115,9 @@ def plan_arrays(plan: Any, config: SimConfig) -> PlanArrays:
                 session_of.append(index)
                 next_fixed.append(len(prompt) - 1 - index if k + 1 < len(rounds) else -1)
         first.append(len(prompt))
-        arrays = PlanArrays(prompt, gen, gap, round_of, session_of, next_fixed, start, first)
+        arrays = PlanArrays(
+            prompt, gen, gap, round_of, session_of, next_fixed, start, first, *_links(plan, first)
+        )
         if len(_PLAN_ARRAYS) > 256:
             _PLAN_ARRAYS.clear()
         _PLAN_ARRAYS[id(plan)] = (plan, arrays)
@@ -127,6 +129,28 @@ def plan_arrays(plan: Any, config: SimConfig) -> PlanArrays:
             "round) order (one per session for a two-round plan)"
         )
     return arrays
+
+
+def _links(
+    plan: Any, first: list[int]
+) -> tuple[list[int], list[int], list[int], list[int], list[float]]:
+    """Per session its prefix index and tokens and the session it follows; per request
+    the follower its finish sends (on a session's last round) and the follower's gap."""
+    ids = {prefix.id: index for index, prefix in enumerate(getattr(plan, "prefixes", ()))}
+    sessions = plan.sessions
+    prefix_of = [ids.get(getattr(s, "prefix", None), -1) for s in sessions]
+    prefix_tokens = [getattr(s, "prefix_tokens", 0) for s in sessions]
+    leader = [-1] * len(sessions)
+    follower = [-1] * first[-1]
+    follow_gap = [0.0] * first[-1]
+    for index, s in enumerate(sessions):
+        after = getattr(s, "after", None)
+        if after is not None:
+            leader[index] = after.session
+            last = first[after.session + 1] - 1
+            follower[last] = first[index]
+            follow_gap[last] = float(after.gap_s)
+    return prefix_of, prefix_tokens, leader, follower, follow_gap
 
 
 _REQUEST_TABLES: dict[int, tuple[Any, Profile, PlanArrays, tuple[list[Any], ...]]] = {}

@@ -453,8 +453,16 @@ class PlanArrays:
     round_of: list[int]
     session_of: list[int]
     next_fixed: list[int]
-    start: list[float]  # per session: when round 0 is sent
+    start: list[float]  # per session: when round 0 is sent (unused for a follower)
     first: list[int]
+    # Shared prefixes and renewal (SPEC 17 "Plans"); every plan without them has
+    # prefix_of = [-1] * N, prefix_tokens = [0] * N, leader = [-1] * N and
+    # follower = [-1] * requests, follow_gap = [0.0] * requests.
+    prefix_of: list[int]  # per session: index into the plan's prefixes, or -1
+    prefix_tokens: list[int]  # per session: its prefix's tokens (0 without one)
+    leader: list[int]  # per session: the session it follows (``after``), or -1
+    follower: list[int]  # per request: on a session's last round, its follower's round 0 rid
+    follow_gap: list[float]  # per request: the follower's gap after this round finishes
 
     @property
     def sessions(self) -> int:

@@ -8,6 +8,13 @@ hash. Every request of a session holds a prefix of one transcript (round k's pro
 round k-1's prompt, its generated tokens and the new ones) and no two sessions share a
 token prefix, so block j of session s has one identity wherever it appears: the integer
 ``key_base[s] + j``. The cores compare these integers where vLLM compares hashes.
+
+Shared prefixes (SPEC 17): a session that names a prefix of P tokens starts its transcript
+with the prefix's tokens, so its first ``P // block_size`` blocks (the blocks that hold
+prefix tokens only) have the prefix's identities ``prefix_key_base + j``, the same in every
+session naming it; the block that straddles the prefix's end and every later block are the
+session's own. Prefix identities are numbered after every session's, so a plan without
+prefixes keeps its numbers.
 """
 
 from __future__ import annotations
@@ -44,6 +51,14 @@ class VllmInputs:
     key_base: list[int]
     held: list[int]
     keys: int
+    shared_blocks: list[int]  # per request: leading blocks with the prefix's identities
+    prefix_key_base: list[int]  # per request: its prefix's first identity (-1: no prefix)
+
+    def block_key(self, rid: int, j: int) -> int:
+        """The chain identity of block ``j`` of request ``rid``'s transcript."""
+        if j < self.shared_blocks[rid]:
+            return self.prefix_key_base[rid] + j
+        return self.key_base[rid] + j
 
     @property
     def requests(self) -> int:
@@ -81,7 +96,20 @@ def vllm_inputs(plan: Any, block_size: int) -> VllmInputs:
         for rid in range(first, last + 1):
             key_base[rid] = keys
         keys += cdiv(held[last], block_size)
-    return VllmInputs(arrays, block_size, key_base, held, keys)
+    prefix_base: dict[int, int] = {}
+    shared = [0] * arrays.requests
+    prefix_key_base = [-1] * arrays.requests
+    for s, prefix in enumerate(arrays.prefix_of):
+        if prefix < 0:
+            continue
+        full = arrays.prefix_tokens[s] // block_size
+        if prefix not in prefix_base:
+            prefix_base[prefix] = keys
+            keys += full
+        for rid in range(arrays.first[s], arrays.first[s + 1]):
+            shared[rid] = full
+            prefix_key_base[rid] = prefix_base[prefix]
+    return VllmInputs(arrays, block_size, key_base, held, keys, shared, prefix_key_base)
 
 
 def check_pool(inputs: VllmInputs, configuration: VllmConfiguration, source: str) -> None:
