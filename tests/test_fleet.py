@@ -316,3 +316,23 @@ def test_a_fleet_refusal_is_one_line_on_stderr(plan_file):
     assert done.stderr.strip().splitlines() == [
         "rearrival: error: --replicas 0: give a fleet of at least 1 replica"
     ]
+
+
+def test_the_registry_refuses_a_configuration_of_another_substrate():
+    from rearrival.judge.predictions import predict_study
+    from rearrival.model.configuration import RblnConfiguration
+    from rearrival.model.cost.vllm_profile import load_vllm_profile
+    from rearrival.model.substrates import SUBSTRATES, substrate_of, substrate_of_profile
+
+    assert substrate_of(SimConfig()).name == "rbln"
+    assert substrate_of(vllm_config_fixed()).name == "vllm"
+    assert substrate_of_profile(PROFILE) is SUBSTRATES["rbln"]
+    study = type("S", (), {})()  # the loop refuses before it reads anything else
+    study.name, study.n = "s", (2,)
+    study.conditions = lambda: [type("C", (), {"configuration": "b", "variant": "wait"})()]
+    profile = load_vllm_profile(
+        Path(__file__).resolve().parents[1] / "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
+    )
+    plan = random_plan(random.Random(0), 2)
+    with pytest.raises(RearrivalError, match="configuration b is not a vllm configuration"):
+        predict_study(1, study, lambda n, r: plan, {"b": RblnConfiguration((1, 2), 2)}, profile)

@@ -19,35 +19,23 @@ import pandas as pd
 
 from rearrival.config.study import Study
 from rearrival.errors import StageError
-from rearrival.model.configuration import Configuration, RblnConfiguration, VllmConfiguration
+from rearrival.model.configuration import Configuration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.kvslots import Eviction
-from rearrival.model.simulator.sim import SimResult, simulate
+from rearrival.model.simulator.sim import SimResult
 from rearrival.model.simulator.sim_types import PredictedRequest
 from rearrival.model.simulator.vllm.result import VllmRequestRecord, VllmResult
-from rearrival.model.simulator.vllm.sim import simulate_vllm
-from rearrival.vocabulary import PREDICTION, RULE_SETS, VLLM_RULES
-
-
-def simulate_condition(
-    plan: Plan,
-    configuration: RblnConfiguration,
-    variant: str,
-    simulator: str,
-    profile: Profile | None = None,
-) -> SimResult:
-    """One simulator's run of one plan under one condition (``simulator`` one of
-    ``RULE_SETS``)."""
-    return simulate(plan.variant(variant), configuration.sim_config(simulator), profile)
+from rearrival.model.substrates import SubstrateError, substrate_of_profile
+from rearrival.vocabulary import PREDICTION
 
 
 @dataclass(frozen=True)
 class StudyPredictions:
     """A study's predictions: ``summaries`` one row per plan x condition x simulator (the
     predictions table); ``requests`` and ``evictions`` the registered simulator's
-    (``PREDICTION``) per-request records and evictions, keyed by plan and condition."""
+    per-request records and evictions, keyed by plan and condition."""
 
     summaries: pd.DataFrame
     requests: pd.DataFrame
@@ -62,10 +50,12 @@ def predict_study(
     profile: Profile | VllmProfile,
 ) -> StudyPredictions:
     """Every prediction of one study under ``profile``, ``plan_for(n, replicate)`` giving
-    each plan; a vLLM profile predicts with the ``vllm`` rule set
-    (:func:`predict_vllm_study`)."""
-    if isinstance(profile, VllmProfile):
-        return predict_vllm_study(replicates, study, plan_for, configurations, profile)
+    each plan: every rule set of the profile's substrate (``rearrival.model.substrates``:
+    the paper's three on RBLN, the ``vllm`` rule set on vLLM) on every plan and condition,
+    with the registered rule set's per-request records (and, on RBLN, its slot evictions;
+    vLLM's pool evicts blocks, not slots, and what a tool wait cost shows as
+    ``recomputed_prefill_tokens``)."""
+    substrate = substrate_of_profile(profile)
     rows: list[dict[str, Any]] = []
     requests: list[dict[str, Any]] = []
     evictions: list[dict[str, Any]] = []
@@ -74,6 +64,10 @@ def predict_study(
             plan = plan_for(n, replicate)
             for condition in study.conditions():
                 configuration = configurations[condition.configuration]
+                try:
+                    substrate.check(configuration, condition.configuration)
+                except SubstrateError as exc:
+                    raise StageError(str(exc)) from None
                 key = {
                     "study": study.name,
                     "n": n,
@@ -81,37 +75,45 @@ def predict_study(
                     "configuration": condition.configuration,
                     "variant": condition.variant,
                 }
-                for simulator in RULE_SETS:
-                    result = simulate_condition(
-                        plan, configuration, condition.variant, simulator, profile
+                for rules in substrate.rule_sets:
+                    result = substrate.simulate(
+                        plan.variant(condition.variant), configuration, profile, rules
                     )
-                    summary = result.summary()
-                    summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
                     rows.append(
-                        {
-                            "study": study.name,
-                            "n": n,
-                            "replicate": replicate,
-                            "configuration": condition.configuration,
-                            "config_label": configuration.label(),
-                            "variant": condition.variant,
-                            "simulator": simulator,
-                            "plan_sha256": plan.sha256(),
-                            **summary,
-                        }
+                        _SUMMARY_ROWS[substrate.name](key, configuration, rules, plan, result)
                     )
-                    if simulator == PREDICTION:
+                    if rules == substrate.registered_rules:
                         requests += [key | asdict(r) for r in result.requests]
-                        evictions += [key | asdict(e) for e in result.evictions]
+                        evictions += [key | asdict(e) for e in getattr(result, "evictions", ())]
+    record, eviction = _RECORD_TYPES[substrate.name]
     return StudyPredictions(
         pd.DataFrame(rows),
-        pd.DataFrame(requests, columns=[*KEY_COLUMNS, *_fields(PredictedRequest)]),
-        pd.DataFrame(evictions, columns=[*KEY_COLUMNS, *_fields(Eviction)]),
+        pd.DataFrame(requests, columns=[*KEY_COLUMNS, *_fields(record)]),
+        pd.DataFrame(evictions, columns=[*KEY_COLUMNS, *(_fields(eviction) if eviction else ())]),
     )
 
 
 # The plan and condition a request or eviction row belongs to.
 KEY_COLUMNS = ("study", "n", "replicate", "configuration", "variant")
+
+
+def _rbln_row(
+    key: dict[str, Any], configuration: Configuration, rules: str, plan: Plan, result: SimResult
+) -> dict[str, Any]:
+    """One predictions row on RBLN: the summary of docs/DESIGN.md §4, histogram as JSON."""
+    summary = result.summary()
+    summary["histogram"] = json.dumps(summary["histogram"], sort_keys=True)
+    return {
+        "study": key["study"],
+        "n": key["n"],
+        "replicate": key["replicate"],
+        "configuration": key["configuration"],
+        "config_label": configuration.label(),
+        "variant": key["variant"],
+        "simulator": rules,
+        "plan_sha256": plan.sha256(),
+        **summary,
+    }
 
 
 def vllm_summary(result: VllmResult) -> dict[str, Any]:
@@ -127,55 +129,23 @@ def vllm_summary(result: VllmResult) -> dict[str, Any]:
     }
 
 
-def predict_vllm_study(
-    replicates: int,
-    study: Study,
-    plan_for: Callable[[int, int], Plan],
-    configurations: dict[str, Configuration],
-    profile: VllmProfile,
-) -> StudyPredictions:
-    """Every prediction of a study on vLLM (docs/DESIGN.md §15): the ``vllm`` rule set on
-    each plan and condition, priced with the profile's step cost, its per-request
-    records beside; vLLM's pool evicts blocks, not slots, so the evictions table is
-    empty (what a tool wait cost shows as ``recomputed_prefill_tokens``)."""
-    rows: list[dict[str, Any]] = []
-    requests: list[dict[str, Any]] = []
-    for n in study.n:
-        for replicate in range(replicates):
-            plan = plan_for(n, replicate)
-            for condition in study.conditions():
-                configuration = configurations[condition.configuration]
-                if not isinstance(configuration, VllmConfiguration):
-                    raise StageError(
-                        f"configuration {condition.configuration} is not a vLLM "
-                        "configuration; a vLLM profile predicts backend vllm's (num_blocks, "
-                        "block_size, max_num_batched_tokens)"
-                    )
-                key = {
-                    "study": study.name,
-                    "n": n,
-                    "replicate": replicate,
-                    "configuration": condition.configuration,
-                    "variant": condition.variant,
-                }
-                result = simulate_vllm(
-                    plan.variant(condition.variant), configuration, profile.step_cost
-                )
-                rows.append(
-                    key
-                    | {
-                        "config_label": configuration.label(),
-                        "simulator": VLLM_RULES,
-                        "plan_sha256": plan.sha256(),
-                    }
-                    | vllm_summary(result)
-                )
-                requests += [key | asdict(r) for r in result.requests]
-    return StudyPredictions(
-        pd.DataFrame(rows),
-        pd.DataFrame(requests, columns=[*KEY_COLUMNS, *_fields(VllmRequestRecord)]),
-        pd.DataFrame(columns=list(KEY_COLUMNS)),
+def _vllm_row(
+    key: dict[str, Any], configuration: Configuration, rules: str, plan: Plan, result: VllmResult
+) -> dict[str, Any]:
+    return (
+        key
+        | {"config_label": configuration.label(), "simulator": rules, "plan_sha256": plan.sha256()}
+        | vllm_summary(result)
     )
+
+
+# Per substrate: its predictions row, its request record type and its eviction record
+# type (None: the substrate's predictor keeps no slot evictions).
+_SUMMARY_ROWS: dict[str, Callable[..., dict[str, Any]]] = {"rbln": _rbln_row, "vllm": _vllm_row}
+_RECORD_TYPES: dict[str, tuple[type, type | None]] = {
+    "rbln": (PredictedRequest, Eviction),
+    "vllm": (VllmRequestRecord, None),
+}
 
 
 def _fields(record: type) -> list[str]:

@@ -2,12 +2,14 @@
 substrate gives the layers above, so they ask the registry instead of branching on the
 substrate's name.
 
-An entry names its configuration type and its arrival tolerance and builds a fleet of its
-engines (``rearrival.model.fleet``): R driven engines of its rule set plus how their
+An entry names its configuration and profile types, the predictor's rule sets and the one
+every registered prediction uses, its arrival tolerance, its one
+``simulate(plan, configuration, profile, rules, arrivals)`` and how it builds a fleet of its
+engines (``rearrival.model.fleet``: R driven engines of its rule set, and how their
 per-request columns become the substrate's own result and the shared request records
-(``rearrival.model.fleet.records.RequestOutcome``). A third substrate is one package of its
+``rearrival.model.fleet.records.RequestOutcome``). A third substrate is one package of its
 rule set (an engine with the calls of ``rearrival.model.fleet.engine.FleetEngine``) and one
-entry here.
+entry here (docs/DESIGN.md §16).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rearrival.errors import RearrivalError
-from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.configuration import RblnConfiguration, VllmConfiguration
+from rearrival.model.cost.profile import Profile
+from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.fleet.records import RequestOutcome
 from rearrival.model.simulator.sim_types import PlanArrays, SimConfig, SimResult
-from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, PREDICTION, RULE_SETS, VLLM_RULES
 
 Outcome = tuple[Any, tuple[RequestOutcome, ...], tuple[float, ...]]
 
@@ -42,10 +46,54 @@ class Fleet:
 
 @dataclass(frozen=True)
 class Substrate:
+    """One substrate: its configuration types (a study's, and on RBLN the predictor's own
+    ``SimConfig`` that adds the rule set), its profile type, the predictor's rule sets
+    with the one every registered prediction uses, the arrival tolerance, and the two
+    entry points: ``simulate(plan, configuration, profile, rules, arrivals)`` for one
+    engine and ``fleet(...)`` for R of them."""
+
     name: str
-    configuration_type: type
+    configuration_types: tuple[type, ...]
+    profile_type: type
+    rule_sets: tuple[str, ...]
+    registered_rules: str
     tolerance_s: float  # an arrival at a counts at the first boundary >= a - tolerance_s
+    simulate: Callable[..., Any]
     fleet: Callable[..., Fleet]  # (plan, configuration, cost, replicas, stepwise, source)
+
+    def check(self, configuration: Any, name: str) -> None:
+        """Refuse a configuration of another substrate in one line naming it."""
+        if not isinstance(configuration, self.configuration_types):
+            raise SubstrateError(
+                f"configuration {name} is not a {self.name} configuration; a {self.name} "
+                f"profile predicts {self.configuration_types[0].__name__}s"
+            )
+
+
+def _rbln_simulate(
+    plan: Any,
+    configuration: RblnConfiguration,
+    profile: Profile,
+    rules: str = PREDICTION,
+    arrivals: Sequence[float] | None = None,
+) -> SimResult:
+    """The paper's predictor under one of its rule sets (``RULE_SETS``)."""
+    from rearrival.model.simulator.sim import simulate
+
+    return simulate(plan, configuration.sim_config(rules, arrivals), profile)
+
+
+def _vllm_simulate(
+    plan: Any,
+    configuration: VllmConfiguration,
+    profile: VllmProfile,
+    rules: str = VLLM_RULES,
+    arrivals: Sequence[float] | None = None,
+) -> Any:
+    """The ``vllm`` rule set priced with the profile's step cost."""
+    from rearrival.model.simulator.vllm.sim import simulate_vllm
+
+    return simulate_vllm(plan, configuration, profile.step_cost, arrivals)
 
 
 def _rbln_fleet(
@@ -174,8 +222,26 @@ def _vllm_fleet(
 
 
 SUBSTRATES: dict[str, Substrate] = {
-    "rbln": Substrate("rbln", SimConfig, ARRIVAL_TOLERANCE_S, _rbln_fleet),
-    "vllm": Substrate("vllm", VllmConfiguration, 0.0, _vllm_fleet),
+    "rbln": Substrate(
+        "rbln",
+        (RblnConfiguration, SimConfig),
+        Profile,
+        tuple(RULE_SETS),
+        PREDICTION,
+        ARRIVAL_TOLERANCE_S,
+        _rbln_simulate,
+        _rbln_fleet,
+    ),
+    "vllm": Substrate(
+        "vllm",
+        (VllmConfiguration,),
+        VllmProfile,
+        (VLLM_RULES,),
+        VLLM_RULES,
+        0.0,
+        _vllm_simulate,
+        _vllm_fleet,
+    ),
 }
 
 
@@ -189,9 +255,17 @@ def substrate(name: str) -> Substrate:
 def substrate_of(configuration: Any) -> Substrate:
     """The entry whose configuration type ``configuration`` is."""
     for entry in SUBSTRATES.values():
-        if isinstance(configuration, entry.configuration_type):
+        if isinstance(configuration, entry.configuration_types):
             return entry
     raise SubstrateError(
         f"{type(configuration).__name__} is no substrate's configuration: give a SimConfig "
         "(RBLN) or a VllmConfiguration"
     )
+
+
+def substrate_of_profile(profile: Any) -> Substrate:
+    """The entry whose profile type ``profile`` is (a study predicts with its profile)."""
+    for entry in SUBSTRATES.values():
+        if isinstance(profile, entry.profile_type):
+            return entry
+    raise SubstrateError(f"{type(profile).__name__} is no substrate's profile")
