@@ -12,7 +12,6 @@ from rearrival.errors import RearrivalError
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 
-SUBSTRATES = ("rbln", "vllm")
 # Options that only one substrate reads, by the name the verb gives them.
 RBLN_ONLY = {
     "buckets": "--buckets",
@@ -361,8 +360,12 @@ def register(app: typer.Typer) -> None:
         costs were never measured there.
         """
         options = dict(locals())
+        from rearrival.model.substrates import SUBSTRATES
+
         if substrate not in SUBSTRATES:
-            raise SimulateOptionError(f"--substrate {substrate!r}: use one of rbln, vllm")
+            raise SimulateOptionError(
+                f"--substrate {substrate!r}: use one of {', '.join(SUBSTRATES)}"
+            )
         _refuse_foreign(substrate, options)
         from rearrival.commands.fleet_options import FleetOptions
 
