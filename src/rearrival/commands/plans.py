@@ -253,11 +253,21 @@ def from_trace(
     on_overflow: OverflowOption = "truncate",
     time_origin: OriginOption = "first",
     token_scale: ScaleOption = 1.0,
+    prefixes: Annotated[
+        bool,
+        typer.Option(
+            "--prefixes/--no-prefixes",
+            help="Shared prefixes: one per agent (provider) from round 0's cached prefix "
+            "(TraceLab prefix_tokens, token-scaled); prompts are unchanged "
+            '(docs/DESIGN.md §2 "Open traffic, shared prefixes and renewal").',
+        ),
+    ] = True,
 ) -> None:
     """Multi-round plan from a TraceLab round trace (paper Section II-C): per round the
     new tokens (input growth beyond the previous transcript), the generated tokens and the
     tool gap (parallel calls: the longest; sequential: the sum; human-waiting tools and
-    the user's turns: gap 0). Writes DIR/plan.parquet with the trace's sha256 and flags."""
+    the user's turns: gap 0), and each agent's shared prefix. Writes DIR/plan.parquet with
+    the trace's sha256 and flags."""
     _import(
         "tracelab",
         out,
@@ -268,6 +278,7 @@ def from_trace(
         on_overflow=on_overflow,
         time_origin=time_origin,
         token_scale=token_scale,
+        prefixes=prefixes,
     )
 
 
