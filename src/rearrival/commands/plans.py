@@ -1,5 +1,6 @@
 """CLI verbs of the plans area (registered by rearrival.cli): plan, plans from-trace,
-plans from-otel, tools build, tools show."""
+plans from-otel, tools build, tools show; plans open and plans closed live in
+rearrival.commands.workloads."""
 
 from __future__ import annotations
 
@@ -317,11 +318,16 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan)
     plans_app = typer.Typer(
         cls=PanelledGroup,
-        help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry).",
+        help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry), and open "
+        'or closed agent traffic drawn from them (docs/DESIGN.md §2 "Open traffic, shared '
+        'prefixes and renewal").',
         no_args_is_help=True,
     )
     plans_app.command("from-trace")(from_trace)
     plans_app.command("from-otel")(from_otel)
+    from rearrival.commands.workloads import register as register_workloads
+
+    register_workloads(plans_app)
     app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
         cls=PanelledGroup,
