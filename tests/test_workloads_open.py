@@ -1,5 +1,5 @@
-"""Open and closed agent traffic (SPEC 17 "Workloads"; docs/DESIGN.md §2 "Open traffic,
-shared prefixes and renewal"): the same pool and seed give the same sessions in the same
+"""Open and closed agent traffic (docs/DESIGN.md §2 "Open traffic, shared
+prefixes and renewal"): the same pool and seed give the same sessions in the same
 order at every rate, byte-identical files, the rate and the CV asked for, closed-loop
 chains, and one-line refusals naming the option."""
 

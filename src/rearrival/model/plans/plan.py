@@ -14,8 +14,8 @@ client read; a two-round row maps to the rounds [(prompt, gen, wait), (appended,
 follow-up gen, 0)], so every two-round plan keeps its file bytes, its hash and its
 results.
 
-Multi-round plans may also name shared prefixes and renew sessions (SPEC 17 "Plans";
-docs/DESIGN.md "Open traffic, shared prefixes and renewal"): a plan-level table of
+Multi-round plans may also name shared prefixes and renew sessions (docs/DESIGN.md §2
+"Open traffic, shared prefixes and renewal"): a plan-level table of
 ``Prefix`` entries, a session's ``prefix`` (its id) and ``after`` (the session it follows).
 The columns and hash fields that carry them are added only when a plan uses them, so a
 plan without them keeps its rows, bytes and hash.
@@ -65,7 +65,7 @@ ROUND_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("tool_name", pa.string()),
 )
 ROUND_SCHEMA = pa.schema(list(ROUND_COLUMNS))
-# Added to the multi-round shape only when the plan uses them (SPEC 17 "Plans"): a
+# Added to the multi-round shape only when the plan uses them (docs/DESIGN.md §2): a
 # session's prefix id, and the session it follows and the gap (``after``); null where a
 # session has none. The prefix table is the file metadata under PREFIXES_KEY.
 PREFIX_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (("prefix", pa.string()),)
@@ -131,7 +131,7 @@ class Session:
 
 @dataclass(frozen=True)
 class Prefix:
-    """A prompt prefix that several sessions send first (SPEC 17 "Plans"): an agent's
+    """A prompt prefix that several sessions send first (docs/DESIGN.md §2): an agent's
     system prompt and tool definitions. Its tokens are the same in every session that names
     it; on vLLM its full blocks are ordinary cached blocks any session may hit."""
 
@@ -141,7 +141,7 @@ class Prefix:
 
 @dataclass(frozen=True)
 class After:
-    """Session renewal (SPEC 17 "Plans"): the session's round 0 arrives ``gap_s`` seconds
+    """Session renewal (docs/DESIGN.md §2): the session's round 0 arrives ``gap_s`` seconds
     after session ``session``'s last round finishes (closed-loop traffic; with gap 0 the
     authors' ``successor``)."""
 
@@ -245,7 +245,7 @@ class Plan:
 
     @property
     def renews(self) -> bool:
-        """True when a session follows another (``after``, SPEC 17 "Plans")."""
+        """True when a session follows another (``after``, docs/DESIGN.md §2)."""
         return any(getattr(s, "after", None) is not None for s in self.sessions)
 
     def extra_columns(self) -> tuple[tuple[str, pa.DataType], ...]:

@@ -1,5 +1,5 @@
-"""Shared prefixes and renewal links of a multi-round plan, checked (SPEC 17 "Plans";
-docs/DESIGN.md §2 "Open traffic, shared prefixes and renewal").
+"""Shared prefixes and renewal links of a multi-round plan, checked
+(docs/DESIGN.md §2 "Open traffic, shared prefixes and renewal").
 
 A plan's prefix table has unique ids of at least one token; a session names a listed
 prefix with its length, and follows (``after``) another existing session, never itself, at
@@ -28,7 +28,7 @@ def is_count(value: Any, low: int) -> bool:
 def validate_links(
     sessions: Sequence[Any], prefixes: Sequence[Any], source: str, multi_round: bool
 ) -> None:
-    """Refuse prefixes and renewal links the simulator could not run (SPEC 17 "Plans"),
+    """Refuse prefixes and renewal links the simulator could not run (docs/DESIGN.md §2),
     one line naming the session and the fix; ``multi_round`` says the sessions have
     rounds (a two-round paper plan has neither prefixes nor links)."""
     if not multi_round:
