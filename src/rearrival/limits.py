@@ -65,3 +65,11 @@ def check_at_most(option: str, value: int, bound: int, why: str) -> None:
     problem = bound_problem(f"option {option}", value, bound, why)
     if problem is not None:
         raise LimitError(problem)
+
+
+# Replicas of a simulated fleet (`simulate --replicas`, SPEC 17): each replica holds its
+# own engine state (a vLLM pool of up to MAX_KV_BLOCKS blocks), so the bound keeps a fleet
+# of the largest pools within the memory bound (about 90 MB of Python lists per engine of
+# MAX_KV_BLOCKS blocks).
+MAX_REPLICAS = 16
+REPLICAS_WHY = "16 engines of the largest pool stay within the 2 GiB bound"

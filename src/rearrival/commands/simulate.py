@@ -86,9 +86,9 @@ def _refuse_foreign(substrate: str, given: dict[str, Any]) -> None:
         )
 
 
-def _simulate_rbln(plans: list[Path], options: dict[str, Any], as_json: bool) -> None:
-    import json
-
+def _simulate_rbln(
+    plans: list[Path], options: dict[str, Any], as_json: bool, fleet: Any = None
+) -> None:
     from rearrival.commands.profile import profile_for_config
     from rearrival.model.plans.plan import check_context
     from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
@@ -119,18 +119,34 @@ def _simulate_rbln(plans: list[Path], options: dict[str, Any], as_json: bool) ->
         check_context(plan, profile.slot_tokens, where)
     chosen.announce()
     for path, plan in zip(plans, loaded, strict=True):
-        summary = simulate(plan, config, profile).summary()
-        if as_json:
-            typer.echo(json.dumps(summary, sort_keys=True))
+        if fleet is None:
+            summary = simulate(plan, config, profile).summary()
         else:
-            typer.echo(
-                f"{path}: N={plan.n} D={summary['device_s']:.4f}s "
-                f"(decode {summary['decode_s']:.4f}s, prefill {summary['prefill_s']:.4f}s) "
-                f"W={summary['interference_s']:.4f} session-s "
-                f"steps={summary['decode_steps']} padding={summary['padding_ratio']:.4f} "
-                f"reuse={summary['reuse_hits']}/{summary['re_arrivals']} "
-                f"makespan={summary['makespan_s']:.3f}s"
-            )
+            summary = fleet.summary(plan, config, profile, config.fixed_arrivals, str(path))
+        _echo(summary, as_json, fleet, _rbln_line(path, plan, summary))
+
+
+def _rbln_line(path: Path, plan: Any, summary: dict[str, Any]) -> str:
+    return (
+        f"{path}: N={plan.n} D={summary['device_s']:.4f}s "
+        f"(decode {summary['decode_s']:.4f}s, prefill {summary['prefill_s']:.4f}s) "
+        f"W={summary['interference_s']:.4f} session-s "
+        f"steps={summary['decode_steps']} padding={summary['padding_ratio']:.4f} "
+        f"reuse={summary['reuse_hits']}/{summary['re_arrivals']} "
+        f"makespan={summary['makespan_s']:.3f}s"
+    )
+
+
+def _echo(summary: dict[str, Any], as_json: bool, fleet: Any, line: str) -> None:
+    """One plan's output: its JSON object, or its line (and the fleet's latency line)."""
+    import json
+
+    if as_json:
+        typer.echo(json.dumps(summary, sort_keys=True))
+        return
+    typer.echo(line)
+    if fleet is not None:
+        typer.echo(fleet.line(summary))
 
 
 def _vllm_step_cost(options: dict[str, Any]) -> tuple[Any, Any]:
@@ -186,9 +202,9 @@ def _vllm_configuration(options: dict[str, Any]) -> Any:
         raise ConfigurationError(f"{named}: {exc}" if named else str(exc)) from None
 
 
-def _simulate_vllm(plans: list[Path], options: dict[str, Any], as_json: bool) -> None:
-    import json
-
+def _simulate_vllm(
+    plans: list[Path], options: dict[str, Any], as_json: bool, fleet: Any = None
+) -> None:
     from rearrival.commands.profile import announce_vllm_profile
     from rearrival.model.simulator.vllm.sim import simulate_vllm
 
@@ -196,25 +212,27 @@ def _simulate_vllm(plans: list[Path], options: dict[str, Any], as_json: bool) ->
     step_cost, profile = _vllm_step_cost(options)
     fixed = _fixed(options)
     loaded = _plans(plans, options)
-    results = [
-        simulate_vllm(plan, configuration, step_cost, fixed, source=str(path))
+    summaries = [
+        simulate_vllm(plan, configuration, step_cost, fixed, source=str(path)).summary()
+        if fleet is None
+        else fleet.summary(plan, configuration, step_cost, fixed, str(path))
         for path, plan in zip(plans, loaded, strict=True)
     ]
-    for path, plan, result in zip(plans, loaded, results, strict=True):
-        summary = result.summary()
-        if as_json:
-            typer.echo(json.dumps(summary, sort_keys=True))
-        else:
-            typer.echo(
-                f"{path}: N={plan.n} D={summary['device_s']:.4f}s steps={summary['steps']} "
-                f"tokens decode={summary['decode_tokens']} prefill={summary['prefill_tokens']} "
-                f"cached={summary['cached_tokens']} preemptions={summary['preemptions']} "
-                f"lost={summary['re_arrivals_lost']}/{summary['re_arrivals']} "
-                f"recomputed={summary['recomputed_prefill_tokens']} "
-                f"makespan={summary['makespan_s']:.3f}s"
-            )
+    for path, plan, summary in zip(plans, loaded, summaries, strict=True):
+        _echo(summary, as_json, fleet, _vllm_line(path, plan, summary))
     if profile is not None:
         announce_vllm_profile(profile, options["profile_path"])
+
+
+def _vllm_line(path: Path, plan: Any, summary: dict[str, Any]) -> str:
+    return (
+        f"{path}: N={plan.n} D={summary['device_s']:.4f}s steps={summary['steps']} "
+        f"tokens decode={summary['decode_tokens']} prefill={summary['prefill_tokens']} "
+        f"cached={summary['cached_tokens']} preemptions={summary['preemptions']} "
+        f"lost={summary['re_arrivals_lost']}/{summary['re_arrivals']} "
+        f"recomputed={summary['recomputed_prefill_tokens']} "
+        f"makespan={summary['makespan_s']:.3f}s"
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -301,6 +319,36 @@ def register(app: typer.Typer) -> None:
             help="Run directory whose requests.parquet gives every re-arrival's send time "
             "(the fixed-arrival variant) instead of finish + tool wait.",
         ),
+        replicas: int | None = typer.Option(
+            None,
+            "--replicas",
+            help="Serve the plan on a fleet of R identical replicas (SPEC 17; docs/DESIGN.md "
+            "§16; default 1, at most 16). Any fleet option adds the fleet's fields: each "
+            "request's replica and first-token time, latency percentiles, replica device time.",
+        ),
+        router: str | None = typer.Option(
+            None,
+            "--router",
+            help="Fleet router: round_robin (default), least_loaded, session_affinity or "
+            "prefix_aware (docs/DESIGN.md §16).",
+        ),
+        slo: str | None = typer.Option(
+            None,
+            "--slo",
+            help="Latency SLO in seconds, e.g. ttft=0.3,tpot=0.03 (optionally e2e=...): "
+            "the output gains the attainment over the measured window.",
+        ),
+        attainment: float | None = typer.Option(
+            None, "--attainment", help="Share of measured requests that must meet --slo (0.9)."
+        ),
+        warmup: float | None = typer.Option(
+            None, "--warmup", help="Measured window starts here (seconds, default 0)."
+        ),
+        horizon: float | None = typer.Option(
+            None,
+            "--horizon",
+            help="Measured window ends here (seconds; default: every request is measured).",
+        ),
         as_json: bool = typer.Option(
             False, "--json", help="One summary JSON object per plan per line, sorted keys."
         ),
@@ -316,7 +364,10 @@ def register(app: typer.Typer) -> None:
         if substrate not in SUBSTRATES:
             raise SimulateOptionError(f"--substrate {substrate!r}: use one of rbln, vllm")
         _refuse_foreign(substrate, options)
+        from rearrival.commands.fleet_options import FleetOptions
+
+        fleet = FleetOptions.from_options(options)
         if substrate == "rbln":
-            _simulate_rbln(plans, options, as_json)
+            _simulate_rbln(plans, options, as_json, fleet)
         else:
-            _simulate_vllm(plans, options, as_json)
+            _simulate_vllm(plans, options, as_json, fleet)

@@ -21,6 +21,8 @@ another), so they count as free blocks either way.
 
 from __future__ import annotations
 
+import math
+
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.simulator.vllm.engine import Engine
@@ -47,10 +49,11 @@ def pure_decode_ahead(engine: Engine) -> bool:
     return True
 
 
-def fast_forward(engine: Engine) -> None:
-    """Run pure decode steps until a request finishes, a send comes due or the next
-    step's new blocks would not fit (then the full step decides)."""
-    running, bs, pool, pending = engine.running, engine.block_size, engine.pool, engine.pending
+def fast_forward(engine: Engine, due: float) -> None:
+    """Run pure decode steps until a request finishes, a send comes due (the first
+    boundary at or after ``due``) or the next step's new blocks would not fit (then the
+    full step decides)."""
+    running, bs, pool = engine.running, engine.block_size, engine.pool
     n = len(running)
     decode_padded = engine.configuration.padded(n)
     context = sum(r.computed for r in running)
@@ -72,7 +75,7 @@ def fast_forward(engine: Engine) -> None:
         if left == 0:
             engine.finish([r for r in running if r.outputs == r.gen])
             return
-        if pending and pending[0][0] <= engine.t:
+        if due <= engine.t:
             return
         if sum(cdiv(r.computed + 1, bs) - len(r.blocks) for r in running) > pool.free_count:
             return
@@ -88,7 +91,7 @@ def run_event(
     engine = Engine(inputs, configuration, step_cost, fixed)
     while engine.advance_to_work():
         if pure_decode_ahead(engine):
-            fast_forward(engine)
+            fast_forward(engine, engine.pending[0][0] if engine.pending else math.inf)
         else:
             engine.step()
     return engine.raw()

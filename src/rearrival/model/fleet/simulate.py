@@ -1,0 +1,100 @@
+"""A plan on a fleet of R identical replicas behind a router (SPEC 17), either substrate.
+
+``simulate_fleet`` builds R engines of the configuration's rule set (the substrate's entry
+in ``rearrival.model.substrates``), runs them through the one event loop
+(``rearrival.model.fleet.loop``) and returns every request's outcome with its replica, the
+substrate's own summary over the whole fleet (summed over replicas; the makespan is the
+latest replica's), each replica's device time, and the latency percentiles. With R = 1 the
+substrate's summary is the single engine's, exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rearrival.model.fleet.latency import Slo, attainment, measured, percentiles
+from rearrival.model.fleet.loop import run_fleet
+from rearrival.model.fleet.records import RequestOutcome
+from rearrival.model.fleet.routers import make_router
+from rearrival.model.substrates import substrate_of
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    """One plan on one fleet. ``prediction`` is the substrate's result over the whole fleet
+    (``SimResult`` on RBLN, ``VllmResult`` on vLLM), ``requests`` every request's outcome in
+    (session, round) order."""
+
+    replicas: int
+    router: str
+    requests: tuple[RequestOutcome, ...]
+    replica_device_s: tuple[float, ...]
+    prediction: Any
+
+    @property
+    def device_s(self) -> float:
+        return self.prediction.device_s
+
+    def latency(self, warmup_s: float = 0.0, horizon_s: float = math.inf) -> dict[str, Any]:
+        """p50/p90/p99 of ttft_s, tpot_s, e2e_s and queue_s over the measured window."""
+        return percentiles(measured(self.requests, warmup_s, horizon_s))
+
+    def attainment(self, slo: Slo, warmup_s: float = 0.0, horizon_s: float = math.inf) -> float:
+        return attainment(measured(self.requests, warmup_s, horizon_s), slo)
+
+    def summary(
+        self, slo: Slo | None = None, warmup_s: float = 0.0, horizon_s: float = math.inf
+    ) -> dict[str, Any]:
+        """The substrate's summary, then the fleet's: replicas, router, per-replica device
+        time, latency percentiles over the measured window, the attainment and whether the
+        SLO is met when one is given, and one row per request (with its replica and
+        first-token time)."""
+        window = measured(self.requests, warmup_s, horizon_s)
+        summary = {k: v for k, v in self.prediction.summary().items() if k != "requests"}
+        summary |= {
+            "replicas": self.replicas,
+            "router": self.router,
+            "replica_device_s": list(self.replica_device_s),
+            "measured_requests": len(window),
+            "window_s": [warmup_s, None if math.isinf(horizon_s) else horizon_s],
+            "latency": percentiles(window),
+        }
+        if slo is not None:
+            share = attainment(window, slo)
+            summary["slo"] = {
+                "ttft_s": slo.ttft_s,
+                "tpot_s": slo.tpot_s,
+                "e2e_s": slo.e2e_s,
+                "attainment_required": slo.attainment,
+                "attainment": share,
+                "met": share >= slo.attainment,
+            }
+        summary["requests"] = [r.row() for r in self.requests]
+        return summary
+
+
+def simulate_fleet(
+    plan: Any,
+    configuration: Any,
+    cost: Any,
+    replicas: int = 1,
+    router: str = "round_robin",
+    fixed_arrivals: Sequence[float] | None = None,
+    stepwise: bool = False,
+    source: str = "plan",
+) -> FleetResult:
+    """Serve ``plan`` on ``replicas`` copies of ``configuration`` behind ``router``.
+
+    ``configuration`` is a ``SimConfig`` (RBLN, its rule set included) or a
+    ``VllmConfiguration``; ``cost`` that substrate's cost model (a ``Profile``, or a
+    ``VllmStepCost``). ``stepwise`` runs every engine step by step (the fleet's reference,
+    used by the tests); ``fixed_arrivals`` pins every re-arrival to an observed send time.
+    """
+    substrate = substrate_of(configuration)
+    fleet = substrate.fleet(plan, configuration, cost, replicas, stepwise, source)
+    state = run_fleet(fleet.arrays, fleet.engines, make_router(router), fixed_arrivals)
+    prediction, outcomes, device = fleet.outcome(state.placement)
+    return FleetResult(replicas, router, outcomes, device, prediction)

@@ -1,0 +1,197 @@
+"""The substrate registry (in the spirit of Vidur's scheduler registries): what each
+substrate gives the layers above, so they ask the registry instead of branching on the
+substrate's name.
+
+An entry names its configuration type and its arrival tolerance and builds a fleet of its
+engines (``rearrival.model.fleet``): R driven engines of its rule set plus how their
+per-request columns become the substrate's own result and the shared request records
+(``rearrival.model.fleet.records.RequestOutcome``). A third substrate is one package of its
+rule set (an engine with the calls of ``rearrival.model.fleet.engine.FleetEngine``) and one
+entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rearrival.errors import RearrivalError
+from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.fleet.records import RequestOutcome
+from rearrival.model.simulator.sim_types import PlanArrays, SimConfig, SimResult
+from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
+
+Outcome = tuple[Any, tuple[RequestOutcome, ...], tuple[float, ...]]
+
+
+class SubstrateError(RearrivalError, ValueError):
+    """A configuration no substrate knows, or a substrate name that does not exist."""
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """R engines of one rule set on one plan, and how to read their outcome back:
+    ``outcome(placement)`` gives the substrate's result over the whole fleet, the request
+    records and each replica's device time."""
+
+    arrays: PlanArrays
+    engines: Sequence[Any]
+    outcome: Callable[[list[int]], Outcome]
+
+
+@dataclass(frozen=True)
+class Substrate:
+    name: str
+    configuration_type: type
+    tolerance_s: float  # an arrival at a counts at the first boundary >= a - tolerance_s
+    fleet: Callable[..., Fleet]  # (plan, configuration, cost, replicas, stepwise, source)
+
+
+def _rbln_fleet(
+    plan: Any, config: SimConfig, profile: Any, replicas: int, stepwise: bool, source: str
+) -> Fleet:
+    from rearrival.model.simulator.rbln.engine import RblnEngine
+
+    engines = [RblnEngine(plan, config, profile, stepwise) for _ in range(replicas)]
+    arrays = engines[0].arrays
+
+    def outcome(placement: list[int]) -> Outcome:
+        results = [engine.result() for engine in engines]
+        merged = _merge_rbln(engines, results, placement)
+        records = tuple(
+            RequestOutcome(
+                arrays.session_of[rid],
+                arrays.round_of[rid],
+                placement[rid],
+                arrays.prompt[rid],
+                arrays.gen[rid],
+                record.cached_tokens,
+                0,
+                record.arrival_s,
+                record.admit_s,
+                record.first_token_s,
+                record.complete_s,
+            )
+            for rid, record in enumerate(merged.requests)
+        )
+        return merged, records, tuple(result.device_s for result in results)
+
+    return Fleet(arrays, engines, outcome)
+
+
+def _merge_rbln(
+    engines: Sequence[Any], results: list[SimResult], placement: list[int]
+) -> SimResult:
+    """One ``SimResult`` over the fleet: each request's columns from its replica, the
+    decode histograms summed (decode time from the summed histogram, as a single engine
+    prices its own), prefill time and interference summed, the latest replica's makespan;
+    stretches and evictions replica by replica. With one replica, that replica's result."""
+    if len(results) == 1:
+        return results[0]
+    columns = tuple(
+        [results[placement[rid]].columns[c][rid] for rid in range(len(placement))]
+        for c in range(len(results[0].columns))
+    )
+    histogram: dict[tuple[int, int], int] = {}
+    for result in results:
+        for key, steps in result.histogram_nb.items():
+            histogram[key] = histogram.get(key, 0) + steps
+    histogram = dict(sorted(histogram.items()))
+    step_s = engines[0].step_s
+    decode_total = 0.0
+    for (n, _), steps in histogram.items():
+        decode_total += steps * step_s[n]
+    return SimResult(
+        results[0].config,
+        results[0].arrays,
+        histogram,
+        decode_total,
+        sum(r.prefill_s for r in results),
+        sum(r.interference_s for r in results),
+        max(r.makespan_s for r in results),
+        columns,
+        [row for engine in engines for row in engine.stretches],
+        [row for engine in engines for row in engine.evictions],
+    )
+
+
+def _vllm_fleet(
+    plan: Any,
+    configuration: VllmConfiguration,
+    step_cost: Any,
+    replicas: int,
+    stepwise: bool,
+    source: str,
+) -> Fleet:
+    from rearrival.model.simulator.vllm.fleet_engine import VllmFleetEngine
+    from rearrival.model.simulator.vllm.inputs import check_pool, vllm_inputs
+    from rearrival.model.simulator.vllm.result import RawRun, VllmResult
+
+    inputs = vllm_inputs(plan, configuration.block_size)
+    check_pool(inputs, configuration, source)
+    engines = [VllmFleetEngine(inputs, configuration, step_cost, stepwise) for _ in range(replicas)]
+    arrays = inputs.arrays
+
+    def outcome(placement: list[int]) -> Outcome:
+        own = [engines[placement[rid]].engine.requests[rid] for rid in range(arrays.requests)]
+        inner = [engine.engine for engine in engines]
+        device = 0.0
+        for engine in inner:
+            device = device + engine.device_s
+        raw = RawRun(
+            cached_tokens=[r.cached_tokens for r in own],
+            preemptions=[r.preemptions for r in own],
+            steps=[r.steps for r in own],
+            arrival_s=[r.arrival_s for r in own],
+            first_scheduled_s=[r.first_scheduled_s for r in own],
+            finish_s=[r.finish_s for r in own],
+            total_steps=sum(e.steps for e in inner),
+            decode_tokens=sum(e.decode_tokens for e in inner),
+            prefill_tokens=sum(e.prefill_tokens for e in inner),
+            device_s=device,
+            makespan_s=max(e.t for e in inner),
+        )
+        records = tuple(
+            RequestOutcome(
+                arrays.session_of[rid],
+                arrays.round_of[rid],
+                placement[rid],
+                arrays.prompt[rid],
+                arrays.gen[rid],
+                r.cached_tokens,
+                r.preemptions,
+                r.arrival_s,
+                r.first_scheduled_s,
+                engines[placement[rid]].first_token_s[rid],
+                r.finish_s,
+            )
+            for rid, r in enumerate(own)
+        )
+        return VllmResult(inputs, configuration, raw), records, tuple(e.device_s for e in inner)
+
+    return Fleet(arrays, engines, outcome)
+
+
+SUBSTRATES: dict[str, Substrate] = {
+    "rbln": Substrate("rbln", SimConfig, ARRIVAL_TOLERANCE_S, _rbln_fleet),
+    "vllm": Substrate("vllm", VllmConfiguration, 0.0, _vllm_fleet),
+}
+
+
+def substrate(name: str) -> Substrate:
+    """The registry entry ``name``, or a one-line refusal."""
+    if name not in SUBSTRATES:
+        raise SubstrateError(f"substrate {name!r}: use one of {', '.join(SUBSTRATES)}")
+    return SUBSTRATES[name]
+
+
+def substrate_of(configuration: Any) -> Substrate:
+    """The entry whose configuration type ``configuration`` is."""
+    for entry in SUBSTRATES.values():
+        if isinstance(configuration, entry.configuration_type):
+            return entry
+    raise SubstrateError(
+        f"{type(configuration).__name__} is no substrate's configuration: give a SimConfig "
+        "(RBLN) or a VllmConfiguration"
+    )
