@@ -12,16 +12,16 @@ robin and least-loaded choices rebuilt from the rows' outstanding counts), never
 than its shared prefix's full blocks at round 0, and on a pool that never evicts hits the
 whole prefix once a session of the same prefix has computed it on that replica and its
 previous round's full blocks on a re-arrival to the same replica. The predictor's fleet
-(``rearrival.model.fleet.simulate_fleet``) must then agree per request: replica, cached
-tokens and preemptions exactly, arrival, first scheduled, first token and finish within
-1e-9 relative; that comparison skips while the module does not exist. All cases of a test
+(``rearrival.model.fleet.simulate.simulate_fleet``) must then agree per request: replica,
+cached tokens and preemptions exactly, arrival, first scheduled, first token and finish
+within 1e-9 relative: on fleets whose sessions share no prefix, and on the whole tier
+(xfail until the cores' shared prefixes are merged). All cases of a test
 go to one driver process. Without the vLLM environment the tests skip, except under CI
 (CI=true), where that is a failure.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from collections import defaultdict
 
@@ -29,12 +29,14 @@ import pytest
 from test_vllm_rules import UNIT, vllm
 from vllm_cases import random_case
 from vllm_env import require_vllm
-from vllm_fleet_cases import ROUTERS, FleetCase, random_fleet_cases
+from vllm_fleet_cases import ROUTERS, FleetCase, random_fleet_cases, without_prefixes
 
+from rearrival.model.fleet.simulate import simulate_fleet
 from rearrival.model.plans.plan import After, MultiRoundSession, Plan, PlanMeta, Prefix, Round
 from rearrival.model.simulator.vllm import oracle
 
 CI_CASES = 40
+CI_UNSHARED_CASES = 20
 SLOW_CASES = 400
 PREFIX = Prefix("p", 32)  # two full blocks of 16
 
@@ -349,10 +351,6 @@ def check_invariants(cases: list[FleetCase], answers: list[dict]) -> dict[str, i
 
 def check_against_predictor(cases: list[FleetCase], answers: list[dict]) -> None:
     """The predictor's fleet on every case, per request against vLLM's (SPEC 17)."""
-    if importlib.util.find_spec("rearrival.model.fleet") is None:
-        pytest.skip("the predictor's fleet (rearrival.model.fleet) does not exist yet")
-    from rearrival.model.fleet import simulate_fleet
-
     disagreements = {}
     for i, (case, answer) in enumerate(zip(cases, answers, strict=True)):
         result = simulate_fleet(
@@ -384,13 +382,36 @@ def test_random_fleets_keep_the_oracles_invariants(ci_tier):
     assert seen["preempted"] >= 3 and seen["moved"] >= 5
 
 
+def test_the_predictors_fleet_agrees_with_vllm_where_sessions_share_no_prefix(
+    vllm_environment,
+):
+    cases = [without_prefixes(c) for c in random_fleet_cases(3034, CI_UNSHARED_CASES)]
+    answers = run(cases)
+    check_invariants(cases, answers)
+    check_against_predictor(cases, answers)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the vLLM cores on this branch give shared prefix blocks no identities (branch "
+    "cores, 58ed059, does); delete this mark when both are merged",
+)
 def test_the_predictors_fleet_agrees_with_vllm_on_the_ci_tier(ci_tier):
     check_against_predictor(*ci_tier)
 
 
-@pytest.mark.slow
-def test_the_predictors_fleet_agrees_with_vllm_on_the_slow_tier(vllm_environment):
+@pytest.fixture(scope="module")
+def slow_tier(vllm_environment) -> tuple[list[FleetCase], list[dict]]:
     cases = random_fleet_cases(7034, SLOW_CASES)
-    answers = run(cases)
-    check_invariants(cases, answers)
-    check_against_predictor(cases, answers)
+    return cases, run(cases)
+
+
+@pytest.mark.slow
+def test_random_fleets_keep_the_oracles_invariants_on_the_slow_tier(slow_tier):
+    check_invariants(*slow_tier)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="as the CI tier's")
+def test_the_predictors_fleet_agrees_with_vllm_on_the_slow_tier(slow_tier):
+    check_against_predictor(*slow_tier)

@@ -9,7 +9,7 @@ between arrivals and step ends occur)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vllm_cases import random_cost
 
@@ -133,3 +133,10 @@ def random_fleet_cases(seed: int, count: int) -> list[FleetCase]:
     """``count`` cases, the routers in turn."""
     rng = random.Random(seed)
     return [random_fleet_case(rng, ROUTERS[i % len(ROUTERS)]) for i in range(count)]
+
+
+def without_prefixes(case: FleetCase) -> FleetCase:
+    """The same case with every session's shared prefix dropped (its own tokens kept): a
+    fleet whose sessions share no block."""
+    sessions = tuple(replace(s, prefix=None, prefix_tokens=0) for s in case.plan.sessions)
+    return replace(case, plan=Plan(sessions, case.plan.meta, ()))
