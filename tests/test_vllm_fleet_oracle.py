@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from types import SimpleNamespace
 
 import pytest
 from test_vllm_rules import UNIT, vllm
@@ -415,3 +416,24 @@ def test_random_fleets_keep_the_oracles_invariants_on_the_slow_tier(slow_tier):
 @pytest.mark.xfail(strict=True, reason="as the CI tier's")
 def test_the_predictors_fleet_agrees_with_vllm_on_the_slow_tier(slow_tier):
     check_against_predictor(*slow_tier)
+
+
+def test_fleet_differences_name_each_field_and_tolerate_rounding():
+    """No vLLM needed: a predictor row off by one replica, one cached block or 1e-6 s is
+    reported; times within 1e-9 relative and a different row order are not."""
+    row = dict(zip(ROW, (1, 32, 0.5, 0.5, 1.5, 2.5), strict=True)) | {"preemptions": 0}
+    answer = {"requests": [{"session": 0, "round": 0} | row, {"session": 0, "round": 1} | row]}
+
+    def result(**changes):
+        records = [
+            SimpleNamespace(session=0, round=1, **row),
+            SimpleNamespace(session=0, round=0, **(row | changes)),
+        ]
+        return SimpleNamespace(requests=records)
+
+    assert oracle.fleet_differences(result(finish_s=2.5 * (1 + 1e-10)), answer) == []
+    for name, value in (("replica", 0), ("cached_tokens", 16), ("first_token_s", 1.500001)):
+        (found,) = oracle.fleet_differences(result(**{name: value}), answer)
+        assert found.startswith(f"session 0 round 0: {name} ")
+    (found,) = oracle.fleet_differences(SimpleNamespace(requests=result().requests[:1]), answer)
+    assert "1 requests predicted, 2 from vLLM" in found
