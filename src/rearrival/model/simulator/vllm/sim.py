@@ -1,7 +1,8 @@
 """The predictor's ``vllm`` rule set (docs/DESIGN.md §15): a plan on a vLLM configuration.
 
 ``simulate_vllm`` replays a plan (two-round or multi-round sessions, staggered starts,
-optionally fixed re-arrival times from an observed run) on vLLM 0.32.0's synchronous
+renewed sessions and shared prefixes as SPEC 17 states them, optionally fixed re-arrival
+times from an observed run) on vLLM 0.32.0's synchronous
 scheduler as the rules of docs/DESIGN.md §15 state it: a paged pool with a null block and
 an LRU free queue (``blockpool``), prefix caching of full blocks, the scheduler's step
 with chunked prefill, the full-sequence admission gate and recompute preemption
@@ -60,18 +61,25 @@ def run_compiled(
     a = inputs.arrays
     requests = a.requests
     start = np.zeros(requests)
+    starts = np.zeros(requests, dtype=np.int64)
     for s, rid in enumerate(a.first[:-1]):
         start[rid] = a.start[s]
+        starts[rid] = a.leader[s] < 0  # a renewed session is sent by its leader's finish
     req_i = np.empty((3, requests), dtype=np.int64)
-    req_f = np.empty((3, requests))
+    req_f = np.empty((4, requests))
     steps, decode, prefill, device_s, makespan_s = core.run(
         np.array(a.prompt, dtype=np.int64),
         np.array(a.gen, dtype=np.int64),
         np.array(a.round_of, dtype=np.int64),
         np.array(a.gap, dtype=np.float64),
         start,
+        starts,
         np.array(inputs.key_base, dtype=np.int64),
+        np.array(inputs.shared_blocks, dtype=np.int64),
+        np.array(inputs.prefix_key_base, dtype=np.int64),
         np.array(a.next_fixed, dtype=np.int64),
+        np.array(a.follower, dtype=np.int64),
+        np.array(a.follow_gap, dtype=np.float64),
         np.array(fixed if fixed is not None else [], dtype=np.float64),
         np.array(configuration.buckets, dtype=np.int64),
         configuration.block_size,
@@ -84,13 +92,14 @@ def run_compiled(
         req_f,
     )
     cached, preemptions, per_request_steps = req_i.tolist()
-    arrival, first, finish = req_f.tolist()
+    arrival, first, first_token, finish = req_f.tolist()
     return RawRun(
         cached,
         preemptions,
         per_request_steps,
         arrival,
         first,
+        first_token,
         finish,
         int(steps),
         int(decode),
