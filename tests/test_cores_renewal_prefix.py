@@ -175,7 +175,7 @@ def test_the_three_vllm_cores_agree_on_long_generations():
 
 @pytest.mark.slow
 def test_the_three_vllm_cores_agree_on_many_open_plans():
-    for seed in range(60_000, 70_000):
+    for seed in range(60_000, 63_000):
         vllm_agree(seed, **SMALL)
 
 
