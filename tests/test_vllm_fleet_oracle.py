@@ -14,8 +14,8 @@ whole prefix once a session of the same prefix has computed it on that replica a
 previous round's full blocks on a re-arrival to the same replica. The predictor's fleet
 (``rearrival.model.fleet.simulate.simulate_fleet``) must then agree per request: replica,
 cached tokens and preemptions exactly, arrival, first scheduled, first token and finish
-within 1e-9 relative: on fleets whose sessions share no prefix, and on the whole tier
-(xfail until the cores' shared prefixes are merged). All cases of a test
+within 1e-9 relative: on fleets whose sessions share no prefix, and on the whole tier.
+All cases of a test
 go to one driver process. Without the vLLM environment the tests skip, except under CI
 (CI=true), where that is a failure.
 """
@@ -392,11 +392,6 @@ def test_the_predictors_fleet_agrees_with_vllm_where_sessions_share_no_prefix(
     check_against_predictor(cases, answers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the vLLM cores on this branch give shared prefix blocks no identities (branch "
-    "cores, 58ed059, does); delete this mark when both are merged",
-)
 def test_the_predictors_fleet_agrees_with_vllm_on_the_ci_tier(ci_tier):
     check_against_predictor(*ci_tier)
 
@@ -413,7 +408,6 @@ def test_random_fleets_keep_the_oracles_invariants_on_the_slow_tier(slow_tier):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="as the CI tier's")
 def test_the_predictors_fleet_agrees_with_vllm_on_the_slow_tier(slow_tier):
     check_against_predictor(*slow_tier)
 

@@ -50,6 +50,7 @@ ROW_KEYS = {
     "preemptions",
     "arrival_s",
     "first_scheduled_s",
+    "first_token_s",
     "finish_s",
 }
 

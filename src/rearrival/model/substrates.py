@@ -194,6 +194,7 @@ def _vllm_fleet(
             arrival_s=[r.arrival_s for r in own],
             first_scheduled_s=[r.first_scheduled_s for r in own],
             finish_s=[r.finish_s for r in own],
+            first_token_s=[r.first_token_s for r in own],
             total_steps=sum(e.steps for e in inner),
             decode_tokens=sum(e.decode_tokens for e in inner),
             prefill_tokens=sum(e.prefill_tokens for e in inner),
@@ -211,7 +212,7 @@ def _vllm_fleet(
                 r.preemptions,
                 r.arrival_s,
                 r.first_scheduled_s,
-                engines[placement[rid]].first_token_s[rid],
+                r.first_token_s,
                 r.finish_s,
             )
             for rid, r in enumerate(own)

@@ -32,6 +32,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     arrays = plan_arrays(plan, config)
     prompt, gen, gap = arrays.prompt, arrays.gen, arrays.gap
     round_of, next_fixed = arrays.round_of, arrays.next_fixed
+    follower, follow_gap = arrays.follower, arrays.follow_gap
     miss_cost, pair_off, pair_reuse, pair_cost, owners = request_tables(plan, arrays, profile)
     step_s, bucket_of = step_table(config, profile)
     requests = arrays.requests
@@ -71,8 +72,13 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     # that a fixed arrival time before the completion that queued it orders it by that time
     waiting: list[tuple[float, int]] = []
     # heap of (arrival time, rid): every session's round 0 at its start, then each
-    # re-arrival when the round before it completes (simultaneous: rid = session order)
-    arrivals = list(zip(arrays.start, arrays.first[:-1], strict=True))
+    # re-arrival when the round before it completes and a renewed session's round 0 when
+    # its leader's last round completes (SPEC 17; simultaneous: rid = session order)
+    arrivals = [
+        (when, rid)
+        for when, rid, leader in zip(arrays.start, arrays.first[:-1], arrays.leader, strict=True)
+        if leader < 0
+    ]
     heapify(arrivals)
     for when, rid in arrivals:
         arrival[rid] = when
@@ -160,6 +166,13 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                         heappush(arrivals, (when, rid + 1))
                         if when < due:
                             due = when
+                    nf = follower[rid]
+                    if nf >= 0:  # the renewing session's round 0, after its gap
+                        when = t + follow_gap[rid]
+                        arrival[nf] = when
+                        heappush(arrivals, (when, nf))
+                        if when < due:
+                            due = when
                 continue
             release_deferred()
             if not nrun:
@@ -220,6 +233,13 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                 when = t + gap[rid] if fixed is None else fixed[nf]
                 arrival[rid + 1] = when
                 heappush(arrivals, (when, rid + 1))
+                if when < due:
+                    due = when
+            nf = follower[rid]
+            if nf >= 0:
+                when = t + follow_gap[rid]
+                arrival[nf] = when
+                heappush(arrivals, (when, nf))
                 if when < due:
                     due = when
 

@@ -196,8 +196,12 @@ def request_tables(plan: Any, arrays: PlanArrays, profile: Profile) -> tuple[lis
 class CoreInputs:
     """A plan as the compiled core's arrays, for one profile (``core_inputs``)."""
 
-    ints: Any  # int64 (5, requests): prompt, gen, round, pair_off, next_fixed
-    floats: Any  # float64 (3, requests): gap after the round, T(L), start (round 0 only)
+    # int64 (7, requests): prompt, gen, round, pair_off, next_fixed, follower (the round 0
+    # rid a session's last round sends, -1: none), starts (1: round 0 of a session sent at
+    # its start, 0: every later round and a renewed session's round 0)
+    ints: Any
+    # float64 (4, requests): gap after the round, T(L), start (round 0 only), follow_gap
+    floats: Any
     pair_reuse: Any  # int64: C per (request, earlier round of its session), request_tables
     pair_cost: Any  # float64: T(L - C) likewise
     arrays: PlanArrays
@@ -224,10 +228,23 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
         arrays.start[s] if k == 0 else 0.0
         for s, k in zip(arrays.session_of, arrays.round_of, strict=True)
     ]
-    ints = [arrays.prompt, arrays.gen, arrays.round_of, pair_off, arrays.next_fixed]
+    starts = [
+        int(k == 0 and arrays.leader[s] < 0)
+        for s, k in zip(arrays.session_of, arrays.round_of, strict=True)
+    ]
+    ints = [
+        arrays.prompt,
+        arrays.gen,
+        arrays.round_of,
+        pair_off,
+        arrays.next_fixed,
+        arrays.follower,
+        starts,
+    ]
+    floats = [arrays.gap, miss_cost, start, arrays.follow_gap]
     inputs = CoreInputs(
         np.array(ints, dtype=np.int64).reshape(len(ints), -1),
-        np.array([arrays.gap, miss_cost, start], dtype=np.float64).reshape(3, -1),
+        np.array(floats, dtype=np.float64).reshape(len(floats), -1),
         np.array(pair_reuse, dtype=np.int64),
         np.array(pair_cost, dtype=np.float64),
         arrays,

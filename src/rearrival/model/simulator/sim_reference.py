@@ -15,7 +15,8 @@ pre-evicted or reserved dummy block, a hit leaving its source slot cached, the l
 taking the largest prefix among all the session's surviving slots, round 0 of a session
 sent at its start and every later round arriving at the previous round's completion +
 its gap (or at its fixed time, queued no earlier than that completion, in the
-fixed-arrival variant).
+fixed-arrival variant); a renewed session's round 0 arriving at its leader's last
+completion + its gap (SPEC 17 "Plans"; fixed arrivals never cover it).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
         )
     ]
     for session, rid in enumerate(arrays.first[:-1]):  # round 0 is sent at the session start
-        requests[rid].arrival_s = arrays.start[session]
+        if arrays.leader[session] < 0:  # unless the session renews another one
+            requests[rid].arrival_s = arrays.start[session]
     pool = SlotPool(config.slots, config.release)
     waiting: list[_Request] = []
     running: list[_Request] = []
@@ -98,6 +100,8 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
                 follow_up.arrival_s = t + request.gap_after_s
             else:  # re-arrival index: the re-arrivals of earlier sessions come first
                 follow_up.arrival_s = config.fixed_arrivals[rid - request.session]
+        if arrays.follower[rid] >= 0:  # the session renewing this one (SPEC 17)
+            requests[arrays.follower[rid]].arrival_s = t + arrays.follow_gap[rid]
 
     while not all(r.state == "done" for r in requests):
         arrived = [

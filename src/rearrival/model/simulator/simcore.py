@@ -12,7 +12,8 @@ State (see ``rearrival.model.simulator.kvslots`` for the cache model it writes o
 * int heaps on arrays: ``free`` slots (lowest index first), ``evictable`` eviction keys
   ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
   the ``arrivals`` heap holds request ids ordered by (arrival time, rid): every
-  session's round 0 from the start, each later round once the round before completes.
+  session's round 0 from the start, each later round once the round before completes,
+  a renewed session's round 0 once its leader's last round completes (SPEC 17).
   Request ids run in (session, round) order, so rid order is session index order.
 * ``owner[slot]`` is the request id whose KV the slot holds (-1: none). Each request's
   owner entry is unique, so "round j's KV still sits in its slot" is
@@ -153,6 +154,9 @@ def run(
     rounds,
     next_fixed,
     start,
+    follower,
+    follow_gap,
+    starts,
     fixed,
     miss_cost,
     pair_off,
@@ -178,10 +182,14 @@ def run(
 
     per request id (``rearrival.model.simulator.sim_types.PlanArrays``): gen, gap (tool gap after
     the round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
-    time, -1 on a session's last round), start (round 0: the session's start);
-    fixed (empty: re-arrival = completion + gap); miss_cost, pair_off and the flat
-    pair_reuse/pair_cost (``rearrival.model.simulator.sim_inputs.request_tables``); step_s[n] for
-    n = 0..batch. Outputs are written into the caller's arrays:
+    time, -1 on a session's last round), start (round 0: the session's start), follower
+    (on a session's last round: the round 0 rid of the session renewing it, else -1) and
+    follow_gap (its gap after this round), starts (1: round 0 of a session sent at its
+    start; a renewed session's round 0 is sent by its leader's last round, SPEC 17);
+    fixed (empty: re-arrival = completion + gap; it never covers a renewed round 0);
+    miss_cost, pair_off and the flat pair_reuse/pair_cost
+    (``rearrival.model.simulator.sim_inputs.request_tables``); step_s[n] for n = 0..batch.
+    Outputs are written into the caller's arrays:
 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
     evicted tag, running at admission; hist[n] decode steps; with ``record``, stretch
@@ -217,7 +225,7 @@ def run(
         cached[rid] = 0
         evicted_tag[rid] = NO_OWNER
         complete_s[rid] = 0.0
-        if rounds[rid] == 0:  # round 0 arrives at the session's start
+        if starts[rid]:  # round 0 arrives at the session's start
             arrival[rid] = start[rid]
             n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid, arrival)
     for n in range(hist.shape[0]):
@@ -313,6 +321,13 @@ def run(
                         n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                         if when < due:
                             due = when
+                    nf = follower[rid]
+                    if nf >= 0:  # the renewing session's round 0 (SPEC 17)
+                        when = t + follow_gap[rid]
+                        arrival[nf] = when
+                        n_arrivals = _push_arrival(arrivals_heap, n_arrivals, nf, arrival)
+                        if when < due:
+                            due = when
                 continue
             for i in range(n_pending):
                 n_evictable = _push(evictable, n_evictable, key[pending[i]])
@@ -377,6 +392,13 @@ def run(
                 when = t + gap[rid] if not has_fixed else fixed[nf]
                 arrival[rid + 1] = when
                 n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
+                if when < due:
+                    due = when
+            nf = follower[rid]
+            if nf >= 0:
+                when = t + follow_gap[rid]
+                arrival[nf] = when
+                n_arrivals = _push_arrival(arrivals_heap, n_arrivals, nf, arrival)
                 if when < due:
                     due = when
     return OK, prefill_total, interference, t, n_st, n_ev
@@ -480,8 +502,8 @@ def run_plan(
     record,
 ):
     """``run`` on a plan's arrays (``rearrival.model.simulator.sim_inputs.core_inputs``: ints rows
-    prompt, gen, round, pair_off, next_fixed; floats rows gap, miss_cost, start; the flat
-    pair_reuse and pair_cost), with the per-request scratch
+    prompt, gen, round, pair_off, next_fixed, follower, starts; floats rows gap, miss_cost,
+    start, follow_gap; the flat pair_reuse and pair_cost), with the per-request scratch
     (req_f, req_i, work, hist) and the record tables (st_i, st_f, ev_f, ev_i) as tuples."""
     req_f, req_i, work, hist = scratch
     st_i, st_f, ev_f, ev_i = records
@@ -491,6 +513,9 @@ def run_plan(
         ints[2],
         ints[4],
         floats[2],
+        ints[5],
+        floats[3],
+        ints[6],
         fixed,
         floats[1],
         ints[3],
@@ -666,8 +691,8 @@ def warm_up() -> None:
     """Compile every kernel once for the argument types ``rearrival.model.simulator.sim`` and the
     search pass, filling the on-disk cache (``make`` runs this after installing)."""
     # one session of two rounds (rearrival.model.simulator.sim_inputs.core_inputs's layout)
-    ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1]], dtype=np.int64)
-    floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0]])
+    ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1], [-1, -1], [1, 0]], dtype=np.int64)
+    floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0], [0.0, 0.0]])
     pairs = (np.array([128], dtype=np.int64), np.array([0.02]))
     steps = np.array([0.0, 0.011])
     buckets = np.array([0, 1], dtype=np.int64)

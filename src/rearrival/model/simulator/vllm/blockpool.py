@@ -5,10 +5,11 @@ the readable statement the Python cores run and the compiled core writes out on 
   blocks 1..K-1 in id order.
 * Allocation pops blocks from the front of the free queue; a popped block loses its cached
   identity (that is the eviction: least recently freed first).
-* A block is cached under a chain identity (``inputs``: block j of session s) once it is
-  full. Several blocks may hold the same identity (a block recomputed while an older copy
-  still sits in the free queue); a look-up takes the first of them still cached, in the
-  order they were cached, as vLLM's ``BlockHashToBlockMap`` does.
+* A block is cached under a chain identity (``inputs``: block j of session s, or of a
+  shared prefix) once it is full. Several blocks may hold the same identity (a block
+  recomputed while an older copy still sits in the free queue); a look-up takes the
+  first of them still cached, in the order they were cached, as vLLM's
+  ``BlockHashToBlockMap`` does.
 * A hit takes its blocks out of the free queue (``touch``) before any new block is
   allocated, so a request never evicts its own prefix.
 * A request frees its blocks last block first: blocks without an identity (the partial
@@ -66,12 +67,15 @@ class BlockPool:
         return out
 
     # --- prefix cache ---------------------------------------------------------------
-    def lookup(self, first_key: int, max_blocks: int) -> list[int]:
+    def lookup(
+        self, first_key: int, max_blocks: int, shared: int = 0, shared_key: int = -1
+    ) -> list[int]:
         """The longest chain of cached blocks of identities first_key, first_key + 1, ...
-        (at most ``max_blocks``): a missing block ends the chain."""
+        (at most ``max_blocks``): a missing block ends the chain. The first ``shared``
+        blocks have a shared prefix's identities shared_key + j instead (SPEC 17)."""
         hit = []
         for j in range(max_blocks):
-            holders = self.cached.get(first_key + j)
+            holders = self.cached.get((shared_key if j < shared else first_key) + j)
             if not holders:
                 break
             hit.append(holders[0])

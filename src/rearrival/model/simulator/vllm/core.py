@@ -15,6 +15,8 @@ State, as ``blockpool.BlockPool`` and ``engine.Engine`` keep it:
   ``khead[k]``/``ktail[k]`` with ``knext``/``kprev`` per block;
 * per request: tokens (prompt + sampled), computed tokens, sampled tokens, blocks held
   (``table[off[r]:off[r] + nblk[r]]``) and how many of them are cached (``hashed``);
+  block j's identity is ``prefix_key_base[r] + j`` for j < ``shared[r]`` (a shared
+  prefix's full blocks, SPEC 17), else ``key_base[r] + j`` (``inputs.VllmInputs.block_key``);
 * ``waiting`` a ring buffer (a preempted request goes to its front), ``running`` an array
   in admission order, ``pend`` a heap of sends ordered by (time, request id).
 """
@@ -136,13 +138,31 @@ def _allocate(pool, keys, table, start, count, sentinel):
 
 
 @njit(cache=True, inline="always")
-def _cache_filled(keys, bkey, table, start, hashed, key_base, upto_blocks):
+def _cache_filled(keys, bkey, table, start, hashed, key_base, shared, prefix_base, upto_blocks):
     """Cache the request's blocks ``hashed .. upto_blocks - 1``; returns the new count."""
     khead, ktail, knext, kprev = keys
     while hashed < upto_blocks:
-        _cache(bkey, khead, ktail, knext, kprev, table[start + hashed], key_base + hashed)
+        key = (prefix_base if hashed < shared else key_base) + hashed
+        _cache(bkey, khead, ktail, knext, kprev, table[start + hashed], key)
         hashed += 1
     return hashed
+
+
+@njit(cache=True, inline="always")
+def _held_prefix_blocks(khead, knext, refs, first_key, count):
+    """``event.held_prefix_blocks``: the positions of the chain of identities first_key
+    .. first_key + count - 1 (a missing one ends it) with any copy held."""
+    held = 0
+    for j in range(count):
+        block = khead[first_key + j]
+        if block == NO:
+            break
+        while block != NO:
+            if refs[block] > 0:
+                held += 1
+                break
+            block = knext[block]
+    return held
 
 
 @njit(cache=True, inline="always")
@@ -182,8 +202,13 @@ def run(
     round_of,
     gap,
     start_s,
+    starts,
     key_base,
+    shared,
+    prefix_key_base,
     next_fixed,
+    follower,
+    follow_gap,
     fixed,
     capture,
     block_size,
@@ -196,14 +221,18 @@ def run(
     req_f,
 ):
     """One simulation. Per request (in (session, round) order): prompt, gen, round_of,
-    gap (after the round), start_s (round 0: the session's start), key_base (the
-    session's first chain identity), next_fixed (index into ``fixed`` of the next round's
-    send, -1 on the last round); ``fixed`` empty: a send is finish + gap. ``cost`` holds
-    (base, per decode token, per prefill token, per kv token).
+    gap (after the round), start_s (round 0: the session's start), starts (1: sent at
+    start_s; 0: sent by the round before it or, for a renewed session's round 0, by its
+    leader's last round), key_base (the session's first chain identity), shared and
+    prefix_key_base (its shared prefix's full blocks and their first identity), next_fixed
+    (index into ``fixed`` of the next round's send, -1 on the last round), follower (on a
+    session's last round: the renewing session's round 0, else -1) and follow_gap (its
+    gap); ``fixed`` empty: a send is finish + gap (a renewed round 0 always is). ``cost``
+    holds (base, per decode token, per prefill token, per kv token).
 
     Writes req_i rows (cached tokens at first admission, preemptions, steps) and req_f
-    rows (arrival, first scheduled, finish); returns (steps, decode tokens, prefill
-    tokens, device seconds, makespan).
+    rows (arrival, first scheduled, first token, finish); returns (steps, decode tokens,
+    prefill tokens, device seconds, makespan).
     """
     requests = prompt.shape[0]
     bs = block_size
@@ -248,7 +277,8 @@ def run(
     steps = req_i[2]
     arrival = req_f[0]
     first_s = req_f[1]
-    finish_s = req_f[2]
+    token_s = req_f[2]
+    finish_s = req_f[3]
     # the queues
     pend = np.empty(requests, dtype=np.int64)
     npend = 0
@@ -257,9 +287,10 @@ def run(
         preempts[r] = 0
         steps[r] = 0
         first_s[r] = np.nan
+        token_s[r] = np.nan
         finish_s[r] = np.nan
         arrival[r] = np.nan
-        if round_of[r] == 0:
+        if starts[r]:
             arrival[r] = start_s[r]
             npend = _push(pend, npend, r, arrival)
     waiting = np.empty(requests, dtype=np.int64)
@@ -270,6 +301,7 @@ def run(
     sched = np.empty(requests, dtype=np.int64)
     chunk = np.empty(requests, dtype=np.int64)
     finished = np.empty(requests, dtype=np.int64)
+    sampled_first = np.empty(requests, dtype=np.int64)
     has_fixed = fixed.shape[0] > 0
     t = 0.0
     device = 0.0
@@ -302,7 +334,13 @@ def run(
         if pure and new_blocks > free:
             pure = False
         if pure and wcount > 0 and nrun < max_num_seqs and max_batched > nrun:
-            pure = _cdiv(tokens[waiting[whead]], bs) > free - new_blocks
+            r = waiting[whead]
+            held = 0
+            if shared[r] > 0:
+                held = _held_prefix_blocks(
+                    khead, knext, refs, prefix_key_base[r], min(shared[r], (tokens[r] - 1) // bs)
+                )
+            pure = _cdiv(tokens[r], bs) - held > free - new_blocks
         nfin = 0
         if pure:  # --- event.fast_forward
             decode_padded = _padded(nrun, capture)
@@ -320,7 +358,15 @@ def run(
                         nblk[r] += 1
                     computed[r] += 1
                     hashed[r] = _cache_filled(
-                        keys, bkey, table, off[r], hashed[r], key_base[r], computed[r] // bs
+                        keys,
+                        bkey,
+                        table,
+                        off[r],
+                        hashed[r],
+                        key_base[r],
+                        shared[r],
+                        prefix_key_base[r],
+                        computed[r] // bs,
                     )
                     outputs[r] += 1
                     tokens[r] += 1
@@ -375,7 +421,17 @@ def run(
                 free -= _allocate(pool, keys, table, off[r] + nblk[r], need, sentinel)
                 nblk[r] += need
                 upto = min(computed[r] + take, tokens[r]) // bs
-                hashed[r] = _cache_filled(keys, bkey, table, off[r], hashed[r], key_base[r], upto)
+                hashed[r] = _cache_filled(
+                    keys,
+                    bkey,
+                    table,
+                    off[r],
+                    hashed[r],
+                    key_base[r],
+                    shared[r],
+                    prefix_key_base[r],
+                    upto,
+                )
                 sched[nsched] = r
                 chunk[nsched] = take
                 nsched += 1
@@ -387,7 +443,7 @@ def run(
                     cap = (tokens[r] - 1) // bs
                     h = 0
                     while h < cap:
-                        block = khead[key_base[r] + h]
+                        block = khead[(prefix_key_base[r] if h < shared[r] else key_base[r]) + h]
                         if block == NO:
                             break
                         hit[h] = block
@@ -411,7 +467,17 @@ def run(
                     free -= _allocate(pool, keys, table, off[r] + h, need, sentinel)
                     nblk[r] = h + need
                     upto = min(done_tokens + take, tokens[r]) // bs
-                    hashed[r] = _cache_filled(keys, bkey, table, off[r], h, key_base[r], upto)
+                    hashed[r] = _cache_filled(
+                        keys,
+                        bkey,
+                        table,
+                        off[r],
+                        h,
+                        key_base[r],
+                        shared[r],
+                        prefix_key_base[r],
+                        upto,
+                    )
                     whead = (whead + 1) % requests
                     wcount -= 1
                     running[nrun] = r
@@ -437,17 +503,23 @@ def run(
                 if steps[r] == 1:
                     first_s[r] = t
                 computed[r] += chunk[j]
+            nfirst = 0
             for j in range(nsched):
                 r = sched[j]
                 if computed[r] == tokens[r]:
                     outputs[r] += 1
                     tokens[r] += 1
+                    if outputs[r] == 1:
+                        sampled_first[nfirst] = r
+                        nfirst += 1
                     if outputs[r] == gen[r]:
                         finished[nfin] = r
                         nfin += 1
             decode_padded = _padded(decode, capture)
             step_s = base + per_decode * decode_padded + per_prefill * prefill + per_kv * context
             t = t + step_s
+            for j in range(nfirst):
+                token_s[sampled_first[j]] = t
             device = device + step_s
             total_steps += 1
             decode_total += decode
@@ -463,6 +535,9 @@ def run(
             if follow >= 0:
                 arrival[r + 1] = t + gap[r] if not has_fixed else fixed[follow]
                 npend = _push(pend, npend, r + 1, arrival)
+            elif follower[r] >= 0:  # the renewing session's round 0 (SPEC 17)
+                arrival[follower[r]] = t + follow_gap[r]
+                npend = _push(pend, npend, follower[r], arrival)
         if nfin:
             kept = 0
             for i in range(nrun):
@@ -476,15 +551,20 @@ def run(
 
 def warm_up() -> None:
     """Compile the kernel once into its on-disk cache."""
-    ints = np.array([20, 3, 0, 0, 0, -1], dtype=np.int64)
+    ints = np.array([20, 3, 0, 0, 0, -1, 1], dtype=np.int64)
     run(
         ints[:1] + 0,
         ints[1:2] + 0,
         ints[2:3] + 0,
         np.zeros(1),
         np.zeros(1),
+        ints[6:7] + 0,
+        ints[3:4] + 0,
         ints[3:4] + 0,
         ints[5:6] + 0,
+        ints[5:6] + 0,
+        ints[5:6] + 0,
+        np.zeros(1),
         np.empty(0),
         np.empty(0, dtype=np.int64),
         16,
@@ -494,5 +574,5 @@ def warm_up() -> None:
         2,
         np.array([0.01, 0.001, 0.0001, 0.0]),
         np.empty((3, 1), dtype=np.int64),
-        np.empty((3, 1)),
+        np.empty((4, 1)),
     )

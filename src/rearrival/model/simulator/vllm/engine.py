@@ -3,9 +3,12 @@ it (docs/DESIGN.md §15 rules 4-7), on our block pool model (``blockpool``).
 
 The state is per request (tokens, computed tokens, blocks held) plus the queues: a
 ``pending`` heap of sends not yet seen (round 0 at the session's start, every later round
-once the round before it has finished), the FCFS ``waiting`` deque and the ``running``
-list in admission order. ``reference`` runs one ``step`` per loop iteration;
-``event`` runs the same steps but fast-forwards stretches of pure decode steps.
+once the round before it has finished, a renewed session's round 0 once its leader's last
+round has finished: SPEC 17), the FCFS ``waiting`` deque and the ``running`` list in
+admission order. Block j of a request has the chain identity ``inputs.block_key``: the
+shared prefix's for the prefix's full blocks, the session's own after them (SPEC 17).
+``reference`` runs one ``step`` per loop iteration; ``event`` runs the same steps but
+fast-forwards stretches of pure decode steps.
 
 A step (``Engine.step``):
 
@@ -24,11 +27,15 @@ A step (``Engine.step``):
    samples one token; a request that has sampled its planned generation finishes, its
    blocks freed in the order the requests were scheduled.
 4. The step costs ``VllmStepCost.step_s(D_pad, P, C)`` and the clock advances by it; the
-   step returns its counts as vLLM's iteration log writes them, with the C it read.
+   step returns its counts as vLLM's iteration log writes them, with the C it read. A
+   request that sampled its first token in the step has ``first_token_s`` = the step's
+   end (SPEC 17 "Latency and SLOs").
 
 A *driven* engine sends nothing itself: its caller queues each request (``queue``) at the
 step where an observed run admitted it (``replay``, the calibration's replay of a real
-run); everything else is the same.
+run), or where a fleet's router sent it; everything else is the same. After each step
+``just_finished`` lists the requests it finished, in scheduled order, so that a driver
+can send what follows them (a next round, a renewing session).
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ class Request:
     gen: int
     gap_after_s: float
     key_base: int
+    shared: int = 0  # leading blocks with the shared prefix's identities (SPEC 17)
+    prefix_key_base: int = -1  # the prefix's first identity (-1: no prefix)
     tokens: int = 0  # prompt + sampled so far: what vLLM calls num_tokens
     computed: int = 0
     outputs: int = 0
@@ -86,7 +95,12 @@ class Request:
     preemptions: int = 0
     steps: int = 0
     first_scheduled_s: float = math.nan
+    first_token_s: float = math.nan
     finish_s: float = math.nan
+
+    def block_key(self, j: int) -> int:
+        """Block j's chain identity (``VllmInputs.block_key``)."""
+        return (self.prefix_key_base if j < self.shared else self.key_base) + j
 
 
 class Engine:
@@ -110,16 +124,26 @@ class Engine:
         self.fixed = fixed
         self.pool = BlockPool(configuration.num_blocks)
         self.requests = [
-            Request(rid, p, g, w, kb, tokens=p)
-            for rid, (p, g, w, kb) in enumerate(
-                zip(a.prompt, a.gen, a.gap, inputs.key_base, strict=True)
+            Request(rid, p, g, w, kb, shared, pkb, tokens=p)
+            for rid, (p, g, w, kb, shared, pkb) in enumerate(
+                zip(
+                    a.prompt,
+                    a.gen,
+                    a.gap,
+                    inputs.key_base,
+                    inputs.shared_blocks,
+                    inputs.prefix_key_base,
+                    strict=True,
+                )
             )
         ]
         self.driven = driven
+        self.just_finished: list[Request] = []
         self.pending: list[tuple[float, int]] = []
         if not driven:
             for s, rid in enumerate(a.first[:-1]):
-                self._send(rid, a.start[s])
+                if a.leader[s] < 0:  # a renewed session is sent by its leader's finish
+                    self._send(rid, a.start[s])
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.t = 0.0
@@ -154,7 +178,7 @@ class Engine:
         """Cache the blocks of ``r`` that are full within its first ``upto_tokens``."""
         full = upto_tokens // self.block_size
         for j in range(r.hashed, full):
-            self.pool.cache(r.blocks[j], r.key_base + j)
+            self.pool.cache(r.blocks[j], r.block_key(j))
         r.hashed = max(r.hashed, full)
 
     def _preempt(self, victim: Request) -> None:
@@ -193,7 +217,7 @@ class Engine:
         bs = self.block_size
         while budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
-            hit = self.pool.lookup(r.key_base, (r.tokens - 1) // bs)
+            hit = self.pool.lookup(r.key_base, (r.tokens - 1) // bs, r.shared, r.prefix_key_base)
             whole = cdiv(r.tokens, bs) - len(hit) + self.pool.in_free_queue(hit)
             if whole > self.pool.free_count:
                 return
@@ -231,13 +255,18 @@ class Engine:
                 r.first_scheduled_s = self.t
             r.computed += tokens
         finished = []
+        first = []
         for r, _ in scheduled:
             if r.computed == r.tokens:  # the chunk reached the end: one token sampled
                 r.outputs += 1
                 r.tokens += 1
+                if r.outputs == 1:
+                    first.append(r)
                 if r.outputs == r.gen:
                     finished.append(r)
         self.advance_clock(self.configuration.padded(decode) if decode else 0, prefill, context)
+        for r in first:
+            r.first_token_s = self.t
         self.decode_tokens += decode
         self.prefill_tokens += prefill
         self.finish(finished)
@@ -251,16 +280,23 @@ class Engine:
 
     def finish(self, finished: list[Request]) -> None:
         """Free the finished requests' blocks (in scheduled order) and send each one's
-        next round after its gap (or at its fixed time)."""
-        next_fixed = self.inputs.arrays.next_fixed
+        next round after its gap (or at its fixed time), or on a session's last round the
+        renewing session's round 0 after its gap (SPEC 17; fixed times never cover it)."""
+        a = self.inputs.arrays
+        next_fixed, follower = a.next_fixed, a.follower
+        self.just_finished = finished
         for r in finished:
             self.pool.free(r.blocks)
             r.blocks = []
             r.finish_s = self.t
+            if self.driven:
+                continue
             follow = next_fixed[r.rid]  # -1 on a session's last round
-            if follow >= 0 and not self.driven:
+            if follow >= 0:
                 when = self.t + r.gap_after_s if self.fixed is None else self.fixed[follow]
                 self._send(r.rid + 1, when)
+            elif follower[r.rid] >= 0:
+                self._send(follower[r.rid], self.t + a.follow_gap[r.rid])
         if finished:
             done = {r.rid for r in finished}
             self.running = [r for r in self.running if r.rid not in done]
@@ -274,6 +310,7 @@ class Engine:
             steps=[r.steps for r in rs],
             arrival_s=[r.arrival_s for r in rs],
             first_scheduled_s=[r.first_scheduled_s for r in rs],
+            first_token_s=[r.first_token_s for r in rs],
             finish_s=[r.finish_s for r in rs],
             total_steps=self.steps,
             decode_tokens=self.decode_tokens,

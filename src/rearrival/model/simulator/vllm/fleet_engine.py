@@ -13,23 +13,11 @@ exactly the steps of ``event.run_event``; with ``stepwise`` it takes them one at
 
 from __future__ import annotations
 
-import math
-
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
-from rearrival.model.simulator.vllm.engine import Engine, Request
+from rearrival.model.simulator.vllm.engine import Engine
 from rearrival.model.simulator.vllm.event import fast_forward, pure_decode_ahead
 from rearrival.model.simulator.vllm.inputs import VllmInputs
-
-
-class _Recording(Engine):
-    """``Engine`` that keeps the requests each step finished."""
-
-    just_finished: list[Request]
-
-    def finish(self, finished: list[Request]) -> None:
-        super().finish(finished)
-        self.just_finished = list(finished)
 
 
 class VllmFleetEngine:
@@ -45,10 +33,8 @@ class VllmFleetEngine:
         stepwise: bool = False,
     ) -> None:
         self.inputs = inputs
-        self.engine = _Recording(inputs, configuration, step_cost, None, driven=True)
-        self.engine.just_finished = []
+        self.engine = Engine(inputs, configuration, step_cost, None, driven=True)
         self.stepwise = stepwise
-        self.first_token_s = [math.nan] * inputs.requests
 
     @property
     def t(self) -> float:
@@ -79,13 +65,8 @@ class VllmFleetEngine:
     def advance(self, due: float) -> list[int]:
         """One action at the current boundary (module docstring); the finished requests."""
         engine = self.engine
-        engine.just_finished = []
         if not self.stepwise and pure_decode_ahead(engine):
             fast_forward(engine, due)
         else:
-            scheduled = [*engine.running, *engine.waiting]
             engine.step()
-            for r in scheduled:  # the step that samples a request's first token
-                if r.outputs and math.isnan(self.first_token_s[r.rid]):
-                    self.first_token_s[r.rid] = engine.t
         return [r.rid for r in engine.just_finished]

@@ -84,10 +84,26 @@ class VllmInputs:
         return 1 + sum(cdiv(tokens, self.block_size) for tokens in self.held)
 
 
+_VLLM_INPUTS: dict[tuple[int, int], tuple[PlanArrays, VllmInputs]] = {}
+
+
 def vllm_inputs(plan: Any, block_size: int) -> VllmInputs:
     """The plan's per-request lists (``sim_inputs.plan_arrays``, cached per plan) and its
-    chain identities for ``block_size``."""
+    chain identities for ``block_size``, cached per plan and block size (a search runs
+    each plan on many configurations); callers treat them as read-only."""
     arrays = plan_arrays(plan, SimConfig())
+    entry = _VLLM_INPUTS.get((id(plan), block_size))
+    if entry is not None and entry[0] is arrays:
+        return entry[1]
+    if len(_VLLM_INPUTS) > 256:
+        _VLLM_INPUTS.clear()
+    inputs = _chain_identities(arrays, block_size)
+    _VLLM_INPUTS[(id(plan), block_size)] = (arrays, inputs)
+    return inputs
+
+
+def _chain_identities(arrays: PlanArrays, block_size: int) -> VllmInputs:
+    """``vllm_inputs`` uncached: every session's and every shared prefix's identities."""
     key_base = [0] * arrays.requests
     held = [p + g - 1 for p, g in zip(arrays.prompt, arrays.gen, strict=True)]
     keys = 0

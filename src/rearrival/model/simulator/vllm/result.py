@@ -21,6 +21,7 @@ class RawRun:
     steps: list[int]
     arrival_s: list[float]
     first_scheduled_s: list[float]
+    first_token_s: list[float]
     finish_s: list[float]
     total_steps: int
     decode_tokens: int
@@ -42,6 +43,7 @@ class VllmRequestRecord:
     steps: int  # engine steps that computed any of its tokens
     arrival_s: float
     first_scheduled_s: float  # start of the first step computing any of its tokens
+    first_token_s: float  # end of the step that sampled its first token (SPEC 17)
     finish_s: float  # end of the step that sampled its last token
 
     def row(self) -> dict[str, Any]:
@@ -53,6 +55,7 @@ class VllmRequestRecord:
             "preemptions": self.preemptions,
             "arrival_s": self.arrival_s,
             "first_scheduled_s": self.first_scheduled_s,
+            "first_token_s": self.first_token_s,
             "finish_s": self.finish_s,
         }
 
@@ -82,6 +85,7 @@ class VllmResult:
                     r.steps[rid],
                     r.arrival_s[rid],
                     r.first_scheduled_s[rid],
+                    r.first_token_s[rid],
                     r.finish_s[rid],
                 )
                 for rid in range(a.requests)
@@ -109,14 +113,32 @@ class VllmResult:
     def never_evicted_prefill(self) -> int:
         """The prefill tokens of the same plan and knobs on a pool that never evicts: there
         nothing is preempted and every request hits what the round before it left
-        cacheable, so it computes its prompt less that."""
-        a = self.inputs.arrays
-        return sum(a.prompt[rid] - self.cacheable_tokens(rid) for rid in range(a.requests))
+        cacheable, so it computes its prompt less that.
+
+        A shared prefix's full blocks (SPEC 17) count as computed once per plan: by the
+        first session naming it (in session order), while every other session's round 0
+        hits them, capped at its prompt - 1 (rule 2). vLLM computes a prefix block twice
+        when two round 0s naming it prefill at once (a look-up sees only the blocks already
+        scheduled), so even that pool may prefill more than this; never less, since some
+        round 0 computes each prefix block."""
+        inputs = self.inputs
+        a, bs = inputs.arrays, inputs.block_size
+        total = sum(a.prompt[rid] - self.cacheable_tokens(rid) for rid in range(a.requests))
+        seen: set[int] = set()
+        for s, prefix in enumerate(a.prefix_of):
+            if prefix < 0:
+                continue
+            if prefix in seen:
+                rid = a.first[s]
+                total -= min(inputs.shared_blocks[rid], (a.prompt[rid] - 1) // bs) * bs
+            seen.add(prefix)
+        return total
 
     @property
     def re_arrivals_lost(self) -> int:
         """Re-arrivals whose hit fell below what the round before them left cacheable:
-        part of their transcript was evicted during the tool wait (or at a preemption)."""
+        part of their transcript was evicted during the tool wait (or at a preemption).
+        Rounds >= 1 only: a round 0's shared-prefix hit (SPEC 17) is not a re-arrival."""
         a, cached = self.inputs.arrays, self.run.cached_tokens
         return sum(
             1

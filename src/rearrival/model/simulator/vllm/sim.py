@@ -1,7 +1,8 @@
 """The predictor's ``vllm`` rule set (docs/DESIGN.md §15): a plan on a vLLM configuration.
 
 ``simulate_vllm`` replays a plan (two-round or multi-round sessions, staggered starts,
-optionally fixed re-arrival times from an observed run) on vLLM 0.32.0's synchronous
+renewed sessions and shared prefixes as SPEC 17 states them, optionally fixed re-arrival
+times from an observed run) on vLLM 0.32.0's synchronous
 scheduler as the rules of docs/DESIGN.md §15 state it: a paged pool with a null block and
 an LRU free queue (``blockpool``), prefix caching of full blocks, the scheduler's step
 with chunked prefill, the full-sequence admission gate and recompute preemption
@@ -44,6 +45,42 @@ _CALLS = [0]
 _LOADED: list[Any] = []
 
 Run = Callable[[VllmInputs, VllmConfiguration, VllmStepCost, list[float] | None], RawRun]
+_PLAN_COLUMNS: dict[int, tuple[VllmInputs, tuple[Any, ...]]] = {}
+
+
+def plan_columns(inputs: VllmInputs) -> tuple[Any, ...]:
+    """The compiled core's per-request arrays of a plan (``core.run``'s arguments prompt
+    .. follow_gap), converted once per ``VllmInputs`` (which ``vllm_inputs`` caches)."""
+    entry = _PLAN_COLUMNS.get(id(inputs))
+    if entry is not None and entry[0] is inputs:
+        return entry[1]
+    a = inputs.arrays
+    start = np.zeros(a.requests)
+    starts = np.zeros(a.requests, dtype=np.int64)
+    for s, rid in enumerate(a.first[:-1]):
+        start[rid] = a.start[s]
+        starts[rid] = a.leader[s] < 0  # a renewed session is sent by its leader's finish
+    ints = np.array(
+        [
+            a.prompt,
+            a.gen,
+            a.round_of,
+            inputs.key_base,
+            inputs.shared_blocks,
+            inputs.prefix_key_base,
+            a.next_fixed,
+            a.follower,
+        ],
+        dtype=np.int64,
+    ).reshape(8, -1)
+    floats = np.array([a.gap, a.follow_gap], dtype=np.float64).reshape(2, -1)
+    prompt, gen, round_of, key_base, shared, prefix_key_base, next_fixed, follower = ints
+    columns = (prompt, gen, round_of, floats[0], start, starts, key_base, shared)
+    columns += (prefix_key_base, next_fixed, follower, floats[1])
+    if len(_PLAN_COLUMNS) > 256:
+        _PLAN_COLUMNS.clear()
+    _PLAN_COLUMNS[id(inputs)] = (inputs, columns)
+    return columns
 
 
 def run_compiled(
@@ -57,21 +94,11 @@ def run_compiled(
 
     if not _LOADED:
         _LOADED.append(core)
-    a = inputs.arrays
-    requests = a.requests
-    start = np.zeros(requests)
-    for s, rid in enumerate(a.first[:-1]):
-        start[rid] = a.start[s]
+    requests = inputs.requests
     req_i = np.empty((3, requests), dtype=np.int64)
-    req_f = np.empty((3, requests))
+    req_f = np.empty((4, requests))
     steps, decode, prefill, device_s, makespan_s = core.run(
-        np.array(a.prompt, dtype=np.int64),
-        np.array(a.gen, dtype=np.int64),
-        np.array(a.round_of, dtype=np.int64),
-        np.array(a.gap, dtype=np.float64),
-        start,
-        np.array(inputs.key_base, dtype=np.int64),
-        np.array(a.next_fixed, dtype=np.int64),
+        *plan_columns(inputs),
         np.array(fixed if fixed is not None else [], dtype=np.float64),
         np.array(configuration.buckets, dtype=np.int64),
         configuration.block_size,
@@ -84,13 +111,14 @@ def run_compiled(
         req_f,
     )
     cached, preemptions, per_request_steps = req_i.tolist()
-    arrival, first, finish = req_f.tolist()
+    arrival, first, first_token, finish = req_f.tolist()
     return RawRun(
         cached,
         preemptions,
         per_request_steps,
         arrival,
         first,
+        first_token,
         finish,
         int(steps),
         int(decode),
