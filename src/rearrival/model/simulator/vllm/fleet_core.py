@@ -310,23 +310,28 @@ def run_fleet(
                     context += computed[r]
                     left = min(left, gen[r] - outputs[r])
                 while True:
+                    # Per token only what changes: the pool helpers take their arrays as
+                    # tuples, which numba reference-counts atomically at every call, so
+                    # they run only where a block is allocated or filled.
                     for i in range(n):
                         r = running[run0 + i]
-                        if _cdiv(computed[r] + 1, bs) > nblk[r]:
+                        done = computed[r] + 1
+                        if done > nblk[r] * bs:  # a running request holds ceil(computed / bs)
                             free[q] -= _allocate(pool, keys, table, off[r] + nblk[r], 1, sentinel)
                             nblk[r] += 1
-                        computed[r] += 1
-                        hashed[r] = _cache_filled(
-                            keys,
-                            bkey,
-                            table,
-                            off[r],
-                            hashed[r],
-                            keys0 + key_base[r],
-                            shared[r],
-                            keys0 + prefix_base[r],
-                            computed[r] // bs,
-                        )
+                        computed[r] = done
+                        if (hashed[r] + 1) * bs <= done:  # a block filled: cache to done // bs
+                            hashed[r] = _cache_filled(
+                                keys,
+                                bkey,
+                                table,
+                                off[r],
+                                hashed[r],
+                                keys0 + key_base[r],
+                                shared[r],
+                                keys0 + prefix_base[r],
+                                done // bs,
+                            )
                         outputs[r] += 1
                         tokens[r] += 1
                         steps[r] += 1
@@ -351,7 +356,8 @@ def run_fleet(
                     new_blocks = 0
                     for i in range(n):
                         r = running[run0 + i]
-                        new_blocks += _cdiv(computed[r] + 1, bs) - nblk[r]
+                        if computed[r] + 1 > nblk[r] * bs:
+                            new_blocks += 1
                     if new_blocks > free[q]:
                         break
             else:  # --- engine.Engine.step
