@@ -7,9 +7,10 @@ every registered prediction uses, its arrival tolerance, its one
 ``simulate(plan, configuration, profile, rules, arrivals)`` and how it builds a fleet of its
 engines (``rearrival.model.fleet``: R driven engines of its rule set, and how their
 per-request columns become the substrate's own result and the shared request records
-``rearrival.model.fleet.records.RequestOutcome``). A third substrate is one package of its
-rule set (an engine with the calls of ``rearrival.model.fleet.engine.FleetEngine``) and one
-entry here (docs/DESIGN.md §16).
+``rearrival.model.fleet.records.RequestOutcome``); an entry may also run the whole fleet
+compiled (vLLM: ``rearrival.model.simulator.vllm.fleet_core``), the same bits. A third
+substrate is one package of its rule set (an engine with the calls of
+``rearrival.model.fleet.engine.FleetEngine``) and one entry here (docs/DESIGN.md §16).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ class Substrate:
     tolerance_s: float  # an arrival at a counts at the first boundary >= a - tolerance_s
     simulate: Callable[..., Any]
     fleet: Callable[..., Fleet]  # (plan, configuration, cost, replicas, stepwise, source)
+    # The whole fleet compiled, or None: (plan, configuration, cost, replicas, router index
+    # into ROUTERS, fixed arrivals, source) -> the outcome, the same bits as ``fleet``
+    # driven by the loop
+    compiled: Callable[..., Outcome] | None = None
 
     def check(self, configuration: Any, name: str) -> None:
         """Refuse a configuration of another substrate in one line naming it."""
@@ -174,7 +179,7 @@ def _vllm_fleet(
 ) -> Fleet:
     from rearrival.model.simulator.vllm.fleet_engine import VllmFleetEngine
     from rearrival.model.simulator.vllm.inputs import check_pool, vllm_inputs
-    from rearrival.model.simulator.vllm.result import RawRun, VllmResult
+    from rearrival.model.simulator.vllm.result import RawRun
 
     inputs = vllm_inputs(plan, configuration.block_size)
     check_pool(inputs, configuration, source)
@@ -201,25 +206,80 @@ def _vllm_fleet(
             device_s=device,
             makespan_s=max(e.t for e in inner),
         )
-        records = tuple(
-            RequestOutcome(
-                arrays.session_of[rid],
-                arrays.round_of[rid],
-                placement[rid],
-                arrays.prompt[rid],
-                arrays.gen[rid],
-                r.cached_tokens,
-                r.preemptions,
-                r.arrival_s,
-                r.first_scheduled_s,
-                r.first_token_s,
-                r.finish_s,
-            )
-            for rid, r in enumerate(own)
-        )
-        return VllmResult(inputs, configuration, raw), records, tuple(e.device_s for e in inner)
+        device_by_replica = tuple(e.device_s for e in inner)
+        return _vllm_outcome(inputs, configuration, raw, placement, device_by_replica)
 
     return Fleet(arrays, engines, outcome)
+
+
+def _vllm_compiled_fleet(
+    plan: Any,
+    configuration: VllmConfiguration,
+    step_cost: Any,
+    replicas: int,
+    router: int,
+    fixed_arrivals: Sequence[float] | None,
+    source: str,
+) -> Outcome:
+    """The same fleet on the compiled core (``rearrival.model.simulator.vllm.fleet_core``):
+    its outcome, the same bits as ``_vllm_fleet`` driven by the loop."""
+    from rearrival.model.simulator.vllm import fleet_core  # numba: loaded on first use
+    from rearrival.model.simulator.vllm.inputs import check_pool, fixed_times, vllm_inputs
+    from rearrival.model.simulator.vllm.result import RawRun
+
+    inputs = vllm_inputs(plan, configuration.block_size)
+    check_pool(inputs, configuration, source)
+    fixed = fixed_times(inputs, fixed_arrivals)
+    run = fleet_core.run(inputs, configuration, step_cost, replicas, router, fixed)
+    device = 0.0
+    for seconds in run.replica_device_s:
+        device = device + seconds
+    raw = RawRun(
+        cached_tokens=run.cached_tokens,
+        preemptions=run.preemptions,
+        steps=run.steps,
+        arrival_s=run.arrival_s,
+        first_scheduled_s=run.first_scheduled_s,
+        finish_s=run.finish_s,
+        first_token_s=run.first_token_s,
+        total_steps=sum(run.replica_steps),
+        decode_tokens=sum(run.replica_decode_tokens),
+        prefill_tokens=sum(run.replica_prefill_tokens),
+        device_s=device,
+        makespan_s=max(run.replica_t),
+    )
+    device_by_replica = tuple(run.replica_device_s)
+    return _vllm_outcome(inputs, configuration, raw, run.replica, device_by_replica)
+
+
+def _vllm_outcome(
+    inputs: Any,
+    configuration: VllmConfiguration,
+    raw: Any,
+    placement: list[int],
+    device_by_replica: tuple[float, ...],
+) -> Outcome:
+    """The fleet's ``VllmResult`` and request records from its per-request columns."""
+    from rearrival.model.simulator.vllm.result import VllmResult
+
+    arrays = inputs.arrays
+    records = tuple(
+        RequestOutcome(
+            arrays.session_of[rid],
+            arrays.round_of[rid],
+            placement[rid],
+            arrays.prompt[rid],
+            arrays.gen[rid],
+            raw.cached_tokens[rid],
+            raw.preemptions[rid],
+            raw.arrival_s[rid],
+            raw.first_scheduled_s[rid],
+            raw.first_token_s[rid],
+            raw.finish_s[rid],
+        )
+        for rid in range(arrays.requests)
+    )
+    return VllmResult(inputs, configuration, raw), records, device_by_replica
 
 
 SUBSTRATES: dict[str, Substrate] = {
@@ -242,6 +302,7 @@ SUBSTRATES: dict[str, Substrate] = {
         0.0,
         _vllm_simulate,
         _vllm_fleet,
+        _vllm_compiled_fleet,
     ),
 }
 
