@@ -473,13 +473,32 @@ def advise(
         float,
         typer.Option("--token-scale", help="With --trace: what-if factor on every token count."),
     ] = 1.0,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            help="With --trace: trace (its sessions as the timestamps place them, the same "
+            "answer as `plans from-trace` + `advise --plans`) or drawn (a what-if: N "
+            "sessions drawn from it at each N, all starting together).",
+        ),
+    ] = "trace",
+    time_origin: Annotated[
+        str,
+        typer.Option(
+            "--time-origin",
+            help="With --trace --workload trace: first (as the timestamps say) or zero "
+            "(every session at t = 0), as `plans from-trace` takes it.",
+        ),
+    ] = "first",
     seed: Annotated[
-        int, typer.Option("--seed", help="With --trace: seed of the drawn workloads.")
+        int, typer.Option("--seed", help="With --workload drawn: seed of the drawn workloads.")
     ] = 0,
     resamples: Annotated[
         int,
         typer.Option(
-            "--resamples", min=1, help="With --trace: bootstrap session sets (at most 10,000)."
+            "--resamples",
+            min=1,
+            help="With --workload drawn: bootstrap session sets (at most 10,000).",
         ),
     ] = 100,
     search_dir: Annotated[
@@ -599,6 +618,8 @@ def advise(
                 resamples=resamples,
                 workers=workers,
                 profile=costs,
+                workload=workload,
+                time_origin=time_origin,
             )
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)

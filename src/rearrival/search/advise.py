@@ -26,10 +26,10 @@ from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.plans.plan import Plan
+from rearrival.model.plans.plan import Plan, check_context
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
-from rearrival.search.caveats import n_caveats, overlap_caveat
+from rearrival.search.caveats import import_caveats, n_caveats, overlap_caveat
 from rearrival.search.inputs import PlanKey, make_plan, workload_plans
 from rearrival.search.plan_files import keyed_plans, load_plan_dir
 from rearrival.search.run import select
@@ -169,15 +169,21 @@ def search_pick(
 
 def pick_on_plans(
     cfg: StudyConfig,
-    plans_dir: Path,
+    plans_dir: Path | str,
     workers: int,
     profile: Profile,
     settings: SearchSettings,
+    given: Sequence[Plan] | None = None,
 ) -> tuple[Recommendation, list[Plan]]:
     """The search run on the agent sessions of a plans directory itself (as ``search
     --plans`` runs it: ``search/`` selects and ``evaluation/`` is held out when both are
-    there, else every plan does both), and the plans the advice is evaluated on."""
-    keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
+    there, else every plan does both), and the plans the advice is evaluated on.
+    ``given``: plans already in memory (``advise --trace``'s import), named ``plans_dir``,
+    which select and are evaluated on alike, as one imported plan directory is."""
+    if given is None:
+        keyed, held_out = keyed_plans(Path(plans_dir), profile.slot_tokens)
+    else:
+        keyed, held_out = both_inputs(given), False
     searched = [(key, plan) for key, plan in keyed if key.inputs == "search"]
     chosen = select(cfg, workers, profile, settings, plans=searched)
     caveats = chosen.caveats
@@ -188,10 +194,23 @@ def pick_on_plans(
         if held_out
         else f"{plans_dir}, the same plans the advice is evaluated on (not held out)"
     )
-    files = f"{len(searched)} plan file{'' if len(searched) == 1 else 's'}"
+    files = f"{len(searched)} plan{'' if given is not None else ' file'}" + (
+        "" if len(searched) == 1 else "s"
+    )
     source = f"a search over the {files} under {where} (score {chosen.score:.4f})"
     evaluated = [plan for key, plan in keyed if key.inputs == "evaluation"]
     return Recommendation(chosen.candidate, source, settings.n, caveats), evaluated
+
+
+def both_inputs(plans: Sequence[Plan]) -> list[tuple[PlanKey, Plan]]:
+    """Plans that select and are evaluated on alike (``keyed_plans`` of one directory)."""
+    keyed = []
+    for inputs in ("search", "evaluation"):
+        seen: dict[int, int] = {}
+        for plan in plans:
+            index = seen[plan.n] = seen.get(plan.n, -1) + 1
+            keyed.append((PlanKey(inputs, plan.n, index, 0), plan))
+    return keyed
 
 
 def resolve_n(
@@ -287,24 +306,40 @@ def advise(
     workers: int = 2,
     profile: Profile | None = None,
     study: str | None = None,
+    plans: Sequence[Plan] | None = None,
+    plans_name: str | None = None,
 ) -> dict[str, Any]:
     """The Section V-D summary as a JSON-ready dict (see ``to_markdown``).
 
     Inputs are the config's evaluation plans at the search's N set (``n`` must agree with
-    it), or the plans under ``plans_dir`` (the search then runs at their N set). With
-    ``study``, that study's own search and evaluation inputs (e.g. agent sessions) and its
-    baseline."""
+    it), or the plans under ``plans_dir`` (the search then runs at their N set), or
+    ``plans`` already in memory, named ``plans_name`` (``advise --trace``: the same answer
+    as ``advise --plans`` on the import's directory, issue 36). With ``study``, that
+    study's own search and evaluation inputs (e.g. agent sessions) and its baseline."""
     profile = profile or measured_profile()
     settings = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
-    plans = load_plan_dir(plans_dir, profile.slot_tokens) if plans_dir is not None else None
+    given = plans is not None
+    if given:
+        plans = list(plans)
+        for plan in plans:
+            check_context(
+                plan,
+                profile.slot_tokens,
+                f"{plans_name} (profile measured at {profile.slot_tokens:,})",
+            )
+        plans_dir = Path(plans_name or "the given plans")
+    elif plans_dir is not None:
+        plans = load_plan_dir(plans_dir, profile.slot_tokens)
     if plans is not None:
         n = sorted({p.n for p in plans}) if n is None else n
     if search_dir is None and n is not None:
         settings = override_settings(settings, n=tuple(sorted(set(n))))
     if plans is not None and own_search(plans, search_dir, settings):
-        recommendation, plans = pick_on_plans(cfg, plans_dir, workers, profile, settings)
+        recommendation, plans = pick_on_plans(
+            cfg, plans_name or plans_dir, workers, profile, settings, plans if given else None
+        )
     else:
         recommendation = search_pick(cfg, search_dir, workers, profile, settings)
     pick, pick_source = recommendation.pick, recommendation.source
@@ -315,6 +350,8 @@ def advise(
             f"{len(plans)} evaluation plans of the config at N {','.join(map(str, n_set))} "
             f"(seed block {settings.evaluation_seed_block}, never used to select)"
         )
+    elif given:
+        source = f"{len(plans)} plan{'' if len(plans) == 1 else 's'} of {plans_name}"
     else:
         source = f"{len(plans)} plan files under {plans_dir}"
     larger = larger_candidate(pick, settings.batch_sizes)
@@ -325,7 +362,7 @@ def advise(
         "n": list(n_set),
         "recommendation_source": pick_source,
         "profile": profile.identity(),
-        "caveats": recommendation.caveats + n_caveats(n_set),
+        "caveats": recommendation.caveats + n_caveats(n_set) + import_caveats(plans),
         **result,
     }
 
@@ -387,6 +424,21 @@ def _spread_line(advice: dict[str, Any]) -> list[str]:
     ]
 
 
+def workload_lines(workload: dict[str, Any] | None) -> list[str]:
+    """How ``advise --trace`` placed the trace's sessions in time, when not as the trace
+    did (a named what-if), and how many the trace itself ever had at once."""
+    if not workload or not workload.get("what_if"):
+        return []
+    lines = [f"**What-if:** {workload['what_if']}."]
+    peak = workload.get("trace_peak_sessions")
+    if peak is not None:
+        lines.append(
+            f"On its own timing the trace has at most {peak} session"
+            f"{'' if peak == 1 else 's'} in the system at once."
+        )
+    return lines
+
+
 def to_markdown(advice: dict[str, Any]) -> str:
     """Human-readable report of ``advise`` (prints as Markdown)."""
     base, chosen, more = advice["baseline"], advice["selected"], advice["larger"]
@@ -399,6 +451,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Inputs: {advice['inputs']}; evaluated at N {n_text}. Predictions of the base "
         "simulator, not measurements.",
         f"Profile: {profile_phrase(advice['profile'])}.",
+        *workload_lines(advice.get("workload")),
         *[f"- {note}" for note in advice.get("workload_notes", [])],
         "",
         "## 1. Baseline losses",

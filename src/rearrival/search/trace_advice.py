@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rearrival.config.search import SearchSettings
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import device_memory
@@ -38,7 +38,7 @@ from rearrival.model.plans.trace_plans import ImportResult, LongerContext
 from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
-from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
+from rearrival.search.advise import advise, assess, larger_candidate, resolve_n, search_pick
 from rearrival.search.candidates import baseline_of, search_candidates, settings_space
 from rearrival.search.caveats import n_caveats, ranking_caveats, spread_caveats
 from rearrival.search.evaluate import CandidateArrays
@@ -48,6 +48,11 @@ from rearrival.search.space import plan_footprint
 
 RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)
+# --workload: the trace's sessions as its timestamps say (the default), or N drawn
+# sessions starting together (the paper's question, a what-if for a trace).
+TRACE_TIMING = "trace"
+DRAWN = "drawn"
+WORKLOADS = (TRACE_TIMING, DRAWN)
 
 
 def import_trace(
@@ -56,16 +61,18 @@ def import_trace(
     profile: Profile | None,
     max_seq_len: int | None = None,
     longer_context: LongerContext | None = None,
+    time_origin: str = "zero",
 ) -> ImportResult:
     """The trace's sessions at the profile's maximum sequence length (or ``max_seq_len``,
-    a vLLM server's ``max_model_len``), all starting at 0.
+    a vLLM server's ``max_model_len``), starting as ``time_origin`` says (``plans
+    from-trace --time-origin``; ``zero``: all at 0, the pool drawn workloads start from).
 
     OTLP JSON is recognised by its ``resourceSpans``; anything else is read as TraceLab."""
     importer = plans_from_otel if _is_otlp(path) else plans_from_trace
     return importer(
         path,
         max_seq_len=profile.slot_tokens if max_seq_len is None else max_seq_len,
-        time_origin="zero",
+        time_origin=time_origin,
         token_scale=token_scale,
         profile=profile,
         longer_context=longer_context,
@@ -80,6 +87,75 @@ def _is_otlp(path: Path) -> bool:
             return b"resourceSpans" in handle.read(4096)
     except (OSError, EOFError):
         return False  # the TraceLab reader names the damage with its line
+
+
+def check_workload(workload: str) -> None:
+    """Refuse a workload kind the advice does not know, naming both."""
+    if workload not in WORKLOADS:
+        raise SearchError(
+            f"option --workload {workload!r}: give {TRACE_TIMING} (the trace's own timing) "
+            f"or {DRAWN} (N sessions drawn from it, all starting together)"
+        )
+
+
+def peak_sessions(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> int:
+    """The most sessions in the system at once on the trace's own timing (first arrival
+    to last completion, on the baseline's schedule): what ``--workload drawn`` departs
+    from when it starts N together."""
+    spans: dict[int, list[float]] = {}
+    for record in simulate(plan, baseline.sim_config(), profile).requests:
+        span = spans.setdefault(record.session, [math.inf, -math.inf])
+        span[0] = min(span[0], record.arrival_s)
+        span[1] = max(span[1], record.complete_s)
+    events = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()])
+    peak = now = 0
+    for _, change in events:
+        now += change
+        peak = max(peak, now)
+    return peak
+
+
+def _advise_on_trace_timing(
+    cfg: StudyConfig,
+    trace: Path,
+    n: Sequence[int] | None,
+    token_scale: float,
+    search_dir: Path | None,
+    workers: int,
+    profile: Profile,
+    time_origin: str,
+) -> dict[str, Any]:
+    """``advise --plans`` on the import of ``trace`` (``plans from-trace`` with the same
+    --token-scale and --time-origin), with the import's lines beside it."""
+    imported = import_trace(trace, token_scale, profile, time_origin=time_origin)
+    advice = advise(
+        cfg,
+        n=n,
+        search_dir=search_dir,
+        workers=workers,
+        profile=profile,
+        plans=[imported.plan],
+        plans_name=f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]})",
+    )
+    pool = imported.plan
+    return {
+        **advice,
+        "workload": {
+            "kind": TRACE_TIMING,
+            "time_origin": time_origin,
+            "what_if": None
+            if time_origin == "first"
+            else "--time-origin zero: every session starts at t = 0, not as the trace says",
+        },
+        "workload_notes": imported.summary_lines(),
+        "import": {
+            "source": imported.source,
+            "trace_sha256": imported.trace_sha256,
+            "flags": pool.meta.import_flags,
+            "notes": pool.meta.notes,
+        },
+        "baseline_per_round": per_round_loss([pool], baseline_of(cfg), profile),
+    }
 
 
 def workload_plan(pool: Plan, n: int, rng: random.Random) -> Plan:
@@ -214,10 +290,24 @@ def advise_trace(
     resamples: int = RESAMPLES,
     workers: int = 2,
     profile: Profile | None = None,
+    workload: str = TRACE_TIMING,
+    time_origin: str = "first",
 ) -> dict[str, Any]:
     """The Section V-D summary for a trace's workload (the dict ``advise`` returns, plus
-    the import's counts, the per-round baseline loss and the saving's spread)."""
+    the import's counts and the per-round baseline loss).
+
+    ``workload`` ``trace`` (the default): the trace's sessions as its timestamps place
+    them (``time_origin``), advised exactly as ``advise --plans`` advises the directory
+    ``plans from-trace`` writes with the same options (issue 36: the two gave different
+    answers for one trace). ``drawn``: a what-if the output names, N sessions drawn with
+    replacement at each N, all starting together, with the saving's spread over
+    resampled session sets."""
     profile = profile or measured_profile()
+    check_workload(workload)
+    if workload == TRACE_TIMING:
+        return _advise_on_trace_timing(
+            cfg, trace, n, token_scale, search_dir, workers, profile, time_origin
+        )
     imported = import_trace(trace, token_scale, profile)
     pool = imported.plan
     settings = SearchSettings.from_config(cfg)
@@ -246,12 +336,21 @@ def advise_trace(
     larger = larger_candidate(pick, settings.batch_sizes)
     result = assess(plans, baseline, pick, larger, profile, memory)
     spread = saving_spread(pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples)
+    own = import_trace(trace, token_scale, profile, time_origin="first").plan
     return {
         "inputs": (
             f"{len(plans)} workloads drawn from {pool.n} sessions of {trace} ({imported.source}, "
             f"sha256 {imported.trace_sha256[:12]}): N sessions each, with replacement, all "
             "starting at t = 0; never used to select"
         ),
+        "workload": {
+            "kind": DRAWN,
+            "what_if": (
+                "--workload drawn: N sessions drawn from the trace, all starting together, "
+                "not the trace's own timing (--workload trace, the default)"
+            ),
+            "trace_peak_sessions": peak_sessions(own, baseline_of(cfg), profile),
+        },
         "n": list(n_set),
         "recommendation_source": source,
         "profile": profile.identity(),
