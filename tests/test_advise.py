@@ -264,3 +264,31 @@ def test_agent_session_plans_split_into_search_and_evaluation(tiny_config, tmp_p
     held_out = load_plan_dir(root / "evaluation")
     assert advice["baseline"]["re_arrivals"] == sum(p.requests - p.n for p in held_out)
     assert advice["inputs"] == f"3 plan files under {root}"
+
+
+def test_a_pick_predicted_worse_than_the_baseline_is_not_recommended(
+    tiny_config: Path, plans_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 36: a pick predicted slower than the baseline was still the advice; the
+    advice now recommends the baseline and says why (a 1-slot pick on 4 sessions)."""
+    search = tmp_path / "search"
+    worse = RblnConfiguration((1,), 1)
+    atomic_write_json(search / "selected.json", {**candidate_record(worse), "search_n": [4]})
+    cfg = load_study_config(tiny_config)
+    advice = advise(cfg, plans_dir=plans_dir, search_dir=search, profile=measured_profile())
+    assert advice["predicted_saving"] < 0
+    assert advice["recommendation"]["keep_baseline"]
+    assert advice["recommendation"]["id"] == BASELINE.id
+    text = to_markdown(advice)
+    assert f"**Recommended: `{BASELINE.id}`**" in text and "keep the baseline" in text
+
+
+def test_the_saving_outside_its_own_spread_is_said() -> None:
+    from rearrival.search.verdict import deploy_choice, outside_spread
+
+    spread = {"p05": 0.0001, "median": 0.0007, "p95": 0.0015}
+    (caveat,) = outside_spread(-0.0034, spread)
+    assert caveat["code"] == "outside_spread" and "-0.34 %" in caveat["message"]
+    assert outside_spread(0.0007, spread) == []
+    assert deploy_choice("a", "b", 0.01)["id"] == "a"
+    assert deploy_choice("a", "b", 0.0)["keep_baseline"]

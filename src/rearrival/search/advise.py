@@ -34,6 +34,7 @@ from rearrival.search.inputs import PlanKey, make_plan, workload_plans
 from rearrival.search.plan_files import keyed_plans, load_plan_dir
 from rearrival.search.run import select
 from rearrival.search.settings import override_settings
+from rearrival.search.verdict import deploy_choice
 
 # Below this further saving (paper V-C: 16 -> 24 -> 32 slots changed cost by < 0.1 %
 # once reuse was complete) more slots are not worth their memory and compile cost.
@@ -254,12 +255,14 @@ def assess(
         entry["reuse_misses"] = entry["re_arrivals"] - entry["reuse_hits"]
         entry.update(resources(cand, profile, memory))
     further = 1 - more["device_s"] / chosen["device_s"]
+    saving = 1 - chosen["device_s"] / base["device_s"]
     return {
         "baseline": base,
         "selected": chosen,
         "larger": more,
         "full_reuse_prefill_tokens": floor,
-        "predicted_saving": 1 - chosen["device_s"] / base["device_s"],
+        "predicted_saving": saving,
+        "recommendation": deploy_choice(pick.id, baseline.id, saving),
         "decode_ratio": chosen["decode_s"] / base["decode_s"],
         "prefill_ratio": chosen["prefill_s"] / base["prefill_s"],
         "further_saving_larger": further,
@@ -486,6 +489,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         f"time (decode x{advice['decode_ratio']:.4f}, prefill x{advice['prefill_ratio']:.4f}).",
         *_spread_line(advice),
+        f"**Recommended: `{advice['recommendation']['id']}`** ({advice['recommendation']['why']}).",
         f"Memory: {memory_sentence(chosen)} (at most {advice['max_slots_in_memory']} slots fit).",
         f"Compile budget {advice['compile_budget_s']:.0f} s: "
         + ("within" if chosen["within_compile_budget"] else "EXCEEDED")

@@ -45,6 +45,7 @@ from rearrival.search.evaluate import CandidateArrays
 from rearrival.search.rank import ranking
 from rearrival.search.settings import override_settings
 from rearrival.search.space import plan_footprint
+from rearrival.search.verdict import outside_spread
 
 RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)
@@ -246,6 +247,7 @@ def saving_spread(
     *,
     seed: int,
     resamples: int,
+    draws: int = 1,
 ) -> dict[str, Any]:
     """The pick's saving over ``resamples`` fresh session sets (``bootstrap_spread``)."""
 
@@ -254,7 +256,7 @@ def saving_spread(
         chosen = math.fsum(_device_s(p, pick, profile) for p in plans)
         return 1 - chosen / base
 
-    return bootstrap_spread(pool, n_set, saving, seed=seed, resamples=resamples)
+    return bootstrap_spread(pool, n_set, saving, seed=seed, resamples=resamples, draws=draws)
 
 
 def bootstrap_spread(
@@ -264,12 +266,15 @@ def bootstrap_spread(
     *,
     seed: int,
     resamples: int,
+    draws: int = 1,
 ) -> dict[str, Any]:
-    """``saving`` over ``resamples`` fresh session sets (one plan per N each): a seeded
-    bootstrap over the trace's sessions; quantiles by the nearest-rank rule."""
+    """``saving`` over ``resamples`` fresh session sets (``draws`` plans per N each, the
+    evaluation inputs' shape, so the predicted saving is one draw of the same
+    distribution: ``rearrival.search.verdict``): a seeded bootstrap over the trace's
+    sessions; quantiles by the nearest-rank rule."""
     savings = []
     for b in progress(range(resamples), resamples, "advise: spread of the saving", "resample"):
-        savings.append(saving(workload_plans(pool, n_set, 1, seed, f"bootstrap{b}")))
+        savings.append(saving(workload_plans(pool, n_set, draws, seed, f"bootstrap{b}")))
     ordered = sorted(savings)
 
     def quantile(q: float) -> float:
@@ -335,7 +340,9 @@ def advise_trace(
     plans = workload_plans(pool, n_set, settings.seeds, seed, "evaluation")
     larger = larger_candidate(pick, settings.batch_sizes)
     result = assess(plans, baseline, pick, larger, profile, memory)
-    spread = saving_spread(pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples)
+    spread = saving_spread(
+        pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples, draws=settings.seeds
+    )
     own = import_trace(trace, token_scale, profile, time_origin="first").plan
     return {
         "inputs": (
@@ -363,6 +370,9 @@ def advise_trace(
         },
         "baseline_per_round": per_round_loss(plans, baseline, profile),
         "saving_spread": spread,
-        "caveats": caveats + spread_caveats(spread) + n_caveats(n_set),
+        "caveats": caveats
+        + spread_caveats(spread)
+        + outside_spread(result["predicted_saving"], spread)
+        + n_caveats(n_set),
         **result,
     }

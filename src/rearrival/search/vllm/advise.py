@@ -43,6 +43,7 @@ from rearrival.search.advise import SMALL_GAIN
 from rearrival.search.caveats import spread_caveats, tie_caveats
 from rearrival.search.inputs import PlanKey
 from rearrival.search.trace_advice import bootstrap_spread, import_trace, workload_plans
+from rearrival.search.verdict import deploy_choice, outside_spread
 from rearrival.search.vllm.defaults import short_id
 from rearrival.search.vllm.evaluate import device_s
 from rearrival.search.vllm.outputs import (
@@ -177,6 +178,7 @@ def advise_vllm(
     caveats = tie_caveats(scored.table, inputs.held_out, TIEBREAK)
     caveats += capture_caveats(scored.space.candidates)
     spread = None
+    predicted = 1 - chosen["device_s"] / base_entry["device_s"]
     if trace_pool is not None:
         cost = profile.step_cost
 
@@ -185,9 +187,14 @@ def advise_vllm(
             return 1 - math.fsum(device_s(p, pick, cost) for p in plans) / old
 
         spread = bootstrap_spread(
-            trace_pool, inputs.settings.n, saving, seed=seed, resamples=resamples
+            trace_pool,
+            inputs.settings.n,
+            saving,
+            seed=seed,
+            resamples=resamples,
+            draws=inputs.settings.seeds,
         )
-        caveats += spread_caveats(spread)
+        caveats += spread_caveats(spread) + outside_spread(predicted, spread)
     elif caveats:
         caveats += overlap_caveats(inputs.of("search"), base, profile)
     score = float(scored.table.iloc[0]["score"])
@@ -213,7 +220,8 @@ def advise_vllm(
         "baseline": {**base_entry, "why": scored.baseline[1]},
         "selected": chosen,
         "pools": rows,
-        "predicted_saving": 1 - chosen["device_s"] / base_entry["device_s"],
+        "predicted_saving": predicted,
+        "recommendation": deploy_choice(pick.id, base.id, predicted),
         "saving_spread": spread,
         "smallest_pools": smallest_pools(rows, chosen),
         "simulations": scored.simulations,
@@ -316,6 +324,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         "time against the baseline.",
         *_spread_lines(advice.get("saving_spread")),
+        f"**Recommended: `{advice['recommendation']['id']}`** ({advice['recommendation']['why']}).",
         f"Memory: {memory_sentence(chosen, advice['profile_memory'])}.",
         "",
         "## 3. How much KV",
