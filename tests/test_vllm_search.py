@@ -418,6 +418,15 @@ def test_the_search_runs_on_the_shipped_sample(cpu_profile, tmp_path, monkeypatc
     advice = json.loads(advised.stdout)
     assert "not held out" in advice["inputs"] and advice["saving_spread"] is None
     assert advice["selected"]["configuration"]["id"] == summary["selected"]["id"]
+    # issue 36: --trace on the same file and options gives the --plans answer
+    trace_args = ["--trace", str(TRACELAB_SAMPLE), "--token-scale", "0.15", "--time-origin"]
+    on_trace = runner.invoke(
+        app, ["advise", "--substrate", "vllm", *trace_args, "zero", *plans_args[2:]]
+    )
+    assert on_trace.exit_code == 0, on_trace.output
+    traced = json.loads(on_trace.stdout)
+    for key in ("n", "selected", "baseline", "predicted_saving", "recommendation", "pools"):
+        assert traced[key] == advice[key], key
 
 
 @needs_sample
@@ -438,6 +447,8 @@ def test_advise_runs_on_the_shipped_sample_and_shows_the_bound_beside_the_hit_ra
         str(CONFIG_FILE),
         "--resamples",
         "20",
+        "--workload",
+        "drawn",
     ]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output

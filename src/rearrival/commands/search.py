@@ -573,6 +573,8 @@ def advise(
             seed=seed,
             resamples=resamples,
             as_json=as_json,
+            workload=workload,
+            time_origin=time_origin,
         )
         return
     if memory_filter is not None or max_model_len is not None:

@@ -235,6 +235,8 @@ def advise(
     seed: int,
     resamples: int,
     as_json: bool,
+    workload: str = "trace",
+    time_origin: str = "first",
 ) -> None:
     """``rearrival advise --substrate vllm``: how much KV, and which knobs."""
     from rearrival.search.vllm.advise import advise_vllm, to_markdown, trace_inputs
@@ -257,13 +259,29 @@ def advise(
             token_scale=token_scale,
             max_model_len=max_model_len,
             seed=seed,
+            workload=workload,
+            time_origin=time_origin,
         )
-        pool, notes = imported.plan, imported.summary_lines()
-        source = (
-            f"{len(inputs.of('evaluation'))} workloads drawn from {pool.n} sessions of "
-            f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]}): N sessions "
-            "each, with replacement, all starting at t = 0; never used to select"
-        )
+        notes = imported.summary_lines()
+        where = f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]})"
+        if workload == "drawn":
+            pool = imported.plan
+            source = (
+                f"{len(inputs.of('evaluation'))} workloads drawn from {pool.n} sessions of "
+                f"{where}: N sessions each, with replacement, all starting at t = 0 "
+                "(--workload drawn, a what-if: not the trace's own timing); never used to "
+                "select"
+            )
+        else:
+            origin = (
+                "as its timestamps place them"
+                if time_origin == "first"
+                else "all at t = 0 (--time-origin zero, a what-if)"
+            )
+            source = (
+                f"the {imported.plan.n} sessions of {where}, {origin}: the search inputs "
+                "again, not held out"
+            )
     elif plans_dir is not None:
         inputs = directory_inputs(plans_dir, settings, {} if n is None else {"n": n})
         held = "held out" if inputs.held_out else "the search inputs again, not held out"

@@ -39,10 +39,18 @@ from rearrival.model.cost.profile import GIB
 from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.plans.trace_plans import LongerContext
-from rearrival.search.advise import SMALL_GAIN
+from rearrival.search.advise import SMALL_GAIN, both_inputs
 from rearrival.search.caveats import spread_caveats, tie_caveats
 from rearrival.search.inputs import PlanKey
-from rearrival.search.trace_advice import bootstrap_spread, import_trace, workload_plans
+from rearrival.search.settings import override_settings
+from rearrival.search.trace_advice import (
+    DRAWN,
+    TRACE_TIMING,
+    bootstrap_spread,
+    check_workload,
+    import_trace,
+    workload_plans,
+)
 from rearrival.search.verdict import deploy_choice, outside_spread
 from rearrival.search.vllm.defaults import short_id
 from rearrival.search.vllm.evaluate import device_s
@@ -86,18 +94,38 @@ def trace_inputs(
     token_scale: float,
     max_model_len: int,
     seed: int,
+    workload: str = TRACE_TIMING,
+    time_origin: str = "first",
 ) -> tuple[Inputs, Any]:
-    """Workloads drawn from a trace's sessions (``rearrival.search.trace_advice``): the
-    search draws and the held-out evaluation draws, N sessions each at every N, all
-    starting at t = 0; and the import (its counts and notes)."""
+    """The trace's inputs and the import (its counts and notes). ``workload`` ``trace``
+    (the default): its sessions as the timestamps place them (``time_origin``), one plan
+    that selects and is evaluated on, as ``advise --plans`` takes the import's directory
+    (issue 36). ``drawn``: a what-if, workloads drawn from its sessions
+    (``rearrival.search.trace_advice``), the search draws and the held-out evaluation
+    draws, N sessions each at every N, all starting at t = 0."""
+    check_workload(workload)
     imported = import_trace(
         trace,
         token_scale,
         None,
         max_seq_len=max_model_len,
         longer_context=longer_context(profile, axes.block_sizes[0]),
+        time_origin=time_origin if workload == TRACE_TIMING else "zero",
     )
     pool = imported.plan
+    if workload == TRACE_TIMING:
+        own = override_settings(settings, n=(pool.n,))
+        summary = {
+            "trace": str(trace),
+            "trace_sha256": imported.trace_sha256,
+            "source": imported.source,
+            "trace_sessions": pool.n,
+            "workload": TRACE_TIMING,
+            "time_origin": time_origin,
+            "max_model_len": max_model_len,
+            "token_scale": token_scale,
+        }
+        return Inputs(both_inputs([pool]), False, own, summary), imported
     keyed = []
     for inputs in ("search", "evaluation"):
         drawn = workload_plans(pool, settings.n, settings.seeds, seed, inputs)
@@ -111,6 +139,7 @@ def trace_inputs(
         "trace_sessions": pool.n,
         "n": list(settings.n),
         "draws_per_n": settings.seeds,
+        "workload": DRAWN,
         "seed": seed,
         "max_model_len": max_model_len,
         "token_scale": token_scale,
