@@ -427,6 +427,20 @@ def test_the_search_runs_on_the_shipped_sample(cpu_profile, tmp_path, monkeypatc
     traced = json.loads(on_trace.stdout)
     for key in ("n", "selected", "baseline", "predicted_saving", "recommendation", "pools"):
         assert traced[key] == advice[key], key
+    # issue 36: what to paste, in vLLM's own knob names
+    deployed = VllmConfiguration.from_id(advice["recommendation"]["id"])
+    assert advice["deploy"]["knobs"]["max_num_seqs"] == deployed.batch_size
+    assert advice["deploy"]["knobs"]["num_gpu_blocks_override"] == deployed.num_blocks
+    assert (
+        advice["selected"]["configuration"]["vllm"]["max_num_seqs"]
+        == summary["selected"]["batch_size"]
+    )
+    command = advice["deploy"]["commands"][0]
+    assert command.startswith(
+        f"vllm serve rearrival/tiny-qwen3 --max-num-seqs {deployed.batch_size}"
+    )
+    text = runner.invoke(app, ["advise", "--substrate", "vllm", *plans_args[:-1]]).stdout
+    assert f"```sh\n{command}\n```" in text and "num_gpu_blocks_override=" in text
 
 
 @needs_sample

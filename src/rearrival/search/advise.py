@@ -21,6 +21,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rearrival.config.calibration import ModelSpec
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.configuration import RblnConfiguration
@@ -30,6 +31,7 @@ from rearrival.model.plans.plan import Plan, check_context
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
 from rearrival.search.caveats import import_caveats, n_caveats, overlap_caveat
+from rearrival.search.deploy import rbln_deployment
 from rearrival.search.inputs import PlanKey, make_plan, workload_plans
 from rearrival.search.plan_files import keyed_plans, load_plan_dir
 from rearrival.search.run import select
@@ -245,9 +247,11 @@ def assess(
     larger: RblnConfiguration,
     profile: Profile,
     memory: DeviceMemory,
+    model: str = ModelSpec.name,
 ) -> dict[str, Any]:
     """Steps (1), (2) and (4) of V-D on ``plans``: the three configurations predicted,
-    each with its reuse loss, compile cost and memory, and the more-slots verdict."""
+    each with its reuse loss, compile cost and memory, the more-slots verdict, and what
+    to run to deploy the recommended one (``model``: the served model's id)."""
     floor = full_reuse_tokens(plans, profile)
     base, chosen, more = (predict(plans, c, profile) for c in (baseline, pick, larger))
     for entry, cand in ((base, baseline), (chosen, pick), (more, larger)):
@@ -256,13 +260,23 @@ def assess(
         entry.update(resources(cand, profile, memory))
     further = 1 - more["device_s"] / chosen["device_s"]
     saving = 1 - chosen["device_s"] / base["device_s"]
+    verdict = deploy_choice(pick.id, baseline.id, saving)
+    deployed = baseline if verdict["keep_baseline"] else pick
     return {
+        "model": {
+            "name": model,
+            "max_seq_len": profile.slot_tokens,
+            "num_devices": profile.num_devices,
+        },
+        "deploy": rbln_deployment(
+            deployed, model=model, max_seq_len=profile.slot_tokens, num_devices=profile.num_devices
+        ),
         "baseline": base,
         "selected": chosen,
         "larger": more,
         "full_reuse_prefill_tokens": floor,
         "predicted_saving": saving,
-        "recommendation": deploy_choice(pick.id, baseline.id, saving),
+        "recommendation": verdict,
         "decode_ratio": chosen["decode_s"] / base["decode_s"],
         "prefill_ratio": chosen["prefill_s"] / base["prefill_s"],
         "further_saving_larger": further,
@@ -359,7 +373,9 @@ def advise(
         source = f"{len(plans)} plan files under {plans_dir}"
     larger = larger_candidate(pick, settings.batch_sizes)
     baseline = baseline_of(cfg, study)
-    result = assess(plans, baseline, pick, larger, profile, device_memory(profile))
+    result = assess(
+        plans, baseline, pick, larger, profile, device_memory(profile), cfg.measurement.model.name
+    )
     return {
         "inputs": source,
         "n": list(n_set),
@@ -427,6 +443,25 @@ def _spread_line(advice: dict[str, Any]) -> list[str]:
     ]
 
 
+def deploy_lines(advice: dict[str, Any]) -> list[str]:
+    """What to run for the recommended configuration (``rearrival.search.deploy``)."""
+    deploy = advice.get("deploy")
+    if not deploy:
+        return []
+    model = advice.get("model")
+    lines = [""]
+    if model:
+        lines.append(
+            f"Model: {model['name']} at a maximum sequence length of {model['max_seq_len']:,} "
+            f"on {model['num_devices']} RBLN devices (the profile's)."
+        )
+    knobs = ", ".join(f"{k}={v}" for k, v in deploy["knobs"].items())
+    lines += [f"What to run ({knobs}):", "", "```sh", *deploy["commands"], "```"]
+    if deploy.get("note"):
+        lines.append(f"Note: {deploy['note']}.")
+    return lines
+
+
 def workload_lines(workload: dict[str, Any] | None) -> list[str]:
     """How ``advise --trace`` placed the trace's sessions in time, when not as the trace
     did (a named what-if), and how many the trace itself ever had at once."""
@@ -490,6 +525,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"time (decode x{advice['decode_ratio']:.4f}, prefill x{advice['prefill_ratio']:.4f}).",
         *_spread_line(advice),
         f"**Recommended: `{advice['recommendation']['id']}`** ({advice['recommendation']['why']}).",
+        *deploy_lines(advice),
         f"Memory: {memory_sentence(chosen)} (at most {advice['max_slots_in_memory']} slots fit).",
         f"Compile budget {advice['compile_budget_s']:.0f} s: "
         + ("within" if chosen["within_compile_budget"] else "EXCEEDED")

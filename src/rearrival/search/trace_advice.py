@@ -339,7 +339,7 @@ def advise_trace(
         )
     plans = workload_plans(pool, n_set, settings.seeds, seed, "evaluation")
     larger = larger_candidate(pick, settings.batch_sizes)
-    result = assess(plans, baseline, pick, larger, profile, memory)
+    result = assess(plans, baseline, pick, larger, profile, memory, cfg.measurement.model.name)
     spread = saving_spread(
         pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples, draws=settings.seeds
     )

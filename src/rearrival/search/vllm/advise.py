@@ -41,6 +41,7 @@ from rearrival.model.plans.plan import Plan
 from rearrival.model.plans.trace_plans import LongerContext
 from rearrival.search.advise import SMALL_GAIN, both_inputs
 from rearrival.search.caveats import spread_caveats, tie_caveats
+from rearrival.search.deploy import vllm_deployment, vllm_knobs
 from rearrival.search.inputs import PlanKey
 from rearrival.search.settings import override_settings
 from rearrival.search.trace_advice import (
@@ -158,7 +159,12 @@ def entry(scored: Scored, cand: VllmConfiguration, profile: VllmProfile) -> dict
     held = rows[rows["inputs"] == "evaluation"]
     counted = pool_totals(held)[cand.id]
     return {
-        "configuration": {"id": cand.id, "short_id": short_id(cand), **cand.as_dict()},
+        "configuration": {
+            "id": cand.id,
+            "short_id": short_id(cand),
+            **cand.as_dict(),
+            "vllm": vllm_knobs(cand),
+        },
         "device_s": math.fsum(held["device_s"].tolist()),
         **{k.removeprefix("e_"): v for k, v in pool_columns(counted, "e_").items()},
         **memory_entry(cand, profile),
@@ -208,6 +214,7 @@ def advise_vllm(
     caveats += capture_caveats(scored.space.candidates)
     spread = None
     predicted = 1 - chosen["device_s"] / base_entry["device_s"]
+    verdict = deploy_choice(pick.id, base.id, predicted)
     if trace_pool is not None:
         cost = profile.step_cost
 
@@ -250,7 +257,12 @@ def advise_vllm(
         "selected": chosen,
         "pools": rows,
         "predicted_saving": predicted,
-        "recommendation": deploy_choice(pick.id, base.id, predicted),
+        "recommendation": verdict,
+        "deploy": vllm_deployment(
+            base if verdict["keep_baseline"] else pick,
+            model=profile.model_id,
+            max_model_len=inputs.summary.get("max_model_len"),
+        ),
         "saving_spread": spread,
         "smallest_pools": smallest_pools(rows, chosen),
         "simulations": scored.simulations,
@@ -334,7 +346,8 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "",
         "## 2. The pick",
         "",
-        f"Pick: `{chosen['configuration']['short_id']}` from {advice['recommendation_source']}.",
+        f"Pick: `{chosen['configuration']['short_id']}` ({knob_text(chosen)}) from "
+        f"{advice['recommendation_source']}.",
         f"Baseline: `{base['configuration']['short_id']}`: {base['why']}.",
         "",
         f"| configuration | device {unit} | hit rate | upper bound | recomputed prefill "
@@ -354,6 +367,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "time against the baseline.",
         *_spread_lines(advice.get("saving_spread")),
         f"**Recommended: `{advice['recommendation']['id']}`** ({advice['recommendation']['why']}).",
+        *vllm_deploy_lines(advice),
         f"Memory: {memory_sentence(chosen, advice['profile_memory'])}.",
         "",
         "## 3. How much KV",
@@ -364,6 +378,29 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "relying on it.",
     ]
     return "\n".join(lines)
+
+
+def knob_text(row: dict[str, Any]) -> str:
+    """A configuration in vLLM's own knob names (``rearrival.search.deploy``)."""
+    knobs = row["configuration"]["vllm"]
+    shown = {k: v for k, v in knobs.items() if k not in ("enable_prefix_caching",) and v}
+    return ", ".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()
+    )
+
+
+def vllm_deploy_lines(advice: dict[str, Any]) -> list[str]:
+    """What to run for the recommended configuration."""
+    deploy = advice.get("deploy")
+    if not deploy:
+        return []
+    lines = [
+        "",
+        f"What to run (model {advice['profile']['model_id']}, the profile's):",
+        "",
+        "```sh",
+    ]
+    return [*lines, *deploy["commands"], "```"]
 
 
 def _spread_lines(spread: dict[str, Any] | None) -> list[str]:
