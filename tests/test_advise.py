@@ -292,3 +292,25 @@ def test_the_saving_outside_its_own_spread_is_said() -> None:
     assert outside_spread(0.0007, spread) == []
     assert deploy_choice("a", "b", 0.01)["id"] == "a"
     assert deploy_choice("a", "b", 0.0)["keep_baseline"]
+
+
+def test_advise_takes_the_search_axes(tiny_config: Path) -> None:
+    """Issue 36: "more slots still help: 24 ..." could not be followed from advise, which
+    had no --batch-sizes; it takes the search's axes, and says the command to run."""
+    from rearrival.search.advise import next_search
+
+    args = ["advise", "--config", str(tiny_config), "--json"]
+    result = runner.invoke(app, [*args, "--batch-sizes", "2,3", "--max-buckets", "2"])
+    assert result.exit_code == 0, result.output
+    advice = json.loads(result.stdout)
+    assert advice["selected"]["configuration"]["batch_size"] in (2, 3)
+    assert len(advice["selected"]["configuration"]["buckets"]) <= 2
+    settings = SearchSettings.from_config(load_study_config(tiny_config))
+    helps = {"more_slots_verdict": "more slots still help: 14:1,14 saves a further 2.00 %"}
+    larger = RblnConfiguration((1, 14), 14)
+    assert next_search(helps, settings, larger) == "rearrival advise --batch-sizes 4,6,14 --n 2,3"
+    assert (
+        next_search({"more_slots_verdict": "more slots would not help"}, settings, larger) is None
+    )
+    refused = runner.invoke(app, [*args, "--substrate", "vllm", "--batch-sizes", "8"])
+    assert "--batch-sizes: only for --substrate rbln" in str(refused.exception)

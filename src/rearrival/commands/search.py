@@ -509,6 +509,23 @@ def advise(
             "run the search now.",
         ),
     ] = None,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-sizes",
+            help="RBLN: candidate batch sizes of the search run now, e.g. 16,24,32 (default: "
+            "search.batch_sizes), as `rearrival search` takes them.",
+        ),
+    ] = None,
+    max_buckets: Annotated[
+        int | None,
+        typer.Option(
+            "--max-buckets",
+            min=2,
+            help="RBLN: most buckets per candidate of the search run now, counting 1 and "
+            "batch_size (default: search.max_buckets).",
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print JSON instead of Markdown.")
@@ -556,7 +573,9 @@ def advise(
         capture_sets=capture_sizes,
         baseline=baseline,
     )
-    search_vllm.check_substrate(substrate, given)
+    search_vllm.check_substrate(
+        substrate, {**given, "batch_sizes": batch_sizes, "max_buckets": max_buckets}
+    )
     if substrate == "vllm":
         _advise_vllm(
             config,
@@ -596,6 +615,19 @@ def advise(
     _no_collection_passes()
     cfg = load_study_config(config)
     n_set = _int_list("--n", n)
+    axes = {
+        key: value
+        for key, value in (
+            ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
+            ("max_buckets", max_buckets),
+        )
+        if value is not None
+    }
+    if axes and search_dir is not None:
+        raise SearchError(
+            "options --batch-sizes, --max-buckets shape the search advise runs now; with "
+            "--search the pick is that search's: drop one of them"
+        )
     chosen = _profile(cfg, profile)
     costs = chosen.profile
     if trace is None:
@@ -607,6 +639,7 @@ def advise(
             workers=workers,
             profile=costs,
             study=study,
+            axes=axes,
         )
     else:
         try:
@@ -622,6 +655,7 @@ def advise(
                 profile=costs,
                 workload=workload,
                 time_origin=time_origin,
+                axes=axes,
             )
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)

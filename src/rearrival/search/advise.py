@@ -287,6 +287,20 @@ def assess(
     }
 
 
+def next_search(
+    result: dict[str, Any], settings: SearchSettings, larger: RblnConfiguration
+) -> str | None:
+    """The command that searches the larger batch size when more slots still help and
+    fit, but the search did not offer it (issue 36: the verdict could not be followed)."""
+    if not result["more_slots_verdict"].startswith("more slots still help"):
+        return None
+    if larger.batch_size in settings.batch_sizes:
+        return None
+    sizes = ",".join(map(str, sorted({*settings.batch_sizes, larger.batch_size})))
+    n_text = ",".join(map(str, settings.n))
+    return f"rearrival advise --batch-sizes {sizes} --n {n_text}"
+
+
 def more_slots_verdict(
     pick: RblnConfiguration,
     larger: RblnConfiguration,
@@ -325,6 +339,7 @@ def advise(
     study: str | None = None,
     plans: Sequence[Plan] | None = None,
     plans_name: str | None = None,
+    axes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Section V-D summary as a JSON-ready dict (see ``to_markdown``).
 
@@ -332,11 +347,14 @@ def advise(
     it), or the plans under ``plans_dir`` (the search then runs at their N set), or
     ``plans`` already in memory, named ``plans_name`` (``advise --trace``: the same answer
     as ``advise --plans`` on the import's directory, issue 36). With ``study``, that
-    study's own search and evaluation inputs (e.g. agent sessions) and its baseline."""
+    study's own search and evaluation inputs (e.g. agent sessions) and its baseline.
+    ``axes``: the search's own options (``batch_sizes``, ``max_buckets``) in place of the
+    config's, as ``rearrival search`` takes them."""
     profile = profile or measured_profile()
     settings = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
+    settings = override_settings(settings, **(axes or {}))
     given = plans is not None
     if given:
         plans = list(plans)
@@ -376,6 +394,7 @@ def advise(
     result = assess(
         plans, baseline, pick, larger, profile, device_memory(profile), cfg.measurement.model.name
     )
+    result["more_slots_next"] = next_search(result, settings, larger)
     return {
         "inputs": source,
         "n": list(n_set),
@@ -533,7 +552,12 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "",
         "## 3. More slots?",
         "",
-        f"{advice['more_slots_verdict']}.",
+        f"{advice['more_slots_verdict']}."
+        + (
+            f" Search it: `{advice['more_slots_next']}` (with the same inputs)."
+            if advice.get("more_slots_next")
+            else ""
+        ),
         "",
         "Validate the pick on new inputs with predictions and criteria fixed beforehand "
         "before relying on it (paper V-B).",

@@ -38,7 +38,14 @@ from rearrival.model.plans.trace_plans import ImportResult, LongerContext
 from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
-from rearrival.search.advise import advise, assess, larger_candidate, resolve_n, search_pick
+from rearrival.search.advise import (
+    advise,
+    assess,
+    larger_candidate,
+    next_search,
+    resolve_n,
+    search_pick,
+)
 from rearrival.search.candidates import baseline_of, search_candidates, settings_space
 from rearrival.search.caveats import n_caveats, ranking_caveats, spread_caveats
 from rearrival.search.evaluate import CandidateArrays
@@ -125,6 +132,7 @@ def _advise_on_trace_timing(
     workers: int,
     profile: Profile,
     time_origin: str,
+    axes: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """``advise --plans`` on the import of ``trace`` (``plans from-trace`` with the same
     --token-scale and --time-origin), with the import's lines beside it."""
@@ -137,6 +145,7 @@ def _advise_on_trace_timing(
         profile=profile,
         plans=[imported.plan],
         plans_name=f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]})",
+        axes=axes,
     )
     pool = imported.plan
     return {
@@ -297,6 +306,7 @@ def advise_trace(
     profile: Profile | None = None,
     workload: str = TRACE_TIMING,
     time_origin: str = "first",
+    axes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Section V-D summary for a trace's workload (the dict ``advise`` returns, plus
     the import's counts and the per-round baseline loss).
@@ -311,11 +321,11 @@ def advise_trace(
     check_workload(workload)
     if workload == TRACE_TIMING:
         return _advise_on_trace_timing(
-            cfg, trace, n, token_scale, search_dir, workers, profile, time_origin
+            cfg, trace, n, token_scale, search_dir, workers, profile, time_origin, axes
         )
     imported = import_trace(trace, token_scale, profile)
     pool = imported.plan
-    settings = SearchSettings.from_config(cfg)
+    settings = override_settings(SearchSettings.from_config(cfg), **(axes or {}))
     if n is not None:
         settings = override_settings(settings, n=tuple(sorted(set(n))))
     memory = device_memory(profile)
@@ -340,6 +350,7 @@ def advise_trace(
     plans = workload_plans(pool, n_set, settings.seeds, seed, "evaluation")
     larger = larger_candidate(pick, settings.batch_sizes)
     result = assess(plans, baseline, pick, larger, profile, memory, cfg.measurement.model.name)
+    result["more_slots_next"] = next_search(result, settings, larger)
     spread = saving_spread(
         pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples, draws=settings.seeds
     )
