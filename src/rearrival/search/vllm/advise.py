@@ -36,7 +36,7 @@ import pandas as pd
 from rearrival.config.search import SearchSettings
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import GIB
-from rearrival.model.cost.vllm_profile import VllmProfile
+from rearrival.model.cost.vllm_profile import VllmProfile, seconds_unit
 from rearrival.model.plans.plan import Plan
 from rearrival.model.plans.trace_plans import LongerContext
 from rearrival.search.advise import SMALL_GAIN, both_inputs
@@ -307,7 +307,7 @@ def memory_sentence(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
 def to_markdown(advice: dict[str, Any]) -> str:
     """Human-readable report of ``advise_vllm`` (prints as Markdown)."""
     chosen, base = advice["selected"], advice["baseline"]
-    unit = "CPU s" if advice["profile"]["device"] == "cpu" else "s"
+    unit = seconds_unit(advice["profile"])
     ident = advice["profile"]
     lines = [
         "# How much KV, and which knobs (vLLM substrate)",
