@@ -19,6 +19,7 @@ Values = Annotated[
         "--values",
         help="sha256 of the config values the workflow planned this job with (its rule "
         "passes it); refused when the study definition now gives other values.",
+        hidden=True,  # the workflow's, never a user's (issue 36)
     ),
 ]
 

@@ -76,7 +76,7 @@ def import_trace(
     from-trace --time-origin``; ``zero``: all at 0, the pool drawn workloads start from).
 
     OTLP JSON is recognised by its ``resourceSpans``; anything else is read as TraceLab."""
-    importer = plans_from_otel if _is_otlp(path) else plans_from_trace
+    importer = plans_from_otel if is_otlp(path) else plans_from_trace
     return importer(
         path,
         max_seq_len=profile.slot_tokens if max_seq_len is None else max_seq_len,
@@ -87,7 +87,7 @@ def import_trace(
     )
 
 
-def _is_otlp(path: Path) -> bool:
+def is_otlp(path: Path) -> bool:
     if not path.is_file():
         return False
     try:
