@@ -135,16 +135,19 @@ def given_options(
     baseline: str | None,
 ) -> dict[str, Any]:
     """The vLLM options as parsed values (None: not given); ``int_list`` parses a
-    comma-separated option in the one way every search option is parsed."""
-    from rearrival.search.vllm.space import parse_capture_sets
+    comma-separated option in the one way every search option is parsed (the vLLM
+    space's module, and what it imports, only when capture sizes are given)."""
+    if capture_sets is not None:
+        from rearrival.search.vllm.space import parse_capture_sets
 
+        capture_sets = parse_capture_sets(capture_sets)
     return {
         "max_num_seqs": int_list("--max-num-seqs", max_num_seqs),
         "num_blocks": int_list("--num-blocks", num_blocks),
         "pool_sizes": pool_sizes,
         "token_budgets": int_list("--max-num-batched-tokens", token_budgets),
         "block_sizes": int_list("--block-sizes", block_sizes),
-        "capture_sets": None if capture_sets is None else parse_capture_sets(capture_sets),
+        "capture_sets": capture_sets,
         "baseline": baseline,
     }
 
