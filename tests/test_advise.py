@@ -314,3 +314,20 @@ def test_advise_takes_the_search_axes(tiny_config: Path) -> None:
     )
     refused = runner.invoke(app, [*args, "--substrate", "vllm", "--batch-sizes", "8"])
     assert "--batch-sizes: only for --substrate rbln" in str(refused.exception)
+
+
+def test_a_calibration_of_the_emulated_twin_says_so(tiny_config: Path, tmp_path: Path) -> None:
+    """Issue 36: "calibrated" was visible only inside calibrated/emulated/<digest>; the
+    profile line and the advice say it is a calibration of the twin, not of hardware."""
+    import yaml
+
+    from rearrival.model.cost.profile import load_profile, profile_bytes
+
+    tree = yaml.safe_load(profile_bytes(None))
+    tree["profile_version"] = "calibrated/emulated/dbadc5433fa0"
+    path = tmp_path / "twin.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    assert "not on RBLN hardware" in load_profile(path).description()
+    cfg = load_study_config(tiny_config)
+    text = to_markdown(advise(cfg, profile=load_profile(path)))
+    assert "calibrated on the emulated backend (the virtual twin" in text

@@ -26,7 +26,7 @@ from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
-from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.cost.profile import Profile, calibration_note, measured_profile
 from rearrival.model.plans.plan import Plan, check_context
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
@@ -414,7 +414,9 @@ def own_search(plans: Sequence[Plan], search_dir: Path | None, settings: SearchS
 
 def profile_phrase(identity: dict[str, str]) -> str:
     """The profile an advice was priced with, as its Markdown names it."""
-    return f"{identity['name']} ({identity['version']}, sha256 {identity['sha256']})"
+    note = calibration_note(identity["version"])
+    text = f"{identity['name']} ({identity['version']}, sha256 {identity['sha256']})"
+    return f"{text}; {note}" if note else text
 
 
 def _config_cell(entry: dict[str, Any]) -> str:

@@ -138,7 +138,25 @@ class Profile:
     def description(self) -> str:
         """One phrase naming the constants, e.g. for the line a verb prints about them."""
         what = "the published constants" if self.name == PUBLISHED_NAME else self.name
-        return f"{what} ({self.version}, sha256 {self.sha256[:12]})"
+        note = calibration_note(self.version)
+        return f"{what} ({self.version}, sha256 {self.sha256[:12]})" + (f": {note}" if note else "")
+
+
+# Backends a calibration can run on that are not RBLN hardware (rearrival.vocabulary).
+TWIN_BACKENDS = ("emulated", "emulated-http")
+
+
+def calibration_note(version: str) -> str | None:
+    """What a calibrated profile was measured on, when that is the emulated twin (its
+    ``profile_version`` is ``calibrated/<backend>/<digest>``): issue 36, "calibrated"
+    read as a hardware calibration when it was one of the virtual twin."""
+    parts = version.split("/")
+    if len(parts) >= 3 and parts[0] == "calibrated" and parts[1] in TWIN_BACKENDS:
+        return (
+            f"calibrated on the {parts[1]} backend (the virtual twin of the paper's stack), "
+            "not on RBLN hardware"
+        )
+    return None
 
 
 def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
