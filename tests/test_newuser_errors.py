@@ -75,3 +75,10 @@ def test_option_errors_are_one_line_not_clicks_box(verb, args, words) -> None:
 def test_help_shows_no_module_path_and_no_workflow_option() -> None:
     assert "rearrival.commands" not in rearrival("--help").stdout
     assert "--values" not in rearrival("search", "--help").stdout
+
+
+def test_simulate_option_errors_name_options_not_internals(tmp_path: Path) -> None:
+    """Issue 36: `simulate --buckets 4,2` said "SimConfig fields 'buckets'/'batch_size'"."""
+    line = one_error_line(rearrival("simulate", "/dev/null", "--buckets", "4,2", cwd=tmp_path))
+    assert line.startswith("rearrival: error: --buckets, --batch-size: buckets [4, 2]")
+    assert "SimConfig" not in line
