@@ -236,3 +236,20 @@ def test_advise_plans_repeats_the_imports_truncation(small_config: Path, tmp_pat
     (cut,) = [c for c in advice["caveats"] if c["code"] == "truncated"]
     assert "1 of 3 sessions" in cut["message"] and "prompts plus generated" in cut["message"]
     assert "1 rounds removed" in cut["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--resamples", "20"], "--seed, --resamples: only with --trace --workload drawn"),
+        (["--workload", "drawn", "--time-origin", "zero"], "drawn workloads start every"),
+    ],
+)
+def test_options_the_chosen_workload_ignores_are_refused(
+    small_config: Path, two_round_trace: Path, extra: list[str], words: str
+) -> None:
+    args = ["advise", "--config", str(small_config), "--trace", str(two_round_trace), *extra]
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, SearchError) and words in str(result.exception)
+    alone = runner.invoke(app, ["advise", "--config", str(small_config), "--workload", "drawn"])
+    assert "--workload, --time-origin: only with --trace" in str(alone.exception)

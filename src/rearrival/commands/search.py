@@ -563,6 +563,7 @@ def advise(
     the prefix-cache hit rate at each pool size beside its structural upper bound, the
     prefill recomputed because tool waits let blocks be evicted, and the pick's saving
     (docs/DESIGN.md §15)."""
+    _check_workload_options(trace, workload, time_origin, seed, resamples)
     given = search_vllm.given_options(
         _int_list,
         max_num_seqs=max_num_seqs,
@@ -662,6 +663,28 @@ def advise(
             raise typer.Exit(2) from None
     chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
+
+
+def _check_workload_options(
+    trace: Path | None, workload: str, time_origin: str, seed: int, resamples: int
+) -> None:
+    """Refuse workload options that would be silently ignored: --workload and
+    --time-origin shape a trace's inputs; --seed and --resamples only drawn workloads."""
+    from rearrival.config.search import SearchError
+    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
+
+    check_at_most("--resamples", resamples, MAX_RESAMPLES, RESAMPLES_WHY)  # a bound first
+    if trace is None and (workload != "trace" or time_origin != "first"):
+        raise SearchError("options --workload, --time-origin: only with --trace")
+    if workload != "drawn" and (seed != 0 or resamples != 100):
+        raise SearchError(
+            "options --seed, --resamples: only with --trace --workload drawn (the trace's "
+            "own timing draws nothing)"
+        )
+    if workload == "drawn" and time_origin != "first":
+        raise SearchError(
+            "option --time-origin: drawn workloads start every session at t = 0; drop it"
+        )
 
 
 def _advise_vllm(config: Path, *, search_dir: Path | None, **options) -> None:
