@@ -264,3 +264,70 @@ def test_agent_session_plans_split_into_search_and_evaluation(tiny_config, tmp_p
     held_out = load_plan_dir(root / "evaluation")
     assert advice["baseline"]["re_arrivals"] == sum(p.requests - p.n for p in held_out)
     assert advice["inputs"] == f"3 plan files under {root}"
+
+
+def test_a_pick_predicted_worse_than_the_baseline_is_not_recommended(
+    tiny_config: Path, plans_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 36: a pick predicted slower than the baseline was still the advice; the
+    advice now recommends the baseline and says why (a 1-slot pick on 4 sessions)."""
+    search = tmp_path / "search"
+    worse = RblnConfiguration((1,), 1)
+    atomic_write_json(search / "selected.json", {**candidate_record(worse), "search_n": [4]})
+    cfg = load_study_config(tiny_config)
+    advice = advise(cfg, plans_dir=plans_dir, search_dir=search, profile=measured_profile())
+    assert advice["predicted_saving"] < 0
+    assert advice["recommendation"]["keep_baseline"]
+    assert advice["recommendation"]["id"] == BASELINE.id
+    text = to_markdown(advice)
+    assert f"**Recommended: `{BASELINE.id}`**" in text and "keep the baseline" in text
+
+
+def test_the_saving_outside_its_own_spread_is_said() -> None:
+    from rearrival.search.verdict import deploy_choice, outside_spread
+
+    spread = {"p05": 0.0001, "median": 0.0007, "p95": 0.0015}
+    (caveat,) = outside_spread(-0.0034, spread)
+    assert caveat["code"] == "outside_spread" and "-0.34 %" in caveat["message"]
+    assert outside_spread(0.0007, spread) == []
+    assert deploy_choice("a", "b", 0.01)["id"] == "a"
+    assert deploy_choice("a", "b", 0.0)["keep_baseline"]
+
+
+def test_advise_takes_the_search_axes(tiny_config: Path) -> None:
+    """Issue 36: "more slots still help: 24 ..." could not be followed from advise, which
+    had no --batch-sizes; it takes the search's axes, and says the command to run."""
+    from rearrival.search.advise import next_search
+
+    args = ["advise", "--config", str(tiny_config), "--json"]
+    result = runner.invoke(app, [*args, "--batch-sizes", "2,3", "--max-buckets", "2"])
+    assert result.exit_code == 0, result.output
+    advice = json.loads(result.stdout)
+    assert advice["selected"]["configuration"]["batch_size"] in (2, 3)
+    assert len(advice["selected"]["configuration"]["buckets"]) <= 2
+    settings = SearchSettings.from_config(load_study_config(tiny_config))
+    helps = {"more_slots_verdict": "more slots still help: 14:1,14 saves a further 2.00 %"}
+    larger = RblnConfiguration((1, 14), 14)
+    assert next_search(helps, settings, larger) == "rearrival advise --batch-sizes 4,6,14 --n 2,3"
+    assert (
+        next_search({"more_slots_verdict": "more slots would not help"}, settings, larger) is None
+    )
+    refused = runner.invoke(app, [*args, "--substrate", "vllm", "--batch-sizes", "8"])
+    assert "--batch-sizes: only for --substrate rbln" in str(refused.exception)
+
+
+def test_a_calibration_of_the_emulated_twin_says_so(tiny_config: Path, tmp_path: Path) -> None:
+    """Issue 36: "calibrated" was visible only inside calibrated/emulated/<digest>; the
+    profile line and the advice say it is a calibration of the twin, not of hardware."""
+    import yaml
+
+    from rearrival.model.cost.profile import load_profile, profile_bytes
+
+    tree = yaml.safe_load(profile_bytes(None))
+    tree["profile_version"] = "calibrated/emulated/dbadc5433fa0"
+    path = tmp_path / "twin.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    assert "not on RBLN hardware" in load_profile(path).description()
+    cfg = load_study_config(tiny_config)
+    text = to_markdown(advise(cfg, profile=load_profile(path)))
+    assert "calibrated on the emulated backend (the virtual twin" in text

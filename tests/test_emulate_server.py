@@ -3,8 +3,11 @@
 The oracle is the in-process emulated backend: with the same plan and seed, a replay
 through ``rearrival emulate-server`` (a subprocess on loopback) and the real client must
 give the same reuse, the same decode steps (every (n, b) pair) and the same token
-counts. That holds when the engine sees the same event order, which the plan below
-makes robust against the real network's timing:
+counts. That holds when the engine sees the same event order, so the in-process twin is
+driven with the arrivals the HTTP run's server logged (``observed_arrivals``, as
+``rearrival compare`` runs the vLLM predictor on a real run's observed times): a client
+that a loaded machine delays arrives late in both (issue 36). The plans below were made
+to keep the order robust against the real network's timing on their own:
 
 - all first requests arrive within the first prefill (about 0.28 emulated seconds, or
   56 ms of wall time at time scale 0.2; real first sends spread over a few ms), and the
@@ -41,6 +44,7 @@ from rearrival.judge.channels import channels
 from rearrival.measure import serve
 from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
 from rearrival.measure.emulate.driver import run_emulated
+from rearrival.measure.emulate.observed import observed_arrivals
 from rearrival.measure.emulate.server import EmulateServer, ServerOptions, server_argv
 from rearrival.measure.emulate.tokens import (
     ChatMessage,
@@ -122,7 +126,8 @@ def _server_argv(port: int, slots: int | None) -> list[str]:
 
 
 def replay_both(plan: Plan, tmp_path: Path, slots: int | None):
-    """The plan through a fresh emulate-server and the real client, and in process."""
+    """The plan through a fresh emulate-server and the real client, and in process on
+    the arrivals the server logged (the times a loaded machine really gave)."""
     port = serve.free_port()
     url = f"http://127.0.0.1:{port}"
     out = tmp_path / "http-run"
@@ -140,7 +145,10 @@ def replay_both(plan: Plan, tmp_path: Path, slots: int | None):
             )
         )
     assert (outcome.status, outcome.reason) == ("complete", None)
-    return read_run(out), run_emulated(plan, RblnConfiguration((1, 2, 4, 8), 8, slots), seed=SEED)
+    http = read_run(out)
+    configuration = RblnConfiguration((1, 2, 4, 8), 8, slots)
+    arrivals = observed_arrivals(http.server_log, http.requests)
+    return http, run_emulated(plan, configuration, seed=SEED, arrivals_s=arrivals)
 
 
 def assert_same_engine_work(http, emulated) -> pd.DataFrame:
@@ -244,6 +252,44 @@ def test_multi_round_http_replay_matches_the_in_process_emulator(tmp_path: Path,
     assert values["b_s"] > values["a_s"] > 0
     twin = channels(read_back(plan, emulated, tmp_path))
     assert values["a_s"] == pytest.approx(twin["a_s"])
+
+
+class _StallingAsyncio:
+    """The client's view of asyncio with one tool-gap sleep of ``gap_s`` wall seconds
+    lengthened by ``stall_s``: the client process descheduled once, as on a loaded
+    machine. Everything else is asyncio's."""
+
+    def __init__(self, gap_s: float, stall_s: float) -> None:
+        self.gap_s, self.stall_s, self.stalled = gap_s, stall_s, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, delay: float, result: Any = None) -> Any:
+        if not self.stalled and delay == pytest.approx(self.gap_s):
+            self.stalled = True
+            delay += self.stall_s
+        return await asyncio.sleep(delay, result)
+
+
+def test_a_client_delayed_by_load_is_compared_on_its_observed_sends(tmp_path, monkeypatch):
+    """Issue 36: under load the HTTP step log had (2, 2) where the in-process emulator
+    had (1, 1). A client stalled once (session 0's first tool wait 1.5 plan seconds
+    late) makes two sessions meet in the engine; on the plan's own timing the twin
+    disagrees, on the arrivals the server observed it does the same work."""
+    from rearrival.measure import client
+
+    plan = staggered_plan()
+    gap_s = plan.sessions[0].rounds[0].gap_after_s
+    stall = _StallingAsyncio(gap_s * TIME_SCALE, 1.5 * TIME_SCALE)
+    monkeypatch.setattr(client, "asyncio", stall)
+    http, emulated = replay_both(plan, tmp_path, None)
+    assert stall.stalled
+    assert any(n == 2 for n, _ in parse_step_log(http.server_log))  # the sessions met
+    assert_same_engine_work(http, emulated)
+    on_plan_timing = run_emulated(plan, RblnConfiguration((1, 2, 4, 8), 8, None), seed=SEED)
+    with pytest.raises(AssertionError):
+        assert_same_engine_work(http, on_plan_timing)
 
 
 def read_back(plan: Plan, emulated, tmp_path: Path):

@@ -26,11 +26,11 @@ needs_sample = pytest.mark.skipif(
 )
 
 
-def readme_commands() -> list[list[str]]:
-    """Every command of the section's ``sh`` blocks, comments dropped."""
+def readme_commands(heading: str = SECTION) -> list[list[str]]:
+    """Every command of the section's ``sh``/``bash`` blocks, comments dropped."""
     text = (REPO / "README.md").read_text()
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", section, flags=re.S)
     lines = [line for block in blocks for line in block.splitlines() if line.strip()]
     return [shlex.split(line, comments=True) for line in lines]
 
@@ -78,6 +78,21 @@ def test_the_readme_commands_run_as_written_on_a_fresh_checkout(checkout: Path) 
     assert "selected 10:1,2,10" in search.stdout
     assert "572 of 2,077 candidates score exactly the pick's" in search.stderr
     assert "Predicted saving of the pick: 4.68 %" in done[2].stdout
+    # issue 36: --trace with the import's options gives the --plans answer
+    assert "Predicted saving of the pick: 4.68 %" in done[3].stdout
+    assert "**What-if:** --workload drawn" in done[4].stdout
+    assert "rearrival rbln compile --model Qwen/Qwen3-4B --batch-size 10" in done[2].stdout
+
+
+@needs_sample
+def test_the_vllm_sizing_commands_run_as_written(checkout: Path) -> None:
+    """Issue 36: the section's commands named a vllm-profile.yaml nothing shipped."""
+    commands = readme_commands("## Sizing KV for agents on vLLM")
+    assert len(commands) == 3
+    for command in commands:
+        result = run(checkout, command)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+    assert "device TEMPLATE s" in result.stdout and "vllm serve Qwen/Qwen3-8B" in result.stdout
 
 
 @needs_sample

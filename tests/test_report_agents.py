@@ -186,3 +186,19 @@ def test_the_section_and_the_multi_wait_timeline_are_in_the_report(tree):
     svg = (tree / "reports" / "figures" / "timeline-agents.svg").read_text()
     assert "tool wait" in svg and "reuse hit" in svg
     assert 'id="figure-timeline-agents"' in html
+
+
+def test_the_timeline_axis_ends_with_its_last_bar() -> None:
+    """Issue 36: the timeline's x-axis ran to 175 s while its bars ended near 90 s."""
+    from rearrival.report.agents import timeline_extent
+
+    rows = [
+        {
+            "session": 0,
+            "spans": [("decode", 0.0, 40.0), ("tool wait", 40.0, 88.0)],
+            "marks": [(88.0, True)],
+        },
+        {"session": 1, "spans": [("prefill", 5.0, float("nan"))], "marks": []},
+    ]
+    assert timeline_extent(rows) == pytest.approx(88.0 * 1.02)
+    assert timeline_extent([]) == 1.0

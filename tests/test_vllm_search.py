@@ -418,6 +418,29 @@ def test_the_search_runs_on_the_shipped_sample(cpu_profile, tmp_path, monkeypatc
     advice = json.loads(advised.stdout)
     assert "not held out" in advice["inputs"] and advice["saving_spread"] is None
     assert advice["selected"]["configuration"]["id"] == summary["selected"]["id"]
+    # issue 36: --trace on the same file and options gives the --plans answer
+    trace_args = ["--trace", str(TRACELAB_SAMPLE), "--token-scale", "0.15", "--time-origin"]
+    on_trace = runner.invoke(
+        app, ["advise", "--substrate", "vllm", *trace_args, "zero", *plans_args[2:]]
+    )
+    assert on_trace.exit_code == 0, on_trace.output
+    traced = json.loads(on_trace.stdout)
+    for key in ("n", "selected", "baseline", "predicted_saving", "recommendation", "pools"):
+        assert traced[key] == advice[key], key
+    # issue 36: what to paste, in vLLM's own knob names
+    deployed = VllmConfiguration.from_id(advice["recommendation"]["id"])
+    assert advice["deploy"]["knobs"]["max_num_seqs"] == deployed.batch_size
+    assert advice["deploy"]["knobs"]["num_gpu_blocks_override"] == deployed.num_blocks
+    assert (
+        advice["selected"]["configuration"]["vllm"]["max_num_seqs"]
+        == summary["selected"]["batch_size"]
+    )
+    command = advice["deploy"]["commands"][0]
+    assert command.startswith(
+        f"vllm serve rearrival/tiny-qwen3 --max-num-seqs {deployed.batch_size}"
+    )
+    text = runner.invoke(app, ["advise", "--substrate", "vllm", *plans_args[:-1]]).stdout
+    assert f"```sh\n{command}\n```" in text and "num_gpu_blocks_override=" in text
 
 
 @needs_sample
@@ -438,6 +461,8 @@ def test_advise_runs_on_the_shipped_sample_and_shows_the_bound_beside_the_hit_ra
         str(CONFIG_FILE),
         "--resamples",
         "20",
+        "--workload",
+        "drawn",
     ]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output

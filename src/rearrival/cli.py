@@ -32,7 +32,7 @@ for register in ALL_AREAS:
 @app.command("version")
 def version() -> None:
     """Print the rearrival version and the profile simulate, search and advise use here
-    by default, with why (rearrival.commands.profile)."""
+    by default, with why."""
     from pathlib import Path
 
     from rearrival import __version__
@@ -46,9 +46,30 @@ def version() -> None:
 
 
 def main() -> None:
-    """Console entry point: clear one-line errors instead of tracebacks for bad input."""
+    """Console entry point: clear one-line errors instead of tracebacks for bad input,
+    and for an option click refuses (a value out of range, a misspelled option) one
+    line naming the verb and its --help, not click's four-line usage box (issue 36).
+    Typer vendors click (``typer._click``, pinned with typer); its exceptions are those."""
+    from typer._click import exceptions as click
+
     try:
-        app()
+        code = app(standalone_mode=False)
     except RearrivalError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
         sys.exit(2)
+    except click.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        sys.exit(2)
+    except click.UsageError as exc:
+        verb = exc.ctx.command_path if exc.ctx is not None else "rearrival"
+        typer.echo(
+            f"rearrival: error: {verb}: {exc.format_message()} (see `{verb} --help`)", err=True
+        )
+        sys.exit(2)
+    except click.ClickException as exc:
+        typer.echo(f"rearrival: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -235,6 +235,7 @@ def _import(kind: str, out: Path, **options) -> None:
 
     importer = plans_from_trace if kind == "tracelab" else plans_from_otel
     try:
+        _check_format(kind, options["path"])
         result = importer(**options)
     except TraceError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
@@ -243,6 +244,19 @@ def _import(kind: str, out: Path, **options) -> None:
     for line in result.summary_lines():
         typer.echo(line)
     typer.echo(f"wrote {path}")
+
+
+def _check_format(kind: str, path: Path) -> None:
+    """OTLP JSON given to ``from-trace`` is named, with the verb that reads it (issue 36:
+    it failed on a missing TraceLab field instead)."""
+    from rearrival.model.plans.trace_plans import TraceError
+    from rearrival.search.trace_advice import is_otlp
+
+    if kind == "tracelab" and is_otlp(path):
+        raise TraceError(
+            f"{path}: OpenTelemetry spans (OTLP JSON with resourceSpans), not a TraceLab "
+            f"round trace; read it with `rearrival plans from-otel {path} --out DIR`"
+        )
 
 
 def from_trace(

@@ -473,13 +473,32 @@ def advise(
         float,
         typer.Option("--token-scale", help="With --trace: what-if factor on every token count."),
     ] = 1.0,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            help="With --trace: trace (its sessions as the timestamps place them, the same "
+            "answer as `plans from-trace` + `advise --plans`) or drawn (a what-if: N "
+            "sessions drawn from it at each N, all starting together).",
+        ),
+    ] = "trace",
+    time_origin: Annotated[
+        str,
+        typer.Option(
+            "--time-origin",
+            help="With --trace --workload trace: first (as the timestamps say) or zero "
+            "(every session at t = 0), as `plans from-trace` takes it.",
+        ),
+    ] = "first",
     seed: Annotated[
-        int, typer.Option("--seed", help="With --trace: seed of the drawn workloads.")
+        int, typer.Option("--seed", help="With --workload drawn: seed of the drawn workloads.")
     ] = 0,
     resamples: Annotated[
         int,
         typer.Option(
-            "--resamples", min=1, help="With --trace: bootstrap session sets (at most 10,000)."
+            "--resamples",
+            min=1,
+            help="With --workload drawn: bootstrap session sets (at most 10,000).",
         ),
     ] = 100,
     search_dir: Annotated[
@@ -488,6 +507,23 @@ def advise(
             "--search",
             help="Finished search: its directory or its selected.json; default: "
             "run the search now.",
+        ),
+    ] = None,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-sizes",
+            help="RBLN: candidate batch sizes of the search run now, e.g. 16,24,32 (default: "
+            "search.batch_sizes), as `rearrival search` takes them.",
+        ),
+    ] = None,
+    max_buckets: Annotated[
+        int | None,
+        typer.Option(
+            "--max-buckets",
+            min=2,
+            help="RBLN: most buckets per candidate of the search run now, counting 1 and "
+            "batch_size (default: search.max_buckets).",
         ),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
@@ -527,6 +563,7 @@ def advise(
     the prefix-cache hit rate at each pool size beside its structural upper bound, the
     prefill recomputed because tool waits let blocks be evicted, and the pick's saving
     (docs/DESIGN.md §15)."""
+    _check_workload_options(trace, workload, time_origin, seed, resamples)
     given = search_vllm.given_options(
         _int_list,
         max_num_seqs=max_num_seqs,
@@ -537,7 +574,9 @@ def advise(
         capture_sets=capture_sizes,
         baseline=baseline,
     )
-    search_vllm.check_substrate(substrate, given)
+    search_vllm.check_substrate(
+        substrate, {**given, "batch_sizes": batch_sizes, "max_buckets": max_buckets}
+    )
     if substrate == "vllm":
         _advise_vllm(
             config,
@@ -554,6 +593,8 @@ def advise(
             seed=seed,
             resamples=resamples,
             as_json=as_json,
+            workload=workload,
+            time_origin=time_origin,
         )
         return
     if memory_filter is not None or max_model_len is not None:
@@ -575,6 +616,19 @@ def advise(
     _no_collection_passes()
     cfg = load_study_config(config)
     n_set = _int_list("--n", n)
+    axes = {
+        key: value
+        for key, value in (
+            ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
+            ("max_buckets", max_buckets),
+        )
+        if value is not None
+    }
+    if axes and search_dir is not None:
+        raise SearchError(
+            "options --batch-sizes, --max-buckets shape the search advise runs now; with "
+            "--search the pick is that search's: drop one of them"
+        )
     chosen = _profile(cfg, profile)
     costs = chosen.profile
     if trace is None:
@@ -586,6 +640,7 @@ def advise(
             workers=workers,
             profile=costs,
             study=study,
+            axes=axes,
         )
     else:
         try:
@@ -599,12 +654,37 @@ def advise(
                 resamples=resamples,
                 workers=workers,
                 profile=costs,
+                workload=workload,
+                time_origin=time_origin,
+                axes=axes,
             )
         except TraceError as exc:
             typer.echo(f"rearrival: error: {exc}", err=True)
             raise typer.Exit(2) from None
     chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
+
+
+def _check_workload_options(
+    trace: Path | None, workload: str, time_origin: str, seed: int, resamples: int
+) -> None:
+    """Refuse workload options that would be silently ignored: --workload and
+    --time-origin shape a trace's inputs; --seed and --resamples only drawn workloads."""
+    from rearrival.config.search import SearchError
+    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
+
+    check_at_most("--resamples", resamples, MAX_RESAMPLES, RESAMPLES_WHY)  # a bound first
+    if trace is None and (workload != "trace" or time_origin != "first"):
+        raise SearchError("options --workload, --time-origin: only with --trace")
+    if workload != "drawn" and (seed != 0 or resamples != 100):
+        raise SearchError(
+            "options --seed, --resamples: only with --trace --workload drawn (the trace's "
+            "own timing draws nothing)"
+        )
+    if workload == "drawn" and time_origin != "first":
+        raise SearchError(
+            "option --time-origin: drawn workloads start every session at t = 0; drop it"
+        )
 
 
 def _advise_vllm(config: Path, *, search_dir: Path | None, **options) -> None:

@@ -135,16 +135,19 @@ def given_options(
     baseline: str | None,
 ) -> dict[str, Any]:
     """The vLLM options as parsed values (None: not given); ``int_list`` parses a
-    comma-separated option in the one way every search option is parsed."""
-    from rearrival.search.vllm.space import parse_capture_sets
+    comma-separated option in the one way every search option is parsed (the vLLM
+    space's module, and what it imports, only when capture sizes are given)."""
+    if capture_sets is not None:
+        from rearrival.search.vllm.space import parse_capture_sets
 
+        capture_sets = parse_capture_sets(capture_sets)
     return {
         "max_num_seqs": int_list("--max-num-seqs", max_num_seqs),
         "num_blocks": int_list("--num-blocks", num_blocks),
         "pool_sizes": pool_sizes,
         "token_budgets": int_list("--max-num-batched-tokens", token_budgets),
         "block_sizes": int_list("--block-sizes", block_sizes),
-        "capture_sets": None if capture_sets is None else parse_capture_sets(capture_sets),
+        "capture_sets": capture_sets,
         "baseline": baseline,
     }
 
@@ -235,6 +238,8 @@ def advise(
     seed: int,
     resamples: int,
     as_json: bool,
+    workload: str = "trace",
+    time_origin: str = "first",
 ) -> None:
     """``rearrival advise --substrate vllm``: how much KV, and which knobs."""
     from rearrival.search.vllm.advise import advise_vllm, to_markdown, trace_inputs
@@ -257,13 +262,29 @@ def advise(
             token_scale=token_scale,
             max_model_len=max_model_len,
             seed=seed,
+            workload=workload,
+            time_origin=time_origin,
         )
-        pool, notes = imported.plan, imported.summary_lines()
-        source = (
-            f"{len(inputs.of('evaluation'))} workloads drawn from {pool.n} sessions of "
-            f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]}): N sessions "
-            "each, with replacement, all starting at t = 0; never used to select"
-        )
+        notes = imported.summary_lines()
+        where = f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]})"
+        if workload == "drawn":
+            pool = imported.plan
+            source = (
+                f"{len(inputs.of('evaluation'))} workloads drawn from {pool.n} sessions of "
+                f"{where}: N sessions each, with replacement, all starting at t = 0 "
+                "(--workload drawn, a what-if: not the trace's own timing); never used to "
+                "select"
+            )
+        else:
+            origin = (
+                "as its timestamps place them"
+                if time_origin == "first"
+                else "all at t = 0 (--time-origin zero, a what-if)"
+            )
+            source = (
+                f"the {imported.plan.n} sessions of {where}, {origin}: the search inputs "
+                "again, not held out"
+            )
     elif plans_dir is not None:
         inputs = directory_inputs(plans_dir, settings, {} if n is None else {"n": n})
         held = "held out" if inputs.held_out else "the search inputs again, not held out"

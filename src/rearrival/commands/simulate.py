@@ -41,6 +41,14 @@ class SimulateOptionError(RearrivalError, ValueError):
     """Options that do not fit together; the message names them and the fix."""
 
 
+def _without_fields(message: str) -> str:
+    """The library's message without its "SimConfig field(s) 'x':" lead, which names
+    internals once the options are named (issue 36)."""
+    import re
+
+    return re.sub(r"^SimConfig fields? (?:'[a-z_]+'(?:/'[a-z_]+')*:? )?", "", message)
+
+
 def parse_buckets(text: str, option: str = "--buckets") -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8); anything else is a one-line error naming the option."""
     from rearrival.model.simulator.sim import SimConfigError
@@ -106,7 +114,9 @@ def _simulate_rbln(
         )
     except SimConfigError as exc:  # the library names fields; name their options
         flags = ", ".join("--" + name.replace("_", "-") for name in exc.fields)
-        raise SimConfigError(f"{flags}: {exc}" if flags else str(exc)) from None
+        raise SimConfigError(
+            f"{flags}: {_without_fields(str(exc))}" if flags else str(exc)
+        ) from None
     given, config_file = options["profile_path"], options["config_file"]
     chosen = profile_for_config(
         config_file, None if given is None else str(given), config_file != DEFAULT_CONFIG

@@ -42,6 +42,16 @@ def session_spans(requests: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def timeline_extent(rows: list[dict[str, Any]]) -> float:
+    """The x-axis's end: the last span or mark plus 2 % (issue 36: the axis ran to 175 s
+    while the bars ended near 90 s)."""
+    ends = [end for r in rows for _, _, end in r["spans"]] + [
+        t for r in rows for t, _ in r["marks"]
+    ]
+    finite = [float(t) for t in ends if t == t]
+    return 1.02 * max(finite) if finite and max(finite) > 0 else 1.0
+
+
 def _timeline_run(res: Results, study: Study) -> dict[str, Any] | None:
     """The baseline's first complete run at the study's largest N (replicate 0 first)."""
     channels = res.channels(study.name)
@@ -86,6 +96,7 @@ def timeline_figure(res: Results, study: Study) -> Figure:
                 label=None if name in used else name,
             )
             used.add(name)
+    ax.set_xlim(0.0, timeline_extent(rows))
     ax.set_xlabel("seconds from the run's first send")
     ax.set_ylabel("session")
     ax.legend(fontsize=7, loc="upper right", ncol=3)

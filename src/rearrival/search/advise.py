@@ -21,19 +21,22 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rearrival.config.calibration import ModelSpec
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
-from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.plans.plan import Plan
+from rearrival.model.cost.profile import Profile, calibration_note, measured_profile
+from rearrival.model.plans.plan import Plan, check_context
 from rearrival.model.simulator.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
-from rearrival.search.caveats import n_caveats, overlap_caveat
+from rearrival.search.caveats import import_caveats, n_caveats, overlap_caveat
+from rearrival.search.deploy import rbln_deployment
 from rearrival.search.inputs import PlanKey, make_plan, workload_plans
 from rearrival.search.plan_files import keyed_plans, load_plan_dir
 from rearrival.search.run import select
 from rearrival.search.settings import override_settings
+from rearrival.search.verdict import deploy_choice
 
 # Below this further saving (paper V-C: 16 -> 24 -> 32 slots changed cost by < 0.1 %
 # once reuse was complete) more slots are not worth their memory and compile cost.
@@ -169,15 +172,21 @@ def search_pick(
 
 def pick_on_plans(
     cfg: StudyConfig,
-    plans_dir: Path,
+    plans_dir: Path | str,
     workers: int,
     profile: Profile,
     settings: SearchSettings,
+    given: Sequence[Plan] | None = None,
 ) -> tuple[Recommendation, list[Plan]]:
     """The search run on the agent sessions of a plans directory itself (as ``search
     --plans`` runs it: ``search/`` selects and ``evaluation/`` is held out when both are
-    there, else every plan does both), and the plans the advice is evaluated on."""
-    keyed, held_out = keyed_plans(plans_dir, profile.slot_tokens)
+    there, else every plan does both), and the plans the advice is evaluated on.
+    ``given``: plans already in memory (``advise --trace``'s import), named ``plans_dir``,
+    which select and are evaluated on alike, as one imported plan directory is."""
+    if given is None:
+        keyed, held_out = keyed_plans(Path(plans_dir), profile.slot_tokens)
+    else:
+        keyed, held_out = both_inputs(given), False
     searched = [(key, plan) for key, plan in keyed if key.inputs == "search"]
     chosen = select(cfg, workers, profile, settings, plans=searched)
     caveats = chosen.caveats
@@ -188,10 +197,23 @@ def pick_on_plans(
         if held_out
         else f"{plans_dir}, the same plans the advice is evaluated on (not held out)"
     )
-    files = f"{len(searched)} plan file{'' if len(searched) == 1 else 's'}"
+    files = f"{len(searched)} plan{'' if given is not None else ' file'}" + (
+        "" if len(searched) == 1 else "s"
+    )
     source = f"a search over the {files} under {where} (score {chosen.score:.4f})"
     evaluated = [plan for key, plan in keyed if key.inputs == "evaluation"]
     return Recommendation(chosen.candidate, source, settings.n, caveats), evaluated
+
+
+def both_inputs(plans: Sequence[Plan]) -> list[tuple[PlanKey, Plan]]:
+    """Plans that select and are evaluated on alike (``keyed_plans`` of one directory)."""
+    keyed = []
+    for inputs in ("search", "evaluation"):
+        seen: dict[int, int] = {}
+        for plan in plans:
+            index = seen[plan.n] = seen.get(plan.n, -1) + 1
+            keyed.append((PlanKey(inputs, plan.n, index, 0), plan))
+    return keyed
 
 
 def resolve_n(
@@ -225,9 +247,11 @@ def assess(
     larger: RblnConfiguration,
     profile: Profile,
     memory: DeviceMemory,
+    model: str = ModelSpec.name,
 ) -> dict[str, Any]:
     """Steps (1), (2) and (4) of V-D on ``plans``: the three configurations predicted,
-    each with its reuse loss, compile cost and memory, and the more-slots verdict."""
+    each with its reuse loss, compile cost and memory, the more-slots verdict, and what
+    to run to deploy the recommended one (``model``: the served model's id)."""
     floor = full_reuse_tokens(plans, profile)
     base, chosen, more = (predict(plans, c, profile) for c in (baseline, pick, larger))
     for entry, cand in ((base, baseline), (chosen, pick), (more, larger)):
@@ -235,12 +259,24 @@ def assess(
         entry["reuse_misses"] = entry["re_arrivals"] - entry["reuse_hits"]
         entry.update(resources(cand, profile, memory))
     further = 1 - more["device_s"] / chosen["device_s"]
+    saving = 1 - chosen["device_s"] / base["device_s"]
+    verdict = deploy_choice(pick.id, baseline.id, saving)
+    deployed = baseline if verdict["keep_baseline"] else pick
     return {
+        "model": {
+            "name": model,
+            "max_seq_len": profile.slot_tokens,
+            "num_devices": profile.num_devices,
+        },
+        "deploy": rbln_deployment(
+            deployed, model=model, max_seq_len=profile.slot_tokens, num_devices=profile.num_devices
+        ),
         "baseline": base,
         "selected": chosen,
         "larger": more,
         "full_reuse_prefill_tokens": floor,
-        "predicted_saving": 1 - chosen["device_s"] / base["device_s"],
+        "predicted_saving": saving,
+        "recommendation": verdict,
         "decode_ratio": chosen["decode_s"] / base["decode_s"],
         "prefill_ratio": chosen["prefill_s"] / base["prefill_s"],
         "further_saving_larger": further,
@@ -249,6 +285,20 @@ def assess(
         "num_devices": profile.num_devices,
         "max_slots_in_memory": memory.max_slots(),
     }
+
+
+def next_search(
+    result: dict[str, Any], settings: SearchSettings, larger: RblnConfiguration
+) -> str | None:
+    """The command that searches the larger batch size when more slots still help and
+    fit, but the search did not offer it (issue 36: the verdict could not be followed)."""
+    if not result["more_slots_verdict"].startswith("more slots still help"):
+        return None
+    if larger.batch_size in settings.batch_sizes:
+        return None
+    sizes = ",".join(map(str, sorted({*settings.batch_sizes, larger.batch_size})))
+    n_text = ",".join(map(str, settings.n))
+    return f"rearrival advise --batch-sizes {sizes} --n {n_text}"
 
 
 def more_slots_verdict(
@@ -287,24 +337,44 @@ def advise(
     workers: int = 2,
     profile: Profile | None = None,
     study: str | None = None,
+    plans: Sequence[Plan] | None = None,
+    plans_name: str | None = None,
+    axes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Section V-D summary as a JSON-ready dict (see ``to_markdown``).
 
     Inputs are the config's evaluation plans at the search's N set (``n`` must agree with
-    it), or the plans under ``plans_dir`` (the search then runs at their N set). With
-    ``study``, that study's own search and evaluation inputs (e.g. agent sessions) and its
-    baseline."""
+    it), or the plans under ``plans_dir`` (the search then runs at their N set), or
+    ``plans`` already in memory, named ``plans_name`` (``advise --trace``: the same answer
+    as ``advise --plans`` on the import's directory, issue 36). With ``study``, that
+    study's own search and evaluation inputs (e.g. agent sessions) and its baseline.
+    ``axes``: the search's own options (``batch_sizes``, ``max_buckets``) in place of the
+    config's, as ``rearrival search`` takes them."""
     profile = profile or measured_profile()
     settings = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
-    plans = load_plan_dir(plans_dir, profile.slot_tokens) if plans_dir is not None else None
+    settings = override_settings(settings, **(axes or {}))
+    given = plans is not None
+    if given:
+        plans = list(plans)
+        for plan in plans:
+            check_context(
+                plan,
+                profile.slot_tokens,
+                f"{plans_name} (profile measured at {profile.slot_tokens:,})",
+            )
+        plans_dir = Path(plans_name or "the given plans")
+    elif plans_dir is not None:
+        plans = load_plan_dir(plans_dir, profile.slot_tokens)
     if plans is not None:
         n = sorted({p.n for p in plans}) if n is None else n
     if search_dir is None and n is not None:
         settings = override_settings(settings, n=tuple(sorted(set(n))))
     if plans is not None and own_search(plans, search_dir, settings):
-        recommendation, plans = pick_on_plans(cfg, plans_dir, workers, profile, settings)
+        recommendation, plans = pick_on_plans(
+            cfg, plans_name or plans_dir, workers, profile, settings, plans if given else None
+        )
     else:
         recommendation = search_pick(cfg, search_dir, workers, profile, settings)
     pick, pick_source = recommendation.pick, recommendation.source
@@ -315,17 +385,22 @@ def advise(
             f"{len(plans)} evaluation plans of the config at N {','.join(map(str, n_set))} "
             f"(seed block {settings.evaluation_seed_block}, never used to select)"
         )
+    elif given:
+        source = f"{len(plans)} plan{'' if len(plans) == 1 else 's'} of {plans_name}"
     else:
         source = f"{len(plans)} plan files under {plans_dir}"
     larger = larger_candidate(pick, settings.batch_sizes)
     baseline = baseline_of(cfg, study)
-    result = assess(plans, baseline, pick, larger, profile, device_memory(profile))
+    result = assess(
+        plans, baseline, pick, larger, profile, device_memory(profile), cfg.measurement.model.name
+    )
+    result["more_slots_next"] = next_search(result, settings, larger)
     return {
         "inputs": source,
         "n": list(n_set),
         "recommendation_source": pick_source,
         "profile": profile.identity(),
-        "caveats": recommendation.caveats + n_caveats(n_set),
+        "caveats": recommendation.caveats + n_caveats(n_set) + import_caveats(plans),
         **result,
     }
 
@@ -339,7 +414,9 @@ def own_search(plans: Sequence[Plan], search_dir: Path | None, settings: SearchS
 
 def profile_phrase(identity: dict[str, str]) -> str:
     """The profile an advice was priced with, as its Markdown names it."""
-    return f"{identity['name']} ({identity['version']}, sha256 {identity['sha256']})"
+    note = calibration_note(identity["version"])
+    text = f"{identity['name']} ({identity['version']}, sha256 {identity['sha256']})"
+    return f"{text}; {note}" if note else text
 
 
 def _config_cell(entry: dict[str, Any]) -> str:
@@ -387,6 +464,40 @@ def _spread_line(advice: dict[str, Any]) -> list[str]:
     ]
 
 
+def deploy_lines(advice: dict[str, Any]) -> list[str]:
+    """What to run for the recommended configuration (``rearrival.search.deploy``)."""
+    deploy = advice.get("deploy")
+    if not deploy:
+        return []
+    model = advice.get("model")
+    lines = [""]
+    if model:
+        lines.append(
+            f"Model: {model['name']} at a maximum sequence length of {model['max_seq_len']:,} "
+            f"on {model['num_devices']} RBLN devices (the profile's)."
+        )
+    knobs = ", ".join(f"{k}={v}" for k, v in deploy["knobs"].items())
+    lines += [f"What to run ({knobs}):", "", "```sh", *deploy["commands"], "```"]
+    if deploy.get("note"):
+        lines.append(f"Note: {deploy['note']}.")
+    return lines
+
+
+def workload_lines(workload: dict[str, Any] | None) -> list[str]:
+    """How ``advise --trace`` placed the trace's sessions in time, when not as the trace
+    did (a named what-if), and how many the trace itself ever had at once."""
+    if not workload or not workload.get("what_if"):
+        return []
+    lines = [f"**What-if:** {workload['what_if']}."]
+    peak = workload.get("trace_peak_sessions")
+    if peak is not None:
+        lines.append(
+            f"On its own timing the trace has at most {peak} session"
+            f"{'' if peak == 1 else 's'} in the system at once."
+        )
+    return lines
+
+
 def to_markdown(advice: dict[str, Any]) -> str:
     """Human-readable report of ``advise`` (prints as Markdown)."""
     base, chosen, more = advice["baseline"], advice["selected"], advice["larger"]
@@ -399,6 +510,7 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Inputs: {advice['inputs']}; evaluated at N {n_text}. Predictions of the base "
         "simulator, not measurements.",
         f"Profile: {profile_phrase(advice['profile'])}.",
+        *workload_lines(advice.get("workload")),
         *[f"- {note}" for note in advice.get("workload_notes", [])],
         "",
         "## 1. Baseline losses",
@@ -433,6 +545,8 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         f"time (decode x{advice['decode_ratio']:.4f}, prefill x{advice['prefill_ratio']:.4f}).",
         *_spread_line(advice),
+        f"**Recommended: `{advice['recommendation']['id']}`** ({advice['recommendation']['why']}).",
+        *deploy_lines(advice),
         f"Memory: {memory_sentence(chosen)} (at most {advice['max_slots_in_memory']} slots fit).",
         f"Compile budget {advice['compile_budget_s']:.0f} s: "
         + ("within" if chosen["within_compile_budget"] else "EXCEEDED")
@@ -440,7 +554,12 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "",
         "## 3. More slots?",
         "",
-        f"{advice['more_slots_verdict']}.",
+        f"{advice['more_slots_verdict']}."
+        + (
+            f" Search it: `{advice['more_slots_next']}` (with the same inputs)."
+            if advice.get("more_slots_next")
+            else ""
+        ),
         "",
         "Validate the pick on new inputs with predictions and criteria fixed beforehand "
         "before relying on it (paper V-B).",

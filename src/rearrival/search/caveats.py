@@ -187,3 +187,47 @@ def spread_caveats(spread: dict[str, Any]) -> list[dict[str, str]]:
             "it is not told apart from no saving on this workload",
         }
     ]
+
+
+def import_caveats(plans: Sequence[Plan]) -> list[dict[str, str]]:
+    """``truncated`` and ``what_if`` of plans imported from a trace, repeated with the
+    answer (issue 36: ``advise --plans`` dropped the import's warning): the sessions and
+    rounds the maximum sequence length removed (a transcript is every prompt plus every
+    generated token so far), and a token-count scale the plan was imported at. Read from
+    each plan's import notes, once per distinct import."""
+    caveats: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for plan in plans:
+        notes = plan.meta.notes or {}
+        over = notes.get("overflow")
+        key = f"{plan.meta.trace_sha256}/{plan.meta.import_flags}"
+        if over is None or key in seen:
+            continue
+        seen.add(key)
+        selected = notes.get("sessions_selected", plan.n)
+        cut = int(over["truncated_sessions"]) + int(over["dropped_sessions"])
+        if cut:
+            caveats.append(
+                {
+                    "code": "truncated",
+                    "message": (
+                        f"the import cut {cut} of {selected} sessions at a maximum sequence "
+                        f"length of {int(over['max_seq_len']):,} tokens (prompts plus "
+                        f"generated tokens): {over['truncated_sessions']} truncated, "
+                        f"{over['dropped_sessions']} dropped, {over['dropped_rounds']} rounds "
+                        "removed; the advice never sees those rounds"
+                    ),
+                }
+            )
+        scale = notes.get("token_scale", 1.0)
+        if scale != 1.0:
+            caveats.append(
+                {
+                    "code": "what_if",
+                    "message": (
+                        f"WHAT-IF: the plans were imported with every token count scaled by "
+                        f"{scale} (--token-scale); the trace's own contexts differ"
+                    ),
+                }
+            )
+    return caveats

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rearrival.config.search import SearchSettings
+from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.study import StudyConfig
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import device_memory
@@ -38,16 +38,29 @@ from rearrival.model.plans.trace_plans import ImportResult, LongerContext
 from rearrival.model.plans.tracelab_import import plans_from_trace
 from rearrival.model.simulator.sim import simulate
 from rearrival.progress import progress
-from rearrival.search.advise import assess, larger_candidate, resolve_n, search_pick
+from rearrival.search.advise import (
+    advise,
+    assess,
+    larger_candidate,
+    next_search,
+    resolve_n,
+    search_pick,
+)
 from rearrival.search.candidates import baseline_of, search_candidates, settings_space
 from rearrival.search.caveats import n_caveats, ranking_caveats, spread_caveats
 from rearrival.search.evaluate import CandidateArrays
 from rearrival.search.rank import ranking
 from rearrival.search.settings import override_settings
 from rearrival.search.space import plan_footprint
+from rearrival.search.verdict import outside_spread
 
 RESAMPLES = 100
 SPREAD = (0.05, 0.5, 0.95)
+# --workload: the trace's sessions as its timestamps say (the default), or N drawn
+# sessions starting together (the paper's question, a what-if for a trace).
+TRACE_TIMING = "trace"
+DRAWN = "drawn"
+WORKLOADS = (TRACE_TIMING, DRAWN)
 
 
 def import_trace(
@@ -56,23 +69,25 @@ def import_trace(
     profile: Profile | None,
     max_seq_len: int | None = None,
     longer_context: LongerContext | None = None,
+    time_origin: str = "zero",
 ) -> ImportResult:
     """The trace's sessions at the profile's maximum sequence length (or ``max_seq_len``,
-    a vLLM server's ``max_model_len``), all starting at 0.
+    a vLLM server's ``max_model_len``), starting as ``time_origin`` says (``plans
+    from-trace --time-origin``; ``zero``: all at 0, the pool drawn workloads start from).
 
     OTLP JSON is recognised by its ``resourceSpans``; anything else is read as TraceLab."""
-    importer = plans_from_otel if _is_otlp(path) else plans_from_trace
+    importer = plans_from_otel if is_otlp(path) else plans_from_trace
     return importer(
         path,
         max_seq_len=profile.slot_tokens if max_seq_len is None else max_seq_len,
-        time_origin="zero",
+        time_origin=time_origin,
         token_scale=token_scale,
         profile=profile,
         longer_context=longer_context,
     )
 
 
-def _is_otlp(path: Path) -> bool:
+def is_otlp(path: Path) -> bool:
     if not path.is_file():
         return False
     try:
@@ -80,6 +95,77 @@ def _is_otlp(path: Path) -> bool:
             return b"resourceSpans" in handle.read(4096)
     except (OSError, EOFError):
         return False  # the TraceLab reader names the damage with its line
+
+
+def check_workload(workload: str) -> None:
+    """Refuse a workload kind the advice does not know, naming both."""
+    if workload not in WORKLOADS:
+        raise SearchError(
+            f"option --workload {workload!r}: give {TRACE_TIMING} (the trace's own timing) "
+            f"or {DRAWN} (N sessions drawn from it, all starting together)"
+        )
+
+
+def peak_sessions(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> int:
+    """The most sessions in the system at once on the trace's own timing (first arrival
+    to last completion, on the baseline's schedule): what ``--workload drawn`` departs
+    from when it starts N together."""
+    spans: dict[int, list[float]] = {}
+    for record in simulate(plan, baseline.sim_config(), profile).requests:
+        span = spans.setdefault(record.session, [math.inf, -math.inf])
+        span[0] = min(span[0], record.arrival_s)
+        span[1] = max(span[1], record.complete_s)
+    events = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()])
+    peak = now = 0
+    for _, change in events:
+        now += change
+        peak = max(peak, now)
+    return peak
+
+
+def _advise_on_trace_timing(
+    cfg: StudyConfig,
+    trace: Path,
+    n: Sequence[int] | None,
+    token_scale: float,
+    search_dir: Path | None,
+    workers: int,
+    profile: Profile,
+    time_origin: str,
+    axes: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """``advise --plans`` on the import of ``trace`` (``plans from-trace`` with the same
+    --token-scale and --time-origin), with the import's lines beside it."""
+    imported = import_trace(trace, token_scale, profile, time_origin=time_origin)
+    advice = advise(
+        cfg,
+        n=n,
+        search_dir=search_dir,
+        workers=workers,
+        profile=profile,
+        plans=[imported.plan],
+        plans_name=f"{trace} ({imported.source}, sha256 {imported.trace_sha256[:12]})",
+        axes=axes,
+    )
+    pool = imported.plan
+    return {
+        **advice,
+        "workload": {
+            "kind": TRACE_TIMING,
+            "time_origin": time_origin,
+            "what_if": None
+            if time_origin == "first"
+            else "--time-origin zero: every session starts at t = 0, not as the trace says",
+        },
+        "workload_notes": imported.summary_lines(),
+        "import": {
+            "source": imported.source,
+            "trace_sha256": imported.trace_sha256,
+            "flags": pool.meta.import_flags,
+            "notes": pool.meta.notes,
+        },
+        "baseline_per_round": per_round_loss([pool], baseline_of(cfg), profile),
+    }
 
 
 def workload_plan(pool: Plan, n: int, rng: random.Random) -> Plan:
@@ -170,6 +256,7 @@ def saving_spread(
     *,
     seed: int,
     resamples: int,
+    draws: int = 1,
 ) -> dict[str, Any]:
     """The pick's saving over ``resamples`` fresh session sets (``bootstrap_spread``)."""
 
@@ -178,7 +265,7 @@ def saving_spread(
         chosen = math.fsum(_device_s(p, pick, profile) for p in plans)
         return 1 - chosen / base
 
-    return bootstrap_spread(pool, n_set, saving, seed=seed, resamples=resamples)
+    return bootstrap_spread(pool, n_set, saving, seed=seed, resamples=resamples, draws=draws)
 
 
 def bootstrap_spread(
@@ -188,12 +275,15 @@ def bootstrap_spread(
     *,
     seed: int,
     resamples: int,
+    draws: int = 1,
 ) -> dict[str, Any]:
-    """``saving`` over ``resamples`` fresh session sets (one plan per N each): a seeded
-    bootstrap over the trace's sessions; quantiles by the nearest-rank rule."""
+    """``saving`` over ``resamples`` fresh session sets (``draws`` plans per N each, the
+    evaluation inputs' shape, so the predicted saving is one draw of the same
+    distribution: ``rearrival.search.verdict``): a seeded bootstrap over the trace's
+    sessions; quantiles by the nearest-rank rule."""
     savings = []
     for b in progress(range(resamples), resamples, "advise: spread of the saving", "resample"):
-        savings.append(saving(workload_plans(pool, n_set, 1, seed, f"bootstrap{b}")))
+        savings.append(saving(workload_plans(pool, n_set, draws, seed, f"bootstrap{b}")))
     ordered = sorted(savings)
 
     def quantile(q: float) -> float:
@@ -214,13 +304,28 @@ def advise_trace(
     resamples: int = RESAMPLES,
     workers: int = 2,
     profile: Profile | None = None,
+    workload: str = TRACE_TIMING,
+    time_origin: str = "first",
+    axes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Section V-D summary for a trace's workload (the dict ``advise`` returns, plus
-    the import's counts, the per-round baseline loss and the saving's spread)."""
+    the import's counts and the per-round baseline loss).
+
+    ``workload`` ``trace`` (the default): the trace's sessions as its timestamps place
+    them (``time_origin``), advised exactly as ``advise --plans`` advises the directory
+    ``plans from-trace`` writes with the same options (issue 36: the two gave different
+    answers for one trace). ``drawn``: a what-if the output names, N sessions drawn with
+    replacement at each N, all starting together, with the saving's spread over
+    resampled session sets."""
     profile = profile or measured_profile()
+    check_workload(workload)
+    if workload == TRACE_TIMING:
+        return _advise_on_trace_timing(
+            cfg, trace, n, token_scale, search_dir, workers, profile, time_origin, axes
+        )
     imported = import_trace(trace, token_scale, profile)
     pool = imported.plan
-    settings = SearchSettings.from_config(cfg)
+    settings = override_settings(SearchSettings.from_config(cfg), **(axes or {}))
     if n is not None:
         settings = override_settings(settings, n=tuple(sorted(set(n))))
     memory = device_memory(profile)
@@ -244,14 +349,26 @@ def advise_trace(
         )
     plans = workload_plans(pool, n_set, settings.seeds, seed, "evaluation")
     larger = larger_candidate(pick, settings.batch_sizes)
-    result = assess(plans, baseline, pick, larger, profile, memory)
-    spread = saving_spread(pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples)
+    result = assess(plans, baseline, pick, larger, profile, memory, cfg.measurement.model.name)
+    result["more_slots_next"] = next_search(result, settings, larger)
+    spread = saving_spread(
+        pool, n_set, baseline, pick, profile, seed=seed, resamples=resamples, draws=settings.seeds
+    )
+    own = import_trace(trace, token_scale, profile, time_origin="first").plan
     return {
         "inputs": (
             f"{len(plans)} workloads drawn from {pool.n} sessions of {trace} ({imported.source}, "
             f"sha256 {imported.trace_sha256[:12]}): N sessions each, with replacement, all "
             "starting at t = 0; never used to select"
         ),
+        "workload": {
+            "kind": DRAWN,
+            "what_if": (
+                "--workload drawn: N sessions drawn from the trace, all starting together, "
+                "not the trace's own timing (--workload trace, the default)"
+            ),
+            "trace_peak_sessions": peak_sessions(own, baseline_of(cfg), profile),
+        },
         "n": list(n_set),
         "recommendation_source": source,
         "profile": profile.identity(),
@@ -264,6 +381,9 @@ def advise_trace(
         },
         "baseline_per_round": per_round_loss(plans, baseline, profile),
         "saving_spread": spread,
-        "caveats": caveats + spread_caveats(spread) + n_caveats(n_set),
+        "caveats": caveats
+        + spread_caveats(spread)
+        + outside_spread(result["predicted_saving"], spread)
+        + n_caveats(n_set),
         **result,
     }

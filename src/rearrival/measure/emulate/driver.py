@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +46,17 @@ class Script:
 
     Per session and round (turn): the prompt length, the generation length and the
     tool gap after that round's response (the last round's gap is never used).
+    ``arrivals_s``, when given, pins every request's arrival at the engine at a time
+    another run observed (never before the step that finished its previous round): the
+    client's own feedback (response, gap, turnaround) and the ingress draws are then not
+    used.
     """
 
     prompts: tuple[tuple[int, ...], ...]
     gens: tuple[tuple[int, ...], ...]
     gaps_s: tuple[tuple[float, ...], ...]
     first_send_s: tuple[float, ...]
+    arrivals_s: Mapping[tuple[int, int], float] | None = None
 
 
 @dataclass
@@ -121,7 +127,8 @@ class Client:
         """Hand every request sent by ``until_s`` to the engine, in send order."""
         while self.sends and self.sends[0][0] <= until_s + ARRIVAL_TOLERANCE_S:
             send_s, session, turn = heapq.heappop(self.sends)
-            arrival = max(send_s + float(self.ingress[session, turn]), self.last_arrival_s)
+            ingress = 0.0 if self.script.arrivals_s else float(self.ingress[session, turn])
+            arrival = max(send_s + ingress, self.last_arrival_s)
             self.last_arrival_s = arrival
             self.engine.submit(
                 (session, turn),
@@ -161,13 +168,16 @@ class Client:
                 prefill_s=done.prefill_s,
             )
             if turn + 1 < len(self.script.prompts[session]):
-                self.schedule(
-                    session,
-                    turn + 1,
-                    row["complete_s"]
-                    + self.script.gaps_s[session][turn]
-                    + float(self.turnaround[session, turn]),
-                )
+                self.schedule(session, turn + 1, self.follow_up_send_s(session, turn, end))
+
+    def follow_up_send_s(self, session: int, turn: int, end_s: float) -> float:
+        """When round ``turn + 1`` leaves: at its pinned arrival when the script has one
+        (not before ``end_s``, the step that finished round ``turn``), else after the
+        response, the tool gap and the turnaround."""
+        if self.script.arrivals_s is not None:
+            return max(self.script.arrivals_s[(session, turn + 1)], end_s)
+        complete = self.requests[(session, turn)]["complete_s"]
+        return complete + self.script.gaps_s[session][turn] + float(self.turnaround[session, turn])
 
 
 def _latency(rng: np.random.Generator, median: float, sigma: float, size: Any) -> np.ndarray:
@@ -217,6 +227,7 @@ def run_emulated(
     seed: int,
     truth: Truth | None = None,
     profile: Profile | None = None,
+    arrivals_s: Mapping[tuple[int, int], float] | None = None,
 ) -> EmulatedRun:
     """One run of ``plan`` under one condition (``config`` and ``variant``) on the emulated
     stack (docs/DESIGN.md).
@@ -228,6 +239,13 @@ def run_emulated(
     appended tokens). Same arguments give identical records; the run seed alone sets
     every random draw, in the same order for a two-round plan as before multi-round
     plans existed.
+
+    ``arrivals_s`` ((session, round) -> virtual seconds, the arrivals an emulate-server
+    stamped, :func:`rearrival.measure.emulate.observed.observed_arrivals`) admits every
+    request when that run's engine received it instead: the virtual-time twin of a
+    real-time run, compared on the arrivals that run had, as ``rearrival compare``
+    runs the vLLM predictor on a real run's observed times (docs/DESIGN.md §15
+    "Agreement"). A loaded machine delays the real client; this twin is delayed alike.
     """
     check_seed(seed)
     truth = truth or default_truth()
@@ -235,11 +253,21 @@ def run_emulated(
     conditioned = plan.variant(variant)
     sessions = conditioned.sessions
     jitter = first_sends(seed, truth, conditioned.n)
+    position = {s.session: i for i, s in enumerate(sessions)}
+    pinned = (
+        None
+        if arrivals_s is None
+        else {(position[session], turn): t for (session, turn), t in arrivals_s.items()}
+    )
     script = Script(
         prompts=tuple(s.prompts() for s in sessions),
         gens=tuple(tuple(r.gen_tokens for r in s.rounds) for s in sessions),
         gaps_s=tuple(tuple(r.gap_after_s for r in s.rounds) for s in sessions),
-        first_send_s=tuple(s.start_s + t for s, t in zip(sessions, jitter, strict=True)),
+        first_send_s=tuple(
+            s.start_s + t if pinned is None else pinned[(i, 0)]
+            for i, (s, t) in enumerate(zip(sessions, jitter, strict=True))
+        ),
+        arrivals_s=pinned,
     )
     rec, engine = drive(script, config, truth, seed, profile)
     requests, steps, tokens, evictions = rec.frames()

@@ -50,6 +50,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from rearrival.errors import RearrivalError
 from rearrival.measure.emulate.engine import EMULATOR_VERSION, Engine, StepOutcome
+from rearrival.measure.emulate.observed import arrival_line
 from rearrival.measure.emulate.request_fields import (
     Generation,
     RequestError,
@@ -241,6 +242,9 @@ class EmulateServer:
         """Copy the engine's new log lines (and ``extra``) to the server log."""
         lines = [*self.engine.log_lines[self._log_seen :], *extra]
         self._log_seen = len(self.engine.log_lines)
+        self._write_log(lines)
+
+    def _write_log(self, lines: list[str]) -> None:
         if not lines:
             return
         self.log_lines.extend(lines)
@@ -331,10 +335,12 @@ class EmulateServer:
         prompt, max_tokens = generation.prompt, generation.max_tokens
         key: Hashable = self.prefixes.key_for(prompt)
         request_id = f"{kind}-{next(self._ids)}"
+        arrival_s = self.virtual_now()
         try:
-            self.engine.submit(request_id, key, len(prompt), max_tokens, self.virtual_now())
+            self.engine.submit(request_id, key, len(prompt), max_tokens, arrival_s)
         except RearrivalError as exc:
             raise RequestError(str(exc)) from None
+        self._write_log([arrival_line(arrival_s, request_id, key, len(prompt), max_tokens)])
         live = _Live(request_id, len(prompt), generated, asyncio.Queue())
         self.live[request_id] = live
         self._wake.set()

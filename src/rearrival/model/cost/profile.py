@@ -7,6 +7,7 @@ provenance (``data/profile_rbln_ca25.yaml``); this module only applies them.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 from dataclasses import dataclass, field, replace
@@ -137,7 +138,25 @@ class Profile:
     def description(self) -> str:
         """One phrase naming the constants, e.g. for the line a verb prints about them."""
         what = "the published constants" if self.name == PUBLISHED_NAME else self.name
-        return f"{what} ({self.version}, sha256 {self.sha256[:12]})"
+        note = calibration_note(self.version)
+        return f"{what} ({self.version}, sha256 {self.sha256[:12]})" + (f": {note}" if note else "")
+
+
+# Backends a calibration can run on that are not RBLN hardware (rearrival.vocabulary).
+TWIN_BACKENDS = ("emulated", "emulated-http")
+
+
+def calibration_note(version: str) -> str | None:
+    """What a calibrated profile was measured on, when that is the emulated twin (its
+    ``profile_version`` is ``calibrated/<backend>/<digest>``): issue 36, "calibrated"
+    read as a hardware calibration when it was one of the virtual twin."""
+    parts = version.split("/")
+    if len(parts) >= 3 and parts[0] == "calibrated" and parts[1] in TWIN_BACKENDS:
+        return (
+            f"calibrated on the {parts[1]} backend (the virtual twin of the paper's stack), "
+            "not on RBLN hardware"
+        )
+    return None
 
 
 def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
@@ -145,7 +164,14 @@ def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
 
 
 def profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -> Profile:
-    """Build a Profile from the parsed YAML tree, naming the file in every error."""
+    """Build a Profile from the parsed YAML tree, naming the file in every error; a vLLM
+    profile is named as one (issue 36: it failed on its first missing RBLN field)."""
+    if tree.get("substrate") == "vllm":
+        raise ProfileError(
+            f"{source}: a vLLM profile (substrate: vllm), not an RBLN one; pass it with "
+            "--substrate vllm, or give an RBLN profile (published, calibrated or a file laid "
+            f"out as {DEFAULT_PROFILE})"
+        )
     costs = _value(tree, "decode.bucket_cost_ms", source)
     try:
         measured = tuple(
@@ -206,6 +232,11 @@ MODEL_FIELDS = (
 )
 
 
+# The names a profile: key or --profile takes besides a path
+# (rearrival.config.calibration.PUBLISHED and CALIBRATED).
+PROFILE_NAMES = ("published", "calibrated")
+
+
 def profile_bytes(path: str | Path | None) -> bytes:
     """The exact bytes of a profile file (the shipped one for ``None``): what a
     preregistration commits and hashes, so a run's predictions name their constants."""
@@ -214,11 +245,28 @@ def profile_bytes(path: str | Path | None) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise ProfileError(
-            f"{path}: cannot read the profile ({exc.strerror}); write one with `rearrival "
-            f"calibrate --out {path}` (or the workflow's calibration stage) or use "
-            "profile: published"
-        ) from exc
+        raise ProfileError(_unreadable(Path(path), exc.strerror)) from exc
+
+
+def _unreadable(path: Path, reason: str | None) -> str:
+    """One line for a profile that cannot be read: a misspelled profile name gets "did
+    you mean" (issue 36: ``--profile publshed`` was told to calibrate into that file);
+    only a YAML path is offered ``rearrival calibrate --out``."""
+    close = difflib.get_close_matches(str(path), PROFILE_NAMES, n=1, cutoff=0.6)
+    if close:
+        return (
+            f"profile {str(path)!r} is neither a profile name nor a file; did you mean "
+            f"{close[0]}? (names: {', '.join(PROFILE_NAMES)}; or a path to a profile YAML)"
+        )
+    if path.suffix not in (".yaml", ".yml"):
+        return (
+            f"{path}: cannot read the profile ({reason}); give {' or '.join(PROFILE_NAMES)}, "
+            "or the path of a profile YAML"
+        )
+    return (
+        f"{path}: cannot read the profile ({reason}); write one with `rearrival calibrate "
+        f"--out {path}` (or the workflow's calibration stage) or use profile: published"
+    )
 
 
 def profile_sha256(path: str | Path | None) -> str:

@@ -78,6 +78,11 @@ COEFFICIENTS = ("base_s", "per_decode_token_s", "per_prefill_token_s", "per_kv_t
 # shipped tiny model (random weights) by `rearrival calibrate --backend vllm` on a 2-core
 # machine; its seconds are CPU seconds, never GPU ones. A GPU operator passes their own.
 DEFAULT_VLLM_PROFILE: str | None = "profile_vllm_tiny_qwen3_cpu.yaml"
+# ``--profile gpu-template``: a GPU profile whose every number is a placeholder marked
+# "fill in from a calibration" (``template: true``), so the vLLM verbs can be tried on
+# a GPU's knobs and memory before a calibration exists; outputs say TEMPLATE (issue 36).
+GPU_TEMPLATE = "gpu-template"
+GPU_TEMPLATE_FILE = "profile_vllm_gpu_template.yaml"
 MEMORY_FIELDS = ("device_gib", "weights_gib", "num_devices")
 OPTIONAL_MEMORY_FIELDS = ("overhead_gib",)  # absent: counted as 0, and outputs say so
 
@@ -184,13 +189,15 @@ class VllmProfile:
     name: str = ""
     sha256: str = ""
     model_config_sha256: str = ""  # the served config.json's, when the profile records it
+    template: bool = False  # every number a placeholder (``template: true``), not measured
 
     def kv_bytes_per_block(self, block_size: int) -> int:
         return self.kv_bytes_per_token * block_size
 
-    def identity(self) -> dict[str, str]:
+    def identity(self) -> dict[str, Any]:
         """What search and advise outputs record of the profile they priced with."""
         return {
+            **({"template": True} if self.template else {}),
             "name": self.name or self.source,
             "version": self.version,
             "sha256": self.sha256,
@@ -201,6 +208,13 @@ class VllmProfile:
 
     def seconds_note(self) -> str:
         """What its seconds are: a CPU profile's are never GPU seconds (docs/DESIGN.md §15)."""
+        if self.template:
+            return (
+                f"TEMPLATE profile ({self.name or self.source}): every time is a placeholder "
+                f"for {self.model_id} on a {self.device.upper()}, not a measurement; fill in "
+                "its fields from a calibration (`rearrival calibrate --backend vllm`) before "
+                "sizing a server"
+            )
         if self.device == "cpu":
             return (
                 f"CPU profile: every time is CPU seconds of the machine that calibrated it, "
@@ -218,6 +232,15 @@ class VllmProfile:
             f"vLLM profile {self.name or self.source} ({self.version}, device {self.device}, "
             f"sha256 {self.sha256[:12]})"
         )
+
+
+def seconds_unit(identity: dict[str, Any]) -> str:
+    """The unit times priced with the profile of ``identity`` (``VllmProfile.identity``)
+    are shown in: CPU seconds are never GPU ones, and a template's are placeholders
+    (every table that shows a time says so in its header)."""
+    if identity.get("template"):
+        return "TEMPLATE s"
+    return "CPU s" if identity["device"] == "cpu" else "s"
 
 
 def _value(tree: dict[str, Any], dotted: str, source: str) -> Any:
@@ -272,6 +295,7 @@ def vllm_profile_from_mapping(tree: dict[str, Any], source: str = "<profile>") -
         source=source,
         memory=_memory(tree, source),
         model_config_sha256=str(tree.get("model_config_sha256") or ""),
+        template=tree.get("template") is True,
     )
 
 
@@ -335,6 +359,18 @@ def shipped_vllm_profile() -> VllmProfile:
     return _named(profile, DEFAULT_VLLM_PROFILE, data)
 
 
+def gpu_template_profile() -> VllmProfile:
+    """The shipped GPU profile template (``GPU_TEMPLATE``)."""
+    data = resources.files("rearrival.data").joinpath(GPU_TEMPLATE_FILE).read_bytes()
+    profile = vllm_profile_from_mapping(yaml.safe_load(data), GPU_TEMPLATE_FILE)
+    return _named(profile, GPU_TEMPLATE_FILE, data)
+
+
 def choose_vllm_profile(path: str | Path | None) -> VllmProfile:
-    """``--profile PATH`` when given, else the shipped default."""
-    return shipped_vllm_profile() if path is None else load_vllm_profile(path)
+    """``--profile PATH`` when given (``gpu-template``: the shipped GPU template, unless a
+    file of that name exists here), else the shipped default."""
+    if path is None:
+        return shipped_vllm_profile()
+    if str(path) == GPU_TEMPLATE and not Path(path).exists():
+        return gpu_template_profile()
+    return load_vllm_profile(path)

@@ -36,13 +36,23 @@ import pandas as pd
 from rearrival.config.search import SearchSettings
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import GIB
-from rearrival.model.cost.vllm_profile import VllmProfile
+from rearrival.model.cost.vllm_profile import VllmProfile, seconds_unit
 from rearrival.model.plans.plan import Plan
 from rearrival.model.plans.trace_plans import LongerContext
-from rearrival.search.advise import SMALL_GAIN
+from rearrival.search.advise import SMALL_GAIN, both_inputs
 from rearrival.search.caveats import spread_caveats, tie_caveats
+from rearrival.search.deploy import vllm_deployment, vllm_knobs
 from rearrival.search.inputs import PlanKey
-from rearrival.search.trace_advice import bootstrap_spread, import_trace, workload_plans
+from rearrival.search.settings import override_settings
+from rearrival.search.trace_advice import (
+    DRAWN,
+    TRACE_TIMING,
+    bootstrap_spread,
+    check_workload,
+    import_trace,
+    workload_plans,
+)
+from rearrival.search.verdict import deploy_choice, outside_spread
 from rearrival.search.vllm.defaults import short_id
 from rearrival.search.vllm.evaluate import device_s
 from rearrival.search.vllm.outputs import (
@@ -85,18 +95,38 @@ def trace_inputs(
     token_scale: float,
     max_model_len: int,
     seed: int,
+    workload: str = TRACE_TIMING,
+    time_origin: str = "first",
 ) -> tuple[Inputs, Any]:
-    """Workloads drawn from a trace's sessions (``rearrival.search.trace_advice``): the
-    search draws and the held-out evaluation draws, N sessions each at every N, all
-    starting at t = 0; and the import (its counts and notes)."""
+    """The trace's inputs and the import (its counts and notes). ``workload`` ``trace``
+    (the default): its sessions as the timestamps place them (``time_origin``), one plan
+    that selects and is evaluated on, as ``advise --plans`` takes the import's directory
+    (issue 36). ``drawn``: a what-if, workloads drawn from its sessions
+    (``rearrival.search.trace_advice``), the search draws and the held-out evaluation
+    draws, N sessions each at every N, all starting at t = 0."""
+    check_workload(workload)
     imported = import_trace(
         trace,
         token_scale,
         None,
         max_seq_len=max_model_len,
         longer_context=longer_context(profile, axes.block_sizes[0]),
+        time_origin=time_origin if workload == TRACE_TIMING else "zero",
     )
     pool = imported.plan
+    if workload == TRACE_TIMING:
+        own = override_settings(settings, n=(pool.n,))
+        summary = {
+            "trace": str(trace),
+            "trace_sha256": imported.trace_sha256,
+            "source": imported.source,
+            "trace_sessions": pool.n,
+            "workload": TRACE_TIMING,
+            "time_origin": time_origin,
+            "max_model_len": max_model_len,
+            "token_scale": token_scale,
+        }
+        return Inputs(both_inputs([pool]), False, own, summary), imported
     keyed = []
     for inputs in ("search", "evaluation"):
         drawn = workload_plans(pool, settings.n, settings.seeds, seed, inputs)
@@ -110,6 +140,7 @@ def trace_inputs(
         "trace_sessions": pool.n,
         "n": list(settings.n),
         "draws_per_n": settings.seeds,
+        "workload": DRAWN,
         "seed": seed,
         "max_model_len": max_model_len,
         "token_scale": token_scale,
@@ -128,7 +159,12 @@ def entry(scored: Scored, cand: VllmConfiguration, profile: VllmProfile) -> dict
     held = rows[rows["inputs"] == "evaluation"]
     counted = pool_totals(held)[cand.id]
     return {
-        "configuration": {"id": cand.id, "short_id": short_id(cand), **cand.as_dict()},
+        "configuration": {
+            "id": cand.id,
+            "short_id": short_id(cand),
+            **cand.as_dict(),
+            "vllm": vllm_knobs(cand),
+        },
         "device_s": math.fsum(held["device_s"].tolist()),
         **{k.removeprefix("e_"): v for k, v in pool_columns(counted, "e_").items()},
         **memory_entry(cand, profile),
@@ -177,6 +213,8 @@ def advise_vllm(
     caveats = tie_caveats(scored.table, inputs.held_out, TIEBREAK)
     caveats += capture_caveats(scored.space.candidates)
     spread = None
+    predicted = 1 - chosen["device_s"] / base_entry["device_s"]
+    verdict = deploy_choice(pick.id, base.id, predicted)
     if trace_pool is not None:
         cost = profile.step_cost
 
@@ -185,9 +223,14 @@ def advise_vllm(
             return 1 - math.fsum(device_s(p, pick, cost) for p in plans) / old
 
         spread = bootstrap_spread(
-            trace_pool, inputs.settings.n, saving, seed=seed, resamples=resamples
+            trace_pool,
+            inputs.settings.n,
+            saving,
+            seed=seed,
+            resamples=resamples,
+            draws=inputs.settings.seeds,
         )
-        caveats += spread_caveats(spread)
+        caveats += spread_caveats(spread) + outside_spread(predicted, spread)
     elif caveats:
         caveats += overlap_caveats(inputs.of("search"), base, profile)
     score = float(scored.table.iloc[0]["score"])
@@ -213,7 +256,13 @@ def advise_vllm(
         "baseline": {**base_entry, "why": scored.baseline[1]},
         "selected": chosen,
         "pools": rows,
-        "predicted_saving": 1 - chosen["device_s"] / base_entry["device_s"],
+        "predicted_saving": predicted,
+        "recommendation": verdict,
+        "deploy": vllm_deployment(
+            base if verdict["keep_baseline"] else pick,
+            model=profile.model_id,
+            max_model_len=inputs.summary.get("max_model_len"),
+        ),
         "saving_spread": spread,
         "smallest_pools": smallest_pools(rows, chosen),
         "simulations": scored.simulations,
@@ -258,7 +307,7 @@ def memory_sentence(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
 def to_markdown(advice: dict[str, Any]) -> str:
     """Human-readable report of ``advise_vllm`` (prints as Markdown)."""
     chosen, base = advice["selected"], advice["baseline"]
-    unit = "CPU s" if advice["profile"]["device"] == "cpu" else "s"
+    unit = seconds_unit(advice["profile"])
     ident = advice["profile"]
     lines = [
         "# How much KV, and which knobs (vLLM substrate)",
@@ -297,7 +346,8 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "",
         "## 2. The pick",
         "",
-        f"Pick: `{chosen['configuration']['short_id']}` from {advice['recommendation_source']}.",
+        f"Pick: `{chosen['configuration']['short_id']}` ({knob_text(chosen)}) from "
+        f"{advice['recommendation_source']}.",
         f"Baseline: `{base['configuration']['short_id']}`: {base['why']}.",
         "",
         f"| configuration | device {unit} | hit rate | upper bound | recomputed prefill "
@@ -316,6 +366,8 @@ def to_markdown(advice: dict[str, Any]) -> str:
         f"Predicted saving of the pick: {100 * advice['predicted_saving']:.2f} % of device "
         "time against the baseline.",
         *_spread_lines(advice.get("saving_spread")),
+        f"**Recommended: `{advice['recommendation']['id']}`** ({advice['recommendation']['why']}).",
+        *vllm_deploy_lines(advice),
         f"Memory: {memory_sentence(chosen, advice['profile_memory'])}.",
         "",
         "## 3. How much KV",
@@ -326,6 +378,29 @@ def to_markdown(advice: dict[str, Any]) -> str:
         "relying on it.",
     ]
     return "\n".join(lines)
+
+
+def knob_text(row: dict[str, Any]) -> str:
+    """A configuration in vLLM's own knob names (``rearrival.search.deploy``)."""
+    knobs = row["configuration"]["vllm"]
+    shown = {k: v for k, v in knobs.items() if k not in ("enable_prefix_caching",) and v}
+    return ", ".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()
+    )
+
+
+def vllm_deploy_lines(advice: dict[str, Any]) -> list[str]:
+    """What to run for the recommended configuration."""
+    deploy = advice.get("deploy")
+    if not deploy:
+        return []
+    lines = [
+        "",
+        f"What to run (model {advice['profile']['model_id']}, the profile's):",
+        "",
+        "```sh",
+    ]
+    return [*lines, *deploy["commands"], "```"]
 
 
 def _spread_lines(spread: dict[str, Any] | None) -> list[str]:
