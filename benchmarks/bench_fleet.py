@@ -1,4 +1,4 @@
-"""Fleet speed (SPEC 17 "Interfaces and targets", issue 34), the fleet figure of `make bench`,
+"""Fleet speed (docs/DESIGN.md §16, issue 34), the fleet figure of `make bench`,
 as ratios in one run.
 
 One simulated hour of agent traffic on a 2-replica vLLM fleet behind ``session_affinity``:
@@ -22,7 +22,7 @@ Timed, CPU seconds (``time.process_time``):
 * (b) vLLM 0.32.0's own scheduler in virtual time, by
   ``rearrival.model.simulator.vllm.oracle_driver`` (CPU seconds of the steps inside the
   driver's interpreter; vLLM's import and the schedulers' construction excluded): R copies
-  of vLLM's ``Scheduler`` behind the same router in SPEC 17's event order
+  of vLLM's ``Scheduler`` behind the same router in docs/DESIGN.md §16's event order
   (``oracle.fleet_case``). Where the oracle has no fleet driver yet, the single-engine
   driver on each replica's share of the requests instead (``session_affinity`` keeps
   every round of a session on its round 0's replica and the plan has no renewal, so a

@@ -1,5 +1,5 @@
 """Session renewal, shared prefixes and first-token times in every core of both rule sets
-(SPEC 17 "Plans", "Engines and fleets", "Latency and SLOs").
+(docs/DESIGN.md §2, "Engines and fleets", "Latency and SLOs").
 
 Random plans mix staggered starts, renewal chains (a session's round 0 sent when its
 leader's last round finishes, some with gap 0, leaders of lower and higher index), zero to

@@ -1,7 +1,7 @@
-"""Fleets of replicas behind routers (SPEC 17; docs/DESIGN.md §16): one replica is the single
-engine exactly, the event-driven fleet agrees with the step-by-step fleet on every router,
-each router places requests as SPEC 17 states, latencies and SLO attainment follow their
-definitions, and ``rearrival simulate --replicas/--router/--slo`` works on both substrates."""
+"""Fleets of replicas behind routers (docs/DESIGN.md §16): one replica is the single engine exactly,
+the event-driven fleet agrees with the step-by-step fleet on every router, each router places
+requests as docs/DESIGN.md §16 states, latencies and SLO attainment follow their definitions, and
+``rearrival simulate --replicas/--router/--slo`` works on both substrates."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The compiled vLLM fleet (``rearrival.model.simulator.vllm.fleet_core``; SPEC 17) gives the
-Python fleet's results bit for bit: on random fleets of 1-3 replicas, every router,
-staggered starts, renewal chains, fixed arrivals and shared prefixes, every request's
+"""The compiled vLLM fleet (``rearrival.model.simulator.vllm.fleet_core``; docs/DESIGN.md §16) gives
+the Python fleet's results bit for bit: on random fleets of 1-3 replicas, every router, staggered
+starts, renewal chains, fixed arrivals and shared prefixes, every request's
 replica, counts and times and every total are equal (==), and one compiled replica is the
 single engine; on shared prefixes it is the step-by-step fleet too. The core choice of
 ``simulate_fleet`` refuses what it cannot run."""

@@ -1,12 +1,12 @@
-"""The oracle of vLLM fleets (SPEC 17 "Engines and fleets", "Latency and SLOs"): R copies of
+"""The oracle of vLLM fleets (docs/DESIGN.md §16, "Latency and SLOs"): R copies of
 vLLM 0.32.0's own Scheduler behind a router, driven in virtual time by ``oracle_driver``
 under the vLLM environment's python, and the predictor's fleet held to it.
 
-The driver itself is checked three ways before anything is held to it: on hand-made
-two-replica fleets whose every time, hit and replica is derived in the comments from SPEC
-17's event order and routers; with one replica, where every router must give exactly the
-single engine's run; and on random open-traffic fleets (tests/vllm_fleet_cases.py) by
-invariants any correct run keeps: each request arrives when the SPEC says, is scheduled,
+The driver itself is checked three ways before anything is held to it: on hand-made two-replica
+fleets whose every time, hit and replica is derived in the comments from the docs/DESIGN.md §16
+event order and routers; with one replica, where every router must give exactly the single engine's
+run; and on random open-traffic fleets (tests/vllm_fleet_cases.py) by invariants any correct run
+keeps: each request arrives when docs/DESIGN.md §16 says, is scheduled,
 emits its first token and finishes in that order, is routed as its router says (round
 robin and least-loaded choices rebuilt from the rows' outstanding counts), never hits more
 than its shared prefix's full blocks at round 0, and on a pool that never evicts hits the
@@ -351,7 +351,7 @@ def check_invariants(cases: list[FleetCase], answers: list[dict]) -> dict[str, i
 
 
 def check_against_predictor(cases: list[FleetCase], answers: list[dict]) -> None:
-    """The predictor's fleet on every case, per request against vLLM's (SPEC 17)."""
+    """The predictor's fleet on every case, per request against vLLM's (docs/DESIGN.md §16)."""
     disagreements = {}
     for i, (case, answer) in enumerate(zip(cases, answers, strict=True)):
         result = simulate_fleet(

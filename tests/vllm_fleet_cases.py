@@ -1,5 +1,5 @@
-"""Random open-traffic fleet cases for the vLLM rule set's tests (SPEC 17): Poisson session
-starts at a few rates, renewal chains (``after``, gap 0 or not), one or two shared prefixes
+"""Random open-traffic fleet cases for the vLLM rule set's tests (docs/DESIGN.md §16): Poisson
+session starts at a few rates, renewal chains (``after``, gap 0 or not), one or two shared prefixes
 (some a whole number of blocks, some not; a few sessions without one), 2-8 rounds per
 session, on fleets of 1-3 replicas behind each of the four routers, with pools from just
 large enough (eviction and preemption) to never evicting, budgets small enough to chunk

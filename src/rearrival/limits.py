@@ -77,7 +77,7 @@ def check_at_most(option: str, value: int, bound: int, why: str) -> None:
         raise LimitError(problem)
 
 
-# Replicas of a simulated fleet (`simulate --replicas`, SPEC 17): each replica holds its
+# Replicas of a simulated fleet (`simulate --replicas`, docs/DESIGN.md §16): each replica holds its
 # own engine state (a vLLM pool of up to MAX_KV_BLOCKS blocks), so the bound keeps a fleet
 # of the largest pools within the memory bound (about 90 MB of Python lists per engine of
 # MAX_KV_BLOCKS blocks).

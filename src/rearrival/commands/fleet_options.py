@@ -1,4 +1,4 @@
-"""The fleet options of ``rearrival simulate`` (SPEC 17 "Interfaces"), as one typed object:
+"""The fleet options of ``rearrival simulate`` (docs/DESIGN.md §16), as one typed object:
 ``--replicas``, ``--router``, ``--slo`` with ``--attainment``, and the measurement window
 ``--warmup``/``--horizon``. Given any of them, a plan is served by a fleet
 (``rearrival.model.fleet.simulate.simulate_fleet``) and its output gains the fleet's

@@ -10,13 +10,6 @@ from typing import Annotated
 import typer
 
 from rearrival.commands.panels import PanelledGroup
-from rearrival.errors import RearrivalError
-
-PLAN_SUFFIXES = (".parquet", ".json")
-
-
-class PlanOutputError(RearrivalError, ValueError):
-    """An output path the plan verb cannot write."""
 
 
 def _tool_table(path: Path | None):
@@ -94,8 +87,9 @@ def plan(
     """Write one replicate's input plan (paper II-C) and print path, sha256 and cap
     fraction. Any of --rounds, --new-tokens, --start-spread-s makes agent sessions with
     several tool calls (docs/DESIGN.md "Plans")."""
-    if out.suffix not in PLAN_SUFFIXES:
-        raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
+    from rearrival.commands.plan_output import check_plan_out
+
+    check_plan_out(out)
     from rearrival.limits import MAX_SESSIONS, SESSIONS_WHY, check_at_most
 
     check_at_most("--n", n, MAX_SESSIONS, SESSIONS_WHY)

@@ -331,8 +331,8 @@ def register(app: typer.Typer) -> None:
         replicas: int | None = typer.Option(
             None,
             "--replicas",
-            help="Serve the plan on a fleet of R identical replicas (SPEC 17; docs/DESIGN.md "
-            "§16; default 1, at most 16). Any fleet option adds the fleet's fields: each "
+            help="Serve the plan on a fleet of R identical replicas (docs/DESIGN.md §16; "
+            "default 1, at most 16). Any fleet option adds the fleet's fields: each "
             "request's replica and first-token time, latency percentiles, replica device time.",
         ),
         router: str | None = typer.Option(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rearrival.commands.plans import PLAN_SUFFIXES, PlanOutputError
+from rearrival.commands.plan_output import check_plan_out
 
 # The option each library argument comes from, so a refusal names what the user typed.
 OPTIONS = {
@@ -100,8 +100,7 @@ def _run(make):
 
 
 def _check_out(out: Path) -> None:
-    if out.suffix not in PLAN_SUFFIXES:
-        raise PlanOutputError(f"option --out '{out}': a plan file ends in .parquet or .json")
+    check_plan_out(out)
 
 
 def _pool_notes(path: Path, pool) -> dict:

@@ -1,4 +1,4 @@
-"""What a fleet needs of an engine (SPEC 17 "Engines and fleets"), for either rule set.
+"""What a fleet needs of an engine (docs/DESIGN.md §16), for either rule set.
 
 vLLM keeps its scheduler, KV cache manager and block pool as separate objects with narrow
 calls between them; a fleet in vllm-router is a list of workers plus a policy that picks one

@@ -1,4 +1,4 @@
-"""Latency of predicted requests and SLO attainment (SPEC 17 "Latency and SLOs"), computed
+"""Latency of predicted requests and SLO attainment (docs/DESIGN.md §16), computed
 in one place from the per-request times (``records.RequestOutcome``), never re-derived by a
 report or a verb.
 

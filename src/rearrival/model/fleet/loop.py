@@ -1,4 +1,4 @@
-"""The fleet's event loop: SPEC 17's event order, written once for every rule set.
+"""The fleet's event loop: docs/DESIGN.md §16's event order, written once for every rule set.
 
 At an instant t: (1) every replica whose step ends at t completes it, in replica order
 (which may create arrivals at t + gap: the session's next round, or a renewed session's

@@ -1,4 +1,4 @@
-"""One predicted-request record for both substrates (SPEC 17 "Latency and SLOs"): the times
+"""One predicted-request record for both substrates (docs/DESIGN.md §16): the times
 the engine records once per request, from which every latency is derived
 (``rearrival.model.fleet.latency``), and the quantities both rule sets predict."""
 

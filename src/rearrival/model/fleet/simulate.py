@@ -1,4 +1,4 @@
-"""A plan on a fleet of R identical replicas behind a router (SPEC 17), either substrate.
+"""A plan on a fleet of R identical replicas behind a router (docs/DESIGN.md §16), either substrate.
 
 ``simulate_fleet`` builds R engines of the configuration's rule set (the substrate's entry
 in ``rearrival.model.substrates``), runs them through the one event loop

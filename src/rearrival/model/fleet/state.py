@@ -1,4 +1,4 @@
-"""What a router reads of the fleet at an arrival (SPEC 17): the replicas' engines, where
+"""What a router reads of the fleet at an arrival (docs/DESIGN.md §16): the replicas' engines, where
 each request went, and how many requests each replica has outstanding."""
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.
 4. Prefill emits the first token; a request generating G tokens then needs G-1 decode
    steps. Round 0 of a session arrives at its ``start_s``; round k+1 at round k's
    completion + round k's gap (client delay 0); a renewed session's round 0 (``after``,
-   SPEC 17) at its leader's last round's completion + its gap (gap 0: the authors'
+   docs/DESIGN.md §16) at its leader's last round's completion + its gap (gap 0: the authors'
    ``successor``). A shared prefix is part of round 0's prompt (``prompts()``) and only
-   the session's own slots are looked up: no cross-session reuse (SPEC 17).
+   the session's own slots are looked up: no cross-session reuse (docs/DESIGN.md §16).
 5. D = sum of decode step times + sum of prefill times; W = sum over prefills of
    (requests running at admission) x T(q), in session-seconds, never added to D.
 

@@ -73,7 +73,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     waiting: list[tuple[float, int]] = []
     # heap of (arrival time, rid): every session's round 0 at its start, then each
     # re-arrival when the round before it completes and a renewed session's round 0 when
-    # its leader's last round completes (SPEC 17; simultaneous: rid = session order)
+    # its leader's last round completes (docs/DESIGN.md §16; simultaneous: rid = session order)
     arrivals = [
         (when, rid)
         for when, rid, leader in zip(arrays.start, arrays.first[:-1], arrays.leader, strict=True)

@@ -16,7 +16,7 @@ taking the largest prefix among all the session's surviving slots, round 0 of a 
 sent at its start and every later round arriving at the previous round's completion +
 its gap (or at its fixed time, queued no earlier than that completion, in the
 fixed-arrival variant); a renewed session's round 0 arriving at its leader's last
-completion + its gap (SPEC 17 "Plans"; fixed arrivals never cover it).
+completion + its gap (docs/DESIGN.md §2; fixed arrivals never cover it).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
                 follow_up.arrival_s = t + request.gap_after_s
             else:  # re-arrival index: the re-arrivals of earlier sessions come first
                 follow_up.arrival_s = config.fixed_arrivals[rid - request.session]
-        if arrays.follower[rid] >= 0:  # the session renewing this one (SPEC 17)
+        if arrays.follower[rid] >= 0:  # the session renewing this one (docs/DESIGN.md §16)
             requests[arrays.follower[rid]].arrival_s = t + arrays.follow_gap[rid]
 
     while not all(r.state == "done" for r in requests):

@@ -455,7 +455,7 @@ class PlanArrays:
     next_fixed: list[int]
     start: list[float]  # per session: when round 0 is sent (unused for a follower)
     first: list[int]
-    # Shared prefixes and renewal (SPEC 17 "Plans"); every plan without them has
+    # Shared prefixes and renewal (docs/DESIGN.md §2); every plan without them has
     # prefix_of = [-1] * N, prefix_tokens = [0] * N, leader = [-1] * N and
     # follower = [-1] * requests, follow_gap = [0.0] * requests.
     prefix_of: list[int]  # per session: index into the plan's prefixes, or -1

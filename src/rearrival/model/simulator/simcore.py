@@ -13,7 +13,7 @@ State (see ``rearrival.model.simulator.kvslots`` for the cache model it writes o
   ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
   the ``arrivals`` heap holds request ids ordered by (arrival time, rid): every
   session's round 0 from the start, each later round once the round before completes,
-  a renewed session's round 0 once its leader's last round completes (SPEC 17).
+  a renewed session's round 0 once its leader's last round completes (docs/DESIGN.md §16).
   Request ids run in (session, round) order, so rid order is session index order.
 * ``owner[slot]`` is the request id whose KV the slot holds (-1: none). Each request's
   owner entry is unique, so "round j's KV still sits in its slot" is
@@ -185,7 +185,7 @@ def run(
     time, -1 on a session's last round), start (round 0: the session's start), follower
     (on a session's last round: the round 0 rid of the session renewing it, else -1) and
     follow_gap (its gap after this round), starts (1: round 0 of a session sent at its
-    start; a renewed session's round 0 is sent by its leader's last round, SPEC 17);
+    start; a renewed session's round 0 is sent by its leader's last round, docs/DESIGN.md §16);
     fixed (empty: re-arrival = completion + gap; it never covers a renewed round 0);
     miss_cost, pair_off and the flat pair_reuse/pair_cost
     (``rearrival.model.simulator.sim_inputs.request_tables``); step_s[n] for n = 0..batch.
@@ -322,7 +322,7 @@ def run(
                         if when < due:
                             due = when
                     nf = follower[rid]
-                    if nf >= 0:  # the renewing session's round 0 (SPEC 17)
+                    if nf >= 0:  # the renewing session's round 0 (docs/DESIGN.md §16)
                         when = t + follow_gap[rid]
                         arrival[nf] = when
                         n_arrivals = _push_arrival(arrivals_heap, n_arrivals, nf, arrival)

@@ -1,6 +1,6 @@
-"""The routers of SPEC 17, one policy per module behind a registry (as vllm-router keeps a
-policy object that picks a worker per request). Every router is deterministic and breaks
-ties to the lowest replica index; it reads the fleet as it stands at the arrival
+"""The routers of docs/DESIGN.md §16, one policy per module behind a registry (as vllm-router keeps
+a policy object that picks a worker per request). Every router is deterministic and breaks ties to
+the lowest replica index; it reads the fleet as it stands at the arrival
 (``rearrival.model.fleet.loop.FleetState``).
 
 A new router is one module with a class whose ``route(rid, state)`` returns a replica

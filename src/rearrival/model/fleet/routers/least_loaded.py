@@ -1,4 +1,4 @@
-"""``least_loaded`` (SPEC 17): the replica with the fewest outstanding requests (routed
+"""``least_loaded`` (docs/DESIGN.md §16): the replica with the fewest outstanding requests (routed
 there and not finished at the routing instant), ties to the lowest index."""
 
 from __future__ import annotations

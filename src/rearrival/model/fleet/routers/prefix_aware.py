@@ -1,4 +1,4 @@
-"""``prefix_aware`` (SPEC 17): the replica holding the most of the request's prompt now,
+"""``prefix_aware`` (docs/DESIGN.md §16): the replica holding the most of the request's prompt now,
 ties by least_loaded. On vLLM that is the most leading full blocks of the prompt cached in
 the replica's pool as it stands at the arrival (vLLM caches a step's full blocks when it
 schedules the step, and a freed block keeps its hash until it is reused), so a shared

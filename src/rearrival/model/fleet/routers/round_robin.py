@@ -1,4 +1,4 @@
-"""``round_robin`` (SPEC 17): the k-th routed request goes to replica k mod R, whatever
+"""``round_robin`` (docs/DESIGN.md §16): the k-th routed request goes to replica k mod R, whatever
 the session (vllm-router's round_robin policy)."""
 
 from __future__ import annotations

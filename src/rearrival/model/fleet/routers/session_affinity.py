@@ -1,7 +1,7 @@
-"""``session_affinity`` (SPEC 17): a session's round 0 goes to the least loaded replica and
-every later round to round 0's replica, so a re-arrival finds the KV its session left
-(vllm-router's consistent_hash on a session header pins a session the same way, by a hash
-instead of by load)."""
+"""``session_affinity`` (docs/DESIGN.md §16): a session's round 0 goes to the least loaded replica
+and every later round to round 0's replica, so a re-arrival finds the KV its session left
+(vllm-router's consistent_hash on a session header pins a session the same way, by a hash instead of
+by load)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The RBLN rule sets as an engine a fleet can drive (SPEC 17 "Engines and fleets";
+"""The RBLN rule sets as an engine a fleet can drive (docs/DESIGN.md §16;
 docs/DESIGN.md §4 for the rules).
 
 ``rearrival.model.simulator.sim_event.simulate_python`` runs a whole plan in one loop and

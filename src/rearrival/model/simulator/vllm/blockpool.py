@@ -72,7 +72,7 @@ class BlockPool:
     ) -> list[int]:
         """The longest chain of cached blocks of identities first_key, first_key + 1, ...
         (at most ``max_blocks``): a missing block ends the chain. The first ``shared``
-        blocks have a shared prefix's identities shared_key + j instead (SPEC 17)."""
+        blocks have a shared prefix's identities shared_key + j instead (docs/DESIGN.md §16)."""
         hit = []
         for j in range(max_blocks):
             holders = self.cached.get((shared_key if j < shared else first_key) + j)

@@ -15,8 +15,8 @@ State, as ``blockpool.BlockPool`` and ``engine.Engine`` keep it:
   ``khead[k]``/``ktail[k]`` with ``knext``/``kprev`` per block;
 * per request: tokens (prompt + sampled), computed tokens, sampled tokens, blocks held
   (``table[off[r]:off[r] + nblk[r]]``) and how many of them are cached (``hashed``);
-  block j's identity is ``prefix_key_base[r] + j`` for j < ``shared[r]`` (a shared
-  prefix's full blocks, SPEC 17), else ``key_base[r] + j`` (``inputs.VllmInputs.block_key``);
+  block j's identity is ``prefix_key_base[r] + j`` for j < ``shared[r]`` (a shared prefix's full
+  blocks, docs/DESIGN.md §16), else ``key_base[r] + j`` (``inputs.VllmInputs.block_key``);
 * ``waiting`` a ring buffer (a preempted request goes to its front), ``running`` an array
   in admission order, ``pend`` a heap of sends ordered by (time, request id).
 """
@@ -535,7 +535,7 @@ def run(
             if follow >= 0:
                 arrival[r + 1] = t + gap[r] if not has_fixed else fixed[follow]
                 npend = _push(pend, npend, r + 1, arrival)
-            elif follower[r] >= 0:  # the renewing session's round 0 (SPEC 17)
+            elif follower[r] >= 0:  # the renewing session's round 0 (docs/DESIGN.md §16)
                 arrival[follower[r]] = t + follow_gap[r]
                 npend = _push(pend, npend, follower[r], arrival)
         if nfin:

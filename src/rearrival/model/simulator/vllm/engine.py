@@ -4,9 +4,9 @@ it (docs/DESIGN.md §15 rules 4-7), on our block pool model (``blockpool``).
 The state is per request (tokens, computed tokens, blocks held) plus the queues: a
 ``pending`` heap of sends not yet seen (round 0 at the session's start, every later round
 once the round before it has finished, a renewed session's round 0 once its leader's last
-round has finished: SPEC 17), the FCFS ``waiting`` deque and the ``running`` list in
+round has finished: docs/DESIGN.md §16), the FCFS ``waiting`` deque and the ``running`` list in
 admission order. Block j of a request has the chain identity ``inputs.block_key``: the
-shared prefix's for the prefix's full blocks, the session's own after them (SPEC 17).
+shared prefix's for the prefix's full blocks, the session's own after them (docs/DESIGN.md §16).
 ``reference`` runs one ``step`` per loop iteration; ``event`` runs the same steps but
 fast-forwards stretches of pure decode steps.
 
@@ -29,7 +29,7 @@ A step (``Engine.step``):
 4. The step costs ``VllmStepCost.step_s(D_pad, P, C)`` and the clock advances by it; the
    step returns its counts as vLLM's iteration log writes them, with the C it read. A
    request that sampled its first token in the step has ``first_token_s`` = the step's
-   end (SPEC 17 "Latency and SLOs").
+   end (docs/DESIGN.md §16).
 
 A *driven* engine sends nothing itself: its caller queues each request (``queue``) at the
 step where an observed run admitted it (``replay``, the calibration's replay of a real
@@ -83,7 +83,7 @@ class Request:
     gen: int
     gap_after_s: float
     key_base: int
-    shared: int = 0  # leading blocks with the shared prefix's identities (SPEC 17)
+    shared: int = 0  # leading blocks with the shared prefix's identities (docs/DESIGN.md §16)
     prefix_key_base: int = -1  # the prefix's first identity (-1: no prefix)
     tokens: int = 0  # prompt + sampled so far: what vLLM calls num_tokens
     computed: int = 0
@@ -279,9 +279,9 @@ class Engine:
         self.steps += 1
 
     def finish(self, finished: list[Request]) -> None:
-        """Free the finished requests' blocks (in scheduled order) and send each one's
-        next round after its gap (or at its fixed time), or on a session's last round the
-        renewing session's round 0 after its gap (SPEC 17; fixed times never cover it)."""
+        """Free the finished requests' blocks (in scheduled order) and send each one's next round
+        after its gap (or at its fixed time), or on a session's last round the renewing session's
+        round 0 after its gap (docs/DESIGN.md §16; fixed times never cover it)."""
         a = self.inputs.arrays
         next_fixed, follower = a.next_fixed, a.follower
         self.just_finished = finished

@@ -16,7 +16,7 @@ comparison is the same bit for bit; only the scheduling work per step is skipped
 The head of the waiting queue is blocked when its whole sequence needs more blocks
 than are free: its own session's cached blocks cannot help, because they all sit in the
 free queue (a session has one live request at a time), so they count as free blocks
-either way. Only the blocks of a shared prefix (SPEC 17) can be held by another running
+either way. Only the blocks of a shared prefix (docs/DESIGN.md §16) can be held by another running
 request; each such block of its hit needs no free block, so the head needs
 ceil(tokens / bs) - held. Pure decode steps never free a block and never cache a prefix
 block (decode fills blocks past the prompt), but an allocation may evict a free copy of a

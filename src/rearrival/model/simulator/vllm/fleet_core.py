@@ -1,4 +1,4 @@
-"""Compiled fleet of the ``vllm`` rule set (SPEC 17 "Engines and fleets"; docs/DESIGN.md §16).
+"""Compiled fleet of the ``vllm`` rule set (docs/DESIGN.md §16; docs/DESIGN.md §16).
 
 The loop of ``rearrival.model.fleet.loop.run_fleet`` over R ``fleet_engine.VllmFleetEngine``
 replicas, its four routers (``rearrival.model.fleet.routers``), renewal and fixed arrivals,

@@ -1,4 +1,4 @@
-"""The ``vllm`` rule set as an engine a fleet can drive (SPEC 17 "Engines and fleets").
+"""The ``vllm`` rule set as an engine a fleet can drive (docs/DESIGN.md §16).
 
 ``engine.Engine`` in driven mode sends nothing itself: the fleet routes each request when
 it arrives and ``add`` queues it; ``advance`` runs one action (one full scheduler step, or

@@ -9,11 +9,11 @@ round k-1's prompt, its generated tokens and the new ones) and no two sessions s
 token prefix, so block j of session s has one identity wherever it appears: the integer
 ``key_base[s] + j``. The cores compare these integers where vLLM compares hashes.
 
-Shared prefixes (SPEC 17): a session that names a prefix of P tokens starts its transcript
-with the prefix's tokens, so its first ``P // block_size`` blocks (the blocks that hold
-prefix tokens only) have the prefix's identities ``prefix_key_base + j``, the same in every
-session naming it; the block that straddles the prefix's end and every later block are the
-session's own. Prefix identities are numbered after every session's, so a plan without
+Shared prefixes (docs/DESIGN.md §16): a session that names a prefix of P tokens starts its
+transcript with the prefix's tokens, so its first ``P // block_size`` blocks (the blocks that hold
+prefix tokens only) have the prefix's identities ``prefix_key_base + j``, the same in every session
+naming it; the block that straddles the prefix's end and every later block are the session's own.
+Prefix identities are numbered after every session's, so a plan without
 prefixes keeps its numbers.
 """
 

@@ -6,7 +6,7 @@ vLLM cannot share the project's environment (its dependencies pin another numpy)
 writes the cases, runs the driver once for a whole batch (vLLM's import takes longer than
 hundreds of cases) and compares its answers with the predictor's: integers exactly,
 times within 1e-9 relative. ``case`` is one engine; ``fleet_case`` is R copies of it
-behind a router, with the plan's shared prefixes and renewal links (SPEC 17), and
+behind a router, with the plan's shared prefixes and renewal links (docs/DESIGN.md §16), and
 ``fleet_differences`` holds a predictor fleet to it request by request.
 """
 
@@ -74,7 +74,7 @@ def fleet_case(
     replicas: int,
     router: str,
 ) -> dict[str, Any]:
-    """One fleet case (SPEC 17 "Engines and fleets"): the plan's sessions with their shared
+    """One fleet case (docs/DESIGN.md §16): the plan's sessions with their shared
     prefixes and renewal links, on ``replicas`` copies of the engine behind ``router``."""
     return case(case_id, plan, configuration, step_cost) | {
         "replicas": int(replicas),
@@ -158,7 +158,7 @@ def differences(result: VllmResult, answer: dict[str, Any]) -> list[str]:
 
 def fleet_differences(result: Any, answer: dict[str, Any]) -> list[str]:
     """Where a predictor fleet run and R copies of vLLM's scheduler disagree on one case
-    (SPEC 17 "Interfaces and targets"): per (session, round) the replica, the prefix hit
+    (docs/DESIGN.md §16): per (session, round) the replica, the prefix hit
     and the preemptions exactly, the arrival, first-scheduled, first-token and finish times
     within 1e-9 relative. ``result.requests`` rows carry those fields by name, in any
     order."""

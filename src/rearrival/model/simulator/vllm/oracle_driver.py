@@ -1,5 +1,5 @@
 """vLLM's own scheduler driven in virtual time: the oracle of the ``vllm`` rule set
-(docs/DESIGN.md §15), on one engine or a fleet of R replicas behind a router (SPEC 17).
+(docs/DESIGN.md §15), on one engine or a fleet of R replicas behind a router (docs/DESIGN.md §16).
 
 Run as a script by the vLLM environment's python (``rearrival.model.simulator.vllm.oracle``
 starts it), never imported by the library: it needs vLLM, which cannot share the project's
@@ -13,7 +13,7 @@ fabricates the model's output (one sampled token for every request whose schedul
 reaches the end of its tokens, none for a partial prefill chunk) and calls
 ``update_from_output`` when the step ends, step cost later (docs/DESIGN.md §15 rule 7, with
 the same float expressions as the predictor's cores). The fleet's event order at an instant
-t is SPEC 17's: (1) every replica whose step ends at t completes it, in replica order (a
+t is docs/DESIGN.md §16's: (1) every replica whose step ends at t completes it, in replica order (a
 finish sends the session's next round, or on its last round its follower's round 0, at
 t + gap); (2) every arrival at or before t is routed, in (time, session, round) order;
 (3) every replica with no step in flight adds what was routed to it, in routing order, and
@@ -296,7 +296,7 @@ class Fleet:
         return self.result()
 
     def route(self, when: float, s: int, k: int) -> None:
-        """Assign request (s, k) to a replica by the case's router (SPEC 17; ties to the
+        """Assign request (s, k) to a replica by the case's router (docs/DESIGN.md §16; ties to the
         lowest replica index) and put it in that replica's inbox."""
         request = self.request(s, k)
         replicas = self.replicas

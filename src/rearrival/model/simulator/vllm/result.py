@@ -43,7 +43,7 @@ class VllmRequestRecord:
     steps: int  # engine steps that computed any of its tokens
     arrival_s: float
     first_scheduled_s: float  # start of the first step computing any of its tokens
-    first_token_s: float  # end of the step that sampled its first token (SPEC 17)
+    first_token_s: float  # end of the step that sampled its first token (docs/DESIGN.md §16)
     finish_s: float  # end of the step that sampled its last token
 
     def row(self) -> dict[str, Any]:
@@ -115,7 +115,7 @@ class VllmResult:
         nothing is preempted and every request hits what the round before it left
         cacheable, so it computes its prompt less that.
 
-        A shared prefix's full blocks (SPEC 17) count as computed once per plan: by the
+        A shared prefix's full blocks (docs/DESIGN.md §16) count as computed once per plan: by the
         first session naming it (in session order), while every other session's round 0
         hits them, capped at its prompt - 1 (rule 2). vLLM computes a prefix block twice
         when two round 0s naming it prefill at once (a look-up sees only the blocks already
@@ -138,7 +138,7 @@ class VllmResult:
     def re_arrivals_lost(self) -> int:
         """Re-arrivals whose hit fell below what the round before them left cacheable:
         part of their transcript was evicted during the tool wait (or at a preemption).
-        Rounds >= 1 only: a round 0's shared-prefix hit (SPEC 17) is not a re-arrival."""
+        Rounds >= 1 only: a round 0's shared-prefix hit (docs/DESIGN.md §16) is not a re-arrival."""
         a, cached = self.inputs.arrays, self.run.cached_tokens
         return sum(
             1

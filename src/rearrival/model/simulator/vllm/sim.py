@@ -1,7 +1,7 @@
 """The predictor's ``vllm`` rule set (docs/DESIGN.md §15): a plan on a vLLM configuration.
 
 ``simulate_vllm`` replays a plan (two-round or multi-round sessions, staggered starts,
-renewed sessions and shared prefixes as SPEC 17 states them, optionally fixed re-arrival
+renewed sessions and shared prefixes as docs/DESIGN.md §16 states them, optionally fixed re-arrival
 times from an observed run) on vLLM 0.32.0's synchronous
 scheduler as the rules of docs/DESIGN.md §15 state it: a paged pool with a null block and
 an LRU free queue (``blockpool``), prefix caching of full blocks, the scheduler's step
