@@ -22,18 +22,22 @@ from pathlib import Path
 import pytest
 from vllm_env import BLOCK, IN_CI, manifest, require_vllm
 
+from rearrival.judge.fleet_agreement import compare_fleet_run
+from rearrival.measure.fleet import backend as fleet_backend
 from rearrival.measure.fleet.backend import FleetSettings, run_fleet
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.serve import free_port
 from rearrival.measure.vllm.backend import VllmSettings
 from rearrival.measure.vllm.server import engine_core_pids
 from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.cost.vllm_profile import load_vllm_profile
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round
 from rearrival.router_env import BUILD_HINT, ENV_ROUTER, router_executable
 from rearrival.vocabulary import VLLM
 
 pytestmark = pytest.mark.timeout(900)
 SERVE = VllmSettings(max_model_len=2048, grace_s=5)
+PROFILE = Path(__file__).parents[1] / "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
 CONFIGURATION = VllmConfiguration(
     (), 4, num_blocks=128, block_size=BLOCK, max_num_batched_tokens=2048, name="baseline"
 )
@@ -152,6 +156,14 @@ def test_fleet_run_names_replica_cached_tokens_and_first_token_of_every_request(
         assert (out / name).is_file() and name in record["files"]
     assert "Router ready" in (out / "router.log").read_text()
     assert _listening(_fleet_ports(record)) == []
+    # the fleet predictor on the observed arrivals and placement: 128 blocks hold every
+    # session, so no pool evicts and every request's cached tokens must agree exactly
+    agreement = compare_fleet_run(run, open_plan(), load_vllm_profile(PROFILE), "plan")
+    summary = agreement.summary()
+    assert summary["predictor_errors"] == [] and summary["timing_dependent"] == 0
+    assert summary["agreeing"] == summary["requests"] == len(requests)
+    assert [r.replica for r in agreement.requests] == list(requests["replica"])
+    assert all(r.ttft_s_predicted > 0 and r.ttft_s_observed > 0 for r in agreement.requests)
 
 
 def test_port_in_use_is_one_line_and_nothing_starts(fleet_ready: Path, tmp_path: Path) -> None:
@@ -167,13 +179,11 @@ def test_port_in_use_is_one_line_and_nothing_starts(fleet_ready: Path, tmp_path:
 
 
 def _fake_router(tmp_path: Path) -> Path:
-    """A 'router' that never answers: the real router's interpreter running a sleep."""
-    real = router_executable()
+    """A 'router' that never answers: it prints one line and sleeps."""
     fake = tmp_path / "bin" / "vllm-router"
     fake.parent.mkdir()
-    (fake.parent / "python").symlink_to(real.with_name("python"))
     fake.write_text(
-        f"#!{real.with_name('python')}\nimport time\nprint('starting')\ntime.sleep(600)\n"
+        f"#!{sys.executable}\nimport time\nprint('starting', flush=True)\ntime.sleep(600)\n"
     )
     fake.chmod(0o755)
     return fake
@@ -183,6 +193,7 @@ def test_router_that_never_becomes_ready_is_a_failed_run(
     fleet_ready: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV_ROUTER, str(_fake_router(tmp_path)))
+    monkeypatch.setattr(fleet_backend, "router_version", lambda router: "fake")
     out = tmp_path / "deaf"
     _run(out, FleetSettings(vllm=SERVE, router_ready_timeout_s=3))
     reason = _failed_reason(out)

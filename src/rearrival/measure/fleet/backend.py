@@ -14,6 +14,7 @@ replica by index and URL, or the router) and that process's own last word.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,12 @@ from rearrival.measure.fleet.placement import (
     placement_problem,
     replica_reuse_problem,
 )
-from rearrival.measure.fleet.router import SESSION_HEADER, router_argv, router_reason
+from rearrival.measure.fleet.router import (
+    ROUTER_POLICIES,
+    SESSION_HEADER,
+    router_argv,
+    router_reason,
+)
 from rearrival.measure.fleet.signals import stopping_on_signals
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
 from rearrival.measure.vllm.backend import VllmRunError, VllmSettings, engine_entry
@@ -56,6 +62,8 @@ from rearrival.vllm_env import BUILD_HINT, require_vllm_python, vllm_version, vl
 # prompt (its token ids would fill the log).
 LOG_REQUESTS = ("--enable-log-requests", "--max-log-len", "0")
 ROUTER_LOG, REQUEST_ID_PREFIX = "router.log", "rq"
+# How long a failed replay waits for a dying server to become reapable (``_dead``).
+DEATH_SETTLE_S = 2.0
 HOST = "127.0.0.1"
 
 
@@ -77,6 +85,11 @@ class FleetSettings:
     router_ready_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if self.policy not in ROUTER_POLICIES:
+            raise VllmRunError(
+                f"router policy {self.policy!r}: use one of {', '.join(ROUTER_POLICIES)} "
+                "(kv_aware needs the servers' KV events, which this fleet does not publish)"
+            )
         if self.replicas < 1:
             raise VllmRunError(f"fleet replicas {self.replicas}: must be >= 1")
         if self.server_ports and len(self.server_ports) != self.replicas:
@@ -263,6 +276,18 @@ def run_fleet(
     return outcome
 
 
+def _dead(servers: list[ServerProcess], settle_s: float) -> list[int]:
+    """The replicas whose server has exited. After a failed replay, wait up to
+    ``settle_s`` for one: a killed process closes its sockets (so the client sees the
+    break) a moment before the kernel lets its parent reap it."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        dead = [i for i, server in enumerate(servers) if not server.alive()]
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.05)
+
+
 def _failed(run: ClientRun, run_id: str, what: str, out: Path) -> ClientRun:
     reason = f"run {run_id}: {what} (logs: {out})"
     return run.cut_short("failed" if not run.replies else "partial", reason)
@@ -326,7 +351,7 @@ def _serve_and_replay(
                     out,
                 )
             run = replay_sync(plan, fleet.router_url, variant=variant, options=options)
-            dead = [i for i, server in enumerate(servers) if not server.alive()]
+            dead = _dead(servers, 0.0 if run.status == "complete" else DEATH_SETTLE_S)
             router_alive = router.alive()
         finally:
             for process in reversed(started):

@@ -19,16 +19,13 @@ from types import FrameType
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-class Stopped(BaseException):
-    """The job got ``signum``; raised in the main thread so cleanup runs."""
+class Stopped(SystemExit):
+    """The job got ``signum``; raised in the main thread so cleanup runs, and, uncaught,
+    ends the interpreter quietly with exit status 128 + ``signum``."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        super().__init__(128 + signum)
         self.signum = signum
-
-    @property
-    def exit_status(self) -> int:
-        return 128 + self.signum
 
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
