@@ -23,9 +23,18 @@ ADDED = "(APIServer pid=7) INFO 12-03 14:39:40 [async_llm.py:578] Added request 
 
 def _record(session: int, round_index: int, replica: int | None) -> RequestRecord:
     return RequestRecord(
-        session, round_index, 0.0, 0.1, 0.2, 10, 0, 10, 2, replica=replica,
+        session,
+        round_index,
+        0.0,
+        0.1,
+        0.2,
+        10,
+        0,
+        10,
+        2,
+        replica=replica,
         request_id=f"rq-s{session}-r{round_index}",
-    )  # fmt: skip
+    )
 
 
 def test_placement_is_the_server_whose_log_took_the_request() -> None:
