@@ -12,7 +12,7 @@ import pytest
 
 from rearrival.measure.client import ReplayOptions, request_headers
 from rearrival.measure.fleet.backend import FleetSettings
-from rearrival.measure.fleet.placement import placement, placement_problem
+from rearrival.measure.fleet.placement import FleetStepLog, placement, placement_problem
 from rearrival.measure.fleet.router import router_argv, router_reason
 from rearrival.measure.fleet.signals import Stopped, stopping_on_signals
 from rearrival.measure.records.contract import RequestRecord
@@ -102,3 +102,19 @@ def test_sigterm_inside_the_guard_raises_stopped_and_restores_the_handler() -> N
         signal.pause()  # pragma: no cover -- the handler raises before this returns
     assert stopped.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+ITERATION = (
+    "(APIServer pid=7) INFO 12-03 14:39:41 [loggers.py:1] Engine 000: Iteration(0): 1 context "
+    "requests, 40 context tokens, 0 generation requests, 0 generation tokens, iteration "
+    "elapsed time: 4.85 ms, CPU KV cache usage: 8.7%"
+)
+
+
+def test_fleet_steps_keep_their_types_when_a_replica_logged_no_iteration() -> None:
+    """A replica killed before its first step has no iteration line; the fleet's steps are
+    the other replica's, with the contract's integer columns."""
+    steps = FleetStepLog((ITERATION, "")).steps("")
+    assert len(steps) == 1 and str(steps["iteration"].dtype) == "int64"
+    both = FleetStepLog((ITERATION, ITERATION)).steps("")
+    assert list(both["step"]) == [0, 1] and str(both["context_tokens"].dtype) == "int64"

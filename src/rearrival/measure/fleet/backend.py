@@ -207,6 +207,7 @@ def run_fleet(
         raise VllmRunError(
             f"configuration {configuration.name or configuration.id}: {exc}"
         ) from None
+    routed_by = router_version(router)
     manifest = manifest | {
         "engine": engine_entry(
             argvs[0], versions, model, configuration, device=device, max_model_len=max_model_len
@@ -214,13 +215,13 @@ def run_fleet(
         "software": {
             **manifest.get("software", {}),
             "vllm": vllm_version(versions),
-            "vllm-router": router_version(router),
+            "vllm-router": routed_by,
         },
         "fleet": {
             "replicas": settings.replicas,
             "router": {
                 "name": "vllm-router",
-                "version": router_version(router),
+                "version": routed_by,
                 "policy": settings.policy,
                 "argv": r_argv,
                 "url": f"http://{HOST}:{router_port}",
@@ -248,31 +249,31 @@ def run_fleet(
         metrics_urls=urls,
     )
     run_id = str(manifest["run_id"])
-    try:
-        run = _serve_and_replay(plan, fleet, variant, options, settings, run_id, out)
-        server_logs = tuple(_read(path) for path in temporary[:-1])
-        replicas, twice = placement(server_logs)
-        run = run.placed(replicas)
-        problem = placement_problem(run.requests, replicas, twice) or replica_reuse_problem(
-            run.requests, run.server_metrics
-        )
-        manifest["fleet"]["server_counters"] = [
-            {"before": before, "after": after} for before, after in run.server_metrics
-        ]
-        logs = {server_log_name(i): text for i, text in enumerate(server_logs)}
-        logs[ROUTER_LOG] = _read(temporary[-1])
-        outcome = write_client_run(
-            out,
-            run,
-            manifest=manifest,
-            server_log=None,
-            step_log=FleetStepLog(server_logs, configuration.buckets),
-            logs=logs,
-            problem=problem if run.status == "complete" else None,
-        )
-    finally:
-        for path in temporary:
-            path.unlink(missing_ok=True)  # the run directory holds every whole log
+    run = _serve_and_replay(plan, fleet, variant, options, settings, run_id, out)
+    server_logs = tuple(_read(path) for path in temporary[:-1])
+    replicas, twice = placement(server_logs)
+    run = run.placed(replicas)
+    problem = placement_problem(run.requests, replicas, twice) or replica_reuse_problem(
+        run.requests, run.server_metrics
+    )
+    manifest["fleet"]["server_counters"] = [
+        {"before": before, "after": after} for before, after in run.server_metrics
+    ]
+    logs = {server_log_name(i): text for i, text in enumerate(server_logs)}
+    logs[ROUTER_LOG] = _read(temporary[-1])
+    outcome = write_client_run(
+        out,
+        run,
+        manifest=manifest,
+        server_log=None,
+        step_log=FleetStepLog(server_logs, configuration.buckets),
+        logs=logs,
+        problem=problem if run.status == "complete" else None,
+    )
+    # the run directory now holds every whole log; until it does (a signal, a record that
+    # cannot be written) the logs stay beside it for diagnosis
+    for path in temporary:
+        path.unlink(missing_ok=True)
     return outcome
 
 

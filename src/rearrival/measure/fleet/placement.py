@@ -103,7 +103,10 @@ class FleetStepLog:
                 frames.append(self._one().steps(text))
             except StepLogError as exc:
                 raise StepLogError(f"replica {replica}: {exc}") from None
-        frame = pd.concat(frames, ignore_index=True) if frames else self._one().steps("")
+        # a replica that logged no iteration (killed before its first step) adds nothing;
+        # concatenating its empty frame would widen every integer column to float
+        frames = [f for f in frames if not f.empty] or [self._one().steps("")]
+        frame = pd.concat(frames, ignore_index=True)
         frame["step"] = pd.array(range(len(frame)), dtype="int64")
         return frame
 
