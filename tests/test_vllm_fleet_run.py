@@ -242,6 +242,7 @@ def test_replica_killed_mid_run_is_one_line_naming_run_and_replica(
     assert killed, "replica 1 never took a request"
     reason = _failed_reason(out)
     assert "replica 1 (http://127.0.0.1:" in reason and "exited during the run" in reason
+    assert "killed by SIGKILL" in reason
     assert _listening(_fleet_ports(manifest(out))) == []
 
 

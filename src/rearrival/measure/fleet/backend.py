@@ -14,6 +14,7 @@ replica by index and URL, or the router) and that process's own last word.
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,6 +290,13 @@ def _dead(servers: list[ServerProcess], settle_s: float) -> list[int]:
         time.sleep(0.05)
 
 
+def _exit(returncode: int | None) -> str:
+    """How a process ended: a signal (a kill leaves no words in its log) or its code."""
+    if returncode is not None and returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
+
+
 def _failed(run: ClientRun, run_id: str, what: str, out: Path) -> ClientRun:
     reason = f"run {run_id}: {what} (logs: {out})"
     return run.cut_short("failed" if not run.replies else "partial", reason)
@@ -364,8 +372,8 @@ def _serve_and_replay(
         return _failed(
             run,
             run_id,
-            f"replica {i} ({fleet.server_urls[i]}) exited during the run; vLLM: "
-            f"{vllm_reason(log)}{client}",
+            f"replica {i} ({fleet.server_urls[i]}) exited during the run "
+            f"({_exit(servers[i].returncode)}); vLLM: {vllm_reason(log)}{client}",
             out,
         )
     if not router_alive:
