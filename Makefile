@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test-study all-vllm test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env
+.PHONY: all test-study all-vllm test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env router-env
 
 # vLLM's CPU build in a venv of its own (README "The vLLM backend": its numpy pin conflicts
 # with the project's), installed exactly as locked: every package==version of a working
@@ -41,6 +41,24 @@ $(VLLM_STAMP): $(VLLM_LOCK) | $(STAMP)
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# vllm-router (README "A study on a real fleet") in a venv of its own: its web stack resolves
+# newer than the vLLM lock's and it needs orjson, so it would move vLLM's pins. Installed
+# exactly as locked, like .venv-vllm; `vllm-router --help` proves the executable runs.
+ROUTER_VENV := .venv-router
+ROUTER_STAMP := $(ROUTER_VENV)/.installed
+ROUTER_LOCK := envs/vllm-router.txt
+
+$(ROUTER_STAMP): $(ROUTER_LOCK)
+	@echo "make: creating $(ROUTER_VENV) with vllm-router from $(ROUTER_LOCK) (under a minute)"
+	rm -rf $(ROUTER_VENV)
+	$(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/pip install --quiet --upgrade pip==25.3
+	$(ROUTER_VENV)/bin/pip install --quiet --no-deps -r $(ROUTER_LOCK)
+	$(ROUTER_VENV)/bin/vllm-router --help > /dev/null
+	touch $(ROUTER_STAMP)
+
+router-env: $(ROUTER_STAMP)
 
 # Rules call the `rearrival` CLI, so the venv's bin must come first on PATH.
 all: $(STAMP)

@@ -5,7 +5,7 @@ beside the predictor's vLLM rules re-run with its observed arrivals
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +23,11 @@ def register(app: typer.Typer) -> None:
 def compare(
     run_dir: Annotated[
         Path,
-        typer.Option("--run", help="A complete, sealed run of `rearrival run --backend vllm`."),
+        typer.Option(
+            "--run",
+            help="A complete, sealed run of `rearrival run --backend vllm`, or of a fleet "
+            "(vLLM servers behind vllm-router: compared on its observed placement).",
+        ),
     ],
     profile: Annotated[
         Path,
@@ -70,6 +74,9 @@ def compare(
     vllm_profile = load_vllm_profile(profile)
     source = plan_path if plan_path is not None else Path(record.manifest["plan_path"])
     plan = load_plan(source)
+    if "fleet" in record.manifest:
+        _compare_fleet(record, plan, vllm_profile, source, out)
+        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PredictorBugWarning)
         agreement = compare_run(record, plan, vllm_profile, str(source))
@@ -92,4 +99,37 @@ def compare(
             f"{json.dumps(s['no_eviction_disagreements'])}",
             err=True,
         )
+        raise typer.Exit(PREDICTOR_BUG_EXIT)
+
+
+def _compare_fleet(record: Any, plan: Any, profile: Any, source: Path, out: Path) -> None:
+    """A fleet run (README "A study on a real fleet"): the fleet predictor on the run's
+    observed arrivals and placement; exit 1 on a predictor error, after writing."""
+    import warnings
+
+    from rearrival.judge.fleet_agreement import (
+        SUMMARY_FILE,
+        compare_fleet_run,
+        write_fleet_agreement,
+    )
+    from rearrival.judge.vllm_agreement import PredictorBugWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PredictorBugWarning)
+        agreement = compare_fleet_run(record, plan, profile, str(source))
+    write_fleet_agreement(agreement, out)
+    s = agreement.summary()
+    typer.echo(
+        f"{out}: {s['agreeing']}/{s['requests']} requests agree on cached tokens on the "
+        f"observed placement ({s['timing_dependent']} timing-dependent); lost re-arrivals "
+        f"observed {s['re_arrivals_lost_observed']}, predicted "
+        f"{s['re_arrivals_lost_predicted']} of {s['re_arrivals']}; mean TTFT predicted "
+        f"{s['ttft_s_mean_predicted']:.4f} s vs observed {s['ttft_s_mean_observed']:.4f} s "
+        f"(exploratory)"
+    )
+    bugs = [w for w in caught if issubclass(w.category, PredictorBugWarning)]
+    for warning in bugs:
+        typer.echo(f"rearrival: PREDICTOR BUG: {warning.message}", err=True)
+    if bugs:
+        typer.echo(f"rearrival: the disagreeing requests are in {out / SUMMARY_FILE}", err=True)
         raise typer.Exit(PREDICTOR_BUG_EXIT)

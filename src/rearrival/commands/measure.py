@@ -160,6 +160,23 @@ def run(
         int | None,
         typer.Option("--max-model-len", help="vllm: default the model's max_position_embeddings."),
     ] = None,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            help="vllm: servers in a fleet behind vllm-router (README 'A study on a real "
+            "fleet'); 1 (default) is one server and no router.",
+        ),
+    ] = 1,
+    router_policy: Annotated[
+        str,
+        typer.Option(
+            "--router-policy",
+            help="vllm with --replicas > 1: vllm-router's --policy (round_robin, "
+            "consistent_hash by the session header, cache_aware, power_of_two, random, "
+            "sticky_least_loaded).",
+        ),
+    ] = "round_robin",
 ) -> None:
     """Run one condition of one plan on one backend and write its run directory (docs/DESIGN.md §6).
 
@@ -197,6 +214,7 @@ def run(
             seed=seed,
             study=study,
             replicate=replicate,
+            fleet=(replicas, router_policy) if replicas > 1 else None,
         )
         return
     configuration = configuration_option(buckets, batch_size, slots)
@@ -250,10 +268,19 @@ def _run_vllm(
     seed: int,
     study: str,
     replicate: int | None,
+    fleet: tuple[int, str] | None = None,
 ) -> None:
-    """``run --backend vllm``: one run on a fresh vLLM server (docs/DESIGN.md §15)."""
+    """``run --backend vllm``: one run on a fresh vLLM server (docs/DESIGN.md §15), or
+    with ``fleet`` (replicas, router policy) on a fresh fleet behind vllm-router."""
     from rearrival.errors import RearrivalError
-    from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.measure.backends import (
+        BackendSettings,
+        RunRequest,
+        run_backend,
+        run_manifest,
+        run_status,
+    )
+    from rearrival.measure.fleet.backend import FleetSettings, run_fleet
     from rearrival.model.plans.plan import load_plan
 
     plan = load_plan(plan_path)
@@ -271,7 +298,20 @@ def _run_vllm(
         condition_order=[label],
         prereg={},
     )
-    written = run_backend(BackendSettings(backend=VLLM, vllm=vllm), request, out)
+    settings = BackendSettings(backend=VLLM, vllm=vllm)
+    if fleet is None:
+        written = run_backend(settings, request, out)
+    else:
+        written = run_fleet(
+            plan,
+            out,
+            configuration=configuration,
+            settings=FleetSettings(policy=fleet[1], replicas=fleet[0], vllm=vllm),
+            variant=variant,
+            seed=seed,
+            manifest=run_manifest(settings, request),
+            plan_source=str(plan_path),
+        ).path
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(

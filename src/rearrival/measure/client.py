@@ -31,7 +31,7 @@ import json
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -81,6 +81,14 @@ class ReplayOptions:
     read_timeout_s: float = 600.0
     # the served model's vocabulary (its config.json vocab_size); None: any id is taken
     vocab_size: int | None = None
+    # a fleet behind a router (README "A study on a real fleet"): the header that carries
+    # the session id (vllm-router's consistent_hash keys on X-Session-ID), the prefix of
+    # the X-Request-Id every request carries (vLLM names the request by it in its log,
+    # which is how a request is matched to the replica that served it), and the servers
+    # whose counters are scraped before and after (default: the URL replayed against)
+    session_header: str | None = None
+    request_id_prefix: str | None = None
+    metrics_urls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.vocab_size is not None and not (
@@ -121,6 +129,8 @@ class ClientRun:
     reason: str | None
     model: str | None
     expected_requests: int
+    # per scraped server (ReplayOptions.metrics_urls), its counters before and after
+    server_metrics: tuple[tuple[dict[str, float], dict[str, float]], ...] = ()
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:
@@ -136,15 +146,16 @@ class ClientRun:
 
     def cut_short(self, status: str, reason: str) -> ClientRun:
         """The same observations under a status and reason found after the replay."""
-        return ClientRun(
-            self.replies,
-            self.metrics_before,
-            self.metrics_after,
-            status,
-            reason,
-            self.model,
-            self.expected_requests,
+        return replace(self, status=status, reason=reason)
+
+    def placed(self, replicas: Mapping[str, int]) -> ClientRun:
+        """The same observations with every request's replica, looked up by its request
+        id in ``replicas`` (a fleet run; a request no server logged keeps None)."""
+        replies = tuple(
+            replace(r, record=replace(r.record, replica=replicas.get(r.record.request_id or "")))
+            for r in self.replies
         )
+        return replace(self, replies=replies)
 
 
 class StepLog(Protocol):
@@ -344,7 +355,11 @@ class _Clock:
 
 
 async def _complete(
-    http: aiohttp.ClientSession, url: str, body: dict[str, Any], clock: _Clock
+    http: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    clock: _Clock,
+    headers: dict[str, str] | None = None,
 ) -> tuple[float, _Stream]:
     """POST one streamed completion; returns (send time, stream state).
 
@@ -355,7 +370,7 @@ async def _complete(
     stream = _Stream()
     send_s = clock.now()
     try:
-        async with http.post(endpoint, json=body) as resp:
+        async with http.post(endpoint, json=body, headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.text()).strip()
                 raise ClientError(f"POST {endpoint} returned HTTP {resp.status}: {text[:200]!r}")
@@ -387,6 +402,22 @@ def _cached_from_usage(usage: dict[str, Any] | None) -> int | None:
     return None if value is None else int(value)
 
 
+def request_headers(
+    options: ReplayOptions, session: int, round_index: int
+) -> tuple[dict[str, str], str | None]:
+    """The headers of one request and its request id (None when the options send none):
+    the session header lets a router pin a session; the request id is what vLLM's log
+    names the request by (``cmpl-<id>-...``), unique within the run."""
+    headers = {}
+    if options.session_header:
+        headers[options.session_header] = f"session-{session}"
+    request_id = None
+    if options.request_id_prefix:
+        request_id = f"{options.request_id_prefix}-s{session}-r{round_index}"
+        headers["X-Request-Id"] = request_id
+    return headers, request_id
+
+
 async def _request(
     http: aiohttp.ClientSession,
     url: str,
@@ -398,7 +429,9 @@ async def _request(
     clock: _Clock,
     session: int,
     round_index: int,
+    options: ReplayOptions,
 ) -> Reply:
+    headers, request_id = request_headers(options, session, round_index)
     body = {
         "model": model,
         "prompt": prompt,
@@ -410,7 +443,7 @@ async def _request(
         "stream_options": {"include_usage": True},
         "return_token_ids": True,
     }
-    send_s, stream = await _complete(http, url, body, clock)
+    send_s, stream = await _complete(http, url, body, clock, headers)
     complete_s = clock.now()
     where = f"session {session} round {round_index}"
     if len(stream.token_ids) != max_tokens:
@@ -431,6 +464,7 @@ async def _request(
         cached_tokens=cached,
         computed_tokens=None if cached is None else prompt_tokens - cached,
         generated_tokens=len(stream.token_ids),
+        request_id=request_id,
     )
     return Reply(record, tuple(stream.token_ids), tuple(stream.token_times))
 
@@ -465,6 +499,7 @@ async def _session_task(
             clock=clock,
             session=s.session,
             round_index=k,
+            options=options,
         )
         done.append(reply)
         transcript += reply.token_ids
@@ -489,6 +524,9 @@ async def replay(
     before: dict[str, float] = {}
     after: dict[str, float] = {}
     model = options.model
+    scraped = options.metrics_urls or (url,)
+    servers_before: list[dict[str, float]] = []
+    servers_after: list[dict[str, float]] = []
     reason: str | None = None
     timeout = aiohttp.ClientTimeout(
         total=None, connect=options.connect_timeout_s, sock_read=options.read_timeout_s
@@ -497,12 +535,14 @@ async def replay(
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
         try:
             model = model or await served_model(http, url)
-            before = await scrape_metrics(http, url)
+            servers_before = [await scrape_metrics(http, u) for u in scraped]
+            before = summed(servers_before)
             clock = _Clock(options.time_scale)
             async with asyncio.TaskGroup() as group:
                 for s in runnable.sessions:
                     group.create_task(_session_task(http, url, s, key, model, options, clock, done))
-            after = await scrape_metrics(http, url)
+            servers_after = [await scrape_metrics(http, u) for u in scraped]
+            after = summed(servers_after)
         except* ClientError as group_error:
             reason = str(group_error.exceptions[0])
     status = "complete" if reason is None else ("partial" if done else "failed")
@@ -515,7 +555,19 @@ async def replay(
         reason=reason,
         model=model,
         expected_requests=plan.requests,
+        server_metrics=(
+            tuple(zip(servers_before, servers_after, strict=False)) if options.metrics_urls else ()
+        ),
     )
+
+
+def summed(counters: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Counters of several servers added name by name (a fleet's counters as one)."""
+    total: dict[str, float] = {}
+    for one in counters:
+        for name, value in one.items():
+            total[name] = total.get(name, 0.0) + value
+    return total
 
 
 def replay_sync(
@@ -622,11 +674,17 @@ def write_client_run(
     manifest: dict[str, Any],
     server_log: str | None,
     step_log: StepLog = BUCKET_STEP_LOG,
+    logs: Mapping[str, str] | None = None,
+    problem: str | None = None,
 ) -> RunOutcome:
-    """Write a replay as a run directory (docs/DESIGN.md §6); incomplete runs keep their reason."""
+    """Write a replay as a run directory (docs/DESIGN.md §6); incomplete runs keep their
+    reason. ``logs`` are further logs kept by name (a fleet's router and servers);
+    ``problem`` a reason the caller found the run unusable (a complete replay then fails)."""
     try:
         steps = step_log.steps(server_log or "")
         status, reason = _outcome(run, steps, step_log)
+        if status == "complete" and problem:
+            status, reason = "failed", problem
     except StepLogError as exc:
         steps = step_log.steps("")
         status, reason = (
@@ -641,6 +699,7 @@ def write_client_run(
         manifest=finish_manifest(manifest, status=status, reason=reason),
         server_log=server_log,
         tokens=tokens_frame(run.tokens(), server_times=False),
+        logs=logs,
     )
     return RunOutcome(out, status, reason)
 

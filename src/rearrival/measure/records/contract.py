@@ -71,6 +71,16 @@ ITERATION_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("kv_cache_usage", pa.float64(), False),
 )
 
+# What a fleet run (vLLM servers behind vllm-router, README "A study on a real fleet") adds to
+# a request: the replica that served it (its index in the manifest's fleet servers) and the
+# request id the client sent (``X-Request-Id``), by which that server's log names it.
+# Written only by the fleet backend, after the columns above, so every other backend's
+# requests keep their bytes.
+FLEET_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
+    ("replica", pa.int64(), False),
+    ("request_id", pa.string(), False),
+)
+
 MANIFEST_KEYS = (
     "run_id",
     "study",
@@ -107,6 +117,14 @@ VLLM_CONFIGURATION_KEYS = (
 PREREG_KEYS = ("study", "commit", "committed_at")
 
 
+def request_columns(names: object) -> tuple[tuple[str, pa.DataType, bool], ...]:
+    """The requests contract a table with these column names is held to: with the fleet
+    columns when it has any of them, else the base columns."""
+    fleet = {name for name, _, _ in FLEET_COLUMNS}
+    has_fleet = any(str(name) in fleet for name in names)  # type: ignore[attr-defined]
+    return REQUEST_COLUMNS + FLEET_COLUMNS if has_fleet else REQUEST_COLUMNS
+
+
 def step_columns(names: object) -> tuple[tuple[str, pa.DataType, bool], ...]:
     """The steps contract a table with these column names is held to: with vLLM's
     iteration columns when it has any of them, else the base columns."""
@@ -134,6 +152,8 @@ class RequestRecord:
     computed_tokens: int | None
     generated_tokens: int
     prefill_s: float = math.nan
+    replica: int | None = None  # fleet runs only (FLEET_COLUMNS)
+    request_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from rearrival.measure.records.contract import (
 
 
 def requests_frame(records: Sequence[RequestRecord]) -> pd.DataFrame:
-    """requests.parquet rows in (session, round) order; unknown reuse stays unknown (Int64)."""
+    """requests.parquet rows in (session, round) order; unknown reuse stays unknown (Int64);
+    with the replica and request id of every request when they were served by a fleet."""
     rows = sorted(records, key=lambda r: (r.session, r.round))
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "session": pd.array([r.session for r in rows], dtype="int64"),
             ROUND_COLUMN: pd.array([r.round for r in rows], dtype="int64"),
@@ -38,6 +39,10 @@ def requests_frame(records: Sequence[RequestRecord]) -> pd.DataFrame:
             "prefill_s": np.array([r.prefill_s for r in rows], dtype="float64"),
         }
     )
+    if rows and all(r.replica is not None for r in rows):  # a fleet run (FLEET_COLUMNS)
+        frame["replica"] = pd.array([r.replica for r in rows], dtype="int64")
+        frame["request_id"] = pd.array([r.request_id for r in rows], dtype="string")
+    return frame
 
 
 def steps_frame(records: Sequence[StepRecord]) -> pd.DataFrame:

