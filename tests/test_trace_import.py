@@ -216,6 +216,7 @@ def test_real_sample_imports_with_token_scale(tmp_path: Path) -> None:
         "on_overflow": "truncate",
         "time_origin": "first",
         "token_scale": 0.15,
+        "prefixes": True,  # the CLI fills shared prefixes unless --no-prefixes
     }
     assert all(
         p + r.gen_tokens <= 8192

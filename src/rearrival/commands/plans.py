@@ -1,5 +1,6 @@
 """CLI verbs of the plans area (registered by rearrival.cli): plan, plans from-trace,
-plans from-otel, tools build, tools show."""
+plans from-otel, tools build, tools show; plans open and plans closed live in
+rearrival.commands.workloads."""
 
 from __future__ import annotations
 
@@ -253,11 +254,21 @@ def from_trace(
     on_overflow: OverflowOption = "truncate",
     time_origin: OriginOption = "first",
     token_scale: ScaleOption = 1.0,
+    prefixes: Annotated[
+        bool,
+        typer.Option(
+            "--prefixes/--no-prefixes",
+            help="Shared prefixes: one per agent (provider) from round 0's cached prefix "
+            "(TraceLab prefix_tokens, token-scaled); prompts are unchanged "
+            '(docs/DESIGN.md §2 "Open traffic, shared prefixes and renewal").',
+        ),
+    ] = True,
 ) -> None:
     """Multi-round plan from a TraceLab round trace (paper Section II-C): per round the
     new tokens (input growth beyond the previous transcript), the generated tokens and the
     tool gap (parallel calls: the longest; sequential: the sum; human-waiting tools and
-    the user's turns: gap 0). Writes DIR/plan.parquet with the trace's sha256 and flags."""
+    the user's turns: gap 0), and each agent's shared prefix. Writes DIR/plan.parquet with
+    the trace's sha256 and flags."""
     _import(
         "tracelab",
         out,
@@ -268,6 +279,7 @@ def from_trace(
         on_overflow=on_overflow,
         time_origin=time_origin,
         token_scale=token_scale,
+        prefixes=prefixes,
     )
 
 
@@ -306,11 +318,16 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan)
     plans_app = typer.Typer(
         cls=PanelledGroup,
-        help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry).",
+        help="Multi-round plans from real agent traces (TraceLab, OpenTelemetry), and open "
+        'or closed agent traffic drawn from them (docs/DESIGN.md §2 "Open traffic, shared '
+        'prefixes and renewal").',
         no_args_is_help=True,
     )
     plans_app.command("from-trace")(from_trace)
     plans_app.command("from-otel")(from_otel)
+    from rearrival.commands.workloads import register as register_workloads
+
+    register_workloads(plans_app)
     app.add_typer(plans_app, name="plans")
     tools_app = typer.Typer(
         cls=PanelledGroup,

@@ -13,6 +13,12 @@ session's first round is sent at ``start_s``. Both expose ``session``, ``start_s
 client read; a two-round row maps to the rounds [(prompt, gen, wait), (appended,
 follow-up gen, 0)], so every two-round plan keeps its file bytes, its hash and its
 results.
+
+Multi-round plans may also name shared prefixes and renew sessions (SPEC 17 "Plans";
+docs/DESIGN.md "Open traffic, shared prefixes and renewal"): a plan-level table of
+``Prefix`` entries, a session's ``prefix`` (its id) and ``after`` (the session it follows).
+The columns and hash fields that carry them are added only when a plan uses them, so a
+plan without them keeps its rows, bytes and hash.
 """
 
 from __future__ import annotations
@@ -57,6 +63,18 @@ ROUND_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("tool_name", pa.string()),
 )
 ROUND_SCHEMA = pa.schema(list(ROUND_COLUMNS))
+# Added to the multi-round shape only when the plan uses them (SPEC 17 "Plans"): a
+# session's prefix id, and the session it follows and the gap (``after``); null where a
+# session has none. The prefix table is the file metadata under PREFIXES_KEY.
+PREFIX_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (("prefix", pa.string()),)
+AFTER_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("after_session", pa.int64()),
+    ("after_gap_s", pa.float64()),
+)
+PREFIXES_KEY = b"rearrival.prefixes"
+# The keys a JSON session may carry; anything else is refused, naming it.
+TWO_ROUND_KEYS = frozenset(name for name, _ in COLUMNS)
+MULTI_ROUND_KEYS = frozenset({"session", "start_s", "rounds", "prefix", "after"})
 
 
 class PlanError(RearrivalError, ValueError):
@@ -211,6 +229,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         validate_sessions(self.sessions, "<plan>")
+        validate_links(self.sessions, self.prefixes, "<plan>")
 
     @property
     def n(self) -> int:
@@ -226,19 +245,36 @@ class Plan:
         """Requests the plan sends: the sum of every session's rounds."""
         return sum(len(s.rounds) for s in self.sessions)
 
+    @property
+    def renews(self) -> bool:
+        """True when a session follows another (``after``, SPEC 17 "Plans")."""
+        return any(getattr(s, "after", None) is not None for s in self.sessions)
+
+    def extra_columns(self) -> tuple[tuple[str, pa.DataType], ...]:
+        """The Parquet columns beyond ROUND_COLUMNS this plan needs: none without
+        prefixes and renewal, so such a plan keeps its rows and bytes."""
+        return (PREFIX_COLUMNS if self.prefixes else ()) + (AFTER_COLUMNS if self.renews else ())
+
     def rows(self) -> list[dict[str, Any]]:
         """The stored rows: one per session (two-round) or per (session, round)."""
         if not self.multi_round:
             return [asdict(s) for s in self.sessions]
+        extra = [name for name, _ in self.extra_columns()]
         return [
-            {"session": s.session, "round": k, "start_s": s.start_s} | asdict(r)
+            {"session": s.session, "round": k, "start_s": s.start_s}
+            | asdict(r)
+            | {name: _link_value(s, name) for name in extra}
             for s in self.sessions
             for k, r in enumerate(s.rounds)
         ]
 
     def sha256(self) -> str:
-        """Hash of the inputs only (rows in session order), stable across machines."""
-        canonical = json.dumps(self.rows(), sort_keys=True, separators=(",", ":"))
+        """Hash of the inputs only (rows in session order, and the prefix table when
+        there is one), stable across machines."""
+        content: Any = self.rows()
+        if self.prefixes:
+            content = {"prefixes": [asdict(p) for p in self.prefixes], "rows": content}
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def variant(self, kind: str) -> Plan:
@@ -258,6 +294,134 @@ class Plan:
         pairs = zip(self.sessions, gaps, strict=True)
         sessions = tuple(s.with_gaps(g) for s, g in pairs)
         return Plan(sessions, replace(self.meta, variant=kind), self.prefixes)
+
+
+def _link_value(s: MultiRoundSession, name: str) -> Any:
+    """A session's value in one of the prefix or renewal columns (None: it has none)."""
+    if name == "prefix":
+        return s.prefix
+    if s.after is None:
+        return None
+    return s.after.session if name == "after_session" else s.after.gap_s
+
+
+def validate_links(
+    sessions: tuple[AnySession, ...], prefixes: tuple[Prefix, ...], source: str
+) -> None:
+    """Refuse prefixes and renewal links the simulator could not run (SPEC 17 "Plans"),
+    one line naming the session and the fix."""
+    if not isinstance(sessions[0], MultiRoundSession):
+        if prefixes:
+            raise PlanError(
+                f"{source}: field 'prefixes' on a two-round (paper) plan; shared prefixes "
+                "belong to multi-round sessions: write the sessions with 'rounds'"
+            )
+        return
+    table = _prefix_table(prefixes, source)
+    followers: dict[int, int] = {}
+    for s in sessions:
+        where = f"{source}: session {s.session}"
+        _check_prefix(s, table, where)
+        if s.after is not None:
+            _check_after(s, len(sessions), followers, where)
+    _check_cycles(sessions, source)
+
+
+def _prefix_table(prefixes: tuple[Prefix, ...], source: str) -> dict[str, int]:
+    """The prefix table as id -> tokens, refusing a duplicate id or a bad token count."""
+    table: dict[str, int] = {}
+    for index, p in enumerate(prefixes):
+        where = f"{source}: prefixes[{index}]"
+        if not isinstance(p.id, str) or not p.id:
+            raise PlanError(f"{where}: field 'id' must be a non-empty string, got {p.id!r}")
+        if p.id in table:
+            raise PlanError(
+                f"{where}: prefix id {p.id!r} appears twice; give each prefix its own id"
+            )
+        if not _is_count(p.tokens, 1):
+            raise PlanError(
+                f"{where} ({p.id!r}): field 'tokens' must be a positive integer, "
+                f"got {p.tokens!r}; drop the prefix or give its length"
+            )
+        table[p.id] = p.tokens
+    return table
+
+
+def _check_prefix(s: MultiRoundSession, table: dict[str, int], where: str) -> None:
+    if s.prefix is None:
+        if s.prefix_tokens:
+            raise PlanError(
+                f"{where}: prefix_tokens is {s.prefix_tokens} but the session names no "
+                "prefix; set 'prefix' to an id of the plan's 'prefixes'"
+            )
+        return
+    if s.prefix not in table:
+        known = ", ".join(repr(k) for k in table) or "none"
+        raise PlanError(
+            f"{where}: field 'prefix' {s.prefix!r} is not in the plan's 'prefixes' "
+            f"(ids: {known}); add it there with its tokens or name a listed one"
+        )
+    if s.prefix_tokens != table[s.prefix]:
+        raise PlanError(
+            f"{where}: prefix_tokens {s.prefix_tokens} differs from prefix {s.prefix!r}'s "
+            f"{table[s.prefix]} tokens; a session's prefix has the table's length"
+        )
+
+
+def _check_after(s: MultiRoundSession, n: int, followers: dict[int, int], where: str) -> None:
+    """One renewal link: an existing other session, a gap >= 0, no start of its own, and
+    no second follower of the same session."""
+    leader, gap = s.after.session, s.after.gap_s
+    if not _is_count(leader, 0) or leader >= n:
+        raise PlanError(
+            f"{where}: field 'after.session' {leader!r} names no session of the plan "
+            f"(0..{n - 1}); name the session this one follows"
+        )
+    if leader == s.session:
+        raise PlanError(
+            f"{where}: field 'after.session' names the session itself; a session follows "
+            "another one"
+        )
+    if isinstance(gap, bool) or not isinstance(gap, int | float) or not gap >= 0:
+        raise PlanError(
+            f"{where}: field 'after.gap_s' must be a number of seconds >= 0, got {gap!r}"
+        )
+    if not math.isfinite(gap):
+        raise PlanError(f"{where}: field 'after.gap_s' must be finite, got {gap!r}")
+    if s.start_s != 0:
+        raise PlanError(
+            f"{where}: has both 'start_s' ({s.start_s}) and 'after'; a renewed session "
+            "starts when its leader finishes: drop 'start_s'"
+        )
+    if leader in followers:
+        raise PlanError(
+            f"{where}: session {leader} already has follower {followers[leader]}; a "
+            "session has at most one follower: chain them (after the other follower)"
+        )
+    followers[leader] = s.session
+
+
+def _check_cycles(sessions: tuple[AnySession, ...], source: str) -> None:
+    """Refuse ``after`` links that close a cycle: such sessions would never start."""
+    leader = [s.after.session if s.after is not None else -1 for s in sessions]
+    done = [False] * len(sessions)
+    for start in range(len(sessions)):
+        path: list[int] = []
+        on_path: set[int] = set()
+        node = start
+        while node >= 0 and not done[node]:
+            if node in on_path:
+                cycle = " -> ".join(str(i) for i in path[path.index(node) :])
+                raise PlanError(
+                    f"{source}: session {node}: field 'after' closes a cycle ({cycle} -> "
+                    f"{node}), so none of them would ever start; give one of them a "
+                    "'start_s' instead"
+                )
+            path.append(node)
+            on_path.add(node)
+            node = leader[node]
+        for visited in path:
+            done[visited] = True
 
 
 def validate_sessions(sessions: tuple[AnySession, ...], source: str) -> None:
@@ -366,25 +530,117 @@ def _round_from_row(row: dict[str, Any], where: str) -> Round:
     )
 
 
-def _multi_session_from_json(row: dict[str, Any], index: int, source: str) -> MultiRoundSession:
+def _refuse_unknown(row: dict[str, Any], known: frozenset[str], where: str, shape: str) -> None:
+    """Refuse a key the plan would otherwise ignore (a misspelt or misplaced field)."""
+    unknown = sorted(set(row) - known)
+    if not unknown:
+        return
+    hint = ""
+    if unknown[0] in MULTI_ROUND_KEYS:
+        hint = "; 'prefix' and 'after' belong to multi-round sessions (with 'rounds')"
+    raise PlanError(
+        f"{where}: unknown field {unknown[0]!r} in a {shape} session{hint}; its fields are "
+        f"{', '.join(sorted(known))}"
+    )
+
+
+def _after_from_json(value: Any, where: str) -> After:
+    if not isinstance(value, dict) or "session" not in value or set(value) - {"session", "gap_s"}:
+        raise PlanError(
+            f'{where}: field \'after\' must be an object {{"session": j, "gap_s": g}} '
+            "naming the session this one follows and the seconds after it finishes"
+        )
+    return After(
+        _token_count(value["session"], "after.session", where),
+        _seconds(value.get("gap_s", 0.0), "after.gap_s", where),
+    )
+
+
+def _prefix_of(value: Any, table: dict[str, int], where: str) -> tuple[str | None, int]:
+    """A session's prefix id and its tokens from the plan's table (None: no prefix)."""
+    if value is None:
+        return None, 0
+    if not isinstance(value, str) or value not in table:
+        known = ", ".join(repr(k) for k in table) or "none"
+        raise PlanError(
+            f"{where}: field 'prefix' {value!r} is not in the plan's 'prefixes' (ids: "
+            f"{known}); add it there with its tokens or name a listed one"
+        )
+    return value, table[value]
+
+
+def _multi_session_from_json(
+    row: dict[str, Any], index: int, source: str, table: dict[str, int]
+) -> MultiRoundSession:
     where = f"{source}: session {index}"
+    _refuse_unknown(row, MULTI_ROUND_KEYS, where, "multi-round")
     rounds = row["rounds"]
     if not isinstance(rounds, list):
         raise PlanError(f"{where}: field 'rounds' must be a list of rounds")
+    after = None if row.get("after") is None else _after_from_json(row["after"], where)
+    if after is not None and "start_s" in row:
+        raise PlanError(
+            f"{where}: has both 'start_s' and 'after'; a renewed session starts when the "
+            "session it follows finishes: drop 'start_s'"
+        )
+    prefix, tokens = _prefix_of(row.get("prefix"), table, where)
     return MultiRoundSession(
         session=_token_count(row.get("session", index), "session", where),
         rounds=tuple(_round_from_row(r, f"{where} round {k}") for k, r in enumerate(rounds)),
         start_s=_seconds(row.get("start_s", 0.0), "start_s", where),
+        prefix=prefix,
+        prefix_tokens=tokens,
+        after=after,
     )
 
 
-def _multi_sessions_from_rows(rows: list[dict[str, Any]], source: str) -> list[MultiRoundSession]:
+def prefixes_from_json(raw: Any, source: str) -> tuple[Prefix, ...]:
+    """The plan-level ``prefixes`` list (JSON or the Parquet metadata) as ``Prefix``
+    entries; duplicates and bad counts are refused by ``validate_links``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise PlanError(f'{source}: field \'prefixes\' must be a list of {{"id", "tokens"}}')
+    out = []
+    for index, entry in enumerate(raw):
+        where = f"{source}: prefixes[{index}]"
+        if not isinstance(entry, dict) or set(entry) != {"id", "tokens"}:
+            raise PlanError(
+                f'{where}: a prefix is {{"id": "agent-a", "tokens": 1500}}, got {entry!r}'
+            )
+        out.append(Prefix(entry["id"], entry["tokens"]))
+    prefixes = tuple(out)
+    _prefix_table(prefixes, source)
+    return prefixes
+
+
+def _links_from_row(
+    row: dict[str, Any], table: dict[str, int], where: str
+) -> tuple[str | None, int, After | None]:
+    """A Parquet row's prefix and renewal columns (absent or null: none)."""
+    prefix, tokens = _prefix_of(row.get("prefix"), table, where)
+    leader, gap = row.get("after_session"), row.get("after_gap_s")
+    if (leader is None) != (gap is None):
+        raise PlanError(
+            f"{where}: columns 'after_session' and 'after_gap_s' are set together or not "
+            "at all; give both for a renewed session"
+        )
+    if leader is None:
+        return prefix, tokens, None
+    after = After(_token_count(leader, "after_session", where), _seconds(gap, "after_gap_s", where))
+    return prefix, tokens, after
+
+
+def _multi_sessions_from_rows(
+    rows: list[dict[str, Any]], source: str, table: dict[str, int]
+) -> list[MultiRoundSession]:
     """Parquet rows (one per session and round, in order) grouped into sessions."""
     sessions: list[MultiRoundSession] = []
     for index, row in enumerate(rows):
         where = f"{source}: row {index} (session {row.get('session')}, round {row.get('round')})"
         session = _token_count(row["session"], "session", where)
         k = _token_count(row["round"], "round", where)
+        prefix, tokens, after = _links_from_row(row, table, where)
         if k == 0:
             if session != len(sessions):
                 raise PlanError(
@@ -392,7 +648,7 @@ def _multi_sessions_from_rows(rows: list[dict[str, Any]], source: str) -> list[M
                     "(sessions are numbered 0..N-1, rows sorted by session then round)"
                 )
             start = _seconds(row["start_s"], "start_s", where)
-            sessions.append(MultiRoundSession(session, (), start))
+            sessions.append(MultiRoundSession(session, (), start, prefix, tokens, after))
         elif not sessions or session != len(sessions) - 1 or k != len(sessions[-1].rounds):
             raise PlanError(
                 f"{where}: field 'round' out of order; rows are sorted by session then "
@@ -400,6 +656,11 @@ def _multi_sessions_from_rows(rows: list[dict[str, Any]], source: str) -> list[M
             )
         elif row["start_s"] != sessions[-1].start_s:
             raise PlanError(f"{where}: field 'start_s' differs from the session's round 0")
+        elif (prefix, after) != (sessions[-1].prefix, sessions[-1].after):
+            raise PlanError(
+                f"{where}: columns 'prefix', 'after_session', 'after_gap_s' differ from the "
+                "session's round 0; they are the session's, the same on each of its rows"
+            )
         current = sessions[-1]
         sessions[-1] = replace(current, rounds=(*current.rounds, _round_from_row(row, where)))
     return sessions
@@ -413,6 +674,7 @@ def _session_from_row(row: dict[str, Any], index: int, source: str) -> Session:
             f"a plan row has {', '.join(n for n, _ in COLUMNS)}"
         )
     where = f"{source}: session row {index}"
+    _refuse_unknown(row, TWO_ROUND_KEYS, where, "two-round (paper)")
     counts = {
         name: _token_count(row[name], name, where)
         for name in (
@@ -430,9 +692,12 @@ def _session_from_row(row: dict[str, Any], index: int, source: str) -> Session:
     )
 
 
-def plan_from_rows(rows: list[dict[str, Any]], meta: PlanMeta, source: str) -> Plan:
+def plan_from_rows(
+    rows: list[dict[str, Any]], meta: PlanMeta, source: str, prefixes: tuple[Prefix, ...] = ()
+) -> Plan:
     """A plan from two-round rows (one per session) or multi-round JSON sessions (each with
-    a 'rounds' list); a mix of the two is refused naming the first session that differs."""
+    a 'rounds' list, naming ``prefixes`` by id); a mix of the two is refused naming the
+    first session that differs."""
     shapes = ["rounds" in r if isinstance(r, dict) else False for r in rows]
     if any(shapes) and not all(shapes):
         odd = shapes.index(not shapes[0])
@@ -442,13 +707,15 @@ def plan_from_rows(rows: list[dict[str, Any]], meta: PlanMeta, source: str) -> P
             "or all multi-round sessions"
         )
     if rows and shapes[0]:
+        table = _prefix_table(prefixes, source)
         sessions: tuple[AnySession, ...] = tuple(
-            _multi_session_from_json(r, i, source) for i, r in enumerate(rows)
+            _multi_session_from_json(r, i, source, table) for i, r in enumerate(rows)
         )
     else:
         sessions = tuple(_session_from_row(r, i, source) for i, r in enumerate(rows))
     validate_sessions(sessions, source)
-    return Plan(sessions, meta)
+    validate_links(sessions, prefixes, source)
+    return Plan(sessions, meta, prefixes)
 
 
 def _meta_from_json(raw: dict[str, Any]) -> PlanMeta:
@@ -485,19 +752,24 @@ def load_plan(path: str | Path) -> Plan:
             raise PlanError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
         if not isinstance(data, dict) or not isinstance(data.get("sessions"), list):
             raise PlanError(f"{path}: a JSON plan is an object with a 'sessions' list")
-        return plan_from_rows(data["sessions"], _meta_from_json(data.get("meta", {})), str(path))
+        prefixes = prefixes_from_json(data.get("prefixes"), str(path))
+        meta = _meta_from_json(data.get("meta", {}))
+        return plan_from_rows(data["sessions"], meta, str(path), prefixes)
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise PlanError(
             f"{path}: not a readable Parquet plan ({exc}); regenerate it with {_remake(path, None)}"
         ) from exc
-    raw_meta = (table.schema.metadata or {}).get(b"rearrival.plan")
+    metadata = table.schema.metadata or {}
+    raw_meta = metadata.get(b"rearrival.plan")
     meta = _meta_from_json(json.loads(raw_meta)) if raw_meta else PlanMeta()
+    raw_prefixes = metadata.get(PREFIXES_KEY)
+    prefixes = prefixes_from_json(json.loads(raw_prefixes) if raw_prefixes else None, str(path))
     if "round" in table.column_names:
-        plan = _multi_round_from_table(table, meta, str(path))
+        plan = _multi_round_from_table(table, meta, str(path), prefixes)
     else:
-        plan = plan_from_rows(table.to_pylist(), meta, str(path))
+        plan = plan_from_rows(table.to_pylist(), meta, str(path), prefixes)
     stored = (table.schema.metadata or {}).get(b"rearrival.sha256")
     if stored and stored.decode() != plan.sha256():
         raise PlanError(
@@ -507,7 +779,9 @@ def load_plan(path: str | Path) -> Plan:
     return plan
 
 
-def _multi_round_from_table(table: pa.Table, meta: PlanMeta, source: str) -> Plan:
+def _multi_round_from_table(
+    table: pa.Table, meta: PlanMeta, source: str, prefixes: tuple[Prefix, ...]
+) -> Plan:
     missing = [name for name, _ in ROUND_COLUMNS if name not in table.column_names]
     if missing:
         raise PlanError(
@@ -516,37 +790,53 @@ def _multi_round_from_table(table: pa.Table, meta: PlanMeta, source: str) -> Pla
         )
     if not table.num_rows:
         raise PlanError(f"{source}: plan has no sessions; generate one with `rearrival plan`")
-    sessions = tuple(_multi_sessions_from_rows(table.to_pylist(), source))
+    table_of = _prefix_table(prefixes, source)
+    sessions = tuple(_multi_sessions_from_rows(table.to_pylist(), source, table_of))
     validate_sessions(sessions, source)
-    return Plan(sessions, meta)
+    validate_links(sessions, prefixes, source)
+    return Plan(sessions, meta, prefixes)
 
 
 def plan_table(plan: Plan) -> pa.Table:
     """Arrow table of the plan with seed, N, generator version and sha256 in metadata."""
     rows = plan.rows()
     layout, schema = (ROUND_COLUMNS, ROUND_SCHEMA) if plan.multi_round else (COLUMNS, SCHEMA)
+    if plan.multi_round and plan.extra_columns():
+        layout = layout + plan.extra_columns()
+        schema = pa.schema(list(layout))
     columns = {name: [row[name] for row in rows] for name, _ in layout}
     metadata = {
         b"rearrival.plan": json.dumps(plan.meta.as_dict(plan.n), sort_keys=True).encode(),
         b"rearrival.sha256": plan.sha256().encode(),
     }
+    if plan.prefixes:
+        metadata[PREFIXES_KEY] = json.dumps([asdict(p) for p in plan.prefixes]).encode()
     return pa.table(columns, schema=schema.with_metadata(metadata))
 
 
-def _json_sessions(plan: Plan) -> list[dict[str, Any]]:
-    if not plan.multi_round:
-        return plan.rows()
-    return [
-        {"session": s.session, "start_s": s.start_s, "rounds": [asdict(r) for r in s.rounds]}
-        for s in plan.sessions
-    ]
+def _json_session(s: MultiRoundSession) -> dict[str, Any]:
+    """A multi-round session as JSON: ``after`` in place of ``start_s`` when it has one,
+    ``prefix`` only when it names one."""
+    out: dict[str, Any] = {"session": s.session}
+    if s.after is None:
+        out["start_s"] = s.start_s
+    else:
+        out["after"] = asdict(s.after)
+    if s.prefix is not None:
+        out["prefix"] = s.prefix
+    return out | {"rounds": [asdict(r) for r in s.rounds]}
 
 
 def write_plan(plan: Plan, path: str | Path) -> Path:
     """Write a plan as Parquet (byte-identical for identical plans) or JSON, atomically."""
     path = Path(path)
     if path.suffix == ".json":
-        body = {"meta": plan.meta.as_dict(plan.n), "sessions": _json_sessions(plan)}
+        sessions = (
+            plan.rows() if not plan.multi_round else [_json_session(s) for s in plan.sessions]
+        )
+        body: dict[str, Any] = {"meta": plan.meta.as_dict(plan.n), "sessions": sessions}
+        if plan.prefixes:
+            body["prefixes"] = [asdict(p) for p in plan.prefixes]
         atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
         return path
     sink = pa.BufferOutputStream()

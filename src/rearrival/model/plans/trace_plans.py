@@ -33,6 +33,8 @@ multi-round plan shape (paper Section II-C generalised; docs/DESIGN.md "Plans"):
   counted, printed and stored in the plan's metadata; a session whose first round
   already overflows is dropped and counted, and an import where nothing fits is refused
   with the way forward (``token_scale`` or a longer context with its KV cost).
+- **shared prefixes** (``prefixes=True``, SPEC 17 "Plans"): one prefix per agent from
+  round 0's cached prefix (``trace_prefixes``); every prompt stays the trace's input.
 - **token_scale** multiplies every token count (new and generated, rounded half up, at
   least 1 where the plan needs 1): a labelled what-if for studying a long-context trace
   on a profile measured at a shorter maximum sequence length.
@@ -56,8 +58,16 @@ from typing import Any
 from rearrival.errors import RearrivalError
 from rearrival.model.cost.memory import context_cost, device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.plans.plan import MULTI_ROUND_VERSION, MultiRoundSession, Plan, PlanMeta, Round
+from rearrival.model.plans.plan import (
+    MULTI_ROUND_VERSION,
+    MultiRoundSession,
+    Plan,
+    PlanMeta,
+    Prefix,
+    Round,
+)
 from rearrival.model.plans.tools import HUMAN_WAITING_TOOLS
+from rearrival.model.plans.trace_prefixes import prefix_line, shared_prefixes
 
 OVERFLOW_CHOICES = ("truncate", "refuse")
 TIME_ORIGINS = ("first", "zero")
@@ -94,11 +104,15 @@ class TraceRound:
 
 @dataclass(frozen=True)
 class TraceSession:
-    """One agent session of a trace: an identifier, its first timestamp and its rounds."""
+    """One agent session of a trace: an identifier, its first timestamp and its rounds;
+    where the format says so, the agent that ran it and the tokens its round 0 read from
+    the provider's prompt cache (``trace_prefixes``)."""
 
     key: str
     start_epoch_s: float
     rounds: tuple[TraceRound, ...]
+    agent: str = ""
+    cached_prefix_tokens: int = 0
 
 
 def combine_calls(calls: Sequence[ToolCall]) -> float:
@@ -145,6 +159,7 @@ class ImportOptions:
     on_overflow: str = "truncate"
     time_origin: str = "first"
     token_scale: float = 1.0
+    prefixes: bool = False  # shared prefixes from round 0's cached prefix (trace_prefixes)
 
     def __post_init__(self) -> None:
         if self.max_seq_len is None:
@@ -165,7 +180,8 @@ class ImportOptions:
             raise TraceError(f"token_scale {self.token_scale}: give a factor > 0, e.g. 0.15")
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The flags; ``prefixes`` only when set, so imports without it keep their bytes."""
+        flags = {
             "sessions": self.sessions,
             "seed": self.seed,
             "max_seq_len": self.max_seq_len,
@@ -173,6 +189,7 @@ class ImportOptions:
             "time_origin": self.time_origin,
             "token_scale": self.token_scale,
         }
+        return flags | ({"prefixes": True} if self.prefixes else {})
 
 
 @dataclass(frozen=True)
@@ -235,6 +252,8 @@ class ImportResult:
             f"session starts: over {max(starts) - min(starts):,.1f} s "
             f"(--time-origin {n['time_origin']})"
         )
+        if "prefixes" in n:
+            lines.append(prefix_line(n["prefixes"]))
         if n["token_scale"] != 1.0:
             lines.append(
                 f"WHAT-IF: every token count scaled by {n['token_scale']} (--token-scale); "
@@ -478,6 +497,14 @@ def build_plan(
         for i, (s, rounds) in enumerate(kept)
     )
     notes = _notes(counts, options, chosen, kept) | (extra_notes or {})
+    prefixes: tuple[Prefix, ...] = ()
+    if options.prefixes:
+        cached = [
+            (s.agent, _scaled(s.cached_prefix_tokens, options.token_scale, 0)) for s, _ in kept
+        ]
+        shared = shared_prefixes(cached, sessions)
+        sessions, prefixes = shared.sessions, shared.prefixes
+        notes["prefixes"] = shared.notes
     if affected:
         notes["overflow"]["longer_context"] = longer_context(counts.longest_transcript)[1]
     meta = PlanMeta(
@@ -490,7 +517,7 @@ def build_plan(
         notes=notes,
     )
     return ImportResult(
-        Plan(sessions, meta),
+        Plan(sessions, meta, prefixes),
         source,
         trace_sha256,
         len(trace_sessions),
@@ -522,11 +549,14 @@ class TraceImporter:
         on_overflow: str = "truncate",
         time_origin: str = "first",
         token_scale: float = 1.0,
+        prefixes: bool = False,
         profile: Profile | None = None,
         longer_context: LongerContext | None = None,
     ) -> ImportResult:
         path = Path(path)
-        options = ImportOptions(sessions, seed, max_seq_len, on_overflow, time_origin, token_scale)
+        options = ImportOptions(
+            sessions, seed, max_seq_len, on_overflow, time_origin, token_scale, prefixes
+        )
         parsed, notes = self.read(path)
         return build_plan(
             parsed,

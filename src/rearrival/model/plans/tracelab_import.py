@@ -4,7 +4,9 @@ TraceLab's normalized trace (``data/tracelab`` beside the repository holds a 19-
 sample) has one LLM round a line: ``session_id``, ``round_index``,
 ``input_tokens_total``, ``output_tokens``, ``timing_events`` (timestamped user messages,
 tool calls, tool results, text) and ``tools[]`` (``tool_name``, ``emitted_at``,
-``result_at``, ``tool_wall_latency_ms``, ``tool_internal_latency_ms``). This module
+``result_at``, ``tool_wall_latency_ms``, ``tool_internal_latency_ms``), and ``provider`` and
+``prefix_tokens`` (the input's tokens the prompt cache held), whose round 0 values give
+the session's agent and shared prefix (``trace_prefixes``). This module
 reads those fields, refuses a malformed line naming the file, the line and the field,
 and hands the sessions to ``trace_plans.build_plan``, which holds the rules for tokens,
 gaps, think time and context limits.
@@ -148,6 +150,12 @@ class _Line:
         self.index = _count(record, "round_index", where, 0)
         self.input_tokens = _count(record, "input_tokens_total", where, 1)
         self.output_tokens = _count(record, "output_tokens", where, 0)
+        # What the provider's prompt cache held of the input (absent or null: unknown, 0)
+        # and which agent ran the round: round 0's give the session's shared prefix.
+        cached = record.get("prefix_tokens")
+        self.cached_tokens = 0 if cached is None else _count(record, "prefix_tokens", where, 0)
+        provider = record.get("provider")
+        self.agent = provider if isinstance(provider, str) else ""
         events = _events(record, where)
         tools = record.get("tools")
         if not isinstance(tools, list):
@@ -195,6 +203,8 @@ def _sessions(lines: list[_Line], path: Path) -> list[TraceSession]:
                     )
                     for line, nxt in zip(ordered, [*ordered[1:], ordered[-1]], strict=True)
                 ),
+                ordered[0].agent,
+                ordered[0].cached_tokens,
             )
         )
     return out
