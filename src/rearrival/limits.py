@@ -82,3 +82,17 @@ def check_at_most(option: str, value: int, bound: int, why: str) -> None:
 # MAX_KV_BLOCKS blocks).
 MAX_REPLICAS = 16
 REPLICAS_WHY = "16 engines of the largest pool stay within the 2 GiB bound"
+
+# Fleets of one capacity search (`rearrival capacity`: configurations x fleet sizes x
+# routers), counted before any is enumerated. Each fleet is a bisection of about a dozen
+# simulations of the horizon; the speed target is 500 fleets of one simulated hour in 60 s
+# with the compiled core (README "Capacity for an agent fleet"), so ten times that is
+# minutes with it and the most a run by hand should ask for.
+MAX_CAPACITY_FLEETS = 5_000
+CAPACITY_FLEETS_WHY = "each fleet is a bisection of about a dozen simulations of the horizon"
+# Rates of the grid each fleet adds to its bisection to see its attainment curve whole.
+MAX_CAPACITY_GRID = 64
+CAPACITY_GRID_WHY = "each grid rate is one more simulation of every fleet"
+# Resampled session pools of `capacity --rate` (one simulation of the pick each).
+MAX_CAPACITY_RESAMPLES = 1_000
+CAPACITY_RESAMPLES_WHY = "each resample is one simulation of the chosen fleet"
