@@ -110,9 +110,10 @@ def _pick(run: CapacityRun, v: dict[str, Any]) -> tuple[dict[str, Any] | None, l
     deploy = deployment(
         pick.fleet.configuration, pick.fleet.replicas, pick.fleet.router, **v["deploy_args"]
     )
-    body = _fleet(pick.fleet) | {
+    body = {
         "rate": pick.rate,
         "meeting": meeting,
+        "fleet": _fleet(pick.fleet),
         "at_rate": _point(pick.point),
         "spread": run.pick_spread,
         "deploy": deploy,
