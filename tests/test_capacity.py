@@ -275,3 +275,29 @@ def test_no_pool_without_a_memory_block_is_one_line(pool_file, tmp_path):
     assert isinstance(result.exception, RearrivalError)
     assert "option --num-blocks" in str(result.exception)
     assert math.isfinite(1.0)
+
+
+def test_the_capacity_stage_runs_only_when_a_study_asks_and_declares_its_files(pool_file, tmp_path):
+    """rules/capacity.smk: a capacity: section puts the stage into `all` (the small and
+    full definitions have none, and tests/test_rules_declared.py sees no capacity job
+    there); its job gives its command exactly its declared files (the pool, the folder)."""
+    import yaml
+    from test_rules_declared import REPO, _dry_run, dry_run_jobs, undeclared_or_unused
+
+    work = tmp_path / "study"
+    work.mkdir()
+    (work / "pool.json").write_text(pool_file.read_text())
+    config = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
+    config["capacity"] = {
+        "pool": "pool.json", "slo": SLO, "horizon": 60, "warmup": 10, "seed": 7,
+        "replicas": [1, 2], "routers": "round_robin,session_affinity", "block_size": 16,
+        "num_blocks": 600, "max_num_seqs": 8, "max_num_batched_tokens": 2048,
+        "step_cost": STEP_COST,
+    }  # fmt: skip
+    (work / "capacity.yaml").write_text(yaml.safe_dump(config))
+    jobs = dry_run_jobs(_dry_run(tmp_path, "capacity.yaml"))
+    capacity = [job for job in jobs if job.rule == "capacity"]
+    assert len(capacity) == 1 and capacity[0].inputs == ("pool.json",)
+    assert capacity[0].outputs == ("results/capacity",)
+    assert undeclared_or_unused(capacity[0]) == []
+    assert "rearrival study capacity" in capacity[0].command

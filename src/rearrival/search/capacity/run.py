@@ -75,12 +75,14 @@ def run_capacity(
     rate: float | None = None,
     resamples: int = 20,
     workers: int = 1,
+    fleets: Sequence[Fleet] | None = None,
 ) -> CapacityRun:
-    """Every fleet's goodput; with ``rate``, the pick there and its spread."""
+    """Every fleet's goodput (of ``fleets`` when given: a benchmark's sample of the
+    space); with ``rate``, the pick there and its spread."""
     global _WORKLOAD
     _WORKLOAD = workload
     try:
-        fleets = space.fleets
+        fleets = space.fleets if fleets is None else tuple(fleets)
         capacities = tuple(
             _mapped(_capacity, [(f, tolerance, grid) for f in fleets], workers, "capacity")
         )

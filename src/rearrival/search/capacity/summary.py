@@ -140,8 +140,8 @@ def _deploy_lines(deploy: dict[str, Any]) -> list[str]:
     if deploy["substrate"] == "vllm":
         lines = [f"  deploy: {line}" for line in deploy["vllm_serve"]]
         if deploy["router"] is not None:
-            lines.append(f"  deploy: {deploy['router']}")
-        return [*lines, f"  router: {deploy['router_note']}"]
+            lines += [f"  deploy: {deploy['router']}", f"  router: {deploy['router_note']}"]
+        return lines
     return [
         f"  compile: {deploy['rearrival_compile']}",
         f"  serve: {deploy['instances_per_server']} instances of {deploy['devices_per_instance']} "
