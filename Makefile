@@ -80,6 +80,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+	$(BIN)/python benchmarks/bench_capacity.py
 
 # A throwaway single-node Slurm cluster on this machine (root; README "Running on a cluster").
 slurm-up:
