@@ -22,12 +22,13 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev]'
-	# compile the simulator cores (RBLN and vLLM rule sets) once into their on-disk cache
-	# (about 10 s each), so the first `rearrival simulate` or search of a fresh checkout
-	# does not pay it
-	@echo "make: compiling the simulator cores once with numba (20-50 s)"
+	# compile the simulator cores (RBLN and vLLM rule sets, the vLLM fleet) once into their
+	# on-disk cache (about 10 s each), so the first `rearrival simulate` or search of a
+	# fresh checkout does not pay it
+	@echo "make: compiling the simulator cores once with numba (30-70 s)"
 	$(BIN)/python -c "from rearrival.model.simulator.simcore import warm_up; warm_up()"
 	$(BIN)/python -c "from rearrival.model.simulator.vllm.core import warm_up; warm_up()"
+	$(BIN)/python -c "from rearrival.model.simulator.vllm.fleet_core import warm_up; warm_up()"
 	touch $(STAMP)
 
 $(VLLM_STAMP): $(VLLM_LOCK) | $(STAMP)
@@ -80,6 +81,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_capacity.py
 
 # A throwaway single-node Slurm cluster on this machine (root; README "Running on a cluster").

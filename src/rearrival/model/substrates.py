@@ -5,9 +5,10 @@ substrate's name.
 An entry names its configuration type and its arrival tolerance and builds a fleet of its
 engines (``rearrival.model.fleet``): R driven engines of its rule set plus how their
 per-request columns become the substrate's own result and the shared request records
-(``rearrival.model.fleet.records.RequestOutcome``). A third substrate is one package of its
-rule set (an engine with the calls of ``rearrival.model.fleet.engine.FleetEngine``) and one
-entry here.
+(``rearrival.model.fleet.records.RequestOutcome``); an entry may also run the whole fleet
+compiled (vLLM: ``rearrival.model.simulator.vllm.fleet_core``), the same bits. A third
+substrate is one package of its rule set (an engine with the calls of
+``rearrival.model.fleet.engine.FleetEngine``) and one entry here.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class Substrate:
     configuration_type: type
     tolerance_s: float  # an arrival at a counts at the first boundary >= a - tolerance_s
     fleet: Callable[..., Fleet]  # (plan, configuration, cost, replicas, stepwise, source)
+    # The whole fleet compiled, or None: (plan, configuration, cost, replicas, router index
+    # into ROUTERS, fixed arrivals, source) -> the outcome, the same bits as ``fleet``
+    # driven by the loop
+    compiled: Callable[..., Outcome] | None = None
 
 
 def _rbln_fleet(
@@ -126,7 +131,7 @@ def _vllm_fleet(
 ) -> Fleet:
     from rearrival.model.simulator.vllm.fleet_engine import VllmFleetEngine
     from rearrival.model.simulator.vllm.inputs import check_pool, vllm_inputs
-    from rearrival.model.simulator.vllm.result import RawRun, VllmResult
+    from rearrival.model.simulator.vllm.result import RawRun
 
     inputs = vllm_inputs(plan, configuration.block_size)
     check_pool(inputs, configuration, source)
@@ -152,30 +157,88 @@ def _vllm_fleet(
             device_s=device,
             makespan_s=max(e.t for e in inner),
         )
-        records = tuple(
-            RequestOutcome(
-                arrays.session_of[rid],
-                arrays.round_of[rid],
-                placement[rid],
-                arrays.prompt[rid],
-                arrays.gen[rid],
-                r.cached_tokens,
-                r.preemptions,
-                r.arrival_s,
-                r.first_scheduled_s,
-                engines[placement[rid]].first_token_s[rid],
-                r.finish_s,
-            )
-            for rid, r in enumerate(own)
-        )
-        return VllmResult(inputs, configuration, raw), records, tuple(e.device_s for e in inner)
+        first_token = [engines[placement[rid]].first_token_s[rid] for rid in range(arrays.requests)]
+        device_by_replica = tuple(e.device_s for e in inner)
+        return _vllm_outcome(inputs, configuration, raw, placement, first_token, device_by_replica)
 
     return Fleet(arrays, engines, outcome)
 
 
+def _vllm_compiled_fleet(
+    plan: Any,
+    configuration: VllmConfiguration,
+    step_cost: Any,
+    replicas: int,
+    router: int,
+    fixed_arrivals: Sequence[float] | None,
+    source: str,
+) -> Outcome:
+    """The same fleet on the compiled core (``rearrival.model.simulator.vllm.fleet_core``):
+    its outcome, the same bits as ``_vllm_fleet`` driven by the loop."""
+    from rearrival.model.simulator.vllm import fleet_core  # numba: loaded on first use
+    from rearrival.model.simulator.vllm.inputs import check_pool, fixed_times, vllm_inputs
+    from rearrival.model.simulator.vllm.result import RawRun
+
+    inputs = vllm_inputs(plan, configuration.block_size)
+    check_pool(inputs, configuration, source)
+    fixed = fixed_times(inputs, fixed_arrivals)
+    run = fleet_core.run(inputs, configuration, step_cost, replicas, router, fixed)
+    device = 0.0
+    for seconds in run.replica_device_s:
+        device = device + seconds
+    raw = RawRun(
+        cached_tokens=run.cached_tokens,
+        preemptions=run.preemptions,
+        steps=run.steps,
+        arrival_s=run.arrival_s,
+        first_scheduled_s=run.first_scheduled_s,
+        finish_s=run.finish_s,
+        total_steps=sum(run.replica_steps),
+        decode_tokens=sum(run.replica_decode_tokens),
+        prefill_tokens=sum(run.replica_prefill_tokens),
+        device_s=device,
+        makespan_s=max(run.replica_t),
+    )
+    device_by_replica = tuple(run.replica_device_s)
+    return _vllm_outcome(
+        inputs, configuration, raw, run.replica, run.first_token_s, device_by_replica
+    )
+
+
+def _vllm_outcome(
+    inputs: Any,
+    configuration: VllmConfiguration,
+    raw: Any,
+    placement: list[int],
+    first_token_s: list[float],
+    device_by_replica: tuple[float, ...],
+) -> Outcome:
+    """The fleet's ``VllmResult`` and request records from its per-request columns."""
+    from rearrival.model.simulator.vllm.result import VllmResult
+
+    arrays = inputs.arrays
+    records = tuple(
+        RequestOutcome(
+            arrays.session_of[rid],
+            arrays.round_of[rid],
+            placement[rid],
+            arrays.prompt[rid],
+            arrays.gen[rid],
+            raw.cached_tokens[rid],
+            raw.preemptions[rid],
+            raw.arrival_s[rid],
+            raw.first_scheduled_s[rid],
+            first_token_s[rid],
+            raw.finish_s[rid],
+        )
+        for rid in range(arrays.requests)
+    )
+    return VllmResult(inputs, configuration, raw), records, device_by_replica
+
+
 SUBSTRATES: dict[str, Substrate] = {
     "rbln": Substrate("rbln", SimConfig, ARRIVAL_TOLERANCE_S, _rbln_fleet),
-    "vllm": Substrate("vllm", VllmConfiguration, 0.0, _vllm_fleet),
+    "vllm": Substrate("vllm", VllmConfiguration, 0.0, _vllm_fleet, _vllm_compiled_fleet),
 }
 
 

@@ -6,6 +6,11 @@ in ``rearrival.model.substrates``), runs them through the one event loop
 substrate's own summary over the whole fleet (summed over replicas; the makespan is the
 latest replica's), each replica's device time, and the latency percentiles. With R = 1 the
 substrate's summary is the single engine's, exactly.
+
+``core`` picks how: "python" the engines driven by the loop (the readable reference),
+"compiled" the substrate's compiled fleet (vLLM: ``rearrival.model.simulator.vllm.
+fleet_core``, the same bits), "auto" the compiled fleet where the substrate has one and
+the run is not step by step, else the Python one.
 """
 
 from __future__ import annotations
@@ -15,11 +20,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rearrival.errors import RearrivalError
 from rearrival.model.fleet.latency import Slo, attainment, measured, percentiles
 from rearrival.model.fleet.loop import run_fleet
 from rearrival.model.fleet.records import RequestOutcome
-from rearrival.model.fleet.routers import make_router
+from rearrival.model.fleet.routers import ROUTERS, make_router
 from rearrival.model.substrates import substrate_of
+
+CORES = ("auto", "compiled", "python")
+
+
+class FleetCoreError(RearrivalError, ValueError):
+    """A fleet core choice that does not exist or cannot run this fleet."""
 
 
 @dataclass(frozen=True)
@@ -85,16 +97,30 @@ def simulate_fleet(
     fixed_arrivals: Sequence[float] | None = None,
     stepwise: bool = False,
     source: str = "plan",
+    core: str = "auto",
 ) -> FleetResult:
     """Serve ``plan`` on ``replicas`` copies of ``configuration`` behind ``router``.
 
     ``configuration`` is a ``SimConfig`` (RBLN, its rule set included) or a
     ``VllmConfiguration``; ``cost`` that substrate's cost model (a ``Profile``, or a
     ``VllmStepCost``). ``stepwise`` runs every engine step by step (the fleet's reference,
-    used by the tests); ``fixed_arrivals`` pins every re-arrival to an observed send time.
+    used by the tests); ``fixed_arrivals`` pins every re-arrival to an observed send time;
+    ``core`` as the module docstring says.
     """
+    if core not in CORES:
+        raise FleetCoreError(f"simulate_fleet core {core!r}: use one of {', '.join(CORES)}")
     substrate = substrate_of(configuration)
+    policy = make_router(router)
+    compiled = substrate.compiled
+    if core == "compiled" and (compiled is None or stepwise):
+        why = "runs step by step" if stepwise else f"has no compiled {substrate.name} fleet"
+        raise FleetCoreError(f"simulate_fleet core 'compiled': this run {why}; use auto or python")
+    if compiled is not None and not stepwise and core != "python":
+        prediction, outcomes, device = compiled(
+            plan, configuration, cost, replicas, ROUTERS.index(router), fixed_arrivals, source
+        )
+        return FleetResult(replicas, router, outcomes, device, prediction)
     fleet = substrate.fleet(plan, configuration, cost, replicas, stepwise, source)
-    state = run_fleet(fleet.arrays, fleet.engines, make_router(router), fixed_arrivals)
+    state = run_fleet(fleet.arrays, fleet.engines, policy, fixed_arrivals)
     prediction, outcomes, device = fleet.outcome(state.placement)
     return FleetResult(replicas, router, outcomes, device, prediction)

@@ -66,12 +66,15 @@ class BlockPool:
         return out
 
     # --- prefix cache ---------------------------------------------------------------
-    def lookup(self, first_key: int, max_blocks: int) -> list[int]:
+    def lookup(
+        self, first_key: int, max_blocks: int, shared: int = 0, shared_key: int = -1
+    ) -> list[int]:
         """The longest chain of cached blocks of identities first_key, first_key + 1, ...
-        (at most ``max_blocks``): a missing block ends the chain."""
+        (at most ``max_blocks``): a missing block ends the chain. The first ``shared``
+        blocks have a shared prefix's identities shared_key + j instead (SPEC 17)."""
         hit = []
         for j in range(max_blocks):
-            holders = self.cached.get(first_key + j)
+            holders = self.cached.get((shared_key if j < shared else first_key) + j)
             if not holders:
                 break
             hit.append(holders[0])

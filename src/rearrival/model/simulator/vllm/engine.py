@@ -76,6 +76,8 @@ class Request:
     gen: int
     gap_after_s: float
     key_base: int
+    shared: int = 0  # leading blocks with the shared prefix's identities (SPEC 17)
+    prefix_key_base: int = -1  # the prefix's first identity (-1: no prefix)
     tokens: int = 0  # prompt + sampled so far: what vLLM calls num_tokens
     computed: int = 0
     outputs: int = 0
@@ -87,6 +89,10 @@ class Request:
     steps: int = 0
     first_scheduled_s: float = math.nan
     finish_s: float = math.nan
+
+    def block_key(self, j: int) -> int:
+        """Block j's chain identity (``VllmInputs.block_key``)."""
+        return (self.prefix_key_base if j < self.shared else self.key_base) + j
 
 
 class Engine:
@@ -110,9 +116,17 @@ class Engine:
         self.fixed = fixed
         self.pool = BlockPool(configuration.num_blocks)
         self.requests = [
-            Request(rid, p, g, w, kb, tokens=p)
-            for rid, (p, g, w, kb) in enumerate(
-                zip(a.prompt, a.gen, a.gap, inputs.key_base, strict=True)
+            Request(rid, p, g, w, kb, shared, pkb, tokens=p)
+            for rid, (p, g, w, kb, shared, pkb) in enumerate(
+                zip(
+                    a.prompt,
+                    a.gen,
+                    a.gap,
+                    inputs.key_base,
+                    inputs.shared_blocks,
+                    inputs.prefix_key_base,
+                    strict=True,
+                )
             )
         ]
         self.driven = driven
@@ -154,7 +168,7 @@ class Engine:
         """Cache the blocks of ``r`` that are full within its first ``upto_tokens``."""
         full = upto_tokens // self.block_size
         for j in range(r.hashed, full):
-            self.pool.cache(r.blocks[j], r.key_base + j)
+            self.pool.cache(r.blocks[j], r.block_key(j))
         r.hashed = max(r.hashed, full)
 
     def _preempt(self, victim: Request) -> None:
@@ -193,7 +207,7 @@ class Engine:
         bs = self.block_size
         while budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
-            hit = self.pool.lookup(r.key_base, (r.tokens - 1) // bs)
+            hit = self.pool.lookup(r.key_base, (r.tokens - 1) // bs, r.shared, r.prefix_key_base)
             whole = cdiv(r.tokens, bs) - len(hit) + self.pool.in_free_queue(hit)
             if whole > self.pool.free_count:
                 return

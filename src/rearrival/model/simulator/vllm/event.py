@@ -14,9 +14,15 @@ The clock still advances one step at a time, ``t = t + step_s``, exactly as the
 step-by-step reference and vLLM's own harness do, so every time and every arrival
 comparison is the same bit for bit; only the scheduling work per step is skipped.
 The head of the waiting queue is blocked when its whole sequence needs more blocks
-than are free: its prefix hit cannot help, because its session's cached blocks all sit
-in the free queue (a session has one live request at a time and shares no block with
-another), so they count as free blocks either way.
+than are free: its own session's cached blocks cannot help, because they all sit in the
+free queue (a session has one live request at a time), so they count as free blocks
+either way. Only the blocks of a shared prefix (SPEC 17) can be held by another running
+request; each such block of its hit needs no free block, so the head needs
+ceil(tokens / bs) - held. Pure decode steps never free a block and never cache a prefix
+block (decode fills blocks past the prompt), but an allocation may evict a free copy of a
+prefix block whose other copy is held, so the bound counts every position of the hit
+where any copy is held (``held_prefix_blocks``): that count can only fall while the free
+blocks only shrink, so a head blocked by it stays blocked.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import math
 
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
-from rearrival.model.simulator.vllm.engine import Engine
+from rearrival.model.simulator.vllm.engine import Engine, Request
 from rearrival.model.simulator.vllm.inputs import VllmInputs, cdiv
 from rearrival.model.simulator.vllm.result import RawRun
 
@@ -45,8 +51,23 @@ def pure_decode_ahead(engine: Engine) -> bool:
     if new_blocks > free:
         return False
     if engine.waiting and n < engine.max_num_seqs and engine.budget > n:
-        return cdiv(engine.waiting[0].tokens, bs) > free - new_blocks
+        head = engine.waiting[0]
+        return cdiv(head.tokens, bs) - held_prefix_blocks(engine, head) > free - new_blocks
     return True
+
+
+def held_prefix_blocks(engine: Engine, r: Request) -> int:
+    """An upper bound on the blocks of waiting request ``r``'s prefix hit that other
+    requests hold, now and through a pure decode stretch: the positions of its shared
+    prefix's cached chain (capped as the look-up is) with any copy out of the free queue
+    (0 without a prefix; the module docstring says why)."""
+    pool, held = engine.pool, 0
+    for j in range(min(r.shared, (r.tokens - 1) // engine.block_size)):
+        holders = pool.cached.get(r.prefix_key_base + j)
+        if not holders:
+            break
+        held += any(pool.refs[block] > 0 for block in holders)
+    return held
 
 
 def fast_forward(engine: Engine, due: float) -> None:
