@@ -41,6 +41,17 @@ def _best(capacities: Sequence[FleetCapacity], most: int) -> tuple[list[FleetCap
     return ranked, "" if left <= 0 else f" (the {most} of highest goodput; {left} more in the CSV)"
 
 
+def _rate_axis(ax: Any) -> None:
+    """A log rate axis labelled 0.02, 0.05, 0.1 ... (plain numbers, no minor labels)."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("session arrival rate (sessions/s)")
+
+
 def _save(fig: Any, path: Path) -> None:
     """The figure as PNG at ``path``, written atomically, with no software stamp."""
     plt = pyplot()
@@ -61,8 +72,7 @@ def attainment_figure(capacities: Sequence[FleetCapacity], required: float, path
             ax.plot([c.goodput_rate], [c.at_goodput.attainment], "o", color=line.get_color())
             ax.axvline(c.goodput_rate, color=line.get_color(), lw=0.6, ls=":")
     ax.axhline(required, color="black", lw=1, ls="--", label=f"required {required:g}")
-    ax.set_xscale("log")
-    ax.set_xlabel("session arrival rate (sessions/s)")
+    _rate_axis(ax)
     ax.set_ylabel("SLO attainment over the measured window")
     ax.set_title("Attainment against rate; o = goodput" + note, fontsize=9)
     ax.legend(fontsize=7, loc="lower left")
@@ -122,8 +132,7 @@ def cost_figure(capacities: Sequence[FleetCapacity], path: Path) -> None:
             ax.plot(
                 [c.goodput_rate], [c.at_goodput.device_s_per_session], "o", color=line.get_color()
             )
-    ax.set_xscale("log")
-    ax.set_xlabel("session arrival rate (sessions/s)")
+    _rate_axis(ax)
     ax.set_ylabel("device-seconds per session")
     ax.set_title("Cost against rate; o = goodput" + note, fontsize=9)
     ax.legend(fontsize=7)
