@@ -301,3 +301,20 @@ def test_the_capacity_stage_runs_only_when_a_study_asks_and_declares_its_files(p
     assert capacity[0].outputs == ("results/capacity",)
     assert undeclared_or_unused(capacity[0]) == []
     assert "rearrival study capacity" in capacity[0].command
+
+
+def test_rbln_capacity_searches_bucket_sets_and_prints_the_compile_line(pool_file, tmp_path):
+    out = tmp_path / "rbln"
+    result = CliRunner().invoke(
+        app,
+        ["capacity", "--pool", str(pool_file), "--substrate", "rbln", "--slo",
+         "ttft=0.5,tpot=0.05", "--horizon", HORIZON, "--warmup", WARMUP, "--seed", SEED,
+         "--buckets", "1,2,4,8;1,8", "--grid", "0", "--tolerance", "0.1", "--rate", "0.2",
+         "--resamples", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = _rows(out / "capacity.csv")
+    assert [r["configuration"] for r in rows] == ["8:1,2,4,8", "8:1,8"]
+    assert all(float(r["goodput_rate"]) > 0 for r in rows)
+    assert "rearrival rbln compile --model Qwen/Qwen3-4B --batch-size 8" in result.stdout
+    assert "8 instances of 4 devices per RBLN-CA25 server" in result.stdout
