@@ -84,12 +84,12 @@ MAX_REPLICAS = 16
 REPLICAS_WHY = "16 engines of the largest pool stay within the 2 GiB bound"
 
 # Fleets of one capacity search (`rearrival capacity`: configurations x fleet sizes x
-# routers), counted before any is enumerated. Each fleet is a bisection of about a dozen
-# simulations of the horizon; the speed target is 500 fleets of one simulated hour in 60 s
-# with the compiled core (README "Capacity for an agent fleet"), so ten times that is
-# minutes with it and the most a run by hand should ask for.
+# routers), counted before any is enumerated. Each fleet is about 20 simulations of the
+# horizon (the bracket, the bisection to 2 %, the check above, a 6-rate grid; measured by
+# benchmarks/bench_capacity.py); SPEC 17's target is 500 fleets of one simulated hour in
+# 60 s, so ten times that is ten minutes at the target and the most a run should ask for.
 MAX_CAPACITY_FLEETS = 5_000
-CAPACITY_FLEETS_WHY = "each fleet is a bisection of about a dozen simulations of the horizon"
+CAPACITY_FLEETS_WHY = "each fleet is about 20 simulations of the horizon (bisection and grid)"
 # Rates of the grid each fleet adds to its bisection to see its attainment curve whole.
 MAX_CAPACITY_GRID = 64
 CAPACITY_GRID_WHY = "each grid rate is one more simulation of every fleet"
