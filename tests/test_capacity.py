@@ -158,6 +158,7 @@ def test_the_grid_flags_a_constructed_non_monotone_curve(monkeypatch):
     monkeypatch.setattr(evaluate_module, "evaluate", fake)
     workload = Workload(None, 1000.0, 0.0, 0, Slo(ttft_s=1.0), None)
     monkeypatch.setattr(Workload, "ceiling", 50.0)
+    monkeypatch.setattr(Workload, "measures", lambda self, rate: True)
     fleet = Fleet(VllmConfiguration((), 8, num_blocks=600), 1, "round_robin")
     plain = fleet_capacity(workload, fleet, 0.02, grid=0)
     assert plain.monotone and 0.098 < plain.goodput_rate < 0.1

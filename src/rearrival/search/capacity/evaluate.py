@@ -11,9 +11,10 @@ the measured requests. Attainment is ``latency.attainment``'s share, each reques
 computed once (``latency.latency``) for it and the p90s.
 
 A fleet's search: the goodput by bisection (``rearrival.search.capacity.bisection``) from
-a start rate of about four sessions in the measured window, then ``grid`` rates from a
-quarter to twice the goodput, so the attainment curve is seen whole and a non-monotone one
-is flagged (``monotone``), never hidden.
+a start rate of about four sessions in the measured window (doubled while its plan has none
+there), then ``grid`` rates from a quarter to twice the goodput (those whose plan has a
+session in the window), so the attainment curve is seen whole and a non-monotone one is
+flagged (``monotone``), never hidden.
 """
 
 from __future__ import annotations
@@ -67,6 +68,24 @@ class Workload:
     @property
     def start_rate(self) -> float:
         return rounded(START_SESSIONS / (self.horizon_s - self.warmup_s))
+
+    def first_rate(self) -> float:
+        """The bracket's first rate: ``start_rate``, doubled while its plan has no session
+        starting in the measured window (a run with nothing measured cannot meet)."""
+        rate = self.start_rate
+        while not self.measures(rate) and 2 * rate <= self.ceiling:
+            rate = rounded(2 * rate)
+        return rate
+
+    def measures(self, rate: float) -> bool:
+        """Whether the plan at ``rate`` has a session starting in [warm-up, horizon]."""
+        from rearrival.model.plans.workloads_open import WorkloadError
+
+        try:
+            plan = self.plan(rate)
+        except WorkloadError:  # no session starts at all
+            return False
+        return any(self.warmup_s <= s.start_s <= self.horizon_s for s in plan.sessions)
 
     @property
     def ceiling(self) -> float:
@@ -156,13 +175,13 @@ def fleet_capacity(
         return points[rate].meets
 
     found = find_goodput(
-        meets, start=workload.start_rate, tolerance=tolerance, ceiling=workload.ceiling
+        meets, start=workload.first_rate(), tolerance=tolerance, ceiling=workload.ceiling
     )
     roles = {t.rate: "bisection" for t in found.trials}
     if math.isfinite(found.above) and found.above in points:
         roles[found.above] = "check above"
     for rate in grid_rates(found.rate, grid, workload.ceiling):
-        if rate not in points:
+        if rate not in points and workload.measures(rate):
             meets(rate)
             roles[rate] = "grid"
     trials = [Trial(p.rate, p.meets) for p in points.values()]
