@@ -288,7 +288,10 @@ def capacity_command(
     is flagged. With --rate: the cheapest fleet meeting it, its spread over resampled
     pools, and the vllm serve / vllm-router (or optimum-rbln) flags to deploy it."""
     from rearrival.model.fleet.latency import Slo
+    from rearrival.search.capacity.evaluate import Workload
+    from rearrival.search.capacity.run import run_capacity
     from rearrival.search.capacity.space import FleetAxes
+    from rearrival.search.capacity.summary import Basis
 
     started = time.perf_counter()
     options = {
@@ -326,78 +329,47 @@ def capacity_command(
         provenance = {"source": "RBLN profile", "profile": cost.identity(), "rules": rules}
         space = _rbln_space(options, axes)
         deploy_args = {"model": model, "num_devices": cost.num_devices}
-    _run(
-        dict(
-            pool=pool,
-            drawn=drawn,
-            substrate=substrate,
-            slo=the_slo,
-            horizon=horizon,
-            warmup=warmup,
-            seed=seed,
-            cost=cost,
-            rules=rules,
-            space=space,
-            tolerance=tolerance,
-            grid=grid,
-            rate=rate,
-            resamples=resamples,
-            workers=workers,
-            token_scale=token_scale,
-            provenance=provenance,
-            deploy_args=deploy_args,
-            out=out,
-            started=started,
-        )
-    )
-
-
-def _run(v: dict[str, Any]) -> None:
-    from rearrival.search.capacity.evaluate import Workload
-    from rearrival.search.capacity.figures import write_figures
-    from rearrival.search.capacity.outputs import result_lines, write_summary, write_tables
-    from rearrival.search.capacity.run import run_capacity
-    from rearrival.search.capacity.summary import summary
-
-    workload = Workload(
-        v["drawn"], v["horizon"], v["warmup"], v["seed"], v["slo"], v["cost"], v["rules"]
+    workload = Workload(drawn, horizon, warmup, seed, the_slo, cost, rules)
+    basis = Basis(
+        str(pool),
+        substrate,
+        token_scale,
+        grid,
+        provenance,
+        deploy_args,
+        _reproduce(pool, horizon, seed, token_scale),
     )
     run = run_capacity(
-        v["space"],
+        space,
         workload,
-        tolerance=v["tolerance"],
-        grid=v["grid"],
-        rate=v["rate"],
-        resamples=v["resamples"],
-        workers=v["workers"],
+        tolerance=tolerance,
+        grid=grid,
+        rate=rate,
+        resamples=resamples,
+        workers=workers,
     )
-    out: Path = v["out"]
+    _write(run, basis, out, time.perf_counter() - started)
+
+
+def _reproduce(pool: Path, horizon: float, seed: int, token_scale: float) -> str:
+    """The `plans open` line that rebuilds a row's plan, ``{rate}`` left to fill."""
+    scale = [] if token_scale == 1.0 else ["--token-scale", _exact(token_scale)]
+    words = ["rearrival", "plans", "open", "--pool", str(pool), "--rate", "RATE"]
+    words += ["--horizon", _exact(horizon), "--seed", str(seed), *scale, "--out", "plan.json"]
+    return shlex.join(words).replace("RATE", "{rate}")
+
+
+def _write(run: Any, basis: Any, out: Path, wall_s: float) -> None:
+    """The folder (tables, pictures, summary) and the lines printed."""
+    from rearrival.search.capacity.figures import write_figures
+    from rearrival.search.capacity.outputs import result_lines, write_summary, write_tables
+    from rearrival.search.capacity.summary import summary
+
     write_tables(run, out)
-    pictures = write_figures(run.capacities, v["slo"].attainment, out)
-    scale = [] if v["token_scale"] == 1.0 else ["--token-scale", _exact(v["token_scale"])]
-    reproduce = shlex.join(
-        [
-            "rearrival",
-            "plans",
-            "open",
-            "--pool",
-            str(v["pool"]),
-            "--rate",
-            "RATE",
-            "--horizon",
-            _exact(v["horizon"]),
-            "--seed",
-            str(v["seed"]),
-            *scale,
-            "--out",
-            "plan.json",
-        ]
-    ).replace("RATE", "{rate}")
-    data = summary(run, v, pictures, reproduce, time.perf_counter() - v["started"])
+    pictures = write_figures(run.capacities, run.workload.slo.attainment, out)
+    data = summary(run, basis, pictures, wall_s)
     write_summary(data, out)
-    for line in result_lines(run, out, reproduce):
-        typer.echo(line)
-    for line in data["pick_lines"]:
+    for line in [*result_lines(run, out, basis.reproduce), *data["pick_lines"]]:
         typer.echo(line)
 
 

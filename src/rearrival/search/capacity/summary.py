@@ -6,6 +6,7 @@ the verb prints about the pick."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rearrival.search.capacity.deploy import deployment
@@ -19,6 +20,22 @@ MONOTONE_RULE = (
     "monotone: no rate evaluated (bracket, bisection, the check just above, the grid) meets "
     "the SLO above a rate that fails it"
 )
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the answer rests on besides the run itself: the pool as the user named it,
+    the substrate, the trace pool's token scale, the grid, the cost model's provenance,
+    what the deployment lines need (model, device) and the ``plans open`` line that
+    rebuilds a row's plan (``{rate}`` to fill)."""
+
+    pool_path: str
+    substrate: str
+    token_scale: float
+    grid: int
+    provenance: dict[str, Any]
+    deploy_args: dict[str, Any]
+    reproduce: str
 
 
 def _fleet(fleet: Fleet) -> dict[str, Any]:
@@ -44,30 +61,29 @@ def _point(point: Point) -> dict[str, Any]:
     }
 
 
-def summary(
-    run: CapacityRun, v: dict[str, Any], pictures: list[str], reproduce: str, wall_s: float
-) -> dict[str, Any]:
-    """The summary (module docstring); ``v`` the verb's prepared values."""
-    slo, pool = v["slo"], v["drawn"]
+def summary(run: CapacityRun, basis: Basis, pictures: list[str], wall_s: float) -> dict[str, Any]:
+    """The summary (module docstring)."""
+    workload = run.workload
+    slo, pool = workload.slo, workload.pool
     data: dict[str, Any] = {
         "version": VERSION,
-        "substrate": v["substrate"],
+        "substrate": basis.substrate,
         "pool": {
-            "path": str(v["pool"]),
+            "path": basis.pool_path,
             "sha256": pool.sha256(),
             "sessions": pool.n,
             "requests": pool.requests,
             "prefixes": {p.id: p.tokens for p in pool.prefixes},
-            "token_scale": v["token_scale"],
+            "token_scale": basis.token_scale,
         },
         "workload": {
             "arrivals": "poisson",
-            "horizon_s": v["horizon"],
-            "warmup_s": v["warmup"],
-            "seed": v["seed"],
-            "start_rate": run.workload.start_rate,
+            "horizon_s": workload.horizon_s,
+            "warmup_s": workload.warmup_s,
+            "seed": workload.seed,
+            "start_rate": workload.start_rate,
             "start_rule": f"about {START_SESSIONS} sessions in the measured window",
-            "reproduce": reproduce,
+            "reproduce": basis.reproduce.format(rate="<goodput_rate>"),
         },
         "slo": {
             "ttft_s": slo.ttft_s,
@@ -76,9 +92,9 @@ def summary(
             "attainment": slo.attainment,
         },
         "tolerance": run.tolerance,
-        "grid": v["grid"],
+        "grid": basis.grid,
         "monotone_rule": MONOTONE_RULE,
-        "cost": v["provenance"],
+        "cost": basis.provenance,
         "space": run.space.counts(),
         "not_monotone": sum(not c.monotone for c in run.capacities),
         "wall_s": round(wall_s, 3),
@@ -90,14 +106,17 @@ def summary(
         data["highest_goodput_per_replica"] = _fleet(best.fleet) | {
             "goodput_rate": best.goodput_rate,
             "deploy": deployment(
-                best.fleet.configuration, best.fleet.replicas, best.fleet.router, **v["deploy_args"]
+                best.fleet.configuration,
+                best.fleet.replicas,
+                best.fleet.router,
+                **basis.deploy_args,
             ),
         }
-    data["pick"], data["pick_lines"] = _pick(run, v)
+    data["pick"], data["pick_lines"] = _pick(run, basis)
     return data
 
 
-def _pick(run: CapacityRun, v: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def _pick(run: CapacityRun, basis: Basis) -> tuple[dict[str, Any] | None, list[str]]:
     pick = run.pick
     if pick is None:
         return None, []
@@ -108,7 +127,7 @@ def _pick(run: CapacityRun, v: dict[str, Any]) -> tuple[dict[str, Any] | None, l
             "give more --replicas, other knobs or a looser --slo"
         ]
     deploy = deployment(
-        pick.fleet.configuration, pick.fleet.replicas, pick.fleet.router, **v["deploy_args"]
+        pick.fleet.configuration, pick.fleet.replicas, pick.fleet.router, **basis.deploy_args
     )
     body = {
         "rate": pick.rate,
