@@ -1,5 +1,5 @@
-"""Shared prefixes and session renewal in plan files (SPEC 17 "Plans"; docs/DESIGN.md
-"Open traffic, shared prefixes and renewal"): both formats round-trip them, a plan without
+"""Shared prefixes and session renewal in plan files (docs/DESIGN.md §2 "Open
+traffic, shared prefixes and renewal"): both formats round-trip them, a plan without
 them keeps its rows, bytes and hash, and every refusal is one line naming the session."""
 
 from __future__ import annotations
@@ -275,3 +275,24 @@ def test_a_long_chain_is_checked_in_linear_time() -> None:
     n = 50_000
     sessions = (_session(0), *(_session(i, after=After(i - 1)) for i in range(1, n)))
     assert Plan(sessions).renews
+
+
+def test_a_prefix_is_part_of_round_0_s_prompt_for_the_simulator() -> None:
+    """The same session with its prefix written into round 0's new tokens sends the same
+    prompts: on the RBLN rule sets a prefix changes nothing else (docs/DESIGN.md §2)."""
+    plan = linked_plan()
+    inlined = tuple(
+        replace(
+            s,
+            rounds=(
+                replace(s.rounds[0], new_tokens=s.rounds[0].new_tokens + s.prefix_tokens),
+                *s.rounds[1:],
+            ),
+            prefix=None,
+            prefix_tokens=0,
+        )
+        for s in plan.sessions
+    )
+    assert [s.prompts() for s in inlined] == [s.prompts() for s in plan.sessions]
+    config = SimConfig()
+    assert plan_arrays(Plan(inlined), config).prompt == plan_arrays(plan, config).prompt

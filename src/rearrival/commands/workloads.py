@@ -1,6 +1,5 @@
 """CLI verbs of open and closed agent traffic (registered under `rearrival plans`): plans
-open, plans closed (SPEC 17 "Workloads"; docs/DESIGN.md §2 "Open traffic, shared prefixes
-and renewal")."""
+open, plans closed (docs/DESIGN.md §2 "Open traffic, shared prefixes and renewal")."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ client read; a two-round row maps to the rounds [(prompt, gen, wait), (appended,
 follow-up gen, 0)], so every two-round plan keeps its file bytes, its hash and its
 results.
 
-Multi-round plans may also name shared prefixes and renew sessions (SPEC 17 "Plans";
-docs/DESIGN.md "Open traffic, shared prefixes and renewal"): a plan-level table of
+Multi-round plans may also name shared prefixes and renew sessions (docs/DESIGN.md §2
+"Open traffic, shared prefixes and renewal"): a plan-level table of
 ``Prefix`` entries, a session's ``prefix`` (its id) and ``after`` (the session it follows).
 The columns and hash fields that carry them are added only when a plan uses them, so a
 plan without them keeps its rows, bytes and hash.
@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rearrival.atomic import atomic_write_bytes
-from rearrival.errors import RearrivalError
+from rearrival.model.plans.plan_errors import PlanError
+from rearrival.model.plans.plan_links import is_count, prefix_table, validate_links
 from rearrival.vocabulary import VARIANTS
 
 GENERATOR_VERSION = "rearrival-plans/2"
@@ -63,7 +65,7 @@ ROUND_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("tool_name", pa.string()),
 )
 ROUND_SCHEMA = pa.schema(list(ROUND_COLUMNS))
-# Added to the multi-round shape only when the plan uses them (SPEC 17 "Plans"): a
+# Added to the multi-round shape only when the plan uses them (docs/DESIGN.md §2): a
 # session's prefix id, and the session it follows and the gap (``after``); null where a
 # session has none. The prefix table is the file metadata under PREFIXES_KEY.
 PREFIX_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (("prefix", pa.string()),)
@@ -75,10 +77,6 @@ PREFIXES_KEY = b"rearrival.prefixes"
 # The keys a JSON session may carry; anything else is refused, naming it.
 TWO_ROUND_KEYS = frozenset(name for name, _ in COLUMNS)
 MULTI_ROUND_KEYS = frozenset({"session", "start_s", "rounds", "prefix", "after"})
-
-
-class PlanError(RearrivalError, ValueError):
-    """A plan file or plan row that cannot be used; the message names file, field and fix."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +131,7 @@ class Session:
 
 @dataclass(frozen=True)
 class Prefix:
-    """A prompt prefix that several sessions send first (SPEC 17 "Plans"): an agent's
+    """A prompt prefix that several sessions send first (docs/DESIGN.md §2): an agent's
     system prompt and tool definitions. Its tokens are the same in every session that names
     it; on vLLM its full blocks are ordinary cached blocks any session may hit."""
 
@@ -143,7 +141,7 @@ class Prefix:
 
 @dataclass(frozen=True)
 class After:
-    """Session renewal (SPEC 17 "Plans"): the session's round 0 arrives ``gap_s`` seconds
+    """Session renewal (docs/DESIGN.md §2): the session's round 0 arrives ``gap_s`` seconds
     after session ``session``'s last round finishes (closed-loop traffic; with gap 0 the
     authors' ``successor``)."""
 
@@ -229,7 +227,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         validate_sessions(self.sessions, "<plan>")
-        validate_links(self.sessions, self.prefixes, "<plan>")
+        validate_links(self.sessions, self.prefixes, "<plan>", self.multi_round)
 
     @property
     def n(self) -> int:
@@ -247,7 +245,7 @@ class Plan:
 
     @property
     def renews(self) -> bool:
-        """True when a session follows another (``after``, SPEC 17 "Plans")."""
+        """True when a session follows another (``after``, docs/DESIGN.md §2)."""
         return any(getattr(s, "after", None) is not None for s in self.sessions)
 
     def extra_columns(self) -> tuple[tuple[str, pa.DataType], ...]:
@@ -262,7 +260,7 @@ class Plan:
         extra = [name for name, _ in self.extra_columns()]
         return [
             {"session": s.session, "round": k, "start_s": s.start_s}
-            | asdict(r)
+            | _round_row(r)
             | {name: _link_value(s, name) for name in extra}
             for s in self.sessions
             for k, r in enumerate(s.rounds)
@@ -271,6 +269,12 @@ class Plan:
     def sha256(self) -> str:
         """Hash of the inputs only (rows in session order, and the prefix table when
         there is one), stable across machines."""
+        return self._sha256
+
+    @cached_property
+    def _sha256(self) -> str:
+        """The hash, computed once per plan (a frozen plan's rows never change; a
+        million-request workload spends seconds on it)."""
         content: Any = self.rows()
         if self.prefixes:
             content = {"prefixes": [asdict(p) for p in self.prefixes], "rows": content}
@@ -296,6 +300,16 @@ class Plan:
         return Plan(sessions, replace(self.meta, variant=kind), self.prefixes)
 
 
+def _round_row(r: Round) -> dict[str, Any]:
+    """``asdict(r)`` without its deep copy: a million-round workload's rows in seconds."""
+    return {
+        "new_tokens": r.new_tokens,
+        "gen_tokens": r.gen_tokens,
+        "gap_after_s": r.gap_after_s,
+        "tool_name": r.tool_name,
+    }
+
+
 def _link_value(s: MultiRoundSession, name: str) -> Any:
     """A session's value in one of the prefix or renewal columns (None: it has none)."""
     if name == "prefix":
@@ -303,125 +317,6 @@ def _link_value(s: MultiRoundSession, name: str) -> Any:
     if s.after is None:
         return None
     return s.after.session if name == "after_session" else s.after.gap_s
-
-
-def validate_links(
-    sessions: tuple[AnySession, ...], prefixes: tuple[Prefix, ...], source: str
-) -> None:
-    """Refuse prefixes and renewal links the simulator could not run (SPEC 17 "Plans"),
-    one line naming the session and the fix."""
-    if not isinstance(sessions[0], MultiRoundSession):
-        if prefixes:
-            raise PlanError(
-                f"{source}: field 'prefixes' on a two-round (paper) plan; shared prefixes "
-                "belong to multi-round sessions: write the sessions with 'rounds'"
-            )
-        return
-    table = _prefix_table(prefixes, source)
-    followers: dict[int, int] = {}
-    for s in sessions:
-        where = f"{source}: session {s.session}"
-        _check_prefix(s, table, where)
-        if s.after is not None:
-            _check_after(s, len(sessions), followers, where)
-    _check_cycles(sessions, source)
-
-
-def _prefix_table(prefixes: tuple[Prefix, ...], source: str) -> dict[str, int]:
-    """The prefix table as id -> tokens, refusing a duplicate id or a bad token count."""
-    table: dict[str, int] = {}
-    for index, p in enumerate(prefixes):
-        where = f"{source}: prefixes[{index}]"
-        if not isinstance(p.id, str) or not p.id:
-            raise PlanError(f"{where}: field 'id' must be a non-empty string, got {p.id!r}")
-        if p.id in table:
-            raise PlanError(
-                f"{where}: prefix id {p.id!r} appears twice; give each prefix its own id"
-            )
-        if not _is_count(p.tokens, 1):
-            raise PlanError(
-                f"{where} ({p.id!r}): field 'tokens' must be a positive integer, "
-                f"got {p.tokens!r}; drop the prefix or give its length"
-            )
-        table[p.id] = p.tokens
-    return table
-
-
-def _check_prefix(s: MultiRoundSession, table: dict[str, int], where: str) -> None:
-    if s.prefix is None:
-        if s.prefix_tokens:
-            raise PlanError(
-                f"{where}: prefix_tokens is {s.prefix_tokens} but the session names no "
-                "prefix; set 'prefix' to an id of the plan's 'prefixes'"
-            )
-        return
-    if s.prefix not in table:
-        known = ", ".join(repr(k) for k in table) or "none"
-        raise PlanError(
-            f"{where}: field 'prefix' {s.prefix!r} is not in the plan's 'prefixes' "
-            f"(ids: {known}); add it there with its tokens or name a listed one"
-        )
-    if s.prefix_tokens != table[s.prefix]:
-        raise PlanError(
-            f"{where}: prefix_tokens {s.prefix_tokens} differs from prefix {s.prefix!r}'s "
-            f"{table[s.prefix]} tokens; a session's prefix has the table's length"
-        )
-
-
-def _check_after(s: MultiRoundSession, n: int, followers: dict[int, int], where: str) -> None:
-    """One renewal link: an existing other session, a gap >= 0, no start of its own, and
-    no second follower of the same session."""
-    leader, gap = s.after.session, s.after.gap_s
-    if not _is_count(leader, 0) or leader >= n:
-        raise PlanError(
-            f"{where}: field 'after.session' {leader!r} names no session of the plan "
-            f"(0..{n - 1}); name the session this one follows"
-        )
-    if leader == s.session:
-        raise PlanError(
-            f"{where}: field 'after.session' names the session itself; a session follows "
-            "another one"
-        )
-    if isinstance(gap, bool) or not isinstance(gap, int | float) or not gap >= 0:
-        raise PlanError(
-            f"{where}: field 'after.gap_s' must be a number of seconds >= 0, got {gap!r}"
-        )
-    if not math.isfinite(gap):
-        raise PlanError(f"{where}: field 'after.gap_s' must be finite, got {gap!r}")
-    if s.start_s != 0:
-        raise PlanError(
-            f"{where}: has both 'start_s' ({s.start_s}) and 'after'; a renewed session "
-            "starts when its leader finishes: drop 'start_s'"
-        )
-    if leader in followers:
-        raise PlanError(
-            f"{where}: session {leader} already has follower {followers[leader]}; a "
-            "session has at most one follower: chain them (after the other follower)"
-        )
-    followers[leader] = s.session
-
-
-def _check_cycles(sessions: tuple[AnySession, ...], source: str) -> None:
-    """Refuse ``after`` links that close a cycle: such sessions would never start."""
-    leader = [s.after.session if s.after is not None else -1 for s in sessions]
-    done = [False] * len(sessions)
-    for start in range(len(sessions)):
-        path: list[int] = []
-        on_path: set[int] = set()
-        node = start
-        while node >= 0 and not done[node]:
-            if node in on_path:
-                cycle = " -> ".join(str(i) for i in path[path.index(node) :])
-                raise PlanError(
-                    f"{source}: session {node}: field 'after' closes a cycle ({cycle} -> "
-                    f"{node}), so none of them would ever start; give one of them a "
-                    "'start_s' instead"
-                )
-            path.append(node)
-            on_path.add(node)
-            node = leader[node]
-        for visited in path:
-            done[visited] = True
 
 
 def validate_sessions(sessions: tuple[AnySession, ...], source: str) -> None:
@@ -454,10 +349,6 @@ def validate_sessions(sessions: tuple[AnySession, ...], source: str) -> None:
             raise PlanError(f"{where}: field 'tool_wait_s' must be a number >= 0")
 
 
-def _is_count(value: Any, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
 def _validate_rounds(s: MultiRoundSession, where: str) -> None:
     """A multi-round session the simulator can run: rounds, counts, gaps, start."""
     if not s.rounds:
@@ -467,10 +358,10 @@ def _validate_rounds(s: MultiRoundSession, where: str) -> None:
     last = len(s.rounds) - 1
     for k, r in enumerate(s.rounds):
         here = f"{where} round {k}"
-        if not _is_count(r.new_tokens, 1 if k == 0 else 0):
+        if not is_count(r.new_tokens, 1 if k == 0 else 0):
             low = "a positive integer" if k == 0 else "an integer >= 0"
             raise PlanError(f"{here}: field 'new_tokens' must be {low}, got {r.new_tokens!r}")
-        if not _is_count(r.gen_tokens, 1):
+        if not is_count(r.gen_tokens, 1):
             raise PlanError(
                 f"{here}: field 'gen_tokens' must be a positive integer, got {r.gen_tokens!r}"
             )
@@ -610,7 +501,7 @@ def prefixes_from_json(raw: Any, source: str) -> tuple[Prefix, ...]:
             )
         out.append(Prefix(entry["id"], entry["tokens"]))
     prefixes = tuple(out)
-    _prefix_table(prefixes, source)
+    prefix_table(prefixes, source)
     return prefixes
 
 
@@ -707,14 +598,14 @@ def plan_from_rows(
             "or all multi-round sessions"
         )
     if rows and shapes[0]:
-        table = _prefix_table(prefixes, source)
+        table = prefix_table(prefixes, source)
         sessions: tuple[AnySession, ...] = tuple(
             _multi_session_from_json(r, i, source, table) for i, r in enumerate(rows)
         )
     else:
         sessions = tuple(_session_from_row(r, i, source) for i, r in enumerate(rows))
     validate_sessions(sessions, source)
-    validate_links(sessions, prefixes, source)
+    validate_links(sessions, prefixes, source, isinstance(sessions[0], MultiRoundSession))
     return Plan(sessions, meta, prefixes)
 
 
@@ -790,10 +681,10 @@ def _multi_round_from_table(
         )
     if not table.num_rows:
         raise PlanError(f"{source}: plan has no sessions; generate one with `rearrival plan`")
-    table_of = _prefix_table(prefixes, source)
+    table_of = prefix_table(prefixes, source)
     sessions = tuple(_multi_sessions_from_rows(table.to_pylist(), source, table_of))
     validate_sessions(sessions, source)
-    validate_links(sessions, prefixes, source)
+    validate_links(sessions, prefixes, source, isinstance(sessions[0], MultiRoundSession))
     return Plan(sessions, meta, prefixes)
 
 
@@ -824,7 +715,7 @@ def _json_session(s: MultiRoundSession) -> dict[str, Any]:
         out["after"] = asdict(s.after)
     if s.prefix is not None:
         out["prefix"] = s.prefix
-    return out | {"rounds": [asdict(r) for r in s.rounds]}
+    return out | {"rounds": [_round_row(r) for r in s.rounds]}
 
 
 def write_plan(plan: Plan, path: str | Path) -> Path:

@@ -1,5 +1,5 @@
-"""The pool a workload draws its sessions from (SPEC 17 "Workloads"; docs/DESIGN.md §2
-"Open traffic, shared prefixes and renewal"): a plan file, a folder of plan files, or a
+"""The pool a workload draws its sessions from (docs/DESIGN.md §2 "Open
+traffic, shared prefixes and renewal"): a plan file, a folder of plan files, or a
 TraceLab round trace.
 
 A pool is a multi-round ``Plan``: its sessions (a two-round paper session becomes its two

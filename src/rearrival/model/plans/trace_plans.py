@@ -33,7 +33,7 @@ multi-round plan shape (paper Section II-C generalised; docs/DESIGN.md "Plans"):
   counted, printed and stored in the plan's metadata; a session whose first round
   already overflows is dropped and counted, and an import where nothing fits is refused
   with the way forward (``token_scale`` or a longer context with its KV cost).
-- **shared prefixes** (``prefixes=True``, SPEC 17 "Plans"): one prefix per agent from
+- **shared prefixes** (``prefixes=True``, docs/DESIGN.md §2): one prefix per agent from
   round 0's cached prefix (``trace_prefixes``); every prompt stays the trace's input.
 - **token_scale** multiplies every token count (new and generated, rounded half up, at
   least 1 where the plan needs 1): a labelled what-if for studying a long-context trace

@@ -1,5 +1,5 @@
-"""Shared prefixes of an imported trace (SPEC 17 "Plans"; docs/DESIGN.md "Open traffic,
-shared prefixes and renewal"): the system prompt and tool definitions an agent sends first
+"""Shared prefixes of an imported trace (docs/DESIGN.md §2 "Open traffic, shared
+prefixes and renewal"): the system prompt and tool definitions an agent sends first
 in every session.
 
 A TraceLab round records ``prefix_tokens``, the tokens of its input the provider's prompt

@@ -1,5 +1,5 @@
-"""Open and closed agent traffic from a pool of sessions (SPEC 17 "Workloads"; docs/DESIGN.md
-§2 "Open traffic, shared prefixes and renewal").
+"""Open and closed agent traffic from a pool of sessions (docs/DESIGN.md §2 "Open
+traffic, shared prefixes and renewal").
 
 **Open** (``open_plan``): sessions start over a horizon H by a Poisson process of rate
 lambda sessions/s, by Gamma inter-arrival times of a given coefficient of variation (mean
