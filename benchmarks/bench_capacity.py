@@ -1,5 +1,5 @@
-"""Capacity search speed (README "Capacity for an agent fleet"; SPEC 17 "Interfaces and
-targets"), part of `make bench`.
+"""Capacity search speed (README "Capacity for an agent fleet", "Speed"), part of
+`make bench`.
 
 500 fleet configurations: 125 vLLM configurations (5 KV pools x 5 max_num_seqs x 5 token
 budgets) x 2 fleet sizes x 2 routers, each by bisection on the rate (tolerance 0.02, a

@@ -1,4 +1,4 @@
-# Capacity (SPEC 17 "Latency and SLOs"; docs/DESIGN.md §17): the goodput of every
+# Capacity (docs/DESIGN.md §17): the goodput of every
 # configuration x fleet size x router of the study definition's capacity: section, and
 # with its rate the cheapest fleet and its deployment, so a study can state a capacity
 # prediction before it measures. Exploratory: run only when the section is present

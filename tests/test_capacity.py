@@ -1,4 +1,4 @@
-"""rearrival capacity (SPEC 17 "Latency and SLOs"; docs/DESIGN.md §17 "Capacity"): the
+"""rearrival capacity (docs/DESIGN.md §17 "Capacity"): the
 goodput a row reports meets the SLO on the very plan `plans open` makes at that rate and
 the rate x (1 + 2 x tolerance) does not; a non-monotone curve is flagged; the pick, the
 deployment flags, the files and the one-line refusals."""

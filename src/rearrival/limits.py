@@ -87,7 +87,7 @@ REPLICAS_WHY = "16 engines of the largest pool stay within the 2 GiB bound"
 # Fleets of one capacity search (`rearrival capacity`: configurations x fleet sizes x
 # routers), counted before any is enumerated. Each fleet is about 20 simulations of the
 # horizon (the bracket, the bisection to 2 %, the check above, a 6-rate grid; measured by
-# benchmarks/bench_capacity.py); SPEC 17's target is 500 fleets of one simulated hour in
+# benchmarks/bench_capacity.py); the target is 500 fleets of one simulated hour in
 # 60 s, so ten times that is ten minutes at the target and the most a run should ask for.
 MAX_CAPACITY_FLEETS = 5_000
 CAPACITY_FLEETS_WHY = "each fleet is about 20 simulations of the horizon (bisection and grid)"

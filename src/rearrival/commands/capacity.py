@@ -1,4 +1,4 @@
-"""``rearrival capacity`` (docs/DESIGN.md §17 "Capacity"; SPEC 17 "Latency and SLOs"):
+"""``rearrival capacity`` (docs/DESIGN.md §17 "Capacity"):
 the goodput of every configuration x fleet size x router under a latency SLO, with
 ``--rate`` the cheapest fleet for that rate and what to deploy. The options are parsed and
 checked here; the work is ``rearrival.search.capacity``."""

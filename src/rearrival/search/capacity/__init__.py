@@ -1,4 +1,4 @@
-"""Capacity of agent fleets (SPEC 17 "Latency and SLOs"; docs/DESIGN.md §17): for every
+"""Capacity of agent fleets (docs/DESIGN.md §17): for every
 configuration x fleet size x router of a space, the goodput under a latency SLO (the
 largest session arrival rate whose open plan meets it, by bisection on the rate over the
 same pool and seed), the cheapest fleet for a target rate, and the flags that deploy it.

@@ -1,4 +1,4 @@
-"""Goodput by bisection on the session arrival rate (SPEC 17 "Latency and SLOs").
+"""Goodput by bisection on the session arrival rate (docs/DESIGN.md §17).
 
 Why a separate module: the search is a property of any function "does the run at rate r
 meet the SLO", so it is written and tested once, apart from the simulator.

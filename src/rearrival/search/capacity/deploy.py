@@ -25,7 +25,7 @@ from typing import Any
 
 from rearrival.model.configuration import RblnConfiguration, VllmConfiguration
 
-# vllm-router 0.1.17 --policy for each simulated router (SPEC 17 "Engines and fleets").
+# vllm-router 0.1.17 --policy for each simulated router (docs/DESIGN.md §17, "Deployment").
 ROUTER_POLICIES = {
     "round_robin": "round_robin",
     "least_loaded": "power_of_two",
@@ -45,7 +45,7 @@ POLICY_NOTES = {
 }
 ROUTER_PORT = 30000
 FIRST_PORT = 8000
-# The paper's server (SPEC 17 "The pick for a target"; README "What was measured where"):
+# The paper's server (docs/DESIGN.md §17, "Deployment"):
 # an RBLN-CA25 holds 8 cards recognised as 32 devices.
 RBLN_SERVER_DEVICES = 32
 

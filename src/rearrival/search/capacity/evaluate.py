@@ -1,5 +1,5 @@
-"""One fleet at one rate, and one fleet's whole capacity search (SPEC 17 "Latency and
-SLOs"; docs/DESIGN.md §17 "Capacity").
+"""One fleet at one rate, and one fleet's whole capacity search (docs/DESIGN.md §17
+"Capacity").
 
 At a rate, the open plan is exactly the one ``rearrival plans open --pool POOL --rate R
 --horizon H --seed S`` writes (the same library call on the same pool), served by the

@@ -1,5 +1,5 @@
 """The cheapest fleet for a target rate, with its spread over resampled session pools
-(SPEC 17 "Latency and SLOs", cost; docs/DESIGN.md §17 "Capacity").
+(docs/DESIGN.md §17 "Capacity", the pick).
 
 Every fleet is run at the target rate itself (not read off its goodput, which a
 non-monotone curve would make wrong). Of those that meet the SLO the pick has the fewest

@@ -1,4 +1,4 @@
-"""The fleets a capacity search evaluates (SPEC 17; docs/DESIGN.md §17 "Capacity"):
+"""The fleets a capacity search evaluates (docs/DESIGN.md §17 "Capacity"):
 every configuration x fleet size x router, counted from the axes before any configuration
 is built and refused over ``rearrival.limits.MAX_CAPACITY_FLEETS`` in one line.
 
