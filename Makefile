@@ -100,6 +100,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
 	$(BIN)/python benchmarks/bench_fleet.py
+	$(BIN)/python benchmarks/bench_capacity.py
 
 # A throwaway single-node Slurm cluster on this machine (root; README "Running on a cluster").
 slurm-up:

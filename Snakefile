@@ -43,6 +43,7 @@ include: "rules/decide.smk"
 include: "rules/fixed_arrivals.smk"
 include: "rules/report.smk"
 include: "rules/vllm_report.smk"
+include: "rules/capacity.smk"
 
 
 rule all:

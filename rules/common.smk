@@ -333,6 +333,16 @@ def vllm_report_path():
     return "reports/vllm.md"
 
 
+def capacity_path():
+    """The capacity stage's folder (rules/capacity.smk)."""
+    return f"{RESULTS}/capacity"
+
+
+def capacity_targets():
+    """The capacity folder when the study definition has a capacity: section, else none."""
+    return [] if STUDY.capacity is None else [capacity_path()]
+
+
 def vllm_search_axes(wildcards):
     """The vLLM search's options from the vllm section: the configurations' block size,
     the study's batch sizes as max_num_seqs, the section's pools and budgets, and the
@@ -367,6 +377,7 @@ def final_targets():
         return [
             *[decisions_path(name) for name in STUDY_NAMES],
             vllm_report_path(),
+            *capacity_targets(),
         ]
     return [
         rules.calibrate.output.profile,
@@ -374,4 +385,5 @@ def final_targets():
         search_path("summary.json", search_name()),
         *([rules.injection.output.gaps] if BACKEND.injection else []),
         rules.report.output.html,
+        *capacity_targets(),
     ]

@@ -83,3 +83,17 @@ def check_at_most(option: str, value: int, bound: int, why: str) -> None:
 # MAX_KV_BLOCKS blocks).
 MAX_REPLICAS = 16
 REPLICAS_WHY = "16 engines of the largest pool stay within the 2 GiB bound"
+
+# Fleets of one capacity search (`rearrival capacity`: configurations x fleet sizes x
+# routers), counted before any is enumerated. Each fleet is about 20 simulations of the
+# horizon (the bracket, the bisection to 2 %, the check above, a 6-rate grid; measured by
+# benchmarks/bench_capacity.py); the target is 500 fleets of one simulated hour in
+# 60 s, so ten times that is ten minutes at the target and the most a run should ask for.
+MAX_CAPACITY_FLEETS = 5_000
+CAPACITY_FLEETS_WHY = "each fleet is about 20 simulations of the horizon (bisection and grid)"
+# Rates of the grid each fleet adds to its bisection to see its attainment curve whole.
+MAX_CAPACITY_GRID = 64
+CAPACITY_GRID_WHY = "each grid rate is one more simulation of every fleet"
+# Resampled session pools of `capacity --rate` (one simulation of the pick each).
+MAX_CAPACITY_RESAMPLES = 1_000
+CAPACITY_RESAMPLES_WHY = "each resample is one simulation of the chosen fleet"

@@ -2,7 +2,7 @@
 
 plans: plan, tools build · simulate: simulate · measure: run, channels, emulate-server ·
 rejudge: decide --table · compare: compare (a vLLM run against the predictor) ·
-prereg: prereg, audit, publish · search: search, advise ·
+prereg: prereg, audit, publish · search: search, advise · capacity: capacity ·
 report: tables · rbln: rbln patch/compile · calibrate: calibrate, calibrate-compile ·
 study: ``rearrival study <stage>``, one verb per Snakemake rule, and ``study config`` ·
 values: the ``--values`` option the stage verbs check
@@ -10,6 +10,7 @@ values: the ``--values`` option the stage verbs check
 
 from rearrival.commands import (
     calibrate,
+    capacity,
     compare,
     measure,
     plans,
@@ -30,6 +31,7 @@ ALL_AREAS = (
     rejudge.register,
     prereg.register,
     search.register,
+    capacity.register,
     report.register,
     rbln.register,
     study.register,

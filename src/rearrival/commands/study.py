@@ -358,6 +358,29 @@ def compile_configurations(
         typer.echo(f"{name}: {entry['artifact']}{' (reused)' if entry['reused'] else ''}")
 
 
+def capacity(
+    pool: Annotated[Path, typer.Option("--pool", help="The capacity section's pool.")],
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    values: Values = None,
+    profile: Annotated[
+        Path | None, typer.Option("--profile", help="The capacity section's profile file.")
+    ] = None,
+) -> None:
+    """The capacity stage (docs/DESIGN.md §17): `rearrival capacity` with the options of
+    the study definition's capacity: section, on the files its rule declares."""
+    from rearrival.commands.capacity import CapacityOptionError, capacity_command
+
+    cfg = checked_config(config, "capacity", None, values)
+    if cfg.capacity is None:
+        raise CapacityOptionError(
+            f"{config}: no capacity: section; add one (docs/DESIGN.md §17) to run the stage"
+        )
+    options = cfg.capacity.command_options() | {"pool": pool, "out": out}
+    options["profile"] = profile
+    capacity_command(**options)
+
+
 def show_config(config: Config = DEFAULT_CONFIG) -> None:
     """Print the study definition as the workflow reads it: every key, the defaults of
     the keys the file leaves out filled in (the section models are their one source)."""
@@ -397,6 +420,7 @@ def register(app: typer.Typer) -> None:
         "channels": channels,
         "decide": decide,
         "fixed-arrivals": fixed_arrivals,
+        "capacity": capacity,
         "report": study_report,
         "vllm-tables": vllm_tables,
         "vllm-agreement": vllm_agreement,

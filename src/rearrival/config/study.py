@@ -26,6 +26,7 @@ from rearrival.config.calibration import (
     MeasurementSettings,
     measurement_settings_from_mapping,
 )
+from rearrival.config.capacity import CapacitySettings
 from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
 from rearrival.config.injection import InjectionSettings
@@ -139,6 +140,8 @@ class StudyConfig:
     # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
     witness: str | None = None
     signing_key: Path | None = None
+    # capacity: the `rearrival capacity` stage (docs/DESIGN.md §17); absent: not run
+    capacity: CapacitySettings | None = None
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -282,6 +285,7 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         measurement=measurement,
         witness=(raw.get("witness") or {}).get("remote"),
         signing_key=_signing_key(raw),
+        capacity=CapacitySettings.from_mapping(raw.get("capacity"), source),
     )
 
 
@@ -498,4 +502,6 @@ def effective_definition(cfg: StudyConfig) -> dict[str, Any]:
         out["witness"] = {"remote": cfg.witness}
     if cfg.signing_key is not None:
         out["signing"] = {"key": str(cfg.signing_key)}
+    if cfg.capacity is not None:
+        out["capacity"] = _section(cfg.capacity)
     return out

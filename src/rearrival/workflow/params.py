@@ -112,8 +112,16 @@ def _search(cfg: StudyConfig) -> dict[str, Any]:
 
 def _report(cfg: StudyConfig) -> dict[str, Any]:
     """Everything: the report states the whole definition (descriptions included), every
-    default filled in by the models."""
-    return asdict(cfg)
+    default filled in by the models (the capacity section only when given, so a study
+    without one keeps its digest)."""
+    values = asdict(cfg)
+    if values["capacity"] is None:
+        del values["capacity"]
+    return values
+
+
+def _capacity(cfg: StudyConfig) -> dict[str, Any]:
+    return {"capacity": None if cfg.capacity is None else asdict(cfg.capacity)}
 
 
 # stage -> the values its jobs depend on; per-study stages take the study
@@ -131,6 +139,7 @@ WHOLE: dict[str, Callable[[StudyConfig], dict[str, Any]]] = {
     "calibration": _calibration,
     "search": _search,
     "report": _report,
+    "capacity": _capacity,
 }
 
 
