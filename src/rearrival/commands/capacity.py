@@ -314,9 +314,8 @@ def capacity_command(
     if substrate == "vllm":
         cost, vllm_profile, provenance = _vllm_cost(step_cost, profile)
         space = _vllm_space(options, axes, drawn, vllm_profile)
-        device = None if vllm_profile is None else vllm_profile.device
         model = model or (vllm_profile.model_id if vllm_profile is not None else "MODEL")
-        deploy_args: dict[str, Any] = {"model": model, "device": device}
+        deploy_args: dict[str, Any] = {"model": model}
     else:
         from rearrival.model.configuration import RULE_SETS
         from rearrival.model.cost.profile import load_profile

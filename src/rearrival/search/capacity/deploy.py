@@ -6,10 +6,11 @@ vLLM (0.32.0's ``vllm serve``, flags read in ``vllm/engine/arg_utils.py``):
 ``--max-num-seqs``, ``--num-gpu-blocks-override`` (the pool in blocks, the null block
 included, as ``VllmConfiguration.num_blocks`` counts it), ``--max-num-batched-tokens``,
 ``--block-size``, ``--enable-prefix-caching``, and the CUDA-graph capture sizes as
-``--cudagraph-capture-sizes`` (or ``--enforce-eager`` for none, which the CPU build is
-anyway). The router is vllm-router 0.1.17 (``vllm_router/router_args.py`` of its wheel):
-``--worker-urls`` and ``--policy``, one of its seven; the simulated routers map to
-``ROUTER_POLICIES``; the two that are not the same rule say so in ``POLICY_NOTES``.
+``--cudagraph-capture-sizes`` (or ``--enforce-eager`` for none): the one spelling of
+``rearrival.search.deploy``, which advise prints too. The router is vllm-router 0.1.17
+(``vllm_router/router_args.py`` of its wheel): ``--worker-urls`` and ``--policy``, one of its seven;
+the simulated routers map to ``ROUTER_POLICIES``; the two that are not the same rule say so in
+``POLICY_NOTES``.
 
 RBLN: optimum-rbln's ``from_pretrained`` export arguments of the configuration
 (``rearrival.measure.rbln.CompileConfig``), and how many instances fit the paper's server:
@@ -20,10 +21,15 @@ instance on 4 of them (``ModelSpec.num_devices``).
 from __future__ import annotations
 
 import math
-import shlex
 from typing import Any
 
 from rearrival.model.configuration import RblnConfiguration, VllmConfiguration
+from rearrival.search.deploy import (
+    MODEL_PLACEHOLDER,
+    rbln_compile_args,
+    shell_line,
+    vllm_serve_args,
+)
 
 # vllm-router 0.1.17 --policy for each simulated router (docs/DESIGN.md §17, "Deployment").
 ROUTER_POLICIES = {
@@ -50,45 +56,24 @@ FIRST_PORT = 8000
 RBLN_SERVER_DEVICES = 32
 
 
-def vllm_serve_flags(configuration: VllmConfiguration, device: str | None) -> list[str]:
-    """The ``vllm serve`` flags of ``configuration``; ``device`` (cpu, gpu, None unknown)
-    decides how no capture sizes are spelled (nothing on the CPU build, else eager)."""
-    flags = [
-        "--max-num-seqs",
-        str(configuration.batch_size),
-        "--num-gpu-blocks-override",
-        str(configuration.num_blocks),
-        "--max-num-batched-tokens",
-        str(configuration.max_num_batched_tokens),
-        "--block-size",
-        str(configuration.block_size),
-        "--enable-prefix-caching",
-    ]
-    if configuration.buckets:
-        flags += ["--cudagraph-capture-sizes", *map(str, configuration.buckets)]
-    elif device != "cpu":
-        flags.append("--enforce-eager")
-    return flags
-
-
 def vllm_deployment(
     configuration: VllmConfiguration,
     replicas: int,
     router: str,
     *,
-    model: str = "MODEL",
-    device: str | None = None,
+    model: str = MODEL_PLACEHOLDER,
     host: str = "127.0.0.1",
 ) -> dict[str, Any]:
-    """Every command line of the fleet: one ``vllm serve`` per replica (port 8000 + i),
-    and the router over them (skipped for one replica, which needs none)."""
-    flags = vllm_serve_flags(configuration, device)
+    """Every command line of the fleet: one ``vllm serve`` per replica (port 8000 + i, the
+    flags of ``rearrival.search.deploy.vllm_serve_args``), and the router over them
+    (skipped for one replica, which needs none)."""
+    serve = vllm_serve_args(configuration, model=model)
+    flags = serve[3:]  # after `vllm serve MODEL`
     serves = [
-        shlex.join(["vllm", "serve", model, "--port", str(FIRST_PORT + i), *flags])
-        for i in range(replicas)
+        shell_line([*serve[:3], "--port", str(FIRST_PORT + i), *flags]) for i in range(replicas)
     ]
     urls = [f"http://{host}:{FIRST_PORT + i}" for i in range(replicas)]
-    router_line = shlex.join(
+    router_line = shell_line(
         [
             "vllm-router",
             "--worker-urls",
@@ -136,24 +121,14 @@ def rbln_deployment(
         "substrate": "rbln",
         "optimum_rbln_from_pretrained": compile_config.from_pretrained_kwargs(),
         "kv_slots": configuration.slots,
-        "rearrival_compile": shlex.join(
-            [
-                "rearrival",
-                "rbln",
-                "compile",
-                "--model",
-                compile_config.model,
-                "--batch-size",
-                str(configuration.batch_size),
-                "--buckets",
-                ",".join(map(str, configuration.buckets)),
-                "--max-seq-len",
-                str(compile_config.max_seq_len),
-                "--num-devices",
-                str(devices),
-                "--artifacts",
-                "ARTIFACTS",
-            ]
+        "rearrival_compile": shell_line(
+            rbln_compile_args(
+                configuration,
+                model=compile_config.model,
+                max_seq_len=compile_config.max_seq_len,
+                num_devices=devices,
+                artifacts="ARTIFACTS",
+            )
         ),
         "devices_per_instance": devices,
         "instances_per_server": per_server,

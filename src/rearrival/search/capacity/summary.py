@@ -26,7 +26,7 @@ MONOTONE_RULE = (
 class Basis:
     """What the answer rests on besides the run itself: the pool as the user named it,
     the substrate, the trace pool's token scale, the grid, the cost model's provenance,
-    what the deployment lines need (model, device) and the ``plans open`` line that
+    what the deployment lines need (the model) and the ``plans open`` line that
     rebuilds a row's plan (``{rate}`` to fill)."""
 
     pool_path: str
