@@ -3,19 +3,6 @@
 # with its rate the cheapest fleet and its deployment, so a study can state a capacity
 # prediction before it measures. Exploratory: run only when the section is present
 # (final_targets), never registered by this rule.
-import shlex
-
-
-def capacity_pool(wildcards):
-    return STUDY.capacity.pool
-
-
-def capacity_profile(wildcards):
-    return [] if STUDY.capacity.profile is None else [STUDY.capacity.profile]
-
-
-def capacity_profile_option(wildcards, input):
-    return f"--profile {shlex.quote(input.profile[0])}" if input.profile else ""
 
 
 rule capacity:

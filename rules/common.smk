@@ -6,6 +6,7 @@
 # says which values each stage uses, rearrival.vocabulary.BACKEND_STAGES what runs on
 # the configured backend.
 import os
+import shlex
 from pathlib import Path
 
 from rearrival.config.calibration import CALIBRATED, PUBLISHED, exploratory_profile
@@ -387,3 +388,18 @@ def final_targets():
         rules.report.output.html,
         *capacity_targets(),
     ]
+
+
+# --- capacity (rules/capacity.smk) ---
+
+
+def capacity_pool(wildcards):
+    return STUDY.capacity.pool
+
+
+def capacity_profile(wildcards):
+    return [] if STUDY.capacity.profile is None else [STUDY.capacity.profile]
+
+
+def capacity_profile_option(wildcards, input):
+    return f"--profile {shlex.quote(input.profile[0])}" if input.profile else ""
