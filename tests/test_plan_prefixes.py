@@ -27,8 +27,8 @@ from rearrival.model.plans.plan import (
     write_plan,
 )
 from rearrival.model.plans.plangen import generate_multi_round_plan, generate_plan
-from rearrival.model.simulator.sim_inputs import plan_arrays
-from rearrival.model.simulator.sim_types import SimConfig
+from rearrival.model.simulator.rbln.inputs import plan_arrays
+from rearrival.model.simulator.rbln.result import SimConfig
 
 PREFIXES = (Prefix("agent-a", 1500), Prefix("agent-b", 40))
 

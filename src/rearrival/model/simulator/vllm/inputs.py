@@ -26,8 +26,8 @@ from typing import Any
 
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import VllmConfiguration
-from rearrival.model.simulator.sim_inputs import plan_arrays
-from rearrival.model.simulator.sim_types import PlanArrays, SimConfig
+from rearrival.model.simulator.rbln.inputs import plan_arrays
+from rearrival.model.simulator.rbln.result import PlanArrays, SimConfig
 
 
 class VllmPlanError(RearrivalError, ValueError):
@@ -88,7 +88,7 @@ _VLLM_INPUTS: dict[tuple[int, int], tuple[PlanArrays, VllmInputs]] = {}
 
 
 def vllm_inputs(plan: Any, block_size: int) -> VllmInputs:
-    """The plan's per-request lists (``sim_inputs.plan_arrays``, cached per plan) and its
+    """The plan's per-request lists (``rbln.inputs.plan_arrays``, cached per plan) and its
     chain identities for ``block_size``, cached per plan and block size (a search runs
     each plan on many configurations); callers treat them as read-only."""
     arrays = plan_arrays(plan, SimConfig())

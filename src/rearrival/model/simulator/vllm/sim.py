@@ -39,7 +39,7 @@ from rearrival.model.simulator.vllm.result import RawRun, VllmResult
 CORES = ("auto", "compiled", "python")
 # A process's first calls run the Python core: loading numba and the cached machine code
 # costs more than a one-off `rearrival simulate` spends simulating (as for RBLN,
-# rearrival.model.simulator.sim). Both cores give the same bits.
+# rearrival.model.simulator.rbln.sim). Both cores give the same bits.
 PYTHON_FIRST_CALLS = 8
 _CALLS = [0]
 _LOADED: list[Any] = []

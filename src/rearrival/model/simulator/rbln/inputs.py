@@ -1,4 +1,4 @@
-"""What the predictor's cores read, computed once and cached (``rearrival.model.simulator.sim``).
+"""What the predictor's cores read, computed once and cached (``sim``).
 
 The search runs each plan on thousands of configurations and ``simulate`` callers often
 build a fresh ``SimConfig`` per call, so per-plan work (``plan_arrays``,
@@ -20,7 +20,7 @@ import numpy as np
 
 from rearrival.model.buckets import select_bucket
 from rearrival.model.cost.profile import Profile
-from rearrival.model.simulator.sim_types import (
+from rearrival.model.simulator.rbln.result import (
     PlanArrays,
     SimConfig,
     SimConfigError,
@@ -219,8 +219,8 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
     entry = _CORE_INPUTS.get(id(plan))
     if entry is not None and entry[0] is plan and entry[1] is profile:
         return entry[2]
-    # Lazy: simcore imports numba, 0.22 s measured; the Python core never needs it.
-    from rearrival.model.simulator.simcore import fits_int64
+    # Lazy: the compiled core imports numba, 0.22 s measured; the Python core never needs it.
+    from rearrival.model.simulator.rbln.core import fits_int64
 
     arrays = plan_arrays(plan, SimConfig())
     miss_cost, pair_off, pair_reuse, pair_cost, _ = request_tables(plan, arrays, profile)

@@ -1,13 +1,13 @@
-"""Compiled event loop of the predictor (paper Section IV), for ``rearrival.model.simulator.sim``.
+"""Compiled event loop of the predictor (paper Section IV), for ``sim``.
 
-This is the loop of ``rearrival.model.simulator.sim_event.simulate_python`` written on flat numpy
+This is the loop of ``event.simulate_python`` written on flat numpy
 arrays and compiled with numba (``cache=True``: the machine code is kept on disk next to
 this file, so only the first process after an install pays the compile). The rules, the documented
 choices and the order of every floating-point operation are the same as the Python core,
-so both give the same bits; ``rearrival.model.simulator.sim_reference`` is the plain oracle both are
+so both give the same bits; ``reference`` is the plain oracle both are
 tested against (``tests/test_sim_equivalence.py``).
 
-State (see ``rearrival.model.simulator.kvslots`` for the cache model it writes out):
+State (see ``slots`` for the cache model it writes out):
 
 * int heaps on arrays: ``free`` slots (lowest index first), ``evictable`` eviction keys
   ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
@@ -20,9 +20,9 @@ State (see ``rearrival.model.simulator.kvslots`` for the cache model it writes o
   ``owner[slot_of[j]] == j`` (the Python core compares the entry's identity).
 * the waiting queue is a heap of request ids in the same (arrival time, rid) order:
   first in, first out, except that a fixed arrival time earlier than the completion that
-  let the request be queued places it by that time (``rearrival.model.simulator.sim`` variant a).
+  let the request be queued places it by that time (``sim`` variant a).
 
-No validation happens here: ``rearrival.model.simulator.sim`` validates plan and configuration once
+No validation happens here: ``sim`` validates plan and configuration once
 and converts them to arrays (cached per plan and per configuration), and checks that the
 integer keys cannot overflow (``fits_int64``), else it runs the Python core.
 """
@@ -180,7 +180,7 @@ def run(
 ):
     """One simulation. Inputs (read only):
 
-    per request id (``rearrival.model.simulator.sim_types.PlanArrays``): gen, gap (tool gap after
+    per request id (``result.PlanArrays``): gen, gap (tool gap after
     the round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
     time, -1 on a session's last round), start (round 0: the session's start), follower
     (on a session's last round: the round 0 rid of the session renewing it, else -1) and
@@ -188,7 +188,7 @@ def run(
     start; a renewed session's round 0 is sent by its leader's last round, docs/DESIGN.md §16);
     fixed (empty: re-arrival = completion + gap; it never covers a renewed round 0);
     miss_cost, pair_off and the flat pair_reuse/pair_cost
-    (``rearrival.model.simulator.sim_inputs.request_tables``); step_s[n] for n = 0..batch.
+    (``inputs.request_tables``); step_s[n] for n = 0..batch.
     Outputs are written into the caller's arrays:
 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
@@ -501,7 +501,7 @@ def run_plan(
     records,
     record,
 ):
-    """``run`` on a plan's arrays (``rearrival.model.simulator.sim_inputs.core_inputs``: ints rows
+    """``run`` on a plan's arrays (``inputs.core_inputs``: ints rows
     prompt, gen, round, pair_off, next_fixed, follower, starts; floats rows gap, miss_cost,
     start, follow_gap; the flat pair_reuse and pair_cost), with the per-request scratch
     (req_f, req_i, work, hist) and the record tables (st_i, st_f, ev_f, ev_i) as tuples."""
@@ -594,7 +594,7 @@ def run_summary(
     """One simulation, scalars and histogram only (what ``summary()`` reads).
 
     ``ints``, ``floats``, ``pair_reuse``, ``pair_cost`` as ``run_plan`` reads them
-    (``rearrival.model.simulator.sim_inputs.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
+    (``inputs.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
     prefill_total, interference, makespan, decode_total, reuse_hits, computed prefill
     tokens of re-arrivals, decode steps, sum of b x steps, sum of n x steps).
     """
@@ -688,9 +688,9 @@ def run_records(
 
 
 def warm_up() -> None:
-    """Compile every kernel once for the argument types ``rearrival.model.simulator.sim`` and the
+    """Compile every kernel once for the argument types ``sim`` and the
     search pass, filling the on-disk cache (``make`` runs this after installing)."""
-    # one session of two rounds (rearrival.model.simulator.sim_inputs.core_inputs's layout)
+    # one session of two rounds (rearrival.model.simulator.rbln.inputs.core_inputs's layout)
     ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1], [-1, -1], [1, 0]], dtype=np.int64)
     floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0], [0.0, 0.0]])
     pairs = (np.array([128], dtype=np.int64), np.array([0.02]))

@@ -1,4 +1,4 @@
-"""The predictor's configuration and result types (``rearrival.model.simulator.sim``, docs/DESIGN.md
+"""The predictor's configuration and result types (``sim``, docs/DESIGN.md
 §4).
 
 ``SimConfig`` validates one configuration and simulator variant; ``PlanArrays`` is a plan
@@ -21,7 +21,7 @@ from rearrival.model.buckets import (
     select_bucket,
     slots_problem,
 )
-from rearrival.model.simulator.kvslots import NO_OWNER, Eviction
+from rearrival.model.simulator.rbln.slots import NO_OWNER, Eviction
 from rearrival.vocabulary import DUMMY_BLOCKS, EVICTION_CAUSES, RELEASES
 
 
