@@ -203,7 +203,7 @@ def test_rearrival_run_refuses_bad_slots_in_one_line_exit_2(tmp_path, monkeypatc
 
 # The simulator's config is a configuration plus the rule variant; model/configuration.py
 # builds it (``sim_config``) and so cannot be imported by it.
-ALLOWED = {("model/simulator/rbln/result.py", "SimConfig")}
+ALLOWED = {("model/simulator/rbln/config.py", "SimConfig")}
 
 
 def test_no_parallel_configuration_type() -> None:

@@ -180,7 +180,7 @@ def run(
 ):
     """One simulation. Inputs (read only):
 
-    per request id (``result.PlanArrays``): gen, gap (tool gap after
+    per request id (``rearrival.model.simulator.plan_arrays.PlanArrays``): gen, gap (tool gap after
     the round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
     time, -1 on a session's last round), start (round 0: the session's start), follower
     (on a session's last round: the round 0 rid of the session renewing it, else -1) and

@@ -27,8 +27,9 @@ from heapq import heappop, heappush
 from typing import Any
 
 from rearrival.model.cost.profile import Profile
-from rearrival.model.simulator.rbln.inputs import plan_arrays, request_tables, step_table
-from rearrival.model.simulator.rbln.result import SimConfig, SimResult
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.inputs import checked_arrays, request_tables, step_table
+from rearrival.model.simulator.rbln.result import SimResult
 from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
@@ -43,7 +44,7 @@ class RblnEngine:
     tolerance_s = ARRIVAL_TOLERANCE_S  # an arrival at a counts at a boundary >= a - this
 
     def __init__(self, plan: Any, config: SimConfig, profile: Profile, stepwise: bool = False):
-        arrays = plan_arrays(plan, config)
+        arrays = checked_arrays(plan, config)
         self.arrays = arrays
         self.config = config
         self.stepwise = stepwise

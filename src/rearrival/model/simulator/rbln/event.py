@@ -13,8 +13,9 @@ from heapq import heapify, heappop, heappush
 from typing import Any
 
 from rearrival.model.cost.profile import Profile
-from rearrival.model.simulator.rbln.inputs import plan_arrays, request_tables, step_table
-from rearrival.model.simulator.rbln.result import SimConfig, SimResult
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.inputs import checked_arrays, request_tables, step_table
+from rearrival.model.simulator.rbln.result import SimResult
 from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
@@ -29,7 +30,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     order)."""
     # Per-plan and per-configuration work is cached (plan_arrays, request_tables,
     # step_table) and the loop below works on locals.
-    arrays = plan_arrays(plan, config)
+    arrays = checked_arrays(plan, config)
     prompt, gen, gap = arrays.prompt, arrays.gen, arrays.gap
     round_of, next_fixed = arrays.round_of, arrays.next_fixed
     follower, follow_gap = arrays.follower, arrays.follow_gap

@@ -26,8 +26,9 @@ from typing import Any
 
 from rearrival.model.buckets import select_bucket
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.simulator.rbln.inputs import plan_arrays
-from rearrival.model.simulator.rbln.result import REQUEST_COLUMNS, SimConfig, SimResult
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.inputs import checked_arrays
+from rearrival.model.simulator.rbln.result import REQUEST_COLUMNS, SimResult
 from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
@@ -62,7 +63,7 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
     """Step-by-step simulation with the same inputs and result type as ``sim.simulate``."""
     if profile is None:
         profile = measured_profile()
-    arrays = plan_arrays(plan, config)
+    arrays = checked_arrays(plan, config)
     requests = [
         _Request(rid, *fields)
         for rid, fields in enumerate(

@@ -86,7 +86,7 @@ on flat arrays (``core``, machine code cached on disk), which
 configurations of one plan per call (``core.run_batch``). Tests hold both to the
 reference and to each other bit for bit.
 
-Modules: ``result`` (SimConfig, PlanArrays, SimResult and its records),
+Modules: ``config`` (SimConfig), ``result`` (SimResult and its records),
 ``inputs`` (the per-plan and per-configuration tables the cores read, cached),
 ``event`` (the Python loop), ``core`` (the compiled loop); this one picks the core.
 """
@@ -97,9 +97,15 @@ import warnings
 from typing import Any
 
 from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.simulator.rbln.config import SimConfig, SimConfigError
 from rearrival.model.simulator.rbln.event import simulate_python
-from rearrival.model.simulator.rbln.inputs import core_inputs, fixed_array, plan_arrays, step_entry
-from rearrival.model.simulator.rbln.result import SimConfig, SimConfigError, SimResult
+from rearrival.model.simulator.rbln.inputs import (
+    checked_arrays,
+    core_inputs,
+    fixed_array,
+    step_entry,
+)
+from rearrival.model.simulator.rbln.result import SimResult
 
 __all__ = [
     "CORES",
@@ -157,7 +163,7 @@ def simulate(
     """
     if profile is None:
         profile = measured_profile()
-    plan_arrays(plan, config)  # validates fixed_arrivals against the plan
+    checked_arrays(plan, config)  # validates fixed_arrivals against the plan
     if core not in CORES:
         raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
     if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
