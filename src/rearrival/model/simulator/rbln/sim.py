@@ -97,6 +97,7 @@ import warnings
 from typing import Any
 
 from rearrival.model.cost.profile import Profile, measured_profile
+from rearrival.model.simulator.cores import CORES, CoreChoice
 from rearrival.model.simulator.rbln.config import SimConfig, SimConfigError
 from rearrival.model.simulator.rbln.event import simulate_python
 from rearrival.model.simulator.rbln.inputs import (
@@ -108,7 +109,7 @@ from rearrival.model.simulator.rbln.inputs import (
 from rearrival.model.simulator.rbln.result import SimResult
 
 __all__ = [
-    "CORES",
+    "CORE_CHOICE",
     "PYTHON_FIRST_CALLS",
     "SimConfig",
     "SimConfigError",
@@ -117,35 +118,17 @@ __all__ = [
     "simulate",
 ]
 
-
-_CORE: list[
-    Any
-] = []  # [rearrival.model.simulator.rbln.core] once imported; [None] if numba is unusable
+# A process's first calls run the Python core (rearrival.model.simulator.cores): loading
+# numba and the cached machine code costs about 1.2 s, more than a one-off
+# `rearrival simulate` spends simulating.
+PYTHON_FIRST_CALLS = 32
+CORE_CHOICE = CoreChoice("rearrival.model.simulator.rbln.core", PYTHON_FIRST_CALLS)
 
 
 def compiled_core() -> Any:
-    """The compiled core module, or None (with one warning) when numba cannot be imported."""
-    if not _CORE:
-        try:
-            from rearrival.model.simulator.rbln import core
-        except ImportError as exc:  # e.g. a numpy that numba does not support yet
-            warnings.warn(
-                f"compiled simulator core unavailable ({exc}); running the Python "
-                "core, same results, about 20x slower",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            core = None
-        _CORE.append(core)
-    return _CORE[0]
-
-
-# A process's first calls run the Python core: loading numba and the cached machine code
-# costs about 1.2 s, more than a one-off `rearrival simulate` spends simulating. Both
-# cores give the same bits (tests/test_sim_equivalence.py), so only the speed differs.
-PYTHON_FIRST_CALLS = 32
-CORES = ("auto", "compiled", "python")
-_CALLS = [0]
+    """The compiled core module (``core``), or None (with one warning) when numba cannot
+    be imported."""
+    return CORE_CHOICE.compiled()
 
 
 def simulate(
@@ -166,10 +149,9 @@ def simulate(
     checked_arrays(plan, config)  # validates fixed_arrivals against the plan
     if core not in CORES:
         raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
-    if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
-        _CALLS[0] += 1
+    if CORE_CHOICE.runs_python(core):
         return simulate_python(plan, config, profile)
-    core_module = compiled_core()
+    core_module = CORE_CHOICE.compiled()
     inputs = core_inputs(plan, profile)
     if (
         core_module is None
