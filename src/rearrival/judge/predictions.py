@@ -1,5 +1,5 @@
 """What the simulator predicts for a study (paper Section IV): one summary per plan x
-condition x simulator variant (``rearrival.model.simulator.rbln.sim.RULE_SETS``), and the
+condition x simulator variant (``rearrival.vocabulary.RULE_SETS``), and the
 registered simulator's per-request records and evictions (the timeline figure draws them).
 
 The predict stage writes these tables with the study's profile and the preregistration
