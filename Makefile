@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	# on-disk cache (about 10 s each), so the first `rearrival simulate` or search of a
 	# fresh checkout does not pay it
 	@echo "make: compiling the simulator cores once with numba (30-70 s)"
-	$(BIN)/python -c "from rearrival.model.simulator.simcore import warm_up; warm_up()"
+	$(BIN)/python -c "from rearrival.model.simulator.rbln.core import warm_up; warm_up()"
 	$(BIN)/python -c "from rearrival.model.simulator.vllm.core import warm_up; warm_up()"
 	$(BIN)/python -c "from rearrival.model.simulator.vllm.fleet_core import warm_up; warm_up()"
 	touch $(STAMP)

@@ -36,7 +36,7 @@ import yaml
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import load_study_config
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 from rearrival.search.candidates import baseline_of, enumerate_candidates, search_candidates
 from rearrival.search.evaluate import evaluate, pool_workers
 from rearrival.search.inputs import make_plans

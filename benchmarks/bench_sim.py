@@ -1,7 +1,7 @@
 """Predictor speed (README "Speed"), figures 1 and 2 of `make bench`, as ratios in one run.
 
 1. Single call: ``simulate(plan, SimConfig(...)).summary()`` against
-   ``rearrival.model.simulator.sim_reference`` on the mixed workload of issue 12: 45 plans, N in
+   ``rearrival.model.simulator.rbln.reference`` on the mixed workload of issue 12: 45 plans, N in
    {3,4,5,6,7,8,10,12,16}, 5 plans each (TraceLab-mixture tool waits, the default plan
    generator), each on 5 configurations ({1,2,4,8}@8, {1,2,4,8,16}@16,
    {1,4,6,8,10,16}@16, {1,2,4,6,8}@8, {1,3,5,12}@12), all in one process. Each side
@@ -9,7 +9,7 @@
    pass CPU time of the reference over that of the core (target >= 120x,
    about 100x the authors' own simulator, which runs 1.2x our reference).
 2. Batch evaluation: every one of the paper's 2,077 search candidates on each plan of the
-   mix in one compiled call per plan (``rearrival.model.simulator.simcore.run_batch``, no re-use),
+   mix in one compiled call per plan (``rearrival.model.simulator.rbln.core.run_batch``, no re-use),
    per simulation, against the reference on a random sample of the same (plan, candidate)
    pairs (target >= 600x).
 3. Multi-round: simulations per second of ``simulate`` and the ratio to the reference on
@@ -61,9 +61,9 @@ from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round
 from rearrival.model.plans.plangen import generate_plan
 from rearrival.model.plans.tools import default_tool_table
-from rearrival.model.simulator.sim import SimConfig, compiled_core, simulate
-from rearrival.model.simulator.sim_inputs import core_inputs
-from rearrival.model.simulator.sim_reference import simulate_reference
+from rearrival.model.simulator.rbln.inputs import core_inputs
+from rearrival.model.simulator.rbln.reference import simulate_reference
+from rearrival.model.simulator.rbln.sim import SimConfig, compiled_core, simulate
 from rearrival.model.simulator.vllm import oracle as vllm_oracle
 from rearrival.model.simulator.vllm.reference import (
     simulate_reference as simulate_vllm_reference,

@@ -33,7 +33,7 @@ from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
 from rearrival.model.cost.profile import load_profile, measured_profile
 from rearrival.model.plans.plangen import derive_seed
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 from rearrival.search.run import select
 from rearrival.workflow.plans import study_plan
 

@@ -19,7 +19,7 @@ from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import write_plan
 from rearrival.model.plans.plangen import MultiRoundSpec, generate_multi_round_plan
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 from rearrival.search.advise import (
     advise,
     full_reuse_tokens,

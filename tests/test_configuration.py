@@ -25,7 +25,7 @@ from rearrival.model.configuration import (
     configuration_from_mapping,
     configuration_in_record,
 )
-from rearrival.model.simulator.sim import SimConfig, SimConfigError
+from rearrival.model.simulator.rbln.sim import SimConfig, SimConfigError
 from rearrival.search.candidates import candidate_record, enumerate_candidates
 from rearrival.vocabulary import RULE_SETS
 
@@ -203,7 +203,7 @@ def test_rearrival_run_refuses_bad_slots_in_one_line_exit_2(tmp_path, monkeypatc
 
 # The simulator's config is a configuration plus the rule variant; model/configuration.py
 # builds it (``sim_config``) and so cannot be imported by it.
-ALLOWED = {("model/simulator/sim_types.py", "SimConfig")}
+ALLOWED = {("model/simulator/rbln/config.py", "SimConfig")}
 
 
 def test_no_parallel_configuration_type() -> None:

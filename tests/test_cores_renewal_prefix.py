@@ -26,9 +26,9 @@ from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.plans.plan import After, MultiRoundSession, Plan, PlanMeta, Prefix, Round
-from rearrival.model.simulator.sim import SimConfig, simulate
-from rearrival.model.simulator.sim_event import simulate_python
-from rearrival.model.simulator.sim_reference import simulate_reference
+from rearrival.model.simulator.rbln.event import simulate_python
+from rearrival.model.simulator.rbln.reference import simulate_reference
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.model.simulator.vllm import event
 from rearrival.model.simulator.vllm.engine import Engine
 from rearrival.model.simulator.vllm.inputs import vllm_inputs

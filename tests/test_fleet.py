@@ -24,7 +24,7 @@ from rearrival.model.fleet.latency import Slo, SloError, attainment, latency, pe
 from rearrival.model.fleet.routers import ROUTERS, RouterError, make_router
 from rearrival.model.fleet.simulate import simulate_fleet
 from rearrival.model.plans.plan import After, MultiRoundSession, Plan, Round, write_plan
-from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.model.simulator.vllm.inputs import VllmPlanError
 from rearrival.model.simulator.vllm.sim import simulate_vllm
 

@@ -27,8 +27,7 @@ from rearrival.model.plans.plan import (
     write_plan,
 )
 from rearrival.model.plans.plangen import generate_multi_round_plan, generate_plan
-from rearrival.model.simulator.sim_inputs import plan_arrays
-from rearrival.model.simulator.sim_types import SimConfig
+from rearrival.model.simulator.plan_arrays import plan_arrays
 
 PREFIXES = (Prefix("agent-a", 1500), Prefix("agent-b", 40))
 
@@ -129,7 +128,7 @@ def test_variants_keep_prefixes_and_renewal_gaps() -> None:
 
 
 def test_the_simulator_inputs_see_the_links() -> None:
-    arrays = plan_arrays(linked_plan(), SimConfig())
+    arrays = plan_arrays(linked_plan())
     assert arrays.prefix_of == [0, 1, 0, -1] and arrays.prefix_tokens == [1500, 40, 1500, 0]
     assert arrays.leader == [-1, -1, 0, 2]
     assert arrays.follower[1] == 4 and arrays.follower[5] == 6
@@ -294,5 +293,4 @@ def test_a_prefix_is_part_of_round_0_s_prompt_for_the_simulator() -> None:
         for s in plan.sessions
     )
     assert [s.prompts() for s in inlined] == [s.prompts() for s in plan.sessions]
-    config = SimConfig()
-    assert plan_arrays(Plan(inlined), config).prompt == plan_arrays(plan, config).prompt
+    assert plan_arrays(Plan(inlined)).prompt == plan_arrays(plan).prompt

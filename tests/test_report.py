@@ -328,7 +328,7 @@ def test_templates_and_code_hold_no_paper_numbers():
 def test_fixed_arrivals_at_the_simulated_times_reproduce_the_full_simulator(small_plan):
     """Oracle: pinning re-arrivals at the times the full simulator computes changes
     nothing, so the fixed-arrival path differs only through the arrivals it is given."""
-    from rearrival.model.simulator.sim import SimConfig, simulate
+    from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 
     conf = RblnConfiguration((1, 2, 4), 4, name="baseline")
     full = simulate(small_plan, SimConfig(buckets=(1, 2, 4), batch_size=4))

@@ -20,7 +20,7 @@ from rearrival.config.search import SearchError, SearchSettings
 from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import ProfileError, measured_profile
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 from rearrival.parquet import write_frame
 from rearrival.search import evaluate as evaluate_module
 from rearrival.search.candidates import (
@@ -522,13 +522,14 @@ def test_cli_search_options_override_the_config(tmp_path: Path) -> None:
 
 def test_batch_scores_without_the_compiled_core_are_the_same(monkeypatch) -> None:
     """No numba: the search falls back to the Python core and gets the same outcomes."""
-    import rearrival.model.simulator.sim as sim
+    import rearrival.model.simulator.rbln.sim as sim
 
     settings = SearchSettings(n=(6,), seeds=1, blocks=1, restricted_n=())
     plan = make_plan(plan_keys(settings)[0], settings, 9, None)
     arrays = CandidateArrays(enumerate_candidates((8, 10), 3), measured_profile())
     compiled = score_plan(plan, arrays)
-    monkeypatch.setattr(sim, "_CORE", [None])
+    monkeypatch.setattr(sim.CORE_CHOICE, "loaded", True)  # as when numba cannot be imported
+    monkeypatch.setattr(sim.CORE_CHOICE, "module", None)
     fallback = score_plan(plan, arrays)
     assert (fallback.times == compiled.times).all()
     assert (fallback.counts == compiled.counts).all()

@@ -26,7 +26,7 @@ from rearrival.model.plans.plan import (
     load_plan,
     write_plan,
 )
-from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, SimConfigError, simulate
 
 # The keys of SimResult.summary(), in order (the record schema of the predictions).
 SUMMARY_KEYS = (

@@ -3,7 +3,7 @@
 Integer outputs (steps, histogram, reuse, tokens, slots, evictions, stretch shapes) must
 match exactly; times to 1e-9 relative, because the core multiplies a step time by a
 stretch length where the reference adds it step by step. The compiled core
-(``rearrival.model.simulator.simcore``, what ``simulate`` runs) and the Python event core it
+(``rearrival.model.simulator.rbln.core``, what ``simulate`` runs) and the Python event core it
 compiles must agree bit for bit, since the search's outputs may not depend on which one ran.
 Both on two-round plans and on multi-round plans with staggered session starts, under
 every rule set (release x dummy block x fixed arrivals); the default suite runs a few
@@ -22,9 +22,9 @@ from conftest import random_plan
 
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session
-from rearrival.model.simulator.sim import SimConfig, SimResult, simulate
-from rearrival.model.simulator.sim_event import simulate_python
-from rearrival.model.simulator.sim_reference import simulate_reference
+from rearrival.model.simulator.rbln.event import simulate_python
+from rearrival.model.simulator.rbln.reference import simulate_reference
+from rearrival.model.simulator.rbln.sim import SimConfig, SimResult, simulate
 
 # bucket sets chosen so that many n fall between buckets, plus single-bucket grids
 BUCKET_SETS = [
@@ -185,7 +185,7 @@ def test_auto_core_gives_the_compiled_bits():
 
 def test_pre_evict_under_deferred_release_gives_the_base_results():
     """Deferred + pre-evict == deferred + off on random plans (documented in
-    ``rearrival.model.simulator.sim``): the slot pre-evict frees is the one the next admission would
+    ``rbln.sim``): the slot pre-evict frees is the one the next admission would
     have evicted, with no look-up in between, so only the eviction records differ."""
     rng = random.Random(77)
     profile = measured_profile()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rearrival.model.cost.profile import measured_profile
-from rearrival.model.simulator.kvslots import NO_OWNER, SlotPool
+from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 
 REUSE = measured_profile().reusable_tokens
 

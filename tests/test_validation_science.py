@@ -14,7 +14,7 @@ from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.records import RunRecord
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plangen import derive_seed, generate_plan
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 
 BASELINE = RblnConfiguration((1, 2, 4, 8), 8)
 MORE_SLOTS = RblnConfiguration((1, 2, 4, 8, 16), 16)

@@ -16,7 +16,7 @@ from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.fleet.routers import ROUTERS
 from rearrival.model.fleet.simulate import FleetCoreError, simulate_fleet
 from rearrival.model.plans.plan import After, MultiRoundSession, Plan, Prefix, Round
-from rearrival.model.simulator.sim import SimConfig
+from rearrival.model.simulator.rbln.sim import SimConfig
 from rearrival.model.simulator.vllm import fleet_core
 from rearrival.model.simulator.vllm.inputs import VllmPlanError, vllm_inputs
 from rearrival.model.simulator.vllm.sim import simulate_vllm

@@ -51,7 +51,7 @@ def _without_fields(message: str) -> str:
 
 def parse_buckets(text: str, option: str = "--buckets") -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8); anything else is a one-line error naming the option."""
-    from rearrival.model.simulator.sim import SimConfigError
+    from rearrival.model.simulator.rbln.sim import SimConfigError
 
     try:
         return tuple(int(part) for part in text.split(","))
@@ -98,7 +98,7 @@ def _simulate_rbln(
 ) -> None:
     from rearrival.commands.profile import profile_for_config
     from rearrival.model.plans.plan import check_context
-    from rearrival.model.simulator.sim import SimConfig, SimConfigError, simulate
+    from rearrival.model.simulator.rbln.sim import SimConfig, SimConfigError, simulate
 
     knobs = {name: options[name] for name in RBLN_DEFAULTS} | {
         name: RBLN_DEFAULTS[name] for name in RBLN_DEFAULTS if options[name] is None

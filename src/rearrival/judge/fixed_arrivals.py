@@ -6,7 +6,7 @@ configuration it simulates (the feedback path of Section III-D). The fixed-arriv
 variant instead pins each session's re-arrival at the send time observed in the
 BASELINE run of the same replicate (``SimConfig.fixed_arrivals``; as in the authors'
 simulator, the pinned time is the arrival and the waiting queue is kept in (arrival,
-session, round) order, see ``rearrival.model.simulator.sim``). Every configuration of
+session, round) order, see ``rearrival.model.simulator.rbln.sim``). Every configuration of
 the study is simulated with those pinned times, so a ratio of two rows compares like
 with like; the report sums them over replicates, like every ratio in the paper.
 
@@ -29,7 +29,7 @@ from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.model.configuration import Configuration, configuration_from_mapping
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.sim import SimConfig, simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 
 COLUMNS = ("study", "n", "replicate", "variant", "configuration", "arrivals_from", "device_s")
 

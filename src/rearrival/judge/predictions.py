@@ -1,5 +1,5 @@
 """What the simulator predicts for a study (paper Section IV): one summary per plan x
-condition x simulator variant (``rearrival.model.simulator.sim.RULE_SETS``), and the
+condition x simulator variant (``rearrival.vocabulary.RULE_SETS``), and the
 registered simulator's per-request records and evictions (the timeline figure draws them).
 
 The predict stage writes these tables with the study's profile and the preregistration
@@ -23,9 +23,9 @@ from rearrival.model.configuration import Configuration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.kvslots import Eviction
-from rearrival.model.simulator.sim import SimResult
-from rearrival.model.simulator.sim_types import PredictedRequest
+from rearrival.model.simulator.rbln.result import PredictedRequest
+from rearrival.model.simulator.rbln.sim import SimResult
+from rearrival.model.simulator.rbln.slots import Eviction
 from rearrival.model.simulator.vllm.result import VllmRequestRecord, VllmResult
 from rearrival.model.substrates import SubstrateError, substrate_of_profile
 from rearrival.vocabulary import PREDICTION

@@ -45,7 +45,7 @@ from rearrival.model.buckets import (
     sizes_problem,
     slots_problem,
 )
-from rearrival.model.simulator.sim_types import SimConfig
+from rearrival.model.simulator.rbln.config import SimConfig
 from rearrival.vocabulary import RULE_SETS
 
 

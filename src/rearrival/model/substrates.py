@@ -24,7 +24,9 @@ from rearrival.model.configuration import RblnConfiguration, VllmConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.fleet.records import RequestOutcome
-from rearrival.model.simulator.sim_types import PlanArrays, SimConfig, SimResult
+from rearrival.model.simulator.plan_arrays import PlanArrays
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.result import SimResult
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S, PREDICTION, RULE_SETS, VLLM_RULES
 
 Outcome = tuple[Any, tuple[RequestOutcome, ...], tuple[float, ...]]
@@ -83,7 +85,7 @@ def _rbln_simulate(
     arrivals: Sequence[float] | None = None,
 ) -> SimResult:
     """The paper's predictor under one of its rule sets (``RULE_SETS``)."""
-    from rearrival.model.simulator.sim import simulate
+    from rearrival.model.simulator.rbln.sim import simulate
 
     return simulate(plan, configuration.sim_config(rules, arrivals), profile)
 

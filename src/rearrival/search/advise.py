@@ -28,7 +28,7 @@ from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, calibration_note, measured_profile
 from rearrival.model.plans.plan import Plan, check_context
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 from rearrival.search.candidates import baseline_of, candidate_record
 from rearrival.search.caveats import import_caveats, n_caveats, overlap_caveat
 from rearrival.search.deploy import rbln_deployment

@@ -34,7 +34,7 @@ import pandas as pd
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 
 EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the same number
 # The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the

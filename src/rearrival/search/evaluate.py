@@ -15,7 +15,7 @@ from rearrival.config.search import SearchError
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.sim import compiled_core, core_inputs, simulate
+from rearrival.model.simulator.rbln.sim import compiled_core, core_inputs, simulate
 from rearrival.progress import progress
 from rearrival.search.inputs import PlanKey
 from rearrival.search.space import plan_footprint

@@ -36,7 +36,7 @@ from rearrival.model.plans.otel_import import plans_from_otel
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta
 from rearrival.model.plans.trace_plans import ImportResult, LongerContext
 from rearrival.model.plans.tracelab_import import plans_from_trace
-from rearrival.model.simulator.sim import simulate
+from rearrival.model.simulator.rbln.sim import simulate
 from rearrival.progress import progress
 from rearrival.search.advise import (
     advise,

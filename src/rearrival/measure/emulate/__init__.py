@@ -1,6 +1,6 @@
 """The ``emulated`` measurement backend: a virtual-time twin of the measured RBLN stack.
 
-docs/DESIGN.md §5, paper Sections II-III. The predictor (``rearrival.model.simulator.sim``) is
+docs/DESIGN.md §5, paper Sections II-III. The predictor (``rearrival.model.simulator.rbln.sim``) is
 validated against runs of this backend when no hardware is attached, so the twin is deliberately
 richer than the predictor: it follows the measured stack's scheduler rules (immediate
 slot release and the dummy padding block, docs/DESIGN.md §4 variants) rather than the

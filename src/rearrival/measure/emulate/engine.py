@@ -26,7 +26,7 @@ from rearrival.measure.emulate.truth import (
 from rearrival.measure.steplog import format_bucket_line
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.simulator.kvslots import Eviction
+from rearrival.model.simulator.rbln.slots import Eviction
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
     EVICTED_BY_ADMISSION,

@@ -31,7 +31,7 @@ from heapq import heapify, heappop, heappush
 from rearrival.model.fleet.engine import FleetEngine
 from rearrival.model.fleet.routers import Router
 from rearrival.model.fleet.state import FleetState
-from rearrival.model.simulator.sim_types import PlanArrays
+from rearrival.model.simulator.plan_arrays import PlanArrays
 
 
 def run_fleet(

@@ -25,9 +25,8 @@ from rearrival.model.fleet.latency import Slo, attainment, measured, percentiles
 from rearrival.model.fleet.loop import run_fleet
 from rearrival.model.fleet.records import RequestOutcome
 from rearrival.model.fleet.routers import ROUTERS, Router, make_router
+from rearrival.model.simulator.cores import CORES
 from rearrival.model.substrates import substrate_of
-
-CORES = ("auto", "compiled", "python")
 
 
 class FleetCoreError(RearrivalError, ValueError):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rearrival.model.fleet.engine import FleetEngine
-from rearrival.model.simulator.sim_types import PlanArrays
+from rearrival.model.simulator.plan_arrays import PlanArrays
 
 
 @dataclass

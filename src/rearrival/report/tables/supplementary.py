@@ -19,7 +19,8 @@ TAU_GRID = tuple(k / 100 for k in range(1, 6))
 SIMULATOR_ORDER = ("base", "dummy", "stack")
 
 # What each dummy-block rule of the simulator does (paper Supplementary S9; the rules are
-# defined with rearrival.model.simulator.sim.SimConfig), for the S9 note naming the one in use.
+# defined with rearrival.model.simulator.rbln.config.SimConfig), for the S9 note naming the one
+# in use.
 DUMMY_BLOCK_RULES = {
     "reserved": (
         "while 0 < running < batch_size one slot counts as held by the padding block at "

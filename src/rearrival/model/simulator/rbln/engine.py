@@ -1,7 +1,7 @@
 """The RBLN rule sets as an engine a fleet can drive (docs/DESIGN.md §16;
 docs/DESIGN.md §4 for the rules).
 
-``rearrival.model.simulator.sim_event.simulate_python`` runs a whole plan in one loop and
+``event.simulate_python`` runs a whole plan in one loop and
 sends every request itself. A fleet needs the same engine in pieces: the router decides
 which replica a request goes to when it arrives, so the engine is *driven*: ``add`` queues
 a routed request, ``advance`` runs one action (one prefill step, or one stretch of decode
@@ -10,7 +10,7 @@ later round. The operations and their order are those of ``simulate_python`` (sl
 FIFO eviction, release timing, dummy-block rules, the 1e-12 s arrival tolerance), so one
 replica driven by the fleet gives that loop's results bit for bit; with ``stepwise`` every
 decode step is its own action and the clock adds one step time at a time, as
-``sim_reference`` does (the fleet's step-by-step reference).
+``reference`` does (the fleet's step-by-step reference).
 
 A decode stretch with fewer than batch_size running stops at the first boundary that sees
 ``due`` (the earliest time a request could be routed here; an admission could take it
@@ -27,9 +27,10 @@ from heapq import heappop, heappush
 from typing import Any
 
 from rearrival.model.cost.profile import Profile
-from rearrival.model.simulator.kvslots import NO_OWNER, SlotPool
-from rearrival.model.simulator.sim_inputs import plan_arrays, request_tables, step_table
-from rearrival.model.simulator.sim_types import SimConfig, SimResult
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.inputs import checked_arrays, request_tables, step_table
+from rearrival.model.simulator.rbln.result import SimResult
+from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
     EVICTED_BY_ADMISSION,
@@ -43,7 +44,7 @@ class RblnEngine:
     tolerance_s = ARRIVAL_TOLERANCE_S  # an arrival at a counts at a boundary >= a - this
 
     def __init__(self, plan: Any, config: SimConfig, profile: Profile, stepwise: bool = False):
-        arrays = plan_arrays(plan, config)
+        arrays = checked_arrays(plan, config)
         self.arrays = arrays
         self.config = config
         self.stepwise = stepwise

@@ -18,7 +18,8 @@ State, as ``blockpool.BlockPool`` and ``engine.Engine`` keep it:
   block j's identity is ``prefix_key_base[r] + j`` for j < ``shared[r]`` (a shared prefix's full
   blocks, docs/DESIGN.md §16), else ``key_base[r] + j`` (``inputs.VllmInputs.block_key``);
 * ``waiting`` a ring buffer (a preempted request goes to its front), ``running`` an array
-  in admission order, ``pend`` a heap of sends ordered by (time, request id).
+  in admission order, ``pend`` a heap of sends ordered by (time, request id)
+  (``rearrival.model.simulator.heaps``).
 """
 
 from __future__ import annotations
@@ -26,51 +27,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rearrival.model.simulator.heaps import pop_arrival, push_arrival
+
 NO = -1
 
 
 @njit(cache=True, inline="always")
 def _cdiv(a, b):
     return (a + b - 1) // b
-
-
-@njit(cache=True, inline="always")
-def _before(when, a, b):
-    return when[a] < when[b] or (when[a] == when[b] and a < b)
-
-
-@njit(cache=True, inline="always")
-def _push(heap, size, rid, when):
-    pos = size
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if not _before(when, rid, heap[parent]):
-            break
-        heap[pos] = heap[parent]
-        pos = parent
-    heap[pos] = rid
-    return size + 1
-
-
-@njit(cache=True, inline="always")
-def _pop(heap, size, when):
-    top = heap[0]
-    size -= 1
-    last = heap[size]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= size:
-            break
-        if child + 1 < size and _before(when, heap[child + 1], heap[child]):
-            child += 1
-        if not _before(when, heap[child], last):
-            break
-        heap[pos] = heap[child]
-        pos = child
-    if size > 0:
-        heap[pos] = last
-    return top, size
 
 
 @njit(cache=True, inline="always")
@@ -292,7 +256,7 @@ def run(
         arrival[r] = np.nan
         if starts[r]:
             arrival[r] = start_s[r]
-            npend = _push(pend, npend, r, arrival)
+            npend = push_arrival(pend, npend, r, arrival)
     waiting = np.empty(requests, dtype=np.int64)
     whead = 0
     wcount = 0
@@ -312,7 +276,7 @@ def run(
 
     while True:
         while npend > 0 and arrival[pend[0]] <= t:
-            r, npend = _pop(pend, npend, arrival)
+            r, npend = pop_arrival(pend, npend, arrival)
             waiting[(whead + wcount) % requests] = r
             wcount += 1
         if nrun == 0 and wcount == 0:
@@ -534,10 +498,10 @@ def run(
             follow = next_fixed[r]
             if follow >= 0:
                 arrival[r + 1] = t + gap[r] if not has_fixed else fixed[follow]
-                npend = _push(pend, npend, r + 1, arrival)
+                npend = push_arrival(pend, npend, r + 1, arrival)
             elif follower[r] >= 0:  # the renewing session's round 0 (docs/DESIGN.md §16)
                 arrival[follower[r]] = t + follow_gap[r]
-                npend = _push(pend, npend, follower[r], arrival)
+                npend = push_arrival(pend, npend, follower[r], arrival)
         if nfin:
             kept = 0
             for i in range(nrun):

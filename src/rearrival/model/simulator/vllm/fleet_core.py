@@ -33,13 +33,12 @@ from numba import njit
 
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
+from rearrival.model.simulator.heaps import pop_arrival, push_arrival
 from rearrival.model.simulator.vllm.core import (
     NO,
     _allocate,
     _cdiv,
     _padded,
-    _pop,
-    _push,
     _release,
     _unlink,
 )
@@ -242,7 +241,7 @@ def run_fleet(
         finish_s[r] = np.nan
         if starts[r]:
             arrival[r] = start_s[r]
-            npend = _push(pend, npend, r, arrival)
+            npend = push_arrival(pend, npend, r, arrival)
     # the replicas
     waiting = np.empty(replicas * requests, dtype=np.int64)
     whead = np.zeros(replicas, dtype=np.int64)
@@ -528,14 +527,14 @@ def run_fleet(
                 follow = next_fixed[r]
                 if follow >= 0:
                     arrival[r + 1] = t + gap[r] if not has_fixed else fixed[follow]
-                    npend = _push(pend, npend, r + 1, arrival)
+                    npend = push_arrival(pend, npend, r + 1, arrival)
                 elif follower[r] >= 0:  # the renewing session's round 0
                     arrival[follower[r]] = t + follow_gap[r]
-                    npend = _push(pend, npend, follower[r], arrival)
+                    npend = push_arrival(pend, npend, follower[r], arrival)
             continue
         if npend == 0:
             break
-        rid, npend = _pop(pend, npend, arrival)
+        rid, npend = pop_arrival(pend, npend, arrival)
         when = arrival[rid]
         for q in range(replicas):
             while fhead[q] < ftail[q] and finishing[q * requests + fhead[q]] <= when:

@@ -26,8 +26,7 @@ from typing import Any
 
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import VllmConfiguration
-from rearrival.model.simulator.sim_inputs import plan_arrays
-from rearrival.model.simulator.sim_types import PlanArrays, SimConfig
+from rearrival.model.simulator.plan_arrays import PlanArrays, plan_arrays
 
 
 class VllmPlanError(RearrivalError, ValueError):
@@ -88,10 +87,10 @@ _VLLM_INPUTS: dict[tuple[int, int], tuple[PlanArrays, VllmInputs]] = {}
 
 
 def vllm_inputs(plan: Any, block_size: int) -> VllmInputs:
-    """The plan's per-request lists (``sim_inputs.plan_arrays``, cached per plan) and its
-    chain identities for ``block_size``, cached per plan and block size (a search runs
-    each plan on many configurations); callers treat them as read-only."""
-    arrays = plan_arrays(plan, SimConfig())
+    """The plan's per-request lists (``rearrival.model.simulator.plan_arrays``, cached per
+    plan) and its chain identities for ``block_size``, cached per plan and block size (a
+    search runs each plan on many configurations); callers treat them as read-only."""
+    arrays = plan_arrays(plan)
     entry = _VLLM_INPUTS.get((id(plan), block_size))
     if entry is not None and entry[0] is arrays:
         return entry[1]

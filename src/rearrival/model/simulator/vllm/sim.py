@@ -27,6 +27,7 @@ import numpy as np
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
+from rearrival.model.simulator.cores import CORES, CoreChoice
 from rearrival.model.simulator.vllm.event import run_event
 from rearrival.model.simulator.vllm.inputs import (
     VllmInputs,
@@ -36,13 +37,11 @@ from rearrival.model.simulator.vllm.inputs import (
 )
 from rearrival.model.simulator.vllm.result import RawRun, VllmResult
 
-CORES = ("auto", "compiled", "python")
-# A process's first calls run the Python core: loading numba and the cached machine code
-# costs more than a one-off `rearrival simulate` spends simulating (as for RBLN,
-# rearrival.model.simulator.sim). Both cores give the same bits.
+# A process's first calls run the Python core (rearrival.model.simulator.cores): loading
+# numba and the cached machine code costs more than a one-off `rearrival simulate` spends
+# simulating.
 PYTHON_FIRST_CALLS = 8
-_CALLS = [0]
-_LOADED: list[Any] = []
+CORE_CHOICE = CoreChoice("rearrival.model.simulator.vllm.core", PYTHON_FIRST_CALLS)
 
 Run = Callable[[VllmInputs, VllmConfiguration, VllmStepCost, list[float] | None], RawRun]
 _PLAN_COLUMNS: dict[int, tuple[VllmInputs, tuple[Any, ...]]] = {}
@@ -92,8 +91,6 @@ def run_compiled(
     """One simulation on the compiled core."""
     from rearrival.model.simulator.vllm import core  # numba: loaded on first use
 
-    if not _LOADED:
-        _LOADED.append(core)
     requests = inputs.requests
     req_i = np.empty((3, requests), dtype=np.int64)
     req_f = np.empty((4, requests))
@@ -161,14 +158,12 @@ def simulate_vllm(
     per re-arrival in (session, round) order (an observed run's), else a re-arrival is
     sent at the previous round's finish plus its gap. ``core``: "compiled" the numba
     core, "python" the event core, "auto" the Python core for a process's first calls
-    (unless the compiled one is loaded already), then the compiled one. ``source`` names
+    (unless the compiled one is loaded already), then the compiled one; without numba the
+    event core, with one warning (``rearrival.model.simulator.cores``). ``source`` names
     the plan in errors. A plan whose longest request cannot fit the pool is refused.
     """
     if core not in CORES:
         raise VllmSimError(f"simulate_vllm core {core!r}: use one of {', '.join(CORES)}")
-    if core == "python" or (core == "auto" and not _LOADED and _CALLS[0] < PYTHON_FIRST_CALLS):
-        _CALLS[0] += 1
-        run: Run = run_event
-    else:
-        run = run_compiled
+    python = CORE_CHOICE.runs_python(core) or CORE_CHOICE.compiled() is None
+    run: Run = run_event if python else run_compiled
     return run_with(run, plan, configuration, step_cost, fixed_arrivals, source)

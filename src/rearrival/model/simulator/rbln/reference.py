@@ -1,13 +1,13 @@
 """Plain step-by-step reference of the predictor simulator (docs/DESIGN.md §4).
 
 Used ONLY by the tests and ``benchmarks/bench_sim.py`` to check the event core in
-``rearrival.model.simulator.sim``: it executes one prefill or one decode step per loop iteration,
-runs the KV slots through the readable cache model ``rearrival.model.simulator.kvslots.SlotPool``
+``sim``: it executes one prefill or one decode step per loop iteration,
+runs the KV slots through the readable cache model ``slots.SlotPool``
 (which the core writes out inline for speed), and is written to be obviously right, not fast.
 Both must agree exactly on every integer output and to 1e-9 relative on times (the core
 multiplies a step time by a stretch length where this adds it per step).
 
-It applies the same rules and the same documented choices as ``rearrival.model.simulator.sim`` (see
+It applies the same rules and the same documented choices as ``sim`` (see
 that module's docstring): FIFO queue with session-index ties, arrivals seen at step
 boundaries with 1e-12 s tolerance, slot secured before the KV look-up, FIFO eviction by
 allocation order without refresh, deferred or immediate release, the optional
@@ -26,9 +26,10 @@ from typing import Any
 
 from rearrival.model.buckets import select_bucket
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.simulator.kvslots import NO_OWNER, SlotPool
-from rearrival.model.simulator.sim_inputs import plan_arrays
-from rearrival.model.simulator.sim_types import REQUEST_COLUMNS, SimConfig, SimResult
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.inputs import checked_arrays
+from rearrival.model.simulator.rbln.result import REQUEST_COLUMNS, SimResult
+from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
     EVICTED_BY_ADMISSION,
@@ -62,7 +63,7 @@ def simulate_reference(plan: Any, config: SimConfig, profile: Profile | None = N
     """Step-by-step simulation with the same inputs and result type as ``sim.simulate``."""
     if profile is None:
         profile = measured_profile()
-    arrays = plan_arrays(plan, config)
+    arrays = checked_arrays(plan, config)
     requests = [
         _Request(rid, *fields)
         for rid, fields in enumerate(

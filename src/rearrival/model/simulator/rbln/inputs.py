@@ -1,4 +1,4 @@
-"""What the predictor's cores read, computed once and cached (``rearrival.model.simulator.sim``).
+"""What the predictor's cores read, computed once and cached (``sim``).
 
 The search runs each plan on thousands of configurations and ``simulate`` callers often
 build a fresh ``SimConfig`` per call, so per-plan work (``plan_arrays``,
@@ -20,12 +20,9 @@ import numpy as np
 
 from rearrival.model.buckets import select_bucket
 from rearrival.model.cost.profile import Profile
-from rearrival.model.simulator.sim_types import (
-    PlanArrays,
-    SimConfig,
-    SimConfigError,
-    histogram_label,
-)
+from rearrival.model.simulator.plan_arrays import PlanArrays, plan_arrays
+from rearrival.model.simulator.rbln.config import SimConfig, SimConfigError
+from rearrival.model.simulator.rbln.result import histogram_label
 
 _STEP_TABLES: dict[
     tuple[tuple[int, ...], int], tuple[Profile, list[float], list[int], Any, Any, list[str]]
@@ -68,7 +65,6 @@ def step_table(config: SimConfig, profile: Profile) -> tuple[list[float], list[i
 
 
 _PROFILE_MEMOS: dict[int, tuple[Profile, Callable[[int], float], Callable[[int, int], int]]] = {}
-_PLAN_ARRAYS: dict[int, tuple[Any, PlanArrays]] = {}
 
 
 def profile_memos(profile: Profile) -> tuple[Callable[[int], float], Callable[[int, int], int]]:
@@ -84,43 +80,10 @@ def profile_memos(profile: Profile) -> tuple[Callable[[int], float], Callable[[i
     return entry[1], entry[2]
 
 
-def plan_arrays(plan: Any, config: SimConfig) -> PlanArrays:
-    """The plan's per-request lists (two-round and multi-round plans alike: only
-    ``s.start_s``, ``s.rounds`` and ``s.prompts()`` are read), and a check that
-    ``fixed_arrivals`` gives one time per re-arrival.
-
-    Cached per plan object (the search runs each plan on 2,077 candidates).
-    """
-    entry = _PLAN_ARRAYS.get(id(plan))
-    if entry is not None and entry[0] is plan:
-        arrays = entry[1]
-    else:
-        prompt: list[int] = []
-        gen: list[int] = []
-        gap: list[float] = []
-        round_of: list[int] = []
-        session_of: list[int] = []
-        next_fixed: list[int] = []
-        start: list[float] = []
-        first: list[int] = []
-        for index, s in enumerate(plan.sessions):
-            first.append(len(prompt))
-            start.append(float(s.start_s))
-            rounds = s.rounds
-            for k, (r, tokens) in enumerate(zip(rounds, s.prompts(), strict=True)):
-                prompt.append(tokens)
-                gen.append(r.gen_tokens)
-                gap.append(float(r.gap_after_s))
-                round_of.append(k)
-                session_of.append(index)
-                next_fixed.append(len(prompt) - 1 - index if k + 1 < len(rounds) else -1)
-        first.append(len(prompt))
-        arrays = PlanArrays(
-            prompt, gen, gap, round_of, session_of, next_fixed, start, first, *_links(plan, first)
-        )
-        if len(_PLAN_ARRAYS) > 256:
-            _PLAN_ARRAYS.clear()
-        _PLAN_ARRAYS[id(plan)] = (plan, arrays)
+def checked_arrays(plan: Any, config: SimConfig) -> PlanArrays:
+    """The plan's per-request lists (``plan_arrays``, cached per plan) after checking that
+    ``config.fixed_arrivals`` gives one time per re-arrival."""
+    arrays = plan_arrays(plan)
     re_arrivals = arrays.requests - arrays.sessions
     if config.fixed_arrivals is not None and len(config.fixed_arrivals) != re_arrivals:
         raise SimConfigError(
@@ -129,28 +92,6 @@ def plan_arrays(plan: Any, config: SimConfig) -> PlanArrays:
             "round) order (one per session for a two-round plan)"
         )
     return arrays
-
-
-def _links(
-    plan: Any, first: list[int]
-) -> tuple[list[int], list[int], list[int], list[int], list[float]]:
-    """Per session its prefix index and tokens and the session it follows; per request
-    the follower its finish sends (on a session's last round) and the follower's gap."""
-    ids = {prefix.id: index for index, prefix in enumerate(getattr(plan, "prefixes", ()))}
-    sessions = plan.sessions
-    prefix_of = [ids.get(getattr(s, "prefix", None), -1) for s in sessions]
-    prefix_tokens = [getattr(s, "prefix_tokens", 0) for s in sessions]
-    leader = [-1] * len(sessions)
-    follower = [-1] * first[-1]
-    follow_gap = [0.0] * first[-1]
-    for index, s in enumerate(sessions):
-        after = getattr(s, "after", None)
-        if after is not None:
-            leader[index] = after.session
-            last = first[after.session + 1] - 1
-            follower[last] = first[index]
-            follow_gap[last] = float(after.gap_s)
-    return prefix_of, prefix_tokens, leader, follower, follow_gap
 
 
 _REQUEST_TABLES: dict[int, tuple[Any, Profile, PlanArrays, tuple[list[Any], ...]]] = {}
@@ -219,10 +160,10 @@ def core_inputs(plan: Any, profile: Profile) -> CoreInputs:
     entry = _CORE_INPUTS.get(id(plan))
     if entry is not None and entry[0] is plan and entry[1] is profile:
         return entry[2]
-    # Lazy: simcore imports numba, 0.22 s measured; the Python core never needs it.
-    from rearrival.model.simulator.simcore import fits_int64
+    # Lazy: the compiled core imports numba, 0.22 s measured; the Python core never needs it.
+    from rearrival.model.simulator.rbln.core import fits_int64
 
-    arrays = plan_arrays(plan, SimConfig())
+    arrays = plan_arrays(plan)
     miss_cost, pair_off, pair_reuse, pair_cost, _ = request_tables(plan, arrays, profile)
     start = [
         arrays.start[s] if k == 0 else 0.0

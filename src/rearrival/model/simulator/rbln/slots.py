@@ -29,9 +29,9 @@ Choices the text implies and this module applies:
   free slot or evicted one: that admission is "the next admission" of the rule.
 
 This module is the cache model only; when to admit, decode or pre-evict is the scheduler
-policy. The step-by-step reference (``rearrival.model.simulator.sim_reference``) calls these
-methods; the event cores (``rearrival.model.simulator.sim_event`` in Python,
-``rearrival.model.simulator.simcore`` compiled on arrays) write
+policy. The step-by-step reference (``reference``) calls these
+methods; the event cores (``event`` in Python,
+``core`` compiled on arrays) write
 ``admit``, ``finish`` and ``pre_evict`` out inline, because they run once per request on
 every candidate of the search. The equivalence tests (thousands of random plans, every
 variant) hold the copies to the same outputs, and ``tests/test_sim_kvslots.py`` checks
@@ -53,7 +53,7 @@ NO_OWNER = -1
 class Eviction:
     """KV destroyed: by an admission securing its slot, or taken as the dummy padding block.
 
-    One type for every evictor, the predictor (``rearrival.model.simulator.sim``) and the emulated
+    One type for every evictor, the predictor (``sim``) and the emulated
     engine (``rearrival.measure.emulate.engine``). ``session`` is the predictor's session
     index or the engine's session key; ``cached_tokens`` the prompt tokens the slot held;
     ``cause`` one of ``rearrival.vocabulary.EVICTION_CAUSES``; ``turn`` the victim

@@ -1,9 +1,9 @@
-"""The predictor's event loop in plain Python (``rearrival.model.simulator.sim``, paper Section IV).
+"""The predictor's event loop in plain Python (``sim``, paper Section IV).
 
 The readable statement of the loop and the fallback of ``simulate``:
-``rearrival.model.simulator.simcore`` compiles the same operations in the same order on flat
-arrays, and ``rearrival.model.simulator.sim_reference`` is the per-step oracle both are held to bit
-for bit. The rules it applies are in ``rearrival.model.simulator.sim``'s docstring.
+``core`` compiles the same operations in the same order on flat
+arrays, and ``reference`` is the per-step oracle both are held to bit
+for bit. The rules it applies are in ``sim``'s docstring.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from heapq import heapify, heappop, heappush
 from typing import Any
 
 from rearrival.model.cost.profile import Profile
-from rearrival.model.simulator.kvslots import NO_OWNER, SlotPool
-from rearrival.model.simulator.sim_inputs import plan_arrays, request_tables, step_table
-from rearrival.model.simulator.sim_types import SimConfig, SimResult
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.inputs import checked_arrays, request_tables, step_table
+from rearrival.model.simulator.rbln.result import SimResult
+from rearrival.model.simulator.rbln.slots import NO_OWNER, SlotPool
 from rearrival.vocabulary import (
     ARRIVAL_TOLERANCE_S,
     EVICTED_BY_ADMISSION,
@@ -25,11 +26,11 @@ from rearrival.vocabulary import (
 
 def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
     """The event core in plain Python: the fallback of ``simulate`` and the readable
-    statement of what ``rearrival.model.simulator.simcore`` compiles (same operations, same
+    statement of what ``core`` compiles (same operations, same
     order)."""
     # Per-plan and per-configuration work is cached (plan_arrays, request_tables,
     # step_table) and the loop below works on locals.
-    arrays = plan_arrays(plan, config)
+    arrays = checked_arrays(plan, config)
     prompt, gen, gap = arrays.prompt, arrays.gen, arrays.gap
     round_of, next_fixed = arrays.round_of, arrays.next_fixed
     follower, follow_gap = arrays.follower, arrays.follow_gap
@@ -40,7 +41,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
     fixed = config.fixed_arrivals
     eps = ARRIVAL_TOLERANCE_S
 
-    # KV slots: rearrival.model.simulator.kvslots is the model. SlotPool.admit, .finish and
+    # KV slots: rearrival.model.simulator.rbln.slots is the model. SlotPool.admit, .finish and
     # .pre_evict are written out below on the pool's public state instead of called (as in the
     # compiled core): they run once per request of every simulation, and the calls with admit's
     # generic per-session look-up took about a quarter of a simulation.

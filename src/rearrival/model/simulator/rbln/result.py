@@ -1,126 +1,17 @@
-"""The predictor's configuration and result types (``rearrival.model.simulator.sim``, docs/DESIGN.md
-§4).
-
-``SimConfig`` validates one configuration and simulator variant; ``PlanArrays`` is a plan
-as per-request lists in (session, round) order, the form every core reads; ``SimResult``
-holds what a core returned and builds records, stretches and evictions on first access.
-"""
+"""What the RBLN cores return (``sim``, docs/DESIGN.md §4): ``SimResult`` holds what a
+core returned and builds records (``PredictedRequest``), stretches and evictions on first
+access; the configuration it ran is ``config.SimConfig``."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rearrival.errors import RearrivalError
-from rearrival.model.buckets import (
-    bucket_set_problem,
-    default_slots,
-    int_sizes,
-    select_bucket,
-    slots_problem,
-)
-from rearrival.model.simulator.kvslots import NO_OWNER, Eviction
-from rearrival.vocabulary import DUMMY_BLOCKS, EVICTION_CAUSES, RELEASES
-
-
-class SimConfigError(RearrivalError, ValueError):
-    """A simulator configuration that cannot run; the message names the field and the fix.
-
-    ``fields`` names the SimConfig fields at fault, so a caller that set them from its own
-    options (the CLI) can name those options."""
-
-    def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.fields = fields
-
-
-def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, ...]:
-    if isinstance(value, Mapping):
-        keys = sorted(value)
-        if keys != list(range(len(keys))):
-            raise SimConfigError(
-                "SimConfig field 'fixed_arrivals': mapping keys must be the re-arrival "
-                "indices 0..R-1 in (session, round) order (session indices for a "
-                "two-round plan)"
-            )
-        value = [value[k] for k in keys]
-    try:
-        times = tuple(float(v) for v in value)
-    except (TypeError, ValueError) as exc:
-        raise SimConfigError(
-            f"SimConfig field 'fixed_arrivals': give one time in seconds per re-arrival ({exc})"
-        ) from exc
-    if not all(math.isfinite(v) and v >= 0 for v in times):
-        raise SimConfigError(
-            "SimConfig field 'fixed_arrivals': every time must be a finite number of seconds >= 0"
-        )
-    return times
-
-
-_VALID_GRIDS: set[tuple[tuple[int, ...], int]] = set()  # (buckets, batch_size) checked
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """One configuration (bucket set, batch_size, KV slots) plus the simulator variant.
-
-    Stages build it from the one compiled-configuration type
-    (``RblnConfiguration.sim_config(rules)``, rearrival.model.configuration); built
-    directly (the public API, ``rearrival simulate``) it checks its knobs with the same
-    functions (rearrival.model.buckets). ``slots`` defaults to batch_size (eager attention
-    allocates one slot per sequence of the batch); after construction it is always an
-    int. ``fixed_arrivals`` (variant (a)) is a sequence of one time in seconds per
-    re-arrival in (session, round) order, or a mapping from the re-arrival index 0..R-1
-    (the session index for a two-round plan); it is stored as a tuple.
-    """
-
-    buckets: tuple[int, ...] = (1, 2, 4, 8)
-    batch_size: int = 8
-    slots: int | None = None
-    release: str = "deferred"
-    dummy_block: str = "off"
-    fixed_arrivals: Mapping[int, float] | Sequence[float] | None = None
-
-    def __post_init__(self) -> None:
-        buckets = int_sizes(self.buckets)
-        if buckets is None:
-            raise SimConfigError(
-                "SimConfig field 'buckets' must be a list of integers such as 1,2,4,8", ("buckets",)
-            )
-        key = (buckets, self.batch_size)
-        if (
-            key not in _VALID_GRIDS
-            or type(self.batch_size) is not int
-            or not all(type(b) is int for b in buckets)
-        ):  # bool equals int in the key
-            problem = bucket_set_problem(buckets, self.batch_size)
-            if problem is not None:
-                raise SimConfigError(
-                    f"SimConfig fields 'buckets'/'batch_size': {problem}", ("buckets", "batch_size")
-                )
-            if len(_VALID_GRIDS) < 100_000:
-                _VALID_GRIDS.add(key)
-        slots = default_slots(self.slots, self.batch_size)
-        problem = slots_problem(slots)
-        if problem is not None:
-            raise SimConfigError(f"SimConfig field {problem}", ("slots",))
-        if self.release not in RELEASES:
-            raise SimConfigError(
-                f"SimConfig field 'release' {self.release!r}: use one of {', '.join(RELEASES)}",
-                ("release",),
-            )
-        if self.dummy_block not in DUMMY_BLOCKS:
-            raise SimConfigError(
-                f"SimConfig field 'dummy_block' {self.dummy_block!r}: "
-                f"use one of {', '.join(DUMMY_BLOCKS)}",
-                ("dummy_block",),
-            )
-        fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
-        object.__setattr__(self, "buckets", buckets)
-        object.__setattr__(self, "slots", slots)
-        object.__setattr__(self, "fixed_arrivals", fixed)
+from rearrival.model.buckets import select_bucket
+from rearrival.model.simulator.plan_arrays import PlanArrays
+from rearrival.model.simulator.rbln.config import SimConfig
+from rearrival.model.simulator.rbln.slots import NO_OWNER, Eviction
+from rearrival.vocabulary import EVICTION_CAUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,39 +326,3 @@ def histogram_label(n: int, b: int) -> str:
     if text is None:
         text = _HISTOGRAM_LABELS[(n, b)] = f"{n}->{b}"
     return text
-
-
-@dataclass(frozen=True)
-class PlanArrays:
-    """A plan as per-request lists, request id ``rid`` in (session, round) order.
-
-    ``first[s]`` is session s's round 0 (``first[N]`` = requests); ``next_fixed[rid]`` is
-    the index into ``SimConfig.fixed_arrivals`` of the round after ``rid`` (the re-arrival
-    index ``rid - session``), or -1 on a session's last round. Callers must treat the
-    lists as read-only (they are cached per plan).
-    """
-
-    prompt: list[int]
-    gen: list[int]
-    gap: list[float]  # tool gap after the round (0 on the last)
-    round_of: list[int]
-    session_of: list[int]
-    next_fixed: list[int]
-    start: list[float]  # per session: when round 0 is sent (unused for a follower)
-    first: list[int]
-    # Shared prefixes and renewal (docs/DESIGN.md §2); every plan without them has
-    # prefix_of = [-1] * N, prefix_tokens = [0] * N, leader = [-1] * N and
-    # follower = [-1] * requests, follow_gap = [0.0] * requests.
-    prefix_of: list[int]  # per session: index into the plan's prefixes, or -1
-    prefix_tokens: list[int]  # per session: its prefix's tokens (0 without one)
-    leader: list[int]  # per session: the session it follows (``after``), or -1
-    follower: list[int]  # per request: on a session's last round, its follower's round 0 rid
-    follow_gap: list[float]  # per request: the follower's gap after this round finishes
-
-    @property
-    def sessions(self) -> int:
-        return len(self.start)
-
-    @property
-    def requests(self) -> int:
-        return len(self.prompt)

@@ -9,7 +9,7 @@ decode histogram h(n) and reuse. Re-arrival times are recomputed from completion
 because a configuration change moves them (paper Section III-D), unless the
 fixed-arrival variant pins them (Table XI).
 
-Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``rearrival.model.simulator.kvslots``):
+Semantics (docs/DESIGN.md §4 rules 1-6; the KV rules live in ``slots``):
 
 1. Requests enter a FIFO waiting queue in arrival order; simultaneous arrivals in session
    index order (then round order). The queue is kept in (arrival time, session, round)
@@ -62,7 +62,7 @@ older candidate are applied only after an admission's choice). Only the eviction
 records' cause and time differ; ``tests/test_sim_equivalence.py`` checks the summaries on
 random plans. S9's dummy-block predictions therefore use deferred + "reserved".
 
-Choices the design leaves open (identical in ``sim_reference``): a reuse hit is a
+Choices the design leaves open (identical in ``reference``): a reuse hit is a
 re-arrival with C > 0 (a surviving slot with a prompt under 128 tokens reuses nothing,
 which a server's cached-token counter cannot tell from a miss); deferred releases are
 applied after every admission's slot choice, including one that took a free slot; a hit
@@ -75,20 +75,20 @@ comparisons against it, two-round and multi-round, every rule set).
 
 The event core advances whole stretches of identical decode steps at once: n only
 changes at a completion, an arrival or an admission, so it jumps straight to the next
-such boundary. ``rearrival.model.simulator.sim_reference`` is the plain per-step version used by the
+such boundary. ``reference`` is the plain per-step version used by the
 tests and the benchmark to check this one.
 
 The loop exists twice, with the same operations in the same order: in plain Python
-(``rearrival.model.simulator.sim_event.simulate_python``, the readable statement and the
+(``event.simulate_python``, the readable statement and the
 fallback) and compiled with numba
-on flat arrays (``rearrival.model.simulator.simcore``, machine code cached on disk), which
+on flat arrays (``core``, machine code cached on disk), which
 ``simulate`` runs once a process has made a few calls, and which the search runs over many
-configurations of one plan per call (``simcore.run_batch``). Tests hold both to the
+configurations of one plan per call (``core.run_batch``). Tests hold both to the
 reference and to each other bit for bit.
 
-Modules: ``sim_types`` (SimConfig, PlanArrays, SimResult and its records),
-``sim_inputs`` (the per-plan and per-configuration tables the cores read, cached),
-``sim_event`` (the Python loop), ``simcore`` (the compiled loop); this one picks the core.
+Modules: ``config`` (SimConfig), ``result`` (SimResult and its records),
+``inputs`` (the per-plan and per-configuration tables the cores read, cached),
+``event`` (the Python loop), ``core`` (the compiled loop); this one picks the core.
 """
 
 from __future__ import annotations
@@ -97,12 +97,19 @@ import warnings
 from typing import Any
 
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.model.simulator.sim_event import simulate_python
-from rearrival.model.simulator.sim_inputs import core_inputs, fixed_array, plan_arrays, step_entry
-from rearrival.model.simulator.sim_types import SimConfig, SimConfigError, SimResult
+from rearrival.model.simulator.cores import CORES, CoreChoice
+from rearrival.model.simulator.rbln.config import SimConfig, SimConfigError
+from rearrival.model.simulator.rbln.event import simulate_python
+from rearrival.model.simulator.rbln.inputs import (
+    checked_arrays,
+    core_inputs,
+    fixed_array,
+    step_entry,
+)
+from rearrival.model.simulator.rbln.result import SimResult
 
 __all__ = [
-    "CORES",
+    "CORE_CHOICE",
     "PYTHON_FIRST_CALLS",
     "SimConfig",
     "SimConfigError",
@@ -111,35 +118,17 @@ __all__ = [
     "simulate",
 ]
 
-
-_CORE: list[
-    Any
-] = []  # [rearrival.model.simulator.simcore] once imported; [None] if numba is unusable
+# A process's first calls run the Python core (rearrival.model.simulator.cores): loading
+# numba and the cached machine code costs about 1.2 s, more than a one-off
+# `rearrival simulate` spends simulating.
+PYTHON_FIRST_CALLS = 32
+CORE_CHOICE = CoreChoice("rearrival.model.simulator.rbln.core", PYTHON_FIRST_CALLS)
 
 
 def compiled_core() -> Any:
-    """The compiled core module, or None (with one warning) when numba cannot be imported."""
-    if not _CORE:
-        try:
-            from rearrival.model.simulator import simcore
-        except ImportError as exc:  # e.g. a numpy that numba does not support yet
-            warnings.warn(
-                f"compiled simulator core unavailable ({exc}); running the Python "
-                "core, same results, about 20x slower",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            simcore = None
-        _CORE.append(simcore)
-    return _CORE[0]
-
-
-# A process's first calls run the Python core: loading numba and the cached machine code
-# costs about 1.2 s, more than a one-off `rearrival simulate` spends simulating. Both
-# cores give the same bits (tests/test_sim_equivalence.py), so only the speed differs.
-PYTHON_FIRST_CALLS = 32
-CORES = ("auto", "compiled", "python")
-_CALLS = [0]
+    """The compiled core module (``core``), or None (with one warning) when numba cannot
+    be imported."""
+    return CORE_CHOICE.compiled()
 
 
 def simulate(
@@ -149,7 +138,7 @@ def simulate(
 
     ``plan`` is a ``rearrival.model.plans.plan.Plan`` (anything with ``.sessions``); ``profile``
     defaults to the measured RBLN-CA25 profile. ``core``: "compiled" runs
-    ``rearrival.model.simulator.simcore``; "python" the plain event loop of ``sim_event`` (same
+    ``core``; "python" the plain event loop of ``event`` (same
     results, same bits); "auto" the Python core for a process's first
     ``PYTHON_FIRST_CALLS`` calls (unless the compiled core is already loaded), then the
     compiled one. The Python core also runs, with a warning, when numba is missing or the
@@ -157,13 +146,12 @@ def simulate(
     """
     if profile is None:
         profile = measured_profile()
-    plan_arrays(plan, config)  # validates fixed_arrivals against the plan
+    checked_arrays(plan, config)  # validates fixed_arrivals against the plan
     if core not in CORES:
         raise SimConfigError(f"simulate core {core!r}: use one of {', '.join(CORES)}")
-    if core == "python" or (core == "auto" and not _CORE and _CALLS[0] < PYTHON_FIRST_CALLS):
-        _CALLS[0] += 1
+    if CORE_CHOICE.runs_python(core):
         return simulate_python(plan, config, profile)
-    core_module = compiled_core()
+    core_module = CORE_CHOICE.compiled()
     inputs = core_inputs(plan, profile)
     if (
         core_module is None

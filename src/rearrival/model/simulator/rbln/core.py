@@ -1,30 +1,31 @@
-"""Compiled event loop of the predictor (paper Section IV), for ``rearrival.model.simulator.sim``.
+"""Compiled event loop of the RBLN predictor (paper Section IV), for ``sim``.
 
-This is the loop of ``rearrival.model.simulator.sim_event.simulate_python`` written on flat numpy
-arrays and compiled with numba (``cache=True``: the machine code is kept on disk next to
-this file, so only the first process after an install pays the compile). The rules, the documented
-choices and the order of every floating-point operation are the same as the Python core,
-so both give the same bits; ``rearrival.model.simulator.sim_reference`` is the plain oracle both are
-tested against (``tests/test_sim_equivalence.py``).
+This is the loop of ``event.simulate_python`` written on flat numpy arrays and compiled
+with numba (``cache=True``: the machine code is kept on disk next to this file, so only
+the first process after an install pays the compile). The rules, the documented choices
+and the order of every floating-point operation are the same as the Python core, so both
+give the same bits; ``reference`` is the plain oracle both are tested against
+(``tests/test_sim_equivalence.py``).
 
-State (see ``rearrival.model.simulator.kvslots`` for the cache model it writes out):
+State (see ``slots`` for the cache model it writes out):
 
-* int heaps on arrays: ``free`` slots (lowest index first), ``evictable`` eviction keys
-  ``allocation order * slots + slot``, ``running`` keys ``completion clock << shift | rid``;
-  the ``arrivals`` heap holds request ids ordered by (arrival time, rid): every
-  session's round 0 from the start, each later round once the round before completes,
-  a renewed session's round 0 once its leader's last round completes (docs/DESIGN.md §16).
-  Request ids run in (session, round) order, so rid order is session index order.
+* int heaps on arrays (``rearrival.model.simulator.heaps``): ``free`` slots (lowest index
+  first), ``evictable`` eviction keys ``allocation order * slots + slot``, ``running``
+  keys ``completion clock << shift | rid``; the ``arrivals`` heap holds request ids
+  ordered by (arrival time, rid): every session's round 0 from the start, each later
+  round once the round before completes, a renewed session's round 0 once its leader's
+  last round completes (docs/DESIGN.md §16). Request ids run in (session, round) order,
+  so rid order is session index order.
 * ``owner[slot]`` is the request id whose KV the slot holds (-1: none). Each request's
   owner entry is unique, so "round j's KV still sits in its slot" is
   ``owner[slot_of[j]] == j`` (the Python core compares the entry's identity).
 * the waiting queue is a heap of request ids in the same (arrival time, rid) order:
   first in, first out, except that a fixed arrival time earlier than the completion that
-  let the request be queued places it by that time (``rearrival.model.simulator.sim`` variant a).
+  let the request be queued places it by that time (``sim`` variant a).
 
-No validation happens here: ``rearrival.model.simulator.sim`` validates plan and configuration once
-and converts them to arrays (cached per plan and per configuration), and checks that the
-integer keys cannot overflow (``fits_int64``), else it runs the Python core.
+No validation happens here: ``sim`` validates plan and configuration once and converts
+them to arrays (cached per plan and per configuration), and checks that the integer keys
+cannot overflow (``fits_int64``), else it runs the Python core.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rearrival.model.simulator.heaps import pop, pop_arrival, push, push_arrival
 from rearrival.vocabulary import ARRIVAL_TOLERANCE_S
 
 NO_OWNER = -1
@@ -52,85 +54,9 @@ def fits_int64(total_gen_tokens: int, requests: int, slots: int) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _push(heap, size, value):
-    """Push ``value`` onto the int min-heap ``heap[:size]``; returns the new size."""
-    pos = size
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if heap[parent] <= value:
-            break
-        heap[pos] = heap[parent]
-        pos = parent
-    heap[pos] = value
-    return size + 1
-
-
-@njit(cache=True, inline="always")
-def _pop(heap, size):
-    """Pop the smallest of ``heap[:size]`` (size > 0); returns (value, new size)."""
-    top = heap[0]
-    size -= 1
-    last = heap[size]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= size:
-            break
-        if child + 1 < size and heap[child + 1] < heap[child]:
-            child += 1
-        if last <= heap[child]:
-            break
-        heap[pos] = heap[child]
-        pos = child
-    if size > 0:
-        heap[pos] = last
-    return top, size
-
-
-@njit(cache=True, inline="always")
-def _before(when, a, b):
-    """Arrival heap order: (arrival time, request id)."""
-    return when[a] < when[b] or (when[a] == when[b] and a < b)
-
-
-@njit(cache=True, inline="always")
-def _push_arrival(heap, size, rid, when):
-    pos = size
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if not _before(when, rid, heap[parent]):
-            break
-        heap[pos] = heap[parent]
-        pos = parent
-    heap[pos] = rid
-    return size + 1
-
-
-@njit(cache=True, inline="always")
-def _pop_arrival(heap, size, when):
-    top = heap[0]
-    size -= 1
-    last = heap[size]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= size:
-            break
-        if child + 1 < size and _before(when, heap[child + 1], heap[child]):
-            child += 1
-        if not _before(when, heap[child], last):
-            break
-        heap[pos] = heap[child]
-        pos = child
-    if size > 0:
-        heap[pos] = last
-    return top, size
-
-
-@njit(cache=True, inline="always")
 def _evict_oldest(evictable, n_evictable, owner, slots):
     """FIFO eviction by allocation order: the oldest evictable slot loses its KV."""
-    value, n_evictable = _pop(evictable, n_evictable)
+    value, n_evictable = pop(evictable, n_evictable)
     slot = value % slots
     victim = owner[slot]
     owner[slot] = NO_OWNER
@@ -180,7 +106,7 @@ def run(
 ):
     """One simulation. Inputs (read only):
 
-    per request id (``rearrival.model.simulator.sim_types.PlanArrays``): gen, gap (tool gap after
+    per request id (``rearrival.model.simulator.plan_arrays.PlanArrays``): gen, gap (tool gap after
     the round), rounds (round index), next_fixed (index into ``fixed`` of the next round's
     time, -1 on a session's last round), start (round 0: the session's start), follower
     (on a session's last round: the round 0 rid of the session renewing it, else -1) and
@@ -188,7 +114,7 @@ def run(
     start; a renewed session's round 0 is sent by its leader's last round, docs/DESIGN.md §16);
     fixed (empty: re-arrival = completion + gap; it never covers a renewed round 0);
     miss_cost, pair_off and the flat pair_reuse/pair_cost
-    (``rearrival.model.simulator.sim_inputs.request_tables``); step_s[n] for n = 0..batch.
+    (``inputs.request_tables``); step_s[n] for n = 0..batch.
     Outputs are written into the caller's arrays:
 
     req_f rows: arrival, admit, complete, prefill (per rid); req_i rows: cached, slot,
@@ -227,7 +153,7 @@ def run(
         complete_s[rid] = 0.0
         if starts[rid]:  # round 0 arrives at the session's start
             arrival[rid] = start[rid]
-            n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid, arrival)
+            n_arrivals = push_arrival(arrivals_heap, n_arrivals, rid, arrival)
     for n in range(hist.shape[0]):
         hist[n] = 0
     for slot in range(slots):
@@ -257,22 +183,22 @@ def run(
 
     while True:
         while due <= t + eps:
-            rid, n_arrivals = _pop_arrival(arrivals_heap, n_arrivals, arrival)
-            n_waiting = _push_arrival(waiting, n_waiting, rid, arrival)
+            rid, n_arrivals = pop_arrival(arrivals_heap, n_arrivals, arrival)
+            n_waiting = push_arrival(waiting, n_waiting, rid, arrival)
             due = arrival[arrivals_heap[0]] if n_arrivals else inf
         nrun = n_running
         if n_waiting and nrun < batch:
             reserved = 1 if 0 < nrun < reserve_below else 0
             if n_free - reserved + n_evictable >= 1:
-                rid, n_waiting = _pop_arrival(waiting, n_waiting, arrival)
+                rid, n_waiting = pop_arrival(waiting, n_waiting, arrival)
                 if n_free > reserved:
-                    slot, n_free = _pop(free, n_free)
+                    slot, n_free = pop(free, n_free)
                 else:
                     for _ in range(reserved - n_free):  # the padding block's slot
                         slot, victim, n_evictable = _evict_oldest(
                             evictable, n_evictable, owner, slots
                         )
-                        n_free = _push(free, n_free, slot)
+                        n_free = push(free, n_free, slot)
                         if record:
                             if n_ev == ev_cap:
                                 return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
@@ -284,7 +210,7 @@ def run(
                             return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
                         n_ev = _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, 0)
                 for i in range(n_pending):
-                    n_evictable = _push(evictable, n_evictable, key[pending[i]])
+                    n_evictable = push(evictable, n_evictable, key[pending[i]])
                 n_pending = 0
                 cost = miss_cost[rid]
                 for d in range(1, rounds[rid] + 1):  # latest surviving earlier round
@@ -306,31 +232,31 @@ def run(
                 stretch_n = 0
                 steps = gen[rid] - 1
                 if steps:
-                    n_running = _push(running, n_running, (clock + steps) << shift | rid)
+                    n_running = push(running, n_running, (clock + steps) << shift | rid)
                 else:
                     complete_s[rid] = t
                     if deferred:
                         pending[n_pending] = slot
                         n_pending += 1
                     else:
-                        n_evictable = _push(evictable, n_evictable, key[slot])
+                        n_evictable = push(evictable, n_evictable, key[slot])
                     nf = next_fixed[rid]
                     if nf >= 0:
                         when = t + gap[rid] if not has_fixed else fixed[nf]
                         arrival[rid + 1] = when
-                        n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
+                        n_arrivals = push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                         if when < due:
                             due = when
                     nf = follower[rid]
                     if nf >= 0:  # the renewing session's round 0 (docs/DESIGN.md §16)
                         when = t + follow_gap[rid]
                         arrival[nf] = when
-                        n_arrivals = _push_arrival(arrivals_heap, n_arrivals, nf, arrival)
+                        n_arrivals = push_arrival(arrivals_heap, n_arrivals, nf, arrival)
                         if when < due:
                             due = when
                 continue
             for i in range(n_pending):
-                n_evictable = _push(evictable, n_evictable, key[pending[i]])
+                n_evictable = push(evictable, n_evictable, key[pending[i]])
             n_pending = 0
             if not nrun:
                 continue
@@ -342,7 +268,7 @@ def run(
 
         if nrun < pad_below and not n_free and n_evictable:  # dummy block (S9)
             slot, victim, n_evictable = _evict_oldest(evictable, n_evictable, owner, slots)
-            n_free = _push(free, n_free, slot)
+            n_free = push(free, n_free, slot)
             if record:
                 if n_ev == ev_cap:
                     return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
@@ -379,26 +305,26 @@ def run(
         t = end
         done = (clock + 1) << shift
         while n_running and running[0] < done:
-            value, n_running = _pop(running, n_running)
+            value, n_running = pop(running, n_running)
             rid = value & rid_mask
             complete_s[rid] = t
             if deferred:
                 pending[n_pending] = slot_of[rid]
                 n_pending += 1
             else:
-                n_evictable = _push(evictable, n_evictable, key[slot_of[rid]])
+                n_evictable = push(evictable, n_evictable, key[slot_of[rid]])
             nf = next_fixed[rid]
             if nf >= 0:
                 when = t + gap[rid] if not has_fixed else fixed[nf]
                 arrival[rid + 1] = when
-                n_arrivals = _push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
+                n_arrivals = push_arrival(arrivals_heap, n_arrivals, rid + 1, arrival)
                 if when < due:
                     due = when
             nf = follower[rid]
             if nf >= 0:
                 when = t + follow_gap[rid]
                 arrival[nf] = when
-                n_arrivals = _push_arrival(arrivals_heap, n_arrivals, nf, arrival)
+                n_arrivals = push_arrival(arrivals_heap, n_arrivals, nf, arrival)
                 if when < due:
                     due = when
     return OK, prefill_total, interference, t, n_st, n_ev
@@ -501,7 +427,7 @@ def run_plan(
     records,
     record,
 ):
-    """``run`` on a plan's arrays (``rearrival.model.simulator.sim_inputs.core_inputs``: ints rows
+    """``run`` on a plan's arrays (``inputs.core_inputs``: ints rows
     prompt, gen, round, pair_off, next_fixed, follower, starts; floats rows gap, miss_cost,
     start, follow_gap; the flat pair_reuse and pair_cost), with the per-request scratch
     (req_f, req_i, work, hist) and the record tables (st_i, st_f, ev_f, ev_i) as tuples."""
@@ -594,7 +520,7 @@ def run_summary(
     """One simulation, scalars and histogram only (what ``summary()`` reads).
 
     ``ints``, ``floats``, ``pair_reuse``, ``pair_cost`` as ``run_plan`` reads them
-    (``rearrival.model.simulator.sim_inputs.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
+    (``inputs.core_inputs``); ``bucket_of[n]`` is b(n). Returns (hist,
     prefill_total, interference, makespan, decode_total, reuse_hits, computed prefill
     tokens of re-arrivals, decode steps, sum of b x steps, sum of n x steps).
     """
@@ -688,9 +614,9 @@ def run_records(
 
 
 def warm_up() -> None:
-    """Compile every kernel once for the argument types ``rearrival.model.simulator.sim`` and the
+    """Compile every kernel once for the argument types ``sim`` and the
     search pass, filling the on-disk cache (``make`` runs this after installing)."""
-    # one session of two rounds (rearrival.model.simulator.sim_inputs.core_inputs's layout)
+    # one session of two rounds (rearrival.model.simulator.rbln.inputs.core_inputs's layout)
     ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1], [-1, -1], [1, 0]], dtype=np.int64)
     floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0], [0.0, 0.0]])
     pairs = (np.array([128], dtype=np.int64), np.array([0.02]))
