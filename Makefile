@@ -28,7 +28,6 @@ $(STAMP): pyproject.toml
 	@echo "make: compiling the simulator cores once with numba (30-70 s)"
 	$(BIN)/python -c "from rearrival.model.simulator.rbln.core import warm_up; warm_up()"
 	$(BIN)/python -c "from rearrival.model.simulator.vllm.core import warm_up; warm_up()"
-	$(BIN)/python -c "from rearrival.model.simulator.vllm.fleet_core import warm_up; warm_up()"
 	touch $(STAMP)
 
 $(VLLM_STAMP): $(VLLM_LOCK) | $(STAMP)

@@ -15,7 +15,7 @@ single-engine fallback below can serve it too.
 Timed, CPU seconds (``time.process_time``):
 
 * ours: ``simulate_fleet(..., core="compiled")`` as a caller writes it (the plan's arrays,
-  the compiled fleet ``rearrival.model.simulator.vllm.fleet_core``, the request records and
+  the compiled fleet ``rearrival.model.simulator.vllm.core``, the request records and
   the fleet's ``VllmResult``), median of ``--passes`` after one warm-up call;
 * (a) the Python fleet, ``simulate_fleet(..., core="python")`` (the loop of
   ``rearrival.model.fleet.loop`` driving ``VllmFleetEngine`` replicas), one pass;

@@ -1,4 +1,4 @@
-"""The compiled vLLM fleet (``rearrival.model.simulator.vllm.fleet_core``; docs/DESIGN.md §16) gives
+"""The compiled vLLM fleet (``rearrival.model.simulator.vllm.core``; docs/DESIGN.md §16) gives
 the Python fleet's results bit for bit: on random fleets of 1-3 replicas, every router, staggered
 starts, renewal chains, fixed arrivals and shared prefixes, every request's
 replica, counts and times and every total are equal (==), and one compiled replica is the
@@ -17,7 +17,7 @@ from rearrival.model.fleet.routers import ROUTERS
 from rearrival.model.fleet.simulate import FleetCoreError, simulate_fleet
 from rearrival.model.plans.plan import After, MultiRoundSession, Plan, Prefix, Round
 from rearrival.model.simulator.rbln.sim import SimConfig
-from rearrival.model.simulator.vllm import fleet_core
+from rearrival.model.simulator.vllm import core
 from rearrival.model.simulator.vllm.inputs import VllmPlanError, vllm_inputs
 from rearrival.model.simulator.vllm.sim import simulate_vllm
 
@@ -76,10 +76,10 @@ def fixed_arrivals(rng: random.Random, plan: Plan) -> list[float] | None:
 
 def test_router_indices_follow_the_registry():
     order = (
-        fleet_core.ROUND_ROBIN,
-        fleet_core.LEAST_LOADED,
-        fleet_core.SESSION_AFFINITY,
-        fleet_core.PREFIX_AWARE,
+        core.ROUND_ROBIN,
+        core.LEAST_LOADED,
+        core.SESSION_AFFINITY,
+        core.PREFIX_AWARE,
     )
     assert order == tuple(range(len(ROUTERS)))
     assert ROUTERS == ("round_robin", "least_loaded", "session_affinity", "prefix_aware")
@@ -143,17 +143,17 @@ def test_the_core_choice_refuses_what_it_cannot_run():
 
 def test_auto_runs_the_compiled_fleet_on_vllm(monkeypatch):
     calls = []
-    run = fleet_core.run
+    run = core.run
 
     def counted(*args):
         calls.append(args[3:5])
         return run(*args)
 
-    monkeypatch.setattr(fleet_core, "run", counted)
+    monkeypatch.setattr(core, "run", counted)
     plan = random_plan(random.Random(2), 6, renewal=True, prefixes=True)
     config = VllmConfiguration((), 3, num_blocks=200, block_size=16)
     auto = simulate_fleet(plan, config, STEP_COST, 2, "prefix_aware")
-    assert calls == [(2, fleet_core.PREFIX_AWARE)]
+    assert calls == [(2, core.PREFIX_AWARE)]
     python = simulate_fleet(plan, config, STEP_COST, 2, "prefix_aware", core="python")
     stepwise = simulate_fleet(plan, config, STEP_COST, 2, "prefix_aware", stepwise=True)
     assert len(calls) == 1 and auto.requests == python.requests

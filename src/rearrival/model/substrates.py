@@ -8,7 +8,7 @@ every registered prediction uses, its arrival tolerance, its one
 engines (``rearrival.model.fleet``: R driven engines of its rule set, and how their
 per-request columns become the substrate's own result and the shared request records
 ``rearrival.model.fleet.records.RequestOutcome``); an entry may also run the whole fleet
-compiled (vLLM: ``rearrival.model.simulator.vllm.fleet_core``), the same bits. A third
+compiled (vLLM: ``rearrival.model.simulator.vllm.core``), the same bits. A third
 substrate is one package of its rule set (an engine with the calls of
 ``rearrival.model.fleet.engine.FleetEngine``) and one entry here (docs/DESIGN.md §16).
 """
@@ -223,16 +223,16 @@ def _vllm_compiled_fleet(
     fixed_arrivals: Sequence[float] | None,
     source: str,
 ) -> Outcome:
-    """The same fleet on the compiled core (``rearrival.model.simulator.vllm.fleet_core``):
+    """The same fleet on the compiled core (``rearrival.model.simulator.vllm.core``):
     its outcome, the same bits as ``_vllm_fleet`` driven by the loop."""
-    from rearrival.model.simulator.vllm import fleet_core  # numba: loaded on first use
+    from rearrival.model.simulator.vllm import core  # numba: loaded on first use
     from rearrival.model.simulator.vllm.inputs import check_pool, fixed_times, vllm_inputs
     from rearrival.model.simulator.vllm.result import RawRun
 
     inputs = vllm_inputs(plan, configuration.block_size)
     check_pool(inputs, configuration, source)
     fixed = fixed_times(inputs, fixed_arrivals)
-    run = fleet_core.run(inputs, configuration, step_cost, replicas, router, fixed)
+    run = core.run(inputs, configuration, step_cost, replicas, router, fixed)
     device = 0.0
     for seconds in run.replica_device_s:
         device = device + seconds

@@ -8,9 +8,9 @@ latest replica's), each replica's device time, and the latency percentiles. With
 substrate's summary is the single engine's, exactly.
 
 ``core`` picks how: "python" the engines driven by the loop (the readable reference),
-"compiled" the substrate's compiled fleet (vLLM: ``rearrival.model.simulator.vllm.
-fleet_core``, the same bits), "auto" the compiled fleet where the substrate has one and
-the run is not step by step, else the Python one.
+"compiled" the substrate's compiled fleet (vLLM: ``rearrival.model.simulator.vllm.core``,
+the same bits), "auto" the compiled fleet where the substrate has one and the run is not
+step by step, else the Python one.
 """
 
 from __future__ import annotations

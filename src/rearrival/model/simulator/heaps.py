@@ -1,5 +1,5 @@
 """Binary min-heaps on preallocated numpy arrays, for the compiled cores of both rule sets
-(``rbln.core``, ``vllm.core``, ``vllm.fleet_core``; docs/DESIGN.md §4, §15).
+(``rbln.core``, ``vllm.core``; docs/DESIGN.md §4, §15).
 
 ``push``/``pop`` order int64 keys (the RBLN core's free slots, eviction keys and packed
 completion keys); ``push_arrival``/``pop_arrival`` order request ids by (time, request

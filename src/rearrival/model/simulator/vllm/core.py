@@ -1,34 +1,50 @@
-"""Compiled event loop of the ``vllm`` rule set (docs/DESIGN.md §15).
+"""The compiled core of the ``vllm`` rule set (docs/DESIGN.md §15, §16): one engine or a
+fleet of R of them.
 
-The loop of ``event.run_event`` (full ``engine.Engine`` steps, pure decode stretches
-fast-forwarded) written on flat arrays and compiled with numba (``cache=True``: the
-machine code is kept on disk beside this file). Every rule, every choice and the order of
-every floating-point operation are those of the Python cores, so the results are the same
-bits; ``tests/test_vllm_cores.py`` holds the three cores to each other and
-``tests/test_vllm_oracle.py`` to vLLM's own scheduler.
+The loop of ``rearrival.model.fleet.loop.run_fleet`` over R ``fleet_engine.VllmFleetEngine``
+replicas, its four routers (``rearrival.model.fleet.routers``), renewal and fixed arrivals,
+written on flat arrays and compiled with numba (``cache=True``: the machine code is kept on
+disk beside this file). Every rule, every choice and the order of every floating-point
+operation are those of the Python fleet, so every request's placement, counts and times and
+every total are the same bits (``tests/test_vllm_fleet_core.py``). One replica is the single
+engine (the fleet loop with R = 1 takes exactly the single engine's steps), so
+``sim.simulate_vllm`` runs this core with one replica; ``tests/test_vllm_cores.py`` holds it
+to the step-by-step reference and the Python event core, ``tests/test_vllm_oracle.py`` and
+``tests/test_vllm_fleet_oracle.py`` to vLLM's own scheduler.
 
-State, as ``blockpool.BlockPool`` and ``engine.Engine`` keep it:
+State. The pool of ``blockpool.BlockPool`` on arrays: the free queue as ``nxt``/``prv``
+links over block ids with a sentinel, ``refs`` holders per block (the null block 0 is held
+forever), ``bkey`` a block's chain identity (-1: none), the blocks caching identity k as a
+list in cache order (``khead[k]``/``ktail[k]`` with ``knext``/``kprev`` per block). Replica
+q's pool is the slice of the flat arrays that starts at ``q * (num_blocks + 1)`` (its
+blocks, its sentinel last), and its identities the slice of ``khead``/``ktail`` that starts
+at ``q * keys``, so the pool helpers run unchanged on global block ids and global
+identities. A request lives on one replica once routed, so its tokens, blocks held and
+times are one row for the whole fleet. Per replica: its waiting ring and running list (rows
+of ``requests``), its clock, device time and counts, and the FIFO of its finish times not
+yet seen by a routing (a replica's clock only grows, so the loop's heap of them is a
+queue). One heap holds every pending send, ordered by (time, request id) as the loop's is.
 
-* the free queue as ``nxt``/``prv`` links over block ids, sentinel ``num_blocks``;
-  ``refs`` holders per block (the null block 0 is held forever); ``bkey`` a block's
-  chain identity (-1: none); the blocks caching identity k as a list in cache order,
-  ``khead[k]``/``ktail[k]`` with ``knext``/``kprev`` per block;
-* per request: tokens (prompt + sampled), computed tokens, sampled tokens, blocks held
-  (``table[off[r]:off[r] + nblk[r]]``) and how many of them are cached (``hashed``);
-  block j's identity is ``prefix_key_base[r] + j`` for j < ``shared[r]`` (a shared prefix's full
-  blocks, docs/DESIGN.md §16), else ``key_base[r] + j`` (``inputs.VllmInputs.block_key``);
-* ``waiting`` a ring buffer (a preempted request goes to its front), ``running`` an array
-  in admission order, ``pend`` a heap of sends ordered by (time, request id)
-  (``rearrival.model.simulator.heaps``).
+Block identities (``inputs.VllmInputs.block_key``): block j of a request has its shared
+prefix's identity ``prefix_key_base + j`` for j below its shared blocks, else its
+session's own ``key_base + j``; the pure decode check discounts the prefix blocks other
+requests hold (``event.held_prefix_blocks``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
+from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.simulator.heaps import pop_arrival, push_arrival
+from rearrival.model.simulator.vllm.inputs import VllmInputs
 
+# indices into rearrival.model.fleet.routers.ROUTERS (tests/test_vllm_fleet_core.py checks)
+ROUND_ROBIN, LEAST_LOADED, SESSION_AFFINITY, PREFIX_AWARE = 0, 1, 2, 3
 NO = -1
 
 
@@ -52,20 +68,6 @@ def _unlink(nxt, prv, block):
     after = nxt[block]
     nxt[before] = after
     prv[after] = before
-
-
-@njit(cache=True, inline="always")
-def _cache(bkey, khead, ktail, knext, kprev, block, key):
-    """A full block gets identity ``key``, behind the blocks already caching it."""
-    bkey[block] = key
-    last = ktail[key]
-    kprev[block] = last
-    knext[block] = NO
-    if last == NO:
-        khead[key] = block
-    else:
-        knext[last] = block
-    ktail[key] = block
 
 
 @njit(cache=True, inline="always")
@@ -102,34 +104,6 @@ def _allocate(pool, keys, table, start, count, sentinel):
 
 
 @njit(cache=True, inline="always")
-def _cache_filled(keys, bkey, table, start, hashed, key_base, shared, prefix_base, upto_blocks):
-    """Cache the request's blocks ``hashed .. upto_blocks - 1``; returns the new count."""
-    khead, ktail, knext, kprev = keys
-    while hashed < upto_blocks:
-        key = (prefix_base if hashed < shared else key_base) + hashed
-        _cache(bkey, khead, ktail, knext, kprev, table[start + hashed], key)
-        hashed += 1
-    return hashed
-
-
-@njit(cache=True, inline="always")
-def _held_prefix_blocks(khead, knext, refs, first_key, count):
-    """``event.held_prefix_blocks``: the positions of the chain of identities first_key
-    .. first_key + count - 1 (a missing one ends it) with any copy held."""
-    held = 0
-    for j in range(count):
-        block = khead[first_key + j]
-        if block == NO:
-            break
-        while block != NO:
-            if refs[block] > 0:
-                held += 1
-                break
-            block = knext[block]
-    return held
-
-
-@njit(cache=True, inline="always")
 def _release(pool, table, start, count, sentinel):
     """Free a request's blocks last first: uncached ones to the front of the free queue
     (in that order), cached ones to its tail. Returns how many became free."""
@@ -159,67 +133,168 @@ def _padded(n, capture):
     return n
 
 
+@njit(cache=True, inline="always")
+def _key(j, key_base, shared, prefix_base):
+    """Block j's chain identity (``VllmInputs.block_key``)."""
+    return (prefix_base if j < shared else key_base) + j
+
+
 @njit(cache=True)
-def run(
-    prompt,
-    gen,
-    round_of,
+def _cache_filled(keys, bkey, table, start, hashed, key_base, shared, prefix_base, upto):
+    """Cache the request's blocks ``hashed .. upto - 1`` under their identities (global:
+    ``key_base`` and ``prefix_base`` carry the replica's offset); returns the new count.
+    ``core._cache``'s statements are written out in the loop: called once per block, its
+    array arguments cost two atomic reference counts each, a quarter of the fleet's time."""
+    khead, ktail, knext, kprev = keys
+    while hashed < upto:
+        key = _key(hashed, key_base, shared, prefix_base)
+        block = table[start + hashed]
+        bkey[block] = key
+        last = ktail[key]
+        kprev[block] = last
+        knext[block] = NO
+        if last == NO:
+            khead[key] = block
+        else:
+            knext[last] = block
+        ktail[key] = block
+        hashed += 1
+    return hashed
+
+
+@njit(cache=True, inline="always")
+def _hit(khead, hit, cap, key_base, shared, prefix_base):
+    """``BlockPool.lookup``: the first cached holder of each identity of the chain, at most
+    ``cap``, a missing one ending it, into ``hit``; returns its length."""
+    h = 0
+    while h < cap:
+        block = khead[_key(h, key_base, shared, prefix_base)]
+        if block == NO:
+            break
+        hit[h] = block
+        h += 1
+    return h
+
+
+@njit(cache=True, inline="always")
+def _held_prefix(khead, knext, refs, prefix_base, count):
+    """``event.held_prefix_blocks``: positions of the prefix chain (a missing identity ends
+    it) with any holder out of the free queue."""
+    held = 0
+    for j in range(count):
+        block = khead[prefix_base + j]
+        if block == NO:
+            break
+        while block != NO:
+            if refs[block] > 0:
+                held += 1
+                break
+            block = knext[block]
+    return held
+
+
+@njit(cache=True, inline="always")
+def _cached_prefix(khead, full, key_base, shared, prefix_base):
+    """``VllmFleetEngine.cached_prefix``: leading full blocks of the prompt cached."""
+    j = 0
+    while j < full and khead[_key(j, key_base, shared, prefix_base)] != NO:
+        j += 1
+    return j
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """What the kernel writes: per request (in (session, round) order) its columns and
+    replica, per replica its totals."""
+
+    cached_tokens: list[int]
+    preemptions: list[int]
+    steps: list[int]
+    replica: list[int]
+    arrival_s: list[float]
+    first_scheduled_s: list[float]
+    first_token_s: list[float]
+    finish_s: list[float]
+    replica_steps: list[int]
+    replica_decode_tokens: list[int]
+    replica_prefill_tokens: list[int]
+    replica_device_s: list[float]
+    replica_t: list[float]
+
+
+@njit(cache=True, inline="always")
+def _least_loaded(outstanding, candidates, count):
+    best = candidates[0]
+    for i in range(1, count):
+        q = candidates[i]
+        if outstanding[q] < outstanding[best]:
+            best = q
+    return best
+
+
+@njit(cache=True)
+def run_fleet(
+    plan_i,
     gap,
-    start_s,
-    starts,
-    key_base,
-    shared,
-    prefix_key_base,
-    next_fixed,
-    follower,
     follow_gap,
+    start_s,
     fixed,
     capture,
-    block_size,
-    num_blocks,
-    max_num_seqs,
-    max_batched,
-    keys_total,
+    knobs,
     cost,
+    replicas,
+    router,
     req_i,
     req_f,
+    rep_i,
+    rep_f,
 ):
-    """One simulation. Per request (in (session, round) order): prompt, gen, round_of,
-    gap (after the round), start_s (round 0: the session's start), starts (1: sent at
-    start_s; 0: sent by the round before it or, for a renewed session's round 0, by its
-    leader's last round), key_base (the session's first chain identity), shared and
-    prefix_key_base (its shared prefix's full blocks and their first identity), next_fixed
-    (index into ``fixed`` of the next round's send, -1 on the last round), follower (on a
-    session's last round: the renewing session's round 0, else -1) and follow_gap (its
-    gap); ``fixed`` empty: a send is finish + gap (a renewed round 0 always is). ``cost``
-    holds (base, per decode token, per prefill token, per kv token).
+    """One fleet. ``plan_i`` rows per request (in (session, round) order): prompt, gen,
+    round, first request of its session, starts (1: sent at ``start_s`` at the start),
+    key_base, shared blocks, prefix_key_base, next_fixed, follower. ``gap`` after each
+    round, ``follow_gap`` before its follower; ``fixed`` empty: a next round is sent at
+    finish + gap. ``knobs``: block_size, num_blocks, max_num_seqs, max_num_batched_tokens,
+    identities. ``cost``: (base, per decode token, per prefill token, per kv token).
+    ``router``: ROUND_ROBIN, LEAST_LOADED, SESSION_AFFINITY or PREFIX_AWARE.
 
-    Writes req_i rows (cached tokens at first admission, preemptions, steps) and req_f
-    rows (arrival, first scheduled, first token, finish); returns (steps, decode tokens,
-    prefill tokens, device seconds, makespan).
+    Writes req_i rows (cached tokens at first admission, preemptions, steps, replica),
+    req_f rows (arrival, first scheduled, first token, finish), rep_i rows per replica
+    (steps, decode tokens, prefill tokens) and rep_f rows (device seconds, clock).
     """
+    prompt, gen, round_of, session_first = plan_i[0], plan_i[1], plan_i[2], plan_i[3]
+    starts, key_base, shared, prefix_base = plan_i[4], plan_i[5], plan_i[6], plan_i[7]
+    next_fixed, follower = plan_i[8], plan_i[9]
+    bs, num_blocks, max_num_seqs, max_batched, nkeys = (
+        knobs[0],
+        knobs[1],
+        knobs[2],
+        knobs[3],
+        knobs[4],
+    )
     requests = prompt.shape[0]
-    bs = block_size
-    sentinel = num_blocks
     base, per_decode, per_prefill, per_kv = cost[0], cost[1], cost[2], cost[3]
-    # the pool
-    nxt = np.empty(num_blocks + 1, dtype=np.int64)
-    prv = np.empty(num_blocks + 1, dtype=np.int64)
-    previous = sentinel
-    for block in range(1, num_blocks):
-        nxt[previous] = block
-        prv[block] = previous
-        previous = block
-    nxt[previous] = sentinel
-    prv[sentinel] = previous
-    free = num_blocks - 1
-    refs = np.zeros(num_blocks, dtype=np.int64)
-    refs[0] = 1
-    bkey = np.full(num_blocks, NO, dtype=np.int64)
-    knext = np.full(num_blocks, NO, dtype=np.int64)
-    kprev = np.full(num_blocks, NO, dtype=np.int64)
-    khead = np.full(keys_total, NO, dtype=np.int64)
-    ktail = np.full(keys_total, NO, dtype=np.int64)
+    width = num_blocks + 1  # a replica's slice of the block arrays: its blocks, its sentinel
+    # the pools
+    nxt = np.empty(replicas * width, dtype=np.int64)
+    prv = np.empty(replicas * width, dtype=np.int64)
+    refs = np.zeros(replicas * width, dtype=np.int64)
+    free = np.empty(replicas, dtype=np.int64)
+    for q in range(replicas):
+        sentinel = q * width + num_blocks
+        previous = sentinel
+        for block in range(q * width + 1, sentinel):
+            nxt[previous] = block
+            prv[block] = previous
+            previous = block
+        nxt[previous] = sentinel
+        prv[sentinel] = previous
+        refs[q * width] = 1  # the null block
+        free[q] = num_blocks - 1
+    bkey = np.full(replicas * width, NO, dtype=np.int64)
+    knext = np.full(replicas * width, NO, dtype=np.int64)
+    kprev = np.full(replicas * width, NO, dtype=np.int64)
+    khead = np.full(replicas * nkeys, NO, dtype=np.int64)
+    ktail = np.full(replicas * nkeys, NO, dtype=np.int64)
     pool = (nxt, prv, refs, bkey)
     keys = (khead, ktail, knext, kprev)
     # the requests
@@ -236,307 +311,457 @@ def run(
     outputs = np.zeros(requests, dtype=np.int64)
     nblk = np.zeros(requests, dtype=np.int64)
     hashed = np.zeros(requests, dtype=np.int64)
-    cached = req_i[0]
-    preempts = req_i[1]
-    steps = req_i[2]
-    arrival = req_f[0]
-    first_s = req_f[1]
-    token_s = req_f[2]
-    finish_s = req_f[3]
-    # the queues
+    cached, preempts, steps, placement = req_i[0], req_i[1], req_i[2], req_i[3]
+    arrival, first_s, token_s, finish_s = req_f[0], req_f[1], req_f[2], req_f[3]
     pend = np.empty(requests, dtype=np.int64)
     npend = 0
     for r in range(requests):
         cached[r] = NO
         preempts[r] = 0
         steps[r] = 0
+        placement[r] = NO
+        arrival[r] = np.nan
         first_s[r] = np.nan
         token_s[r] = np.nan
         finish_s[r] = np.nan
-        arrival[r] = np.nan
         if starts[r]:
             arrival[r] = start_s[r]
             npend = push_arrival(pend, npend, r, arrival)
-    waiting = np.empty(requests, dtype=np.int64)
-    whead = 0
-    wcount = 0
-    running = np.empty(requests, dtype=np.int64)
-    nrun = 0
+    # the replicas
+    waiting = np.empty(replicas * requests, dtype=np.int64)
+    whead = np.zeros(replicas, dtype=np.int64)
+    wcount = np.zeros(replicas, dtype=np.int64)
+    running = np.empty(replicas * requests, dtype=np.int64)
+    nrun = np.zeros(replicas, dtype=np.int64)
+    finishing = np.empty(replicas * requests)
+    fhead = np.zeros(replicas, dtype=np.int64)
+    ftail = np.zeros(replicas, dtype=np.int64)
+    outstanding = np.zeros(replicas, dtype=np.int64)
+    clock = np.zeros(replicas)
+    device = np.zeros(replicas)
+    rep_steps = np.zeros(replicas, dtype=np.int64)
+    rep_decode = np.zeros(replicas, dtype=np.int64)
+    rep_prefill = np.zeros(replicas, dtype=np.int64)
     sched = np.empty(requests, dtype=np.int64)
     chunk = np.empty(requests, dtype=np.int64)
     finished = np.empty(requests, dtype=np.int64)
     sampled_first = np.empty(requests, dtype=np.int64)
+    candidates = np.empty(replicas, dtype=np.int64)
+    held = np.empty(replicas, dtype=np.int64)
     has_fixed = fixed.shape[0] > 0
-    t = 0.0
-    device = 0.0
-    total_steps = 0
-    decode_total = 0
-    prefill_total = 0
+    routed = 0
     zero = 0
 
     while True:
-        while npend > 0 and arrival[pend[0]] <= t:
-            r, npend = pop_arrival(pend, npend, arrival)
-            waiting[(whead + wcount) % requests] = r
-            wcount += 1
-        if nrun == 0 and wcount == 0:
-            if npend == 0:
-                break
-            t = arrival[pend[0]]
-            continue
-
-        # --- is the next step a pure decode step? (event.pure_decode_ahead)
-        pure = 0 < nrun <= max_batched
-        new_blocks = 0
-        if pure:
-            for i in range(nrun):
-                r = running[i]
-                if outputs[r] == 0 or computed[r] != tokens[r] - 1:
-                    pure = False
-                    break
-                new_blocks += _cdiv(computed[r] + 1, bs) - nblk[r]
-        if pure and new_blocks > free:
-            pure = False
-        if pure and wcount > 0 and nrun < max_num_seqs and max_batched > nrun:
-            r = waiting[whead]
-            held = 0
-            if shared[r] > 0:
-                held = _held_prefix_blocks(
-                    khead, knext, refs, prefix_key_base[r], min(shared[r], (tokens[r] - 1) // bs)
-                )
-            pure = _cdiv(tokens[r], bs) - held > free - new_blocks
-        nfin = 0
-        if pure:  # --- event.fast_forward
-            decode_padded = _padded(nrun, capture)
-            context = 0
-            left = gen[running[0]] - outputs[running[0]]
-            for i in range(nrun):
-                r = running[i]
-                context += computed[r]
-                left = min(left, gen[r] - outputs[r])
-            while True:
-                for i in range(nrun):
-                    r = running[i]
-                    if _cdiv(computed[r] + 1, bs) > nblk[r]:
-                        free -= _allocate(pool, keys, table, off[r] + nblk[r], 1, sentinel)
-                        nblk[r] += 1
-                    computed[r] += 1
+        due = arrival[pend[0]] if npend > 0 else np.inf
+        actor = NO
+        for q in range(replicas):
+            if (nrun[q] > 0 or wcount[q] > 0) and (actor == NO or clock[q] < clock[actor]):
+                actor = q
+        if actor != NO and not due <= clock[actor]:  # vLLM's arrival tolerance is 0
+            bound = due
+            for q in range(replicas):
+                if q != actor and (nrun[q] > 0 or wcount[q] > 0) and clock[q] < bound:
+                    bound = clock[q]
+            q = actor
+            blocks0 = q * width
+            sentinel = blocks0 + num_blocks
+            keys0 = q * nkeys
+            run0 = q * requests
+            t = clock[q]
+            n = nrun[q]
+            # --- is the next step a pure decode step? (event.pure_decode_ahead)
+            pure = 0 < n <= max_batched
+            new_blocks = 0
+            if pure:
+                for i in range(n):
+                    r = running[run0 + i]
+                    if outputs[r] == 0 or computed[r] != tokens[r] - 1:
+                        pure = False
+                        break
+                    new_blocks += _cdiv(computed[r] + 1, bs) - nblk[r]
+            if pure and new_blocks > free[q]:
+                pure = False
+            if pure and wcount[q] > 0 and n < max_num_seqs and max_batched > n:
+                r = waiting[run0 + whead[q]]
+                own = 0
+                if shared[r] > 0:
+                    own = _held_prefix(
+                        khead,
+                        knext,
+                        refs,
+                        keys0 + prefix_base[r],
+                        min(shared[r], (tokens[r] - 1) // bs),
+                    )
+                pure = _cdiv(tokens[r], bs) - own > free[q] - new_blocks
+            nfin = 0
+            if pure:  # --- event.fast_forward, cut at the first boundary seeing ``bound``
+                decode_padded = _padded(n, capture)
+                context = 0
+                left = gen[running[run0]] - outputs[running[run0]]
+                for i in range(n):
+                    r = running[run0 + i]
+                    context += computed[r]
+                    left = min(left, gen[r] - outputs[r])
+                while True:
+                    # Per token only what changes: the pool helpers take their arrays as
+                    # tuples, which numba reference-counts atomically at every call, so
+                    # they run only where a block is allocated or filled.
+                    for i in range(n):
+                        r = running[run0 + i]
+                        done = computed[r] + 1
+                        if done > nblk[r] * bs:  # a running request holds ceil(computed / bs)
+                            free[q] -= _allocate(pool, keys, table, off[r] + nblk[r], 1, sentinel)
+                            nblk[r] += 1
+                        computed[r] = done
+                        if (hashed[r] + 1) * bs <= done:  # a block filled: cache to done // bs
+                            hashed[r] = _cache_filled(
+                                keys,
+                                bkey,
+                                table,
+                                off[r],
+                                hashed[r],
+                                keys0 + key_base[r],
+                                shared[r],
+                                keys0 + prefix_base[r],
+                                done // bs,
+                            )
+                        outputs[r] += 1
+                        tokens[r] += 1
+                        steps[r] += 1
+                    step_s = (
+                        base + per_decode * decode_padded + per_prefill * zero + per_kv * context
+                    )
+                    t = t + step_s
+                    device[q] = device[q] + step_s
+                    rep_steps[q] += 1
+                    rep_decode[q] += n
+                    context += n
+                    left -= 1
+                    if left == 0:
+                        for i in range(n):
+                            r = running[run0 + i]
+                            if outputs[r] == gen[r]:
+                                finished[nfin] = r
+                                nfin += 1
+                        break
+                    if bound <= t:
+                        break
+                    new_blocks = 0
+                    for i in range(n):
+                        r = running[run0 + i]
+                        if computed[r] + 1 > nblk[r] * bs:
+                            new_blocks += 1
+                    if new_blocks > free[q]:
+                        break
+            else:  # --- engine.Engine.step
+                budget = max_batched
+                nsched = 0
+                preempted = False
+                i = 0
+                while i < n and budget > 0:
+                    r = running[run0 + i]
+                    take = min(tokens[r] - computed[r], budget)
+                    need = _cdiv(computed[r] + take, bs) - nblk[r]
+                    itself = False
+                    while need > free[q]:
+                        victim = running[run0 + n - 1]
+                        n -= 1
+                        free[q] += _release(pool, table, off[victim], nblk[victim], sentinel)
+                        nblk[victim] = 0
+                        hashed[victim] = 0
+                        computed[victim] = 0
+                        preempts[victim] += 1
+                        whead[q] = (whead[q] - 1 + requests) % requests
+                        waiting[run0 + whead[q]] = victim
+                        wcount[q] += 1
+                        preempted = True
+                        if victim == r:
+                            itself = True
+                            break
+                    if itself:
+                        break
+                    free[q] -= _allocate(pool, keys, table, off[r] + nblk[r], need, sentinel)
+                    nblk[r] += need
+                    upto = min(computed[r] + take, tokens[r]) // bs
                     hashed[r] = _cache_filled(
                         keys,
                         bkey,
                         table,
                         off[r],
                         hashed[r],
-                        key_base[r],
+                        keys0 + key_base[r],
                         shared[r],
-                        prefix_key_base[r],
-                        computed[r] // bs,
-                    )
-                    outputs[r] += 1
-                    tokens[r] += 1
-                    steps[r] += 1
-                step_s = base + per_decode * decode_padded + per_prefill * zero + per_kv * context
-                t = t + step_s
-                device = device + step_s
-                total_steps += 1
-                decode_total += nrun
-                context += nrun
-                left -= 1
-                if left == 0:
-                    for i in range(nrun):
-                        if outputs[running[i]] == gen[running[i]]:
-                            finished[nfin] = running[i]
-                            nfin += 1
-                    break
-                if npend > 0 and arrival[pend[0]] <= t:
-                    break
-                new_blocks = 0
-                for i in range(nrun):
-                    new_blocks += _cdiv(computed[running[i]] + 1, bs) - nblk[running[i]]
-                if new_blocks > free:
-                    break
-        else:  # --- engine.Engine.step
-            budget = max_batched
-            nsched = 0
-            preempted = False
-            i = 0
-            while i < nrun and budget > 0:
-                r = running[i]
-                take = min(tokens[r] - computed[r], budget)
-                need = _cdiv(computed[r] + take, bs) - nblk[r]
-                itself = False
-                while need > free:
-                    victim = running[nrun - 1]
-                    nrun -= 1
-                    free += _release(pool, table, off[victim], nblk[victim], sentinel)
-                    nblk[victim] = 0
-                    hashed[victim] = 0
-                    computed[victim] = 0
-                    preempts[victim] += 1
-                    whead = (whead - 1 + requests) % requests
-                    waiting[whead] = victim
-                    wcount += 1
-                    preempted = True
-                    if victim == r:
-                        itself = True
-                        break
-                if itself:
-                    break
-                free -= _allocate(pool, keys, table, off[r] + nblk[r], need, sentinel)
-                nblk[r] += need
-                upto = min(computed[r] + take, tokens[r]) // bs
-                hashed[r] = _cache_filled(
-                    keys,
-                    bkey,
-                    table,
-                    off[r],
-                    hashed[r],
-                    key_base[r],
-                    shared[r],
-                    prefix_key_base[r],
-                    upto,
-                )
-                sched[nsched] = r
-                chunk[nsched] = take
-                nsched += 1
-                budget -= take
-                i += 1
-            if not preempted:
-                while budget > 0 and wcount > 0 and nrun < max_num_seqs:
-                    r = waiting[whead]
-                    cap = (tokens[r] - 1) // bs
-                    h = 0
-                    while h < cap:
-                        block = khead[(prefix_key_base[r] if h < shared[r] else key_base[r]) + h]
-                        if block == NO:
-                            break
-                        hit[h] = block
-                        h += 1
-                    in_free = 0
-                    for j in range(h):
-                        if refs[hit[j]] == 0:
-                            in_free += 1
-                    if _cdiv(tokens[r], bs) - h + in_free > free:
-                        break
-                    done_tokens = h * bs
-                    take = min(tokens[r] - done_tokens, budget)
-                    for j in range(h):  # the hit leaves the free queue first
-                        block = hit[j]
-                        if refs[block] == 0:
-                            _unlink(nxt, prv, block)
-                            free -= 1
-                        refs[block] += 1
-                        table[off[r] + j] = block
-                    need = _cdiv(done_tokens + take, bs) - h
-                    free -= _allocate(pool, keys, table, off[r] + h, need, sentinel)
-                    nblk[r] = h + need
-                    upto = min(done_tokens + take, tokens[r]) // bs
-                    hashed[r] = _cache_filled(
-                        keys,
-                        bkey,
-                        table,
-                        off[r],
-                        h,
-                        key_base[r],
-                        shared[r],
-                        prefix_key_base[r],
+                        keys0 + prefix_base[r],
                         upto,
                     )
-                    whead = (whead + 1) % requests
-                    wcount -= 1
-                    running[nrun] = r
-                    nrun += 1
-                    computed[r] = done_tokens
-                    if cached[r] < 0:
-                        cached[r] = done_tokens
                     sched[nsched] = r
                     chunk[nsched] = take
                     nsched += 1
                     budget -= take
-            decode = 0
-            prefill = 0
-            context = 0
-            for j in range(nsched):
-                r = sched[j]
-                context += computed[r]
-                if outputs[r] > 0:
-                    decode += chunk[j]
-                else:
-                    prefill += chunk[j]
-                steps[r] += 1
-                if steps[r] == 1:
-                    first_s[r] = t
-                computed[r] += chunk[j]
-            nfirst = 0
-            for j in range(nsched):
-                r = sched[j]
-                if computed[r] == tokens[r]:
-                    outputs[r] += 1
-                    tokens[r] += 1
-                    if outputs[r] == 1:
-                        sampled_first[nfirst] = r
-                        nfirst += 1
-                    if outputs[r] == gen[r]:
-                        finished[nfin] = r
-                        nfin += 1
-            decode_padded = _padded(decode, capture)
-            step_s = base + per_decode * decode_padded + per_prefill * prefill + per_kv * context
-            t = t + step_s
-            for j in range(nfirst):
-                token_s[sampled_first[j]] = t
-            device = device + step_s
-            total_steps += 1
-            decode_total += decode
-            prefill_total += prefill
-
-        # --- engine.Engine.finish
-        for j in range(nfin):
-            r = finished[j]
-            free += _release(pool, table, off[r], nblk[r], sentinel)
-            nblk[r] = 0
-            finish_s[r] = t
-            follow = next_fixed[r]
-            if follow >= 0:
-                arrival[r + 1] = t + gap[r] if not has_fixed else fixed[follow]
-                npend = push_arrival(pend, npend, r + 1, arrival)
-            elif follower[r] >= 0:  # the renewing session's round 0 (docs/DESIGN.md §16)
-                arrival[follower[r]] = t + follow_gap[r]
-                npend = push_arrival(pend, npend, follower[r], arrival)
-        if nfin:
-            kept = 0
-            for i in range(nrun):
-                r = running[i]
-                if outputs[r] < gen[r]:
-                    running[kept] = r
-                    kept += 1
-            nrun = kept
-    return total_steps, decode_total, prefill_total, device, t
+                    i += 1
+                if not preempted:
+                    while budget > 0 and wcount[q] > 0 and n < max_num_seqs:
+                        r = waiting[run0 + whead[q]]
+                        h = _hit(
+                            khead,
+                            hit,
+                            (tokens[r] - 1) // bs,
+                            keys0 + key_base[r],
+                            shared[r],
+                            keys0 + prefix_base[r],
+                        )
+                        in_free = 0
+                        for j in range(h):
+                            if refs[hit[j]] == 0:
+                                in_free += 1
+                        if _cdiv(tokens[r], bs) - h + in_free > free[q]:
+                            break
+                        done_tokens = h * bs
+                        take = min(tokens[r] - done_tokens, budget)
+                        for j in range(h):  # the hit leaves the free queue first
+                            block = hit[j]
+                            if refs[block] == 0:
+                                _unlink(nxt, prv, block)
+                                free[q] -= 1
+                            refs[block] += 1
+                            table[off[r] + j] = block
+                        need = _cdiv(done_tokens + take, bs) - h
+                        free[q] -= _allocate(pool, keys, table, off[r] + h, need, sentinel)
+                        nblk[r] = h + need
+                        upto = min(done_tokens + take, tokens[r]) // bs
+                        hashed[r] = _cache_filled(
+                            keys,
+                            bkey,
+                            table,
+                            off[r],
+                            h,
+                            keys0 + key_base[r],
+                            shared[r],
+                            keys0 + prefix_base[r],
+                            upto,
+                        )
+                        whead[q] = (whead[q] + 1) % requests
+                        wcount[q] -= 1
+                        running[run0 + n] = r
+                        n += 1
+                        computed[r] = done_tokens
+                        if cached[r] < 0:
+                            cached[r] = done_tokens
+                        sched[nsched] = r
+                        chunk[nsched] = take
+                        nsched += 1
+                        budget -= take
+                decode = 0
+                prefill = 0
+                context = 0
+                for j in range(nsched):
+                    r = sched[j]
+                    context += computed[r]
+                    if outputs[r] > 0:
+                        decode += chunk[j]
+                    else:
+                        prefill += chunk[j]
+                    steps[r] += 1
+                    if steps[r] == 1:
+                        first_s[r] = t
+                    computed[r] += chunk[j]
+                nfirst = 0
+                for j in range(nsched):
+                    r = sched[j]
+                    if computed[r] == tokens[r]:
+                        outputs[r] += 1
+                        tokens[r] += 1
+                        if outputs[r] == 1:
+                            sampled_first[nfirst] = r
+                            nfirst += 1
+                        if outputs[r] == gen[r]:
+                            finished[nfin] = r
+                            nfin += 1
+                decode_padded = _padded(decode, capture)
+                step_s = (
+                    base + per_decode * decode_padded + per_prefill * prefill + per_kv * context
+                )
+                t = t + step_s
+                device[q] = device[q] + step_s
+                rep_steps[q] += 1
+                rep_decode[q] += decode
+                rep_prefill[q] += prefill
+                for j in range(nfirst):
+                    token_s[sampled_first[j]] = t
+            clock[q] = t
+            nrun[q] = n
+            # --- engine.Engine.finish, then the loop sends what follows each finish
+            for j in range(nfin):
+                r = finished[j]
+                free[q] += _release(pool, table, off[r], nblk[r], sentinel)
+                nblk[r] = 0
+                finish_s[r] = t
+            if nfin:
+                kept = 0
+                for i in range(n):
+                    r = running[run0 + i]
+                    if outputs[r] < gen[r]:
+                        running[run0 + kept] = r
+                        kept += 1
+                nrun[q] = kept
+            for j in range(nfin):
+                r = finished[j]
+                finishing[run0 + ftail[q]] = t
+                ftail[q] += 1
+                follow = next_fixed[r]
+                if follow >= 0:
+                    arrival[r + 1] = t + gap[r] if not has_fixed else fixed[follow]
+                    npend = push_arrival(pend, npend, r + 1, arrival)
+                elif follower[r] >= 0:  # the renewing session's round 0
+                    arrival[follower[r]] = t + follow_gap[r]
+                    npend = push_arrival(pend, npend, follower[r], arrival)
+            continue
+        if npend == 0:
+            break
+        rid, npend = pop_arrival(pend, npend, arrival)
+        when = arrival[rid]
+        for q in range(replicas):
+            while fhead[q] < ftail[q] and finishing[q * requests + fhead[q]] <= when:
+                fhead[q] += 1
+                outstanding[q] -= 1
+        # --- the router (rearrival.model.fleet.routers)
+        if router == ROUND_ROBIN:
+            q = routed % replicas
+            routed += 1
+        elif router == SESSION_AFFINITY and round_of[rid] > 0:
+            q = placement[session_first[rid]]
+        elif router == PREFIX_AWARE:
+            most = 0
+            for p in range(replicas):
+                held[p] = _cached_prefix(
+                    khead,
+                    prompt[rid] // bs,
+                    p * nkeys + key_base[rid],
+                    shared[rid],
+                    p * nkeys + prefix_base[rid],
+                )
+                if p == 0 or held[p] > most:
+                    most = held[p]
+            count = 0
+            for p in range(replicas):
+                if held[p] == most:
+                    candidates[count] = p
+                    count += 1
+            q = _least_loaded(outstanding, candidates, count)
+        else:  # least_loaded, and session_affinity's round 0
+            for p in range(replicas):
+                candidates[p] = p
+            q = _least_loaded(outstanding, candidates, replicas)
+        placement[rid] = q
+        outstanding[q] += 1
+        # --- VllmFleetEngine.add: an idle replica jumps to the arrival
+        if nrun[q] == 0 and wcount[q] == 0 and when > clock[q]:
+            clock[q] = when
+        waiting[q * requests + (whead[q] + wcount[q]) % requests] = rid
+        wcount[q] += 1
+    for q in range(replicas):
+        rep_i[0, q] = rep_steps[q]
+        rep_i[1, q] = rep_decode[q]
+        rep_i[2, q] = rep_prefill[q]
+        rep_f[0, q] = device[q]
+        rep_f[1, q] = clock[q]
 
 
 def warm_up() -> None:
     """Compile the kernel once into its on-disk cache."""
-    ints = np.array([20, 3, 0, 0, 0, -1, 1], dtype=np.int64)
-    run(
-        ints[:1] + 0,
-        ints[1:2] + 0,
-        ints[2:3] + 0,
+    plan_i = np.array([[20], [3], [0], [0], [1], [0], [0], [-1], [-1], [-1]], dtype=np.int64)
+    run_fleet(
+        plan_i,
         np.zeros(1),
         np.zeros(1),
-        ints[6:7] + 0,
-        ints[3:4] + 0,
-        ints[3:4] + 0,
-        ints[5:6] + 0,
-        ints[5:6] + 0,
-        ints[5:6] + 0,
         np.zeros(1),
         np.empty(0),
         np.empty(0, dtype=np.int64),
-        16,
-        4,
-        2,
-        16,
-        2,
+        np.array([16, 4, 2, 16, 2], dtype=np.int64),
         np.array([0.01, 0.001, 0.0001, 0.0]),
-        np.empty((3, 1), dtype=np.int64),
+        2,
+        PREFIX_AWARE,
+        np.empty((4, 1), dtype=np.int64),
         np.empty((4, 1)),
+        np.empty((3, 2), dtype=np.int64),
+        np.empty((2, 2)),
+    )
+
+
+def run(
+    inputs: VllmInputs,
+    configuration: VllmConfiguration,
+    step_cost: VllmStepCost,
+    replicas: int,
+    router: int,
+    fixed: list[float] | None,
+) -> FleetRun:
+    """One fleet on the compiled kernel; ``router`` an index into ``ROUTERS``."""
+    a = inputs.arrays
+    requests = a.requests
+    start = np.zeros(requests)
+    starts = np.zeros(requests, dtype=np.int64)
+    for s, rid in enumerate(a.first[:-1]):
+        if a.leader[s] < 0:  # a renewed session is sent by its leader's last round
+            start[rid] = a.start[s]
+            starts[rid] = 1
+    plan_i = np.array(
+        [
+            a.prompt,
+            a.gen,
+            a.round_of,
+            [a.first[s] for s in a.session_of],
+            starts,
+            inputs.key_base,
+            inputs.shared_blocks,
+            inputs.prefix_key_base,
+            a.next_fixed,
+            a.follower,
+        ],
+        dtype=np.int64,
+    )
+    knobs = np.array(
+        [
+            configuration.block_size,
+            configuration.num_blocks,
+            configuration.batch_size,
+            configuration.max_num_batched_tokens,
+            max(inputs.keys, 1),
+        ],
+        dtype=np.int64,
+    )
+    req_i = np.empty((4, requests), dtype=np.int64)
+    req_f = np.empty((4, requests))
+    rep_i = np.empty((3, replicas), dtype=np.int64)
+    rep_f = np.empty((2, replicas))
+    run_fleet(
+        plan_i,
+        np.array(a.gap, dtype=np.float64),
+        np.array(a.follow_gap, dtype=np.float64),
+        start,
+        np.array(fixed if fixed is not None else [], dtype=np.float64),
+        np.array(configuration.buckets, dtype=np.int64),
+        knobs,
+        np.array(step_cost.as_tuple()),
+        replicas,
+        router,
+        req_i,
+        req_f,
+        rep_i,
+        rep_f,
+    )
+    cached, preemptions, steps, placement = req_i.tolist()
+    arrival, first, first_token, finish = req_f.tolist()
+    return FleetRun(
+        cached,
+        preemptions,
+        steps,
+        placement,
+        arrival,
+        first,
+        first_token,
+        finish,
+        *rep_i.tolist(),
+        *rep_f.tolist(),
     )

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
@@ -44,42 +42,6 @@ PYTHON_FIRST_CALLS = 8
 CORE_CHOICE = CoreChoice("rearrival.model.simulator.vllm.core", PYTHON_FIRST_CALLS)
 
 Run = Callable[[VllmInputs, VllmConfiguration, VllmStepCost, list[float] | None], RawRun]
-_PLAN_COLUMNS: dict[int, tuple[VllmInputs, tuple[Any, ...]]] = {}
-
-
-def plan_columns(inputs: VllmInputs) -> tuple[Any, ...]:
-    """The compiled core's per-request arrays of a plan (``core.run``'s arguments prompt
-    .. follow_gap), converted once per ``VllmInputs`` (which ``vllm_inputs`` caches)."""
-    entry = _PLAN_COLUMNS.get(id(inputs))
-    if entry is not None and entry[0] is inputs:
-        return entry[1]
-    a = inputs.arrays
-    start = np.zeros(a.requests)
-    starts = np.zeros(a.requests, dtype=np.int64)
-    for s, rid in enumerate(a.first[:-1]):
-        start[rid] = a.start[s]
-        starts[rid] = a.leader[s] < 0  # a renewed session is sent by its leader's finish
-    ints = np.array(
-        [
-            a.prompt,
-            a.gen,
-            a.round_of,
-            inputs.key_base,
-            inputs.shared_blocks,
-            inputs.prefix_key_base,
-            a.next_fixed,
-            a.follower,
-        ],
-        dtype=np.int64,
-    ).reshape(8, -1)
-    floats = np.array([a.gap, a.follow_gap], dtype=np.float64).reshape(2, -1)
-    prompt, gen, round_of, key_base, shared, prefix_key_base, next_fixed, follower = ints
-    columns = (prompt, gen, round_of, floats[0], start, starts, key_base, shared)
-    columns += (prefix_key_base, next_fixed, follower, floats[1])
-    if len(_PLAN_COLUMNS) > 256:
-        _PLAN_COLUMNS.clear()
-    _PLAN_COLUMNS[id(inputs)] = (inputs, columns)
-    return columns
 
 
 def run_compiled(
@@ -88,40 +50,24 @@ def run_compiled(
     step_cost: VllmStepCost,
     fixed: list[float] | None,
 ) -> RawRun:
-    """One simulation on the compiled core."""
+    """One simulation on the compiled core: a fleet of one replica, which is the single
+    engine (``core``'s docstring)."""
     from rearrival.model.simulator.vllm import core  # numba: loaded on first use
 
-    requests = inputs.requests
-    req_i = np.empty((3, requests), dtype=np.int64)
-    req_f = np.empty((4, requests))
-    steps, decode, prefill, device_s, makespan_s = core.run(
-        *plan_columns(inputs),
-        np.array(fixed if fixed is not None else [], dtype=np.float64),
-        np.array(configuration.buckets, dtype=np.int64),
-        configuration.block_size,
-        configuration.num_blocks,
-        configuration.batch_size,
-        configuration.max_num_batched_tokens,
-        max(inputs.keys, 1),
-        np.array(step_cost.as_tuple()),
-        req_i,
-        req_f,
-    )
-    cached, preemptions, per_request_steps = req_i.tolist()
-    arrival, first, first_token, finish = req_f.tolist()
+    run = core.run(inputs, configuration, step_cost, 1, core.ROUND_ROBIN, fixed)
     return RawRun(
-        cached,
-        preemptions,
-        per_request_steps,
-        arrival,
-        first,
-        first_token,
-        finish,
-        int(steps),
-        int(decode),
-        int(prefill),
-        float(device_s),
-        float(makespan_s),
+        run.cached_tokens,
+        run.preemptions,
+        run.steps,
+        run.arrival_s,
+        run.first_scheduled_s,
+        run.first_token_s,
+        run.finish_s,
+        run.replica_steps[0],
+        run.replica_decode_tokens[0],
+        run.replica_prefill_tokens[0],
+        run.replica_device_s[0],
+        run.replica_t[0],
     )
 
 
