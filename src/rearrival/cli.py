@@ -46,9 +46,17 @@ def version() -> None:
 
 
 def main() -> None:
-    """Console entry point: clear one-line errors instead of tracebacks for bad input."""
+    """Console entry point: clear one-line errors instead of tracebacks for bad input; a
+    SIGTERM, SIGINT or SIGHUP stops every server the verb started and is one line naming
+    what was running, exit code 128 + the signal (rearrival.measure.process_groups)."""
+    from rearrival.measure.process_groups import Interrupted, stopping_on_signals
+
     try:
-        app()
+        with stopping_on_signals():
+            app()
     except RearrivalError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
         sys.exit(2)
+    except Interrupted as stop:
+        typer.echo(f"rearrival: {stop.signal_name}: {stop}", err=True)
+        sys.exit(stop.exit_code)

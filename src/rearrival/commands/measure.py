@@ -175,6 +175,7 @@ def run(
     from rearrival.commands.configuration import configuration_option, vllm_configuration_option
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.measure.process_groups import Interrupted
     from rearrival.measure.vllm.backend import VllmSettings
     from rearrival.model.plans.plan import load_plan
 
@@ -230,7 +231,12 @@ def run(
         condition_order=[label],
         prereg={},
     )
-    written = run_backend(settings, request, out)
+    try:
+        written = run_backend(settings, request, out)
+    except Interrupted as stop:
+        raise stop.naming(
+            f"run {label}: {stop}; its server was stopped, {out} not written"
+        ) from None
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(
@@ -254,6 +260,7 @@ def _run_vllm(
     """``run --backend vllm``: one run on a fresh vLLM server (docs/DESIGN.md §15)."""
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.measure.process_groups import Interrupted
     from rearrival.model.plans.plan import load_plan
 
     plan = load_plan(plan_path)
@@ -271,7 +278,10 @@ def _run_vllm(
         condition_order=[label],
         prereg={},
     )
-    written = run_backend(BackendSettings(backend=VLLM, vllm=vllm), request, out)
+    try:
+        written = run_backend(BackendSettings(backend=VLLM, vllm=vllm), request, out)
+    except Interrupted as stop:
+        raise stop.naming(f"{stop}: {out}") from None
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(
