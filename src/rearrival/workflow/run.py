@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from rearrival.errors import StageError
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
 from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
+from rearrival.measure.process_groups import Interrupted
 from rearrival.model.plans.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.prereg.registered import recorded_registration
@@ -91,7 +94,7 @@ def run_replicate(
     slots = run_slots(cfg, study, n, replicate)
     order = [slot.label for slot in slots]
     written = []
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir) as staging, keeping_interrupted(staging, failed_dir, out_dir):
         for slot in slots:
             run = RunRequest(
                 study=study.name,
@@ -111,6 +114,42 @@ def run_replicate(
     return written
 
 
+@contextmanager
+def keeping_interrupted(staging: Path, failed_dir: Path | None, out_dir: Path) -> Iterator[None]:
+    """A replicate stopped by a signal (rearrival.measure.process_groups): the runs it had
+    not completed are kept under ``failed_dir`` as a failed run's are, the staging folder
+    goes (atomic_directory), and the line names the replicate, so the next invocation
+    reruns exactly this replicate."""
+    try:
+        yield
+    except Interrupted as stop:
+        kept = keep_incomplete_runs(staging, failed_dir)
+        where = f"; kept {', '.join(map(str, kept))}" if kept else ""
+        raise stop.naming(
+            f"replicate {out_dir} not published: {stop}{where}; the next invocation "
+            "reruns this replicate"
+        ) from None
+
+
+def keep_incomplete_runs(staging: Path, failed_dir: Path | None) -> list[Path]:
+    """Move every run of ``staging`` that did not complete under ``failed_dir``
+    (replacing an earlier attempt's); where they went."""
+    kept = []
+    for run in sorted(p for p in staging.iterdir() if p.is_dir()):
+        written = (run / "manifest.json").is_file()  # a run stopped before its record: none
+        if failed_dir is None or not written or run_status(run)[0] == "complete":
+            continue
+        kept.append(_keep(run, failed_dir / run.name))
+    return kept
+
+
+def _keep(run: Path, kept: Path) -> Path:
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(run, kept)
+    return kept
+
+
 def refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None) -> None:
     """Raise, naming every run of the replicate that did not complete; keep their
     records under ``failed_dir`` (replacing an earlier attempt's)."""
@@ -119,12 +158,11 @@ def refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None
         status, reason = run_status(staging / label)
         if status == "complete":
             continue
+        if failed_dir is not None:  # the reason names the files where they are kept
+            kept = _keep(staging / label, failed_dir / label)
+            reason = (reason or "").replace(str(staging / label), str(kept))
+            reason = f"{reason} (record kept in {kept})"
         failures.append(f"{label}: {status}: {reason}")
-        if failed_dir is not None:
-            kept = failed_dir / label
-            shutil.rmtree(kept, ignore_errors=True)
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(staging / label, kept)
     if failures:
         where = f"; the records are kept in {failed_dir}" if failed_dir is not None else ""
         raise StageError(
