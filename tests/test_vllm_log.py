@@ -177,3 +177,42 @@ def test_prompt_ids_stay_below_the_models_vocabulary() -> None:
             assert all(TOKEN_ID_LOW <= i < 2048 for i in ids)
     with pytest.raises(ClientError, match="vocabulary of 2048"):
         new_ids("seed:1", 2048 - TOKEN_ID_LOW, 0, 5, 2048)
+
+
+def test_a_validation_error_is_quoted_with_the_cause_pydantic_prints_below_it() -> None:
+    """issue 38: `--max-model-len 100000` once gave only "ValidationError: 1 validation
+    error for ModelConfig"; vLLM's cause is on the next lines."""
+    log = "\n".join(
+        [
+            "(APIServer pid=1) Traceback (most recent call last):",
+            "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation "
+            "error for ModelConfig",
+            "(APIServer pid=1)   Value error, User-specified max_model_len (100000) is greater "
+            "than the derived max_model_len (max_position_embeddings=8192 or "
+            "model_max_length=None in model's config.json). [type=value_error, "
+            "input_value=ArgsKwargs((), {'model': '/m'}), input_type=ArgsKwargs]",
+            "(APIServer pid=1)     For further information visit https://errors.pydantic.dev/2",
+        ]
+    )
+    assert vllm_reason(log) == (
+        "ValidationError: 1 validation error for ModelConfig: Value error, User-specified "
+        "max_model_len (100000) is greater than the derived max_model_len "
+        "(max_position_embeddings=8192 or model_max_length=None in model's config.json)."
+    )
+
+
+def test_a_killed_engine_is_reported_as_vllm_logged_it_not_as_engine_dead() -> None:
+    log = "\n".join(
+        [
+            "(APIServer pid=1) WARNING 12-01 20:16:03 [core_client.py:818] [shutdown] "
+            "MPClient: engine core exited unexpectedly; starting cleanup",
+            "(APIServer pid=1) ERROR 12-01 20:16:03 [async_llm.py:906] "
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
+            "stack trace (above) for the root cause.",
+        ]
+    )
+    assert vllm_reason(log) == (
+        "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup"
+    )
+    dead_only = log.splitlines()[1]
+    assert vllm_reason(dead_only).startswith("EngineDeadError: EngineCore encountered")
