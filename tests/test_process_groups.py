@@ -23,7 +23,7 @@ from rearrival.measure.process_groups import (
     stopping_on_signals,
 )
 from rearrival.model.plans.plan import Plan, PlanMeta, Session, write_plan
-from rearrival.workflow.run import keeping_interrupted
+from rearrival.workflow.run import keeping_unfinished
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 # a leader that starts a child in its own group and ignores SIGTERM, as a server whose
@@ -106,7 +106,7 @@ def test_an_interrupted_replicate_keeps_its_failed_run_and_names_the_replicate(
     (staging / "never-written").mkdir()
     with (
         pytest.raises(Interrupted) as stopped,
-        keeping_interrupted(staging, failed, tmp_path / "n8_r1"),
+        keeping_unfinished(staging, failed, tmp_path / "n8_r1"),
     ):
         raise Interrupted(signal.SIGTERM, "run x: interrupted by SIGTERM")
     line = str(stopped.value)

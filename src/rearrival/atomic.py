@@ -35,6 +35,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
         os.chmod(tmp, umask_mode(0o666))
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk's write names no file: name the one written
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

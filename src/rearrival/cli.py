@@ -13,7 +13,7 @@ import typer
 
 from rearrival.commands import ALL_AREAS
 from rearrival.commands.panels import PanelledGroup
-from rearrival.errors import RearrivalError
+from rearrival.errors import RearrivalError, disk_problem
 
 app = typer.Typer(
     cls=PanelledGroup,
@@ -56,6 +56,12 @@ def main() -> None:
             app()
     except RearrivalError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:  # a full disk or an unwritable folder: the user's to fix
+        problem = disk_problem(exc)
+        if problem is None:
+            raise
+        typer.echo(f"rearrival: error: {problem}", err=True)
         sys.exit(2)
     except Interrupted as stop:
         typer.echo(f"rearrival: {stop.signal_name}: {stop}", err=True)

@@ -5,6 +5,7 @@ injection measurement (paper III-C), the other rule of rules/run.smk.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pandas as pd
 
 from rearrival.atomic import atomic_directory
 from rearrival.config.study import Study, StudyConfig, resolve_configurations
-from rearrival.errors import StageError
+from rearrival.errors import DiskError, StageError
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
 from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
@@ -94,7 +95,7 @@ def run_replicate(
     slots = run_slots(cfg, study, n, replicate)
     order = [slot.label for slot in slots]
     written = []
-    with atomic_directory(out_dir) as staging, keeping_interrupted(staging, failed_dir, out_dir):
+    with atomic_directory(out_dir) as staging, keeping_unfinished(staging, failed_dir, out_dir):
         for slot in slots:
             run = RunRequest(
                 study=study.name,
@@ -115,35 +116,50 @@ def run_replicate(
 
 
 @contextmanager
-def keeping_interrupted(staging: Path, failed_dir: Path | None, out_dir: Path) -> Iterator[None]:
-    """A replicate stopped by a signal (rearrival.measure.process_groups): the runs it had
-    not completed are kept under ``failed_dir`` as a failed run's are, the staging folder
-    goes (atomic_directory), and the line names the replicate, so the next invocation
-    reruns exactly this replicate."""
+def keeping_unfinished(staging: Path, failed_dir: Path | None, out_dir: Path) -> Iterator[None]:
+    """A replicate stopped by a signal (rearrival.measure.process_groups) or by a full
+    disk: what it had written and not completed (failed runs, a server log beside a run
+    that could not be written) is kept under ``failed_dir`` as a failed run's record is,
+    the staging folder goes (atomic_directory), and the line names the replicate, so the
+    next invocation reruns exactly this replicate."""
     try:
         yield
     except Interrupted as stop:
-        kept = keep_incomplete_runs(staging, failed_dir)
-        where = f"; kept {', '.join(map(str, kept))}" if kept else ""
-        raise stop.naming(
-            f"replicate {out_dir} not published: {stop}{where}; the next invocation "
-            "reruns this replicate"
-        ) from None
+        raise stop.naming(_unfinished(staging, failed_dir, out_dir, str(stop))) from None
+    except DiskError as exc:
+        raise DiskError(_unfinished(staging, failed_dir, out_dir, str(exc))) from None
+
+
+def _unfinished(staging: Path, failed_dir: Path | None, out_dir: Path, why: str) -> str:
+    kept = keep_incomplete_runs(staging, failed_dir)
+    where = f"; kept {', '.join(map(str, kept))}" if kept else ""
+    return (
+        f"replicate {out_dir} not published: {why}{where}; the next invocation reruns "
+        "this replicate"
+    )
 
 
 def keep_incomplete_runs(staging: Path, failed_dir: Path | None) -> list[Path]:
-    """Move every run of ``staging`` that did not complete under ``failed_dir``
-    (replacing an earlier attempt's); where they went."""
+    """Move every run of ``staging`` that did not complete, and every server log left
+    beside a run, under ``failed_dir`` (replacing an earlier attempt's); where they went."""
+    if failed_dir is None:
+        return []
     kept = []
-    for run in sorted(p for p in staging.iterdir() if p.is_dir()):
-        written = (run / "manifest.json").is_file()  # a run stopped before its record: none
-        if failed_dir is None or not written or run_status(run)[0] == "complete":
+    for entry in sorted(staging.iterdir()):
+        if entry.is_dir():
+            written = (entry / "manifest.json").is_file()  # a run stopped before its record
+            if not written or run_status(entry)[0] == "complete":
+                continue
+        elif not entry.name.endswith(".server.log"):
             continue
-        kept.append(_keep(run, failed_dir / run.name))
+        with contextlib.suppress(OSError):  # a full disk may refuse even the move
+            kept.append(_keep(entry, failed_dir / entry.name))
     return kept
 
 
 def _keep(run: Path, kept: Path) -> Path:
+    if kept.is_file():
+        kept.unlink()
     shutil.rmtree(kept, ignore_errors=True)
     kept.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(run, kept)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rearrival.errors import RearrivalError
+from rearrival.errors import DiskError, RearrivalError, disk_problem
 from rearrival.measure.client import (
     ClientRun,
     ReplayOptions,
@@ -208,7 +208,16 @@ def _write_run(
     """The run directory with the whole server log (server.log), which then leaves the
     file the server wrote beside it."""
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    outcome = write_client_run(out, run, manifest=manifest, server_log=log, step_log=step_log)
+    try:
+        outcome = write_client_run(out, run, manifest=manifest, server_log=log, step_log=step_log)
+    except OSError as exc:  # a full disk: the run is lost, the server's own log is not
+        problem = disk_problem(exc)
+        if problem is None:
+            raise
+        raise DiskError(
+            f"run {manifest['run_id']}: {problem}; the run is not written (so it counts as "
+            f"failed), the whole server log is kept at {log_path}"
+        ) from None
     log_path.unlink(missing_ok=True)
     return outcome
 
