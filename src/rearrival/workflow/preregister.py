@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from rearrival.atomic import is_staging
 from rearrival.config.study import (
     SELECTED,
     Study,
@@ -201,7 +202,10 @@ def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) ->
         changes = design_changes(cfg, study, files["design.json"], files["criteria.json"])
         if not changes:
             continue
-        runs = len(list((runs_root / study.name).glob("*/*/manifest.json")))
+        runs = sum(
+            not is_staging(p.relative_to(runs_root))
+            for p in (runs_root / study.name).glob("*/*/manifest.json")
+        )
         state = (
             f"has {runs} run(s) judged under registration commit {commit[:12]}"
             if runs
