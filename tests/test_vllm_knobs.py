@@ -190,3 +190,32 @@ def test_the_vllm_run_stage_holds_the_device(tmp_path: Path, no_git_identity: Pa
     jobs = done.stdout.split("rule run_replicate:")[1:]
     assert len(jobs) == raw["replicates"]
     assert all("device=1" in job.split("\n\n", 1)[0] for job in jobs), jobs[0]
+
+
+def test_extra_args_may_not_set_a_knob_the_project_sets(tmp_path: Path) -> None:
+    edit = lambda raw: raw["vllm"].update(extra_args=["--block-size=64"])  # noqa: E731
+    with pytest.raises(StudyConfigError, match=r"vllm\.extra_args: --block-size is set by"):
+        load_study_config(_config(tmp_path, edit))
+
+
+def test_serving_settings_at_their_defaults_leave_digests_and_designs_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """Finished studies keep their job digests and registered designs (nothing reruns,
+    no registered design changes); a study that sets them registers them."""
+    from rearrival.workflow.params import PER_STUDY
+    from rearrival.workflow.preregister import registered_design
+
+    plain = load_study_config(_config(tmp_path, lambda raw: None))
+    study = plain.study("vllm_validation")
+    new = {"extra_args", "async_scheduling", "tensor_parallel_size"}
+    assert not new & set(registered_design(plain, study)["vllm"])
+    assert not new & set(PER_STUDY["run"](plain, study)["settings"]["vllm"])
+    assert not new & set(PER_STUDY["search"](plain, study)["vllm"])
+    sharded = load_study_config(
+        _config(
+            tmp_path, lambda raw: raw["vllm"].update(tensor_parallel_size=2, async_scheduling=True)
+        )
+    )
+    design = registered_design(sharded, sharded.study("vllm_validation"))["vllm"]
+    assert (design["tensor_parallel_size"], design["async_scheduling"]) == (2, True)

@@ -216,3 +216,43 @@ def test_a_killed_engine_is_reported_as_vllm_logged_it_not_as_engine_dead() -> N
     )
     dead_only = log.splitlines()[1]
     assert vllm_reason(dead_only).startswith("EngineDeadError: EngineCore encountered")
+
+
+def test_serving_options_reach_the_server_argv() -> None:
+    """issue 38: tensor parallelism, the synchronous scheduler the predictor models, and
+    the study's own further arguments (after the project's, so recorded in the argv)."""
+    from rearrival.measure.vllm.server import ServingOptions
+
+    model = load_served_model()
+    configuration = VllmConfiguration((1, 2), 8, num_blocks=128, block_size=32)
+    serving = ServingOptions(2, True, ("--attention-backend", "FLASHINFER"))
+    argv = server_argv(
+        Path("/py"),
+        configuration,
+        model,
+        port=9,
+        seed=3,
+        max_model_len=2048,
+        device="gpu",
+        serving=serving,
+    )
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert "--no-async-scheduling" in argv
+    assert argv[-2:] == ["--attention-backend", "FLASHINFER"]
+    plain = server_argv(
+        Path("/py"),
+        VllmConfiguration((), 8, num_blocks=128),
+        model,
+        port=9,
+        seed=3,
+        max_model_len=8,
+    )
+    assert "--tensor-parallel-size" not in plain and "--no-async-scheduling" not in plain
+
+
+def test_the_installed_vllm_is_asked_whether_it_has_no_async_scheduling() -> None:
+    from vllm_env import require_vllm
+
+    from rearrival.vllm_env import has_no_async_scheduling
+
+    assert has_no_async_scheduling(require_vllm())  # vLLM 0.32.0 has it

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from rearrival.atomic import is_staging
+from rearrival.config.backends import without_serving_defaults
 from rearrival.config.study import (
     SELECTED,
     Study,
@@ -130,7 +131,13 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
             "model": served.model,
             "max_model_len": served.max_model_len,
             "device": served.device,
-        }
+        } | without_serving_defaults(
+            {
+                "extra_args": list(served.extra_args),
+                "async_scheduling": served.async_scheduling,
+                "tensor_parallel_size": served.tensor_parallel_size,
+            }
+        )  # how the server schedules and shards is the design too (a default is left out)
     return design
 
 

@@ -32,6 +32,7 @@ from rearrival.measure.vllm.server import (
     CPU,
     GPU,
     VLLM_SEEDS,
+    ServingOptions,
     capture_sizes_entry,
     kv_cache_memory_bytes,
     port_in_use,
@@ -42,7 +43,13 @@ from rearrival.measure.vllm.server import (
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.plans.plan import Plan, check_context
 from rearrival.model.vllm_knobs import knob_problems, max_model_len_problem
-from rearrival.vllm_env import BUILD_HINT, require_vllm_python, vllm_version, vllm_versions
+from rearrival.vllm_env import (
+    BUILD_HINT,
+    has_no_async_scheduling,
+    require_vllm_python,
+    vllm_version,
+    vllm_versions,
+)
 
 
 class VllmRunError(RearrivalError):
@@ -65,6 +72,9 @@ class VllmSettings:
     port: int | None = None
     ready_timeout_s: float = 600.0
     grace_s: float = 10.0
+    extra_args: tuple[str, ...] = ()
+    async_scheduling: bool = False
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if self.device not in (None, CPU, GPU):
@@ -170,6 +180,11 @@ def run_vllm(
             seed=seed,
             max_model_len=max_model_len,
             device=device,
+            serving=ServingOptions(
+                settings.tensor_parallel_size,
+                not settings.async_scheduling and has_no_async_scheduling(python),
+                settings.extra_args,
+            ),
         )
     except ValueError as exc:
         raise VllmRunError(

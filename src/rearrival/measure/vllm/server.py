@@ -20,10 +20,12 @@ import os
 import re
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rearrival.measure.vllm.model import ServedModel
 from rearrival.model.configuration import VllmConfiguration
+from rearrival.vllm_env import NO_ASYNC_FLAG
 
 CPU, GPU = "cpu", "gpu"
 DEVICES = (CPU, GPU)
@@ -47,6 +49,17 @@ _EXCEPTION = re.compile(
 _NOISE = ("nanobind", "leaked", "See https://nanobind")
 
 
+@dataclass(frozen=True)
+class ServingOptions:
+    """Server arguments beside the configuration's knobs, from the study's vllm section:
+    GPUs per server, the synchronous scheduler the predictor models (``--no-async-
+    scheduling``, given only where the installed vLLM has it), and further arguments."""
+
+    tensor_parallel_size: int = 1
+    no_async_scheduling: bool = False
+    extra_args: tuple[str, ...] = ()
+
+
 def capture_sizes_entry(configuration: VllmConfiguration) -> list[int] | str:
     """What the manifest records as the capture sizes: the list, or "none" (eager)."""
     return list(configuration.buckets) if configuration.buckets else NO_CAPTURE_SIZES
@@ -67,9 +80,11 @@ def server_argv(
     max_model_len: int,
     device: str = CPU,
     host: str = "127.0.0.1",
+    serving: ServingOptions | None = None,
 ) -> list[str]:
     """The server's whole command line for one run (recorded, argument by argument, in
     the manifest). Refuses capture sizes on the CPU, which has no CUDA graphs."""
+    serving = serving or ServingOptions()
     if device not in DEVICES:
         raise ValueError(f"device {device!r}: use one of {', '.join(DEVICES)}")
     if device == CPU and configuration.buckets:
@@ -113,7 +128,11 @@ def server_argv(
         argv += ["--cudagraph-capture-sizes", *map(str, configuration.buckets)]
     else:
         argv.append("--enforce-eager")
-    return argv
+    if serving.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(serving.tensor_parallel_size)]
+    if serving.no_async_scheduling:
+        argv.append(NO_ASYNC_FLAG)
+    return argv + list(serving.extra_args)
 
 
 def server_env() -> dict[str, str]:
