@@ -1,7 +1,8 @@
 # Stage 5: measurement. One job runs every condition of one replicate (one plan) in a
 # seeded shuffled order, each on a fresh server; it refuses to start unless the study's
-# preregistration is committed. Real-device runs never overlap (`device` resource). A run
-# that does not complete fails the job; its record stays under the failed log directory.
+# preregistration is committed. Real-device runs (RBLN, vLLM) never overlap (`device`).
+# A run that does not complete fails the job; its record stays under the failed log
+# directory.
 
 
 rule run_replicate:
