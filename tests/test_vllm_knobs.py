@@ -190,6 +190,8 @@ def test_the_vllm_run_stage_holds_the_device(tmp_path: Path, no_git_identity: Pa
     jobs = done.stdout.split("rule run_replicate:")[1:]
     assert len(jobs) == raw["replicates"]
     assert all("device=1" in job.split("\n\n", 1)[0] for job in jobs), jobs[0]
+    # the job's process is the verb (exec), so kill -TERM of the job reaches its handler
+    assert all("exec rearrival study run" in job for job in jobs), jobs[0]
 
 
 def test_extra_args_may_not_set_a_knob_the_project_sets(tmp_path: Path) -> None:
