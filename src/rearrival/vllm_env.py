@@ -112,8 +112,9 @@ def has_no_async_scheduling(python: Path) -> bool:
     code = (
         "import importlib.util, pathlib\n"
         "spec = importlib.util.find_spec('vllm')\n"
-        "path = pathlib.Path(spec.submodule_search_locations[0]) / 'engine' / 'arg_utils.py'\n"
-        "print(path.read_text() if path.is_file() else '')"
+        "where = spec.submodule_search_locations if spec else None\n"
+        "path = pathlib.Path(where[0]) / 'engine' / 'arg_utils.py' if where else None\n"
+        "print(path.read_text() if path and path.is_file() else '')"
     )
     text = _run(python, code, 60)
     return ASYNC_FLAG in text and "BooleanOptionalAction" in text
