@@ -63,7 +63,7 @@ onstart:
     # Before the first sbatch: no Slurm, controller down or a missing partition is one
     # clear line, not one failed submission per job.
     if workflow.executor_plugin.cli_prefix == "slurm":
-        check_slurm_site(os.environ, real_device=BACKEND.device)
+        check_slurm_site(os.environ, real_device=BACKEND.gres_required)
 
 
 def values(stage):

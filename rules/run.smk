@@ -1,7 +1,8 @@
 # Stage 5: measurement. One job runs every condition of one replicate (one plan) in a
 # seeded shuffled order, each on a fresh server; it refuses to start unless the study's
-# preregistration is committed. Real-device runs never overlap (`device` resource). A run
-# that does not complete fails the job; its record stays under the failed log directory.
+# preregistration is committed. Real-device runs (RBLN, vLLM) never overlap (`device`).
+# A run that does not complete fails the job; its record stays under the failed log
+# directory.
 
 
 rule run_replicate:
@@ -25,8 +26,10 @@ rule run_replicate:
         values=values("run"),
         selected=selected_option,
         compiled=compiled_option,
+    # exec: the job's process is the verb itself, so a signal to the job (kill -TERM of its
+    # pid) reaches the verb's handler, which stops its server (a shell would die alone)
     shell:
-        "rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
+        "exec rearrival study run --config {params.config_file:q} --study {wildcards.study:q}"
         " --values {params.values} --n {wildcards.n} --replicate {wildcards.rep}"
         " --plans {input.plans:q}"
         " --prereg {input.prereg:q} {params.selected} {params.compiled}"

@@ -421,3 +421,23 @@ def test_table_puts_totals_first_summarizes_unregistered_runs_and_fits_100_colum
     assert violations[0] == lines[0]
     assert violations[1].startswith("violation validation v-late")
     assert all(line.startswith(" " * 10) for line in violations[2:])
+
+
+def test_a_staging_folder_a_killed_job_left_is_ignored_and_named(repo, monkeypatch):
+    """issue 38: a job killed mid-replicate left `.n6_r1.x.tmp` holding a second run of
+    replicate 1; the audit counted it (added files, two runs of a replicate). It is
+    named, excluded, and the study stays green."""
+    _sealed_validation(repo, monkeypatch)  # the study as the rerun finished it
+    _manifest(
+        repo,
+        "runs/validation/.n6_r1.zv47ue0h.tmp/baseline-wait",
+        start=_at(9000),
+        seed=102,
+        sha=SHA_B,
+        replicate=1,
+    )
+    report = _audit(repo)
+    assert report.ok, report.table()
+    row = _row(report, "runs/validation/.n6_r1.zv47ue0h.tmp")
+    assert row.verdict == EXCLUDED and row.study == "validation"
+    assert "never published, so ignored; delete it" in row.reason

@@ -55,3 +55,19 @@ def test_a_failed_run_keeps_the_replicate_unpublished_and_its_record_aside(tmp_p
         kept = sorted(p.name for p in failed.iterdir())
         assert kept == ["more-wait"]  # only the failed run, the latest attempt's
         assert f"({attempt})" in (failed / "more-wait" / "manifest.json").read_text()
+
+
+def test_a_failed_runs_line_names_its_kept_record_not_the_deleted_staging_folder(
+    tmp_path: Path,
+):
+    """issue 38: the line once named the server log inside the staging folder, which is
+    deleted; the record is under the failed directory."""
+    out, failed = tmp_path / "results" / "n1_r0", tmp_path / "logs" / "n1_r0.failed"
+    with pytest.raises(StageError) as err, atomic_directory(out) as staging:
+        reason = f"run x: vLLM: ValueError (server log: {staging / 'more-wait' / 'server.log'})"
+        _write(staging / "more-wait", "failed", reason)
+        refuse_failed_runs(staging, ["more-wait"], failed)
+    line = str(err.value).splitlines()[-1]
+    assert str(staging) not in line
+    assert f"(server log: {failed / 'more-wait' / 'server.log'})" in line
+    assert (failed / "more-wait" / "server.log").is_file()

@@ -80,6 +80,15 @@ def test_no_saving_within_the_noise_of_the_baseline() -> None:
     assert tie_caveats(table([0.95, 1.0], [0.951, 1.0])) == []
 
 
+def test_a_pick_worse_than_the_baseline_is_not_called_exactly_the_baselines() -> None:
+    """issue 38: `--block-sizes 100000` gave a pick scoring above 1 and the text said it
+    "is exactly the baseline's"."""
+    (found,) = tie_caveats(table([1.37, 1.52], [1.37, 1.52]), held_out=False)
+    assert found["code"] == "no_saving"
+    assert found["message"].startswith("the pick's score 1.3700 is worse than the baseline's 1")
+    assert "exactly" not in found["message"]
+
+
 def test_the_paper_search_pick_is_not_flagged_as_no_saving() -> None:
     """The paper's pick saves about 8 %, far beyond its 0.0015 search-evaluation gap."""
     found = tie_caveats(table([0.9198, 0.9209, 0.9214], [0.9183, 0.9188, 0.9201]))

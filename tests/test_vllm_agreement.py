@@ -203,7 +203,12 @@ def test_writers_and_tables_read_only_the_files(tmp_path: Path) -> None:
         ("s1r1", 32, 0)
     ]
     for build in VLLM_AGREEMENT_TABLE_BUILDERS.values():
-        assert table_markdown(build(dirs))
+        table = build(dirs)
+        text = table_markdown(table)
+        # issue 38: each row names its run and replicate, and no file that is never
+        # written is cited (the report writes no table_VA*.csv)
+        assert all(row["run"] in text for row in table.parts[0].rows) and "run(s)" not in text
+        assert "| replicate |" in text.replace("  ", " ") and ".csv" not in text
 
 
 def _refusal(tmp_path: Path, run: Path, profile: Path, *extra: str) -> str:
@@ -273,3 +278,23 @@ def test_compare_run_refuses_unknown_cached_tokens(tmp_path: Path) -> None:
     run = simulated_run(tmp_path, evicting_plan(), configuration(32), TRUTH, edit=unknown)
     with pytest.raises(AgreementError, match="cached_tokens unknown for session 0 round 0"):
         _compare(tmp_path, run, TRUTH)
+
+
+def test_the_report_header_says_what_served_from_the_runs_records(tmp_path: Path) -> None:
+    """issue 38: the header was a literal (the CPU build, the tiny model); it is read from
+    the comparisons, each from its run's manifest."""
+    import pandas as pd
+
+    from rearrival.report.vllm import VllmSection, report_markdown, served_engines
+
+    run = simulated_run(tmp_path, evicting_plan(), configuration(20), TRUTH)
+    out = write_agreement(_compare(tmp_path, run, TRUTH, "p"), tmp_path / "a")
+    engine = json.loads((run / "manifest.json").read_text())["engine"]
+    section = VllmSection(
+        "s", {}, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [out]
+    )
+    (served,) = served_engines([section])
+    assert served.startswith(f"vLLM {engine['version']} on {engine['device']} serving ")
+    assert Path(engine["model"]["directory"]).name in served
+    assert "synchronous scheduling" in served
+    assert "no run has been compared yet" in report_markdown([])

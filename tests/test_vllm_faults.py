@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from vllm_env import BLOCK, cli, manifest, require_vllm, two_round_plan
+from vllm_env import BLOCK, CLI, cli, manifest, require_vllm, two_round_plan
 
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend
 from rearrival.measure.records import read_run
@@ -124,21 +125,25 @@ def test_port_in_use_is_a_failed_run_with_vllms_reason(vllm_ready: Path, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("knobs", "vllm_says"),
+    ("knobs", "refusal"),
     [
-        # 7 usable blocks of 32 tokens cannot hold one 2,048-token sequence
-        ({"num_blocks": 8}, "max seq len"),
-        # the CPU attention kernels take block sizes that are multiples of 32 only (255
-        # usable blocks of 16 tokens would hold the 2,048-token sequence)
-        ({"block_size": 16, "num_blocks": 256}, "block size"),
+        # 8 blocks of 32 tokens cannot hold one 2,048-token sequence
+        ({"num_blocks": 8}, "configuration baseline.num_blocks: 8 blocks of 32 tokens"),
+        # the CPU attention kernels take block sizes that are multiples of 32 only (256
+        # blocks of 16 tokens would hold the 2,048-token sequence)
+        ({"block_size": 16, "num_blocks": 256}, "configuration baseline.block_size: block size"),
+        ({"max_model_len": 100000}, "max_model_len: 100,000 tokens is longer than"),
     ],
-    ids=["kv-too-small", "block-size-16"],
+    ids=["kv-too-small", "block-size-16", "model-too-short"],
 )
-def test_configuration_vllm_refuses_is_one_line_naming_the_run(
-    vllm_ready: Path, tmp_path: Path, knobs: dict[str, int], vllm_says: str
+def test_configuration_vllm_refuses_is_one_line_before_any_server_starts(
+    vllm_ready: Path, tmp_path: Path, knobs: dict[str, int], refusal: str
 ) -> None:
+    """vLLM's own start-up checks (rearrival.model.vllm_knobs) refuse before a server
+    starts (issue 38: these once cost a server start each), and nothing is written."""
     plan_path = write_plan(two_round_plan(), tmp_path / "plan.json")
     out = tmp_path / "refused"
+    knobs = {"max_model_len": 2048} | knobs
     done = cli(
         "run",
         str(plan_path),
@@ -146,11 +151,66 @@ def test_configuration_vllm_refuses_is_one_line_naming_the_run(
         "vllm",
         "--out",
         str(out),
-        "--max-model-len",
-        "2048",
+        "--condition",
+        "baseline",
         *(f"--{k.replace('_', '-')}={v}" for k, v in knobs.items()),
     )
     assert done.returncode == 2
     line = done.stderr.strip()
-    assert len(line.splitlines()) == 1 and line.startswith("rearrival: error: run failed: run ")
-    assert vllm_says in _failed_run(out).lower()
+    assert len(line.splitlines()) == 1 and line.startswith(f"rearrival: error: {refusal}"), line
+    assert not out.exists() and not out.with_name("refused.server.log").exists()
+
+
+def test_sigterm_of_a_vllm_run_stops_its_server_and_keeps_a_failed_record(
+    vllm_ready: Path, tmp_path: Path
+) -> None:
+    """`kill -TERM` of `rearrival run --backend vllm` once requests flow (issue 38): the
+    api_server and its EngineCore (their own session) are gone, one line names the run,
+    the run is written as failed and no server log is left beside it."""
+    plan = Plan(
+        (MultiRoundSession(0, (Round(200, 400, 30.0), Round(10, 400, 0.0)), start_s=0.0),),
+        PlanMeta(seed=3, n=1),
+    )
+    plan_path = write_plan(plan, tmp_path / "plan.json")
+    out = tmp_path / "stopped"
+    log = out.with_name("stopped.server.log")
+    argv = [CLI, "run", str(plan_path), "--backend", "vllm", "--max-model-len", "2048"]
+    verb = subprocess.Popen(
+        [*argv, "--num-blocks", "128", "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and "Iteration(5)" not in (
+        log.read_text(errors="replace") if log.is_file() else ""
+    ):
+        time.sleep(0.1)
+    engines = engine_core_pids(log.read_text(errors="replace"))
+    servers = _children(verb.pid)
+    assert engines and servers, "no server was seen iterating"
+    verb.send_signal(signal.SIGTERM)
+    _, err = verb.communicate(timeout=120)
+    assert verb.returncode == 128 + signal.SIGTERM
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("rearrival: SIGTERM: run ") and "interrupted by SIGTERM" in line
+    assert not [pid for pid in engines + servers if Path(f"/proc/{pid}").exists()]
+    assert "interrupted by SIGTERM" in _failed_run_reason(out)
+    assert not log.exists()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _failed_run_reason(run_dir: Path) -> str:
+    record = manifest(run_dir)
+    assert record["status"] == "failed"
+    return record["reason"]

@@ -177,3 +177,82 @@ def test_prompt_ids_stay_below_the_models_vocabulary() -> None:
             assert all(TOKEN_ID_LOW <= i < 2048 for i in ids)
     with pytest.raises(ClientError, match="vocabulary of 2048"):
         new_ids("seed:1", 2048 - TOKEN_ID_LOW, 0, 5, 2048)
+
+
+def test_a_validation_error_is_quoted_with_the_cause_pydantic_prints_below_it() -> None:
+    """issue 38: `--max-model-len 100000` once gave only "ValidationError: 1 validation
+    error for ModelConfig"; vLLM's cause is on the next lines."""
+    log = "\n".join(
+        [
+            "(APIServer pid=1) Traceback (most recent call last):",
+            "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation "
+            "error for ModelConfig",
+            "(APIServer pid=1)   Value error, User-specified max_model_len (100000) is greater "
+            "than the derived max_model_len (max_position_embeddings=8192 or "
+            "model_max_length=None in model's config.json). [type=value_error, "
+            "input_value=ArgsKwargs((), {'model': '/m'}), input_type=ArgsKwargs]",
+            "(APIServer pid=1)     For further information visit https://errors.pydantic.dev/2",
+        ]
+    )
+    assert vllm_reason(log) == (
+        "ValidationError: 1 validation error for ModelConfig: Value error, User-specified "
+        "max_model_len (100000) is greater than the derived max_model_len "
+        "(max_position_embeddings=8192 or model_max_length=None in model's config.json)."
+    )
+
+
+def test_a_killed_engine_is_reported_as_vllm_logged_it_not_as_engine_dead() -> None:
+    log = "\n".join(
+        [
+            "(APIServer pid=1) WARNING 12-01 20:16:03 [core_client.py:818] [shutdown] "
+            "MPClient: engine core exited unexpectedly; starting cleanup",
+            "(APIServer pid=1) ERROR 12-01 20:16:03 [async_llm.py:906] "
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
+            "stack trace (above) for the root cause.",
+        ]
+    )
+    assert vllm_reason(log) == (
+        "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup"
+    )
+    dead_only = log.splitlines()[1]
+    assert vllm_reason(dead_only).startswith("EngineDeadError: EngineCore encountered")
+
+
+def test_serving_options_reach_the_server_argv() -> None:
+    """issue 38: tensor parallelism, the synchronous scheduler the predictor models, and
+    the study's own further arguments (after the project's, so recorded in the argv)."""
+    from rearrival.measure.vllm.server import ServingOptions
+
+    model = load_served_model()
+    configuration = VllmConfiguration((1, 2), 8, num_blocks=128, block_size=32)
+    serving = ServingOptions(2, True, ("--attention-backend", "FLASHINFER"))
+    argv = server_argv(
+        Path("/py"),
+        configuration,
+        model,
+        port=9,
+        seed=3,
+        max_model_len=2048,
+        device="gpu",
+        serving=serving,
+    )
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert "--no-async-scheduling" in argv
+    assert argv[-2:] == ["--attention-backend", "FLASHINFER"]
+    plain = server_argv(
+        Path("/py"),
+        VllmConfiguration((), 8, num_blocks=128),
+        model,
+        port=9,
+        seed=3,
+        max_model_len=8,
+    )
+    assert "--tensor-parallel-size" not in plain and "--no-async-scheduling" not in plain
+
+
+def test_the_installed_vllm_is_asked_whether_it_has_no_async_scheduling() -> None:
+    from vllm_env import require_vllm
+
+    from rearrival.vllm_env import has_no_async_scheduling
+
+    assert has_no_async_scheduling(require_vllm())  # vLLM 0.32.0 has it

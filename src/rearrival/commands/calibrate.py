@@ -322,11 +322,30 @@ def calibrate_vllm(
     result = run_calibration(settings, work_dir)
     write_samples(result, work_dir)
     command = ["rearrival", *sys.argv[1:]]
-    document = profile_document(result, command=command, measured_at=utc_now_iso())
+    document = profile_document(
+        result, command=command, measured_at=utc_now_iso(), memory=device_memory(result)
+    )
     write_profile(document, out)
     typer.echo(f"{out}: {calibration_summary(document)}; runs and samples in {work_dir}")
     for label in document["residuals"]["beyond_bound"]:
         typer.echo(f"calibrate: residual cell beyond the bound: {label}", err=True)
+
+
+def device_memory(result: Any) -> dict[str, Any] | None:
+    """The profile's memory block on a device that has memory of its own (a GPU), from
+    the calibration server's log and torch in the vLLM environment; None on the CPU."""
+    from rearrival.measure.calibration.vllm_memory import device_total_bytes, memory_block
+    from rearrival.vllm_env import require_vllm_python
+
+    run = result.calibration_run
+    engine = run.manifest["engine"]
+    if engine["device"] != "gpu":
+        return None
+    return memory_block(
+        run.server_log or "",
+        device_total_bytes(require_vllm_python()),
+        result.settings.vllm.tensor_parallel_size,
+    )
 
 
 def calibration_summary(document: dict[str, Any]) -> str:

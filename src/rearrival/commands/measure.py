@@ -192,6 +192,7 @@ def run(
     from rearrival.commands.configuration import configuration_option, vllm_configuration_option
     from rearrival.errors import RearrivalError
     from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
+    from rearrival.measure.process_groups import Interrupted
     from rearrival.measure.vllm.backend import VllmSettings
     from rearrival.model.plans.plan import load_plan
 
@@ -248,7 +249,12 @@ def run(
         condition_order=[label],
         prereg={},
     )
-    written = run_backend(settings, request, out)
+    try:
+        written = run_backend(settings, request, out)
+    except Interrupted as stop:
+        raise stop.naming(
+            f"run {label}: {stop}; its server was stopped, {out} not written"
+        ) from None
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(
@@ -281,6 +287,7 @@ def _run_vllm(
         run_status,
     )
     from rearrival.measure.fleet.backend import FleetSettings, run_fleet
+    from rearrival.measure.process_groups import Interrupted
     from rearrival.model.plans.plan import load_plan
 
     plan = load_plan(plan_path)
@@ -299,19 +306,22 @@ def _run_vllm(
         prereg={},
     )
     settings = BackendSettings(backend=VLLM, vllm=vllm)
-    if fleet is None:
-        written = run_backend(settings, request, out)
-    else:
-        written = run_fleet(
-            plan,
-            out,
-            configuration=configuration,
-            settings=FleetSettings(policy=fleet[1], replicas=fleet[0], vllm=vllm),
-            variant=variant,
-            seed=seed,
-            manifest=run_manifest(settings, request),
-            plan_source=str(plan_path),
-        ).path
+    try:
+        if fleet is None:
+            written = run_backend(settings, request, out)
+        else:
+            written = run_fleet(
+                plan,
+                out,
+                configuration=configuration,
+                settings=FleetSettings(policy=fleet[1], replicas=fleet[0], vllm=vllm),
+                variant=variant,
+                seed=seed,
+                manifest=run_manifest(settings, request),
+                plan_source=str(plan_path),
+            ).path
+    except Interrupted as stop:
+        raise stop.naming(f"{stop}: {out}") from None
     status, reason = run_status(written)
     if status != "complete":
         raise RearrivalError(

@@ -187,8 +187,42 @@ def _prepared(
     workload settings (``n`` None: the plans' own N)."""
     profile = _profile(profile_path)
     axes = _axes(profile, given, memory_filter)
+    refuse_block_sizes(axes, profile)
     axes.check_bound()
     return profile, axes, _settings(cfg, study, n)
+
+
+def refuse_block_sizes(axes: VllmAxes, profile: VllmProfile) -> None:
+    """A block size vLLM's attention backend on the profile's device refuses is never
+    searched or advised (rearrival.model.vllm_knobs, the run's own check)."""
+    from rearrival.model.vllm_knobs import block_size_problem
+
+    for size in axes.block_sizes:
+        problem = block_size_problem(size, profile.device, "option --block-sizes")
+        if problem is not None:
+            raise RearrivalError(
+                f"{problem} (the profile {profile.name} is a {profile.device} one)"
+            )
+
+
+def served_max_model_len(max_model_len: int | None) -> int:
+    """``--max-model-len``: default the served model's max_position_embeddings; a value
+    past what the model allows is refused as vLLM refuses it."""
+    from rearrival.measure.vllm.model import load_served_model
+    from rearrival.model.vllm_knobs import max_model_len_problem
+
+    model = load_served_model()
+    if max_model_len is None:
+        return model.max_position_embeddings
+    problem = max_model_len_problem(
+        max_model_len,
+        model.max_position_embeddings,
+        "option --max-model-len",
+        model.model_max_length,
+    )
+    if problem is not None:
+        raise RearrivalError(problem)
+    return max_model_len
 
 
 def search(
@@ -245,15 +279,14 @@ def advise(
     from rearrival.search.vllm.advise import advise_vllm, to_markdown, trace_inputs
     from rearrival.search.vllm.run import directory_inputs, generated_inputs
 
+    if trace is not None or max_model_len is not None:
+        max_model_len = served_max_model_len(max_model_len)  # the model a vLLM run serves
     profile, axes, settings = _prepared(
         cfg, profile_path, given, memory_filter, study, None if plans_dir is not None else n
     )
     pool, notes = None, []
     if trace is not None:
-        if max_model_len is None:  # the model a vLLM run serves unless told otherwise
-            from rearrival.measure.vllm.model import load_served_model
-
-            max_model_len = load_served_model().max_position_embeddings
+        assert max_model_len is not None
         inputs, imported = trace_inputs(
             trace,
             settings,

@@ -227,6 +227,52 @@ def _sections(raw: dict[str, Any], source: str) -> dict[str, Any]:
     return sections
 
 
+def vllm_start_problems(
+    configurations: dict[str, Any], served: VllmStudySettings, profile: str
+) -> list[str]:
+    """What vLLM would refuse at its first server start (rearrival.model.vllm_knobs), found
+    when the study is read, so before anything is registered (issue 38): the model's
+    config.json (vllm.model), vllm.max_model_len against the model, every configuration's
+    block size on the device (vllm.device, else the profile's) and pool against one
+    sequence of the model length."""
+    from rearrival.measure.vllm.model import ServedModelError, load_served_model
+    from rearrival.model.vllm_knobs import knob_problems, max_model_len_problem
+
+    try:
+        model = load_served_model(Path(served.model) if served.model else None)
+    except ServedModelError as exc:
+        return [f"vllm.model: {exc}"]
+    longest = served.max_model_len or model.max_position_embeddings
+    problem = max_model_len_problem(
+        longest, model.max_position_embeddings, "vllm.max_model_len", model.model_max_length
+    )
+    if problem is not None:
+        return [problem]
+    device = served.device or _profile_device(profile)
+    return [
+        found
+        for name, configuration in configurations.items()
+        for found in knob_problems(
+            num_blocks=configuration.num_blocks,
+            block_size=configuration.block_size,
+            max_model_len=longest,
+            device=device,
+            key=f"configurations.{name}",
+        )
+    ]
+
+
+def _profile_device(profile: str) -> str | None:
+    """The device a vLLM profile file was calibrated on (None: not readable here; the
+    stages that read it say why)."""
+    from rearrival.model.cost.vllm_profile import VllmProfileError, load_vllm_profile
+
+    try:
+        return load_vllm_profile(profile).device
+    except (VllmProfileError, OSError):
+        return None
+
+
 def _tuples(values: dict[str, Any]) -> dict[str, Any]:
     return {
         key: tuple(value) if isinstance(value, list) else value for key, value in values.items()
@@ -249,6 +295,10 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
             "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
         )
     sections = _sections(raw, source)
+    if substrate == "vllm":
+        problems = vllm_start_problems(configurations, sections["vllm"], measurement.profile)
+        if problems:
+            raise StudyConfigError(f"{source}: {problems[0]}")
     # the longest session a workload may draw: the served model length on vLLM
     longest = sections["vllm"].max_model_len if substrate == "vllm" else None
     context = (sections["search"], longest or measurement.model.max_seq_len)

@@ -51,6 +51,7 @@ from rearrival.model.simulator.vllm.inputs import vllm_inputs
 from rearrival.model.simulator.vllm.result import VllmResult
 from rearrival.model.simulator.vllm.sim import simulate_vllm
 from rearrival.parquet import write_frame
+from rearrival.vllm_env import NO_ASYNC_FLAG
 from rearrival.vocabulary import VLLM
 
 # The two files of a comparison's directory (``write_agreement``); the report reads only
@@ -413,6 +414,14 @@ def disagreement_reason(row: RequestAgreement, neighbours: list[str], device_err
 # --- the comparison ----------------------------------------------------------------------
 
 
+def _scheduling(engine: dict[str, Any]) -> str:
+    """How the server scheduled, from its recorded argv: vLLM's CPU build always
+    synchronously, elsewhere synchronously only with --no-async-scheduling."""
+    if engine["device"] == "cpu" or NO_ASYNC_FLAG in engine["argv"]:
+        return "synchronous"
+    return "asynchronous (vLLM's default)"
+
+
 def compare_run(record: RunRecord, plan: Plan, profile: VllmProfile, source: str) -> Agreement:
     """Compare one sealed vLLM run with the predictor (module docstring). ``plan`` is the
     plan it replayed (``source`` names it in errors), ``profile`` the vLLM profile that
@@ -459,6 +468,9 @@ def compare_run(record: RunRecord, plan: Plan, profile: VllmProfile, source: str
             "backend": record.manifest["backend"],
             "device": engine["device"],
             "vllm_version": engine["version"],
+            "model": Path(str(engine["model"]["directory"])).name,
+            "weights": engine["model"]["weights"],
+            "scheduling": _scheduling(engine),
             "configuration": configuration.as_dict() | {"id": configuration.id},
             "condition": record.manifest["condition"],
             "variant": record.manifest["variant"],

@@ -81,6 +81,9 @@ class BackendSettings:
                 max_model_len=served.max_model_len,
                 device=served.device,
                 ready_timeout_s=served.ready_timeout_s,
+                extra_args=served.extra_args,
+                async_scheduling=served.async_scheduling,
+                tensor_parallel_size=served.tensor_parallel_size,
             ),
         )
 

@@ -5,7 +5,9 @@ readiness by polling, and a stop that always happens.
 Paper Section II-D: the server was restarted for every condition so that no cache state
 carries over. Commands are argument lists, never shell strings, so no configuration value
 is ever interpreted by a shell (docs/DESIGN.md §14). The server runs in its own process
-group, so a stop reaches every process it started (vLLM's engine core and workers too).
+group, so a stop reaches every process it started (vLLM's engine core and workers too),
+and that group is adopted by the job's owner (rearrival.measure.process_groups), so a
+SIGTERM, SIGINT or SIGHUP of the job stops it too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rearrival.measure.client import (
     replay_sync,
     write_client_run,
 )
+from rearrival.measure.process_groups import adopt, group_alive, release
 
 if TYPE_CHECKING:
     from rearrival.model.plans.plan import Plan
@@ -81,6 +84,7 @@ class ServerProcess:
                 env=dict(self.env) if self.env else None,
                 start_new_session=True,
             )
+            adopt(self.process.pid, f"server {self.argv[0]} (log {self.log_path})")
         except OSError as exc:
             self._log.close()
             raise ServerError(
@@ -141,6 +145,10 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+        if group_alive(self.process.pid):  # the leader is gone, a child of it is not
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        release(self.process.pid)
         self.returncode = self.process.returncode
         if self._log is not None:
             self._log.close()

@@ -200,7 +200,10 @@ def table_markdown(table: Table) -> str:
             [_md_cell(display(row.get(c.key), c.fmt)) for c in part.columns] for row in part.rows
         ]
         lines += [*markdown_pipe_table(headers, cells), ""]
-    for note in [*table.notes, f"Run ids of every row: table_{table.id}.csv, column run_ids."]:
+    # a column of run ids shows a count; the ids are in the table's CSV (none else cites it)
+    summarized = any(c.fmt == "ids" for part in table.parts for c in part.columns)
+    cite = [f"Run ids of every row: table_{table.id}.csv, column run_ids."] if summarized else []
+    for note in [*table.notes, *cite]:
         lines += wrap_markdown(f"- {note}", indent="  ")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from rearrival.report.table_model import markdown_pipe_table, table_markdown, wrap_markdown
-from rearrival.report.tables.vllm_agreement import VLLM_AGREEMENT_TABLE_BUILDERS
+from rearrival.report.tables.vllm_agreement import VLLM_AGREEMENT_TABLE_BUILDERS, load_agreements
 
 Cell = Callable[[Any], str]
 
@@ -172,15 +172,38 @@ def section_markdown(section: VllmSection) -> str:
     return "\n".join(lines)
 
 
+def served_engines(sections: Sequence[VllmSection]) -> list[str]:
+    """What served the runs, as the comparisons' records say (each from its run's
+    manifest): vLLM version, device, model, weights and scheduling, one text each."""
+    notes: list[str] = []
+    found = {
+        f"vLLM {run['vllm_version']} on {run['device']} serving {run['model']} with "
+        f"{run['weights']} weights, {run['scheduling']} scheduling"
+        for section in sections
+        for _, summary, _ in load_agreements(section.agreements, notes)
+        for run in [summary["run"]]
+    }
+    return sorted(found)
+
+
 def report_markdown(sections: Sequence[VllmSection]) -> str:
-    """Every vLLM study's section, one after another."""
+    """Every vLLM study's section, one after another, under a header saying what served
+    the runs (from their manifests, never a literal)."""
+    engines = served_engines(sections)
+    devices = {e.split(" on ", 1)[1].split(" ", 1)[0] for e in engines}
+    served = "; ".join(engines) if engines else "no run has been compared yet"
+    seconds = (
+        f"times are {' and '.join(sorted(d.upper() for d in devices))} seconds of the machine "
+        "that ran them"
+        if devices
+        else "times are the seconds of the machine that ran them"
+    )
     head = [
         "# rearrival: studies on a real vLLM server",
         "",
         *wrap_markdown(
-            "vLLM's CPU build serving the shipped tiny-qwen3 config with random weights: "
-            "times are CPU seconds of this machine, not GPU seconds; asynchronous "
-            "scheduling (vLLM's GPU default) is not modelled (docs/DESIGN.md §15)."
+            f"{served}: {seconds}; the predictor models synchronous scheduling "
+            "(docs/DESIGN.md §15)."
         ),
         "",
     ]

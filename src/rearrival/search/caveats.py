@@ -79,7 +79,16 @@ def tie_caveats(
                 f"({tiebreak}), not a predicted difference",
             }
         )
-    if 1 - float(best["score"]) <= noise:
+    if float(best["score"]) - 1 > noise:  # every candidate worse (the baseline not among them)
+        found.append(
+            {
+                "code": "no_saving",
+                "message": f"the pick's score {best['score']:.4f} is worse than the "
+                "baseline's 1: every candidate is predicted to cost more than the baseline "
+                "on these inputs, so keep the baseline",
+            }
+        )
+    elif 1 - float(best["score"]) <= noise:
         found.append(
             {
                 "code": "no_saving",

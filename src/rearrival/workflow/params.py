@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from rearrival.config.backends import without_serving_defaults
 from rearrival.config.study import Study, StudyConfig, tool_table_for
 from rearrival.errors import RearrivalError
 from rearrival.vocabulary import VLLM
@@ -56,6 +57,7 @@ def _run(cfg: StudyConfig, study: Study) -> dict[str, Any]:
     from rearrival.measure.backends import BackendSettings
 
     settings = asdict(BackendSettings.from_study_config(cfg))
+    settings["vllm"] = without_serving_defaults(settings["vllm"])
     return registered_design(cfg, study) | {"settings": settings}
 
 
@@ -68,7 +70,7 @@ def _study_search(cfg: StudyConfig, study: Study) -> dict[str, Any]:
         "tool_table": tool_table_for(cfg).source,
         "baseline": cfg.configurations[study.baseline].as_dict(),
         # the vLLM search's axes beside the study's batch sizes (backend vllm)
-        **({"vllm": asdict(cfg.vllm)} if cfg.backend == VLLM else {}),
+        **({"vllm": without_serving_defaults(asdict(cfg.vllm))} if cfg.backend == VLLM else {}),
     }
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from rearrival.atomic import is_staging
+from rearrival.config.backends import without_serving_defaults
 from rearrival.config.study import (
     SELECTED,
     Study,
@@ -129,7 +131,13 @@ def registered_design(cfg: StudyConfig, study: Study) -> dict[str, Any]:
             "model": served.model,
             "max_model_len": served.max_model_len,
             "device": served.device,
-        }
+        } | without_serving_defaults(
+            {
+                "extra_args": list(served.extra_args),
+                "async_scheduling": served.async_scheduling,
+                "tensor_parallel_size": served.tensor_parallel_size,
+            }
+        )  # how the server schedules and shards is the design too (a default is left out)
     return design
 
 
@@ -201,7 +209,10 @@ def refuse_changed_designs(cfg: StudyConfig, repo_dir: Path, runs_root: Path) ->
         changes = design_changes(cfg, study, files["design.json"], files["criteria.json"])
         if not changes:
             continue
-        runs = len(list((runs_root / study.name).glob("*/*/manifest.json")))
+        runs = sum(
+            not is_staging(p.relative_to(runs_root))
+            for p in (runs_root / study.name).glob("*/*/manifest.json")
+        )
         state = (
             f"has {runs} run(s) judged under registration commit {commit[:12]}"
             if runs

@@ -5,8 +5,11 @@ injection measurement (paper III-C), the other rule of rules/run.smk.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +17,11 @@ import pandas as pd
 
 from rearrival.atomic import atomic_directory
 from rearrival.config.study import Study, StudyConfig, resolve_configurations
-from rearrival.errors import StageError
+from rearrival.errors import DiskError, StageError
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
 from rearrival.measure.emulate.injection import run_injection
 from rearrival.measure.emulate.truth import load_truth
+from rearrival.measure.process_groups import Interrupted
 from rearrival.model.plans.plangen import derive_seed
 from rearrival.parquet import write_frame
 from rearrival.prereg.registered import recorded_registration
@@ -91,7 +95,7 @@ def run_replicate(
     slots = run_slots(cfg, study, n, replicate)
     order = [slot.label for slot in slots]
     written = []
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir) as staging, keeping_unfinished(staging, failed_dir, out_dir):
         for slot in slots:
             run = RunRequest(
                 study=study.name,
@@ -111,6 +115,57 @@ def run_replicate(
     return written
 
 
+@contextmanager
+def keeping_unfinished(staging: Path, failed_dir: Path | None, out_dir: Path) -> Iterator[None]:
+    """A replicate stopped by a signal (rearrival.measure.process_groups) or by a full
+    disk: what it had written and not completed (failed runs, a server log beside a run
+    that could not be written) is kept under ``failed_dir`` as a failed run's record is,
+    the staging folder goes (atomic_directory), and the line names the replicate, so the
+    next invocation reruns exactly this replicate."""
+    try:
+        yield
+    except Interrupted as stop:
+        raise stop.naming(_unfinished(staging, failed_dir, out_dir, str(stop))) from None
+    except DiskError as exc:
+        raise DiskError(_unfinished(staging, failed_dir, out_dir, str(exc))) from None
+
+
+def _unfinished(staging: Path, failed_dir: Path | None, out_dir: Path, why: str) -> str:
+    kept = keep_incomplete_runs(staging, failed_dir)
+    where = f"; kept {', '.join(map(str, kept))}" if kept else ""
+    return (
+        f"replicate {out_dir} not published: {why}{where}; the next invocation reruns "
+        "this replicate"
+    )
+
+
+def keep_incomplete_runs(staging: Path, failed_dir: Path | None) -> list[Path]:
+    """Move every run of ``staging`` that did not complete, and every server log left
+    beside a run, under ``failed_dir`` (replacing an earlier attempt's); where they went."""
+    if failed_dir is None:
+        return []
+    kept = []
+    for entry in sorted(staging.iterdir()):
+        if entry.is_dir():
+            written = (entry / "manifest.json").is_file()  # a run stopped before its record
+            if not written or run_status(entry)[0] == "complete":
+                continue
+        elif not entry.name.endswith(".server.log"):
+            continue
+        with contextlib.suppress(OSError):  # a full disk may refuse even the move
+            kept.append(_keep(entry, failed_dir / entry.name))
+    return kept
+
+
+def _keep(run: Path, kept: Path) -> Path:
+    if kept.is_file():
+        kept.unlink()
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(run, kept)
+    return kept
+
+
 def refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None) -> None:
     """Raise, naming every run of the replicate that did not complete; keep their
     records under ``failed_dir`` (replacing an earlier attempt's)."""
@@ -119,12 +174,11 @@ def refuse_failed_runs(staging: Path, labels: list[str], failed_dir: Path | None
         status, reason = run_status(staging / label)
         if status == "complete":
             continue
+        if failed_dir is not None:  # the reason names the files where they are kept
+            kept = _keep(staging / label, failed_dir / label)
+            reason = (reason or "").replace(str(staging / label), str(kept))
+            reason = f"{reason} (record kept in {kept})"
         failures.append(f"{label}: {status}: {reason}")
-        if failed_dir is not None:
-            kept = failed_dir / label
-            shutil.rmtree(kept, ignore_errors=True)
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(staging / label, kept)
     if failures:
         where = f"; the records are kept in {failed_dir}" if failed_dir is not None else ""
         raise StageError(

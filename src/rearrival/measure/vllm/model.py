@@ -46,6 +46,8 @@ class ServedModel:
     dtype: str
     kv_bytes_per_token: int
     has_weights: bool
+    # the config's model_max_length, which lets vLLM serve past max_position_embeddings
+    model_max_length: int | None = None
 
     def manifest_entry(self) -> dict[str, object]:
         return {
@@ -69,6 +71,30 @@ def _positive(raw: dict[str, object], name: str, path: Path) -> int:
     return value
 
 
+# Fields vLLM builds the model from (a Qwen3/Llama-style config.json), whose absence it
+# reports only once the server starts: the attention geometry, the depth, the vocabulary
+# and the longest sequence (vllm/config/model.py reads them through transformers).
+REQUIRED_FIELDS = (
+    "num_attention_heads",
+    "num_hidden_layers",
+    "vocab_size",
+    "max_position_embeddings",
+)
+
+
+def _complete(raw: dict[str, object], path: Path) -> None:
+    """Refuse a config.json missing a field vLLM needs, naming the field."""
+    missing = [name for name in REQUIRED_FIELDS if name not in raw]
+    if "head_dim" not in raw and "hidden_size" not in raw:
+        missing.append("hidden_size (or head_dim)")
+    if missing:
+        raise ServedModelError(
+            f"{path}: field(s) {', '.join(missing)} missing; vLLM builds the model from "
+            "them and would refuse it at server start; add them to the config.json (the "
+            "model's own Hugging Face config) or point vllm.model at a complete model"
+        )
+
+
 def load_served_model(directory: Path | None = None) -> ServedModel:
     """Read ``directory/config.json`` (default: the shipped tiny-qwen3)."""
     directory = Path(directory) if directory is not None else shipped_model()
@@ -85,6 +111,7 @@ def load_served_model(directory: Path | None = None) -> ServedModel:
         raise ServedModelError(f"{path}: not valid JSON ({exc}); fix the file") from None
     if not isinstance(raw, dict):
         raise ServedModelError(f"{path}: must be a JSON object (a Hugging Face config.json)")
+    _complete(raw, path)
     try:
         spec = model_from_config_json(path, ModelSpec())
     except CalibrationConfigError as exc:
@@ -98,4 +125,7 @@ def load_served_model(directory: Path | None = None) -> ServedModel:
         dtype=spec.dtype,
         kv_bytes_per_token=per_token,
         has_weights=any(any(directory.glob(p)) for p in WEIGHT_PATTERNS),
+        model_max_length=_positive(raw, "model_max_length", path)
+        if "model_max_length" in raw
+        else None,
     )

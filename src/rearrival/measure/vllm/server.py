@@ -20,10 +20,12 @@ import os
 import re
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rearrival.measure.vllm.model import ServedModel
 from rearrival.model.configuration import VllmConfiguration
+from rearrival.vllm_env import NO_ASYNC_FLAG
 
 CPU, GPU = "cpu", "gpu"
 DEVICES = (CPU, GPU)
@@ -47,6 +49,17 @@ _EXCEPTION = re.compile(
 _NOISE = ("nanobind", "leaked", "See https://nanobind")
 
 
+@dataclass(frozen=True)
+class ServingOptions:
+    """Server arguments beside the configuration's knobs, from the study's vllm section:
+    GPUs per server, the synchronous scheduler the predictor models (``--no-async-
+    scheduling``, given only where the installed vLLM has it), and further arguments."""
+
+    tensor_parallel_size: int = 1
+    no_async_scheduling: bool = False
+    extra_args: tuple[str, ...] = ()
+
+
 def capture_sizes_entry(configuration: VllmConfiguration) -> list[int] | str:
     """What the manifest records as the capture sizes: the list, or "none" (eager)."""
     return list(configuration.buckets) if configuration.buckets else NO_CAPTURE_SIZES
@@ -67,9 +80,11 @@ def server_argv(
     max_model_len: int,
     device: str = CPU,
     host: str = "127.0.0.1",
+    serving: ServingOptions | None = None,
 ) -> list[str]:
     """The server's whole command line for one run (recorded, argument by argument, in
     the manifest). Refuses capture sizes on the CPU, which has no CUDA graphs."""
+    serving = serving or ServingOptions()
     if device not in DEVICES:
         raise ValueError(f"device {device!r}: use one of {', '.join(DEVICES)}")
     if device == CPU and configuration.buckets:
@@ -113,7 +128,11 @@ def server_argv(
         argv += ["--cudagraph-capture-sizes", *map(str, configuration.buckets)]
     else:
         argv.append("--enforce-eager")
-    return argv
+    if serving.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(serving.tensor_parallel_size)]
+    if serving.no_async_scheduling:
+        argv.append(NO_ASYNC_FLAG)
+    return argv + list(serving.extra_args)
 
 
 def server_env() -> dict[str, str]:
@@ -142,21 +161,54 @@ def _messages(lines: Sequence[str]) -> list[tuple[str | None, str]]:
     return found
 
 
+# vLLM's own line when an engine core process dies (vllm/v1/engine/core_client.py,
+# MPClient's liveness monitor); the EngineDeadError after it only says "See stack trace
+# (above)", which a killed process never wrote.
+ENGINE_EXITED = "engine core exited unexpectedly"
+# Exceptions that are consequences, never the cause: reported only when nothing else is.
+_CONSEQUENCES = ("EngineDeadError",)
+# pydantic's header line ("1 validation error for ModelConfig"): the cause is below it.
+_VALIDATION = re.compile(r"^\d+ validation errors? for \w+$")
+
+
 def vllm_reason(log_text: str) -> str:
     """vLLM's own reason for a failure, from its log: the first exception it reported as
-    an error (the root cause: later ones are its consequences, e.g. EngineDeadError after
-    a worker's IndexError; exceptions inside warnings are not failures), else the last
-    line that says anything."""
+    an error or the line saying an engine core died, whichever came first (the root
+    cause: later ones are its consequences, e.g. EngineDeadError after a worker's
+    IndexError; exceptions inside warnings are not failures), else the last line that
+    says anything. A pydantic ValidationError gets the cause pydantic prints below it."""
     messages = _messages(log_text.splitlines())
-    for level, message in messages:
+    consequence = None
+    for k, (level, message) in enumerate(messages):
+        if ENGINE_EXITED in message:
+            return message.strip()[:400]
         found = _EXCEPTION.match(message.strip())
-        if found and level in (None, "ERROR", "CRITICAL"):
-            return f"{found.group('name')}: {found.group('text').strip()}"[:400]
+        if not found or level not in (None, "ERROR", "CRITICAL"):
+            continue
+        text = f"{found.group('name')}: {found.group('text').strip()}"
+        if found.group("name") in _CONSEQUENCES:
+            consequence = consequence or text
+            continue
+        if _VALIDATION.match(found.group("text").strip()):
+            text += _validation_cause(messages[k + 1 : k + 4])
+        return text[:400]
+    if consequence is not None:
+        return consequence[:400]
     for _, message in reversed(messages):
         text = message.strip()
         if text and not any(noise in text for noise in _NOISE) and not text.startswith("- "):
             return text[:400]
     return "the server log is empty"
+
+
+def _validation_cause(following: Sequence[tuple[str | None, str]]) -> str:
+    """': <cause>' from the lines pydantic prints under its header (the field, then
+    "  Value error, ... [type=...]"), or '' when none is there."""
+    for _, message in following:
+        text = message.strip()
+        if "error" in text.lower() and "errors.pydantic.dev" not in text:
+            return ": " + re.sub(r"\s*\[type=.*$", "", text)
+    return ""
 
 
 def engine_core_pids(log_text: str) -> list[int]:

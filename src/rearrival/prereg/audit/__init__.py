@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rearrival.atomic import is_staging
 from rearrival.errors import RearrivalError
 from rearrival.prereg.audit.decisions import decision_rows
 from rearrival.prereg.audit.external import signature_rows, witness_rows
@@ -62,6 +63,33 @@ from rearrival.prereg.registration import open_repo
 __all__ = ["EXCLUDED", "OK", "REGISTRATION_ROW", "VIOLATION", "AuditReport", "AuditRow", "audit"]
 
 
+def staging_rows(results: Path, manifests: list[Path]) -> list[AuditRow]:
+    """One excluded row per staging folder an unfinished job left (a SIGKILL: its records
+    were never published, so they are no run of the study), naming it and the fix."""
+    folders = sorted({f for f in (_staging_folder(p.relative_to(results)) for p in manifests) if f})
+    return [
+        AuditRow(
+            folder.parts[1] if len(folder.parts) > 2 else "",
+            str(folder),
+            None,
+            None,
+            None,
+            EXCLUDED,
+            f"staging folder of a job that never finished ({results / folder}): never "
+            "published, so ignored; delete it",
+        )
+        for folder in folders
+    ]
+
+
+def _staging_folder(relative: Path) -> Path | None:
+    """The outermost staging folder ``relative`` lies in, or None."""
+    for k, part in enumerate(relative.parts):
+        if is_staging(Path(part)):
+            return Path(*relative.parts[: k + 1])
+    return None
+
+
 def audit(
     repo_dir: str | Path,
     results_dir: str | Path,
@@ -78,11 +106,13 @@ def audit(
             f"results directory {results}: no such directory; run the "
             "pipeline first or pass the directory holding the run records"
         )
-    loaded = [load_run(p, results) for p in sorted(results.rglob("manifest.json"))]
+    manifests = sorted(results.rglob("manifest.json"))
+    loaded = [load_run(p, results) for p in manifests if not is_staging(p.relative_to(results))]
     runs = [r for r in loaded if isinstance(r, Run)]
     auditor = Auditor(repo, runs)
     rows = list(registration_rows(auditor))
     rows += [r if isinstance(r, AuditRow) else audit_run(auditor, r) for r in loaded]
+    rows += staging_rows(results, manifests)
     rows += list(decision_rows(auditor, results))
     rows += list(ledger_rows(auditor, results))
     if witness is not None:

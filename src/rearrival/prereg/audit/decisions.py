@@ -8,6 +8,7 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 
+from rearrival.atomic import is_staging
 from rearrival.errors import StageError
 from rearrival.judge.collect import collect_channels
 from rearrival.judge.decisions import decision_table
@@ -56,7 +57,11 @@ def decision_rows(auditor: Auditor, results: Path) -> Iterator[AuditRow]:
         try:
             registration = read_registration(auditor.repo, study, commit.hexsha)
             channels = collect_channels(
-                sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir()),
+                sorted(
+                    p
+                    for p in (results / "runs" / study).glob("*")
+                    if p.is_dir() and not is_staging(Path(p.name))
+                ),
                 None,
                 registration.profile,
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from rearrival.atomic import is_staging
 from rearrival.prereg.audit.history import Auditor
 from rearrival.prereg.audit.report import OK, VIOLATION, AuditRow
 from rearrival.prereg.ledger import (
@@ -38,7 +39,11 @@ def ledger_rows(auditor: Auditor, results: Path) -> Iterator[AuditRow]:
     a later ledger commit that changed or removed a sealed hash (without declaring a
     re-measurement) is a violation naming the run, the file and both commits."""
     for study in sorted(_ledger_studies(auditor, results)):
-        replicates = sorted(p for p in (results / "runs" / study).glob("*") if p.is_dir())
+        replicates = sorted(
+            p
+            for p in (results / "runs" / study).glob("*")
+            if p.is_dir() and not is_staging(Path(p.name))
+        )
         label = f"(ledger) {ledger_path(study)}"
         history = [
             AuditRow(study, f"{study}/{o.run}", None, None, None, VIOLATION, o.describe())

@@ -71,6 +71,7 @@ def table_va1(directories: Sequence[Path]) -> Table:
         rows.append(
             {
                 "run": s["run"]["run_id"],
+                "replicate": s["run"]["replicate"],
                 "configuration": s["run"]["configuration"]["id"],
                 "requests": s["requests"],
                 "agreeing": s["agreeing"],
@@ -94,7 +95,8 @@ def table_va1(directories: Sequence[Path]) -> Table:
             )
     notes += _profile_notes(loaded)
     columns = (
-        Column("run", "run", "ids"),
+        Column("run", "run"),
+        Column("replicate", "replicate", "int"),
         Column("configuration", "configuration"),
         Column("requests", "requests", "int"),
         Column("agreeing", "agreeing", "int"),
@@ -128,6 +130,7 @@ def table_va2(directories: Sequence[Path]) -> Table:
     rows = [
         {
             "run": s["run"]["run_id"],
+            "replicate": s["run"]["replicate"],
             "round": entry["round"],
             "requests": entry["requests"],
             "prompt": entry["prompt_tokens"],
@@ -139,7 +142,8 @@ def table_va2(directories: Sequence[Path]) -> Table:
         for entry in s["reuse_by_round"]
     ]
     columns = (
-        Column("run", "run", "ids"),
+        Column("run", "run"),
+        Column("replicate", "replicate", "int"),
         Column("round", "round", "int"),
         Column("requests", "requests", "int"),
         Column("prompt", "prompt tokens", "int"),
@@ -169,6 +173,7 @@ def table_va3(directories: Sequence[Path]) -> Table:
             rows.append(
                 {
                     "run": s["run"]["run_id"],
+                    "replicate": s["run"]["replicate"],
                     "request": f"s{r['session']}r{r['round']}",
                     "observed": r["cached_tokens_observed"],
                     "predicted": r["cached_tokens_predicted"],
@@ -180,7 +185,8 @@ def table_va3(directories: Sequence[Path]) -> Table:
     if loaded and not rows:
         notes.append("Every request of every run agrees.")
     columns = (
-        Column("run", "run", "ids"),
+        Column("run", "run"),
+        Column("replicate", "replicate", "int"),
         Column("request", "request"),
         Column("observed", "cached obs", "int"),
         Column("predicted", "cached pred", "int"),
