@@ -40,7 +40,7 @@ CLI = str(Path(sys.executable).with_name("rearrival"))
 def test_an_unwritable_or_full_disk_is_one_line_and_exit_code_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int, words: str
 ) -> None:
-    def refuse() -> None:
+    def refuse(**_: object) -> None:  # main() calls the app with standalone_mode=False
         raise OSError(code, "refused by the test", "/results/runs/x")
 
     monkeypatch.setattr(cli, "app", refuse)
@@ -55,7 +55,7 @@ def test_an_unwritable_or_full_disk_is_one_line_and_exit_code_2(
 def test_any_other_oserror_is_a_bug_and_keeps_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken() -> None:
+    def broken(**_: object) -> None:
         raise OSError(errno.EBADF, "bad file descriptor")
 
     monkeypatch.setattr(cli, "app", broken)

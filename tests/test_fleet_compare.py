@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from rearrival.cli import app
+from rearrival.config.served_model import load_served_model
 from rearrival.judge.fleet_agreement import compare_fleet_run, fleet_placement
 from rearrival.judge.vllm_agreement import AgreementError, PredictorBugWarning
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
 from rearrival.measure.records.contract import RequestRecord
 from rearrival.measure.records.frames import requests_frame, steps_frame
 from rearrival.measure.vllm.backend import engine_entry
-from rearrival.measure.vllm.model import load_served_model
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import load_vllm_profile
 from rearrival.model.fleet.simulate import simulate_fleet

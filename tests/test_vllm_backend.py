@@ -25,10 +25,10 @@ from vllm_env import (
     two_round_plan,
 )
 
+from rearrival.config.served_model import shipped_model
 from rearrival.judge.channels import channels, iteration_channel_a, union_length
 from rearrival.measure.records import read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
-from rearrival.measure.vllm.model import shipped_model
 from rearrival.model.plans.plan import Plan, write_plan
 
 pytestmark = pytest.mark.timeout(900)

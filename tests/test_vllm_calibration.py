@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from rearrival.commands.calibrate import calibration_summary
+from rearrival.config.served_model import load_served_model
 from rearrival.measure.calibration.design import CalibrationError
 from rearrival.measure.calibration.vllm_design import (
     VllmCalibrationDesign,
@@ -38,7 +39,6 @@ from rearrival.measure.records import RunRecord
 from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.measure.vllm.backend import engine_entry
 from rearrival.measure.vllm.iterations import PREEMPTIONS_COUNTER
-from rearrival.measure.vllm.model import load_served_model
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_fit import StepSamples, VllmFitError, fit_vllm_step_cost
 from rearrival.model.cost.vllm_profile import COEFFICIENTS, VllmStepCost, load_vllm_profile

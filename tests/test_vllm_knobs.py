@@ -18,8 +18,8 @@ import yaml
 from conftest import snakemake, workflow_repo
 
 from rearrival.config.errors import StudyConfigError
+from rearrival.config.served_model import ServedModelError, load_served_model, shipped_model
 from rearrival.config.study import load_study_config
-from rearrival.measure.vllm.model import ServedModelError, load_served_model, shipped_model
 from rearrival.model.vllm_knobs import block_size_problem, max_model_len_problem, pool_problem
 
 REPO = Path(__file__).resolve().parents[1]

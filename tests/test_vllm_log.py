@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rearrival.config.served_model import ServedModelError, load_served_model, shipped_model
 from rearrival.measure.client import TOKEN_ID_LOW, ClientError, new_ids
 from rearrival.measure.records.contract import RequestRecord
 from rearrival.measure.steplog import StepLogError
 from rearrival.measure.vllm.iterations import IterationStepLog, parse_iterations
-from rearrival.measure.vllm.model import ServedModelError, load_served_model, shipped_model
 from rearrival.measure.vllm.server import (
     engine_core_pids,
     kv_cache_memory_bytes,

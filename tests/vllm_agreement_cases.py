@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rearrival.config.served_model import load_served_model
 from rearrival.measure.records import finish_manifest, manifest_template, write_run
 from rearrival.measure.records.contract import RequestRecord
 from rearrival.measure.records.frames import requests_frame
 from rearrival.measure.vllm.iterations import IterationStepLog
-from rearrival.measure.vllm.model import load_served_model
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, write_plan

@@ -208,7 +208,7 @@ def refuse_block_sizes(axes: VllmAxes, profile: VllmProfile) -> None:
 def served_max_model_len(max_model_len: int | None) -> int:
     """``--max-model-len``: default the served model's max_position_embeddings; a value
     past what the model allows is refused as vLLM refuses it."""
-    from rearrival.measure.vllm.model import load_served_model
+    from rearrival.config.served_model import load_served_model
     from rearrival.model.vllm_knobs import max_model_len_problem
 
     model = load_served_model()

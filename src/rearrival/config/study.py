@@ -235,7 +235,7 @@ def vllm_start_problems(
     config.json (vllm.model), vllm.max_model_len against the model, every configuration's
     block size on the device (vllm.device, else the profile's) and pool against one
     sequence of the model length."""
-    from rearrival.measure.vllm.model import ServedModelError, load_served_model
+    from rearrival.config.served_model import ServedModelError, load_served_model
     from rearrival.model.vllm_knobs import knob_problems, max_model_len_problem
 
     try:

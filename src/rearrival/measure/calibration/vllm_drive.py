@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from rearrival.config.served_model import load_served_model
 from rearrival.measure.backends import BackendSettings, RunRequest, run_backend, run_status
 from rearrival.measure.calibration.design import CalibrationError
 from rearrival.measure.calibration.vllm_design import (
@@ -33,7 +34,6 @@ from rearrival.measure.calibration.vllm_samples import replay_run, step_samples
 from rearrival.measure.records import RunRecord, read_run
 from rearrival.measure.records.contract import ROUND_COLUMN
 from rearrival.measure.vllm.backend import VllmSettings
-from rearrival.measure.vllm.model import load_served_model
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_fit import StepSamples, VllmStepCostFit, fit_vllm_step_cost
 from rearrival.model.cost.vllm_profile import VllmStepCost

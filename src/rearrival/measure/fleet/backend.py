@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.served_model import load_served_model
 from rearrival.measure.client import (
     ClientRun,
     ReplayOptions,
@@ -42,7 +43,6 @@ from rearrival.measure.fleet.router import (
 from rearrival.measure.fleet.signals import stopping_on_signals
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
 from rearrival.measure.vllm.backend import VllmRunError, VllmSettings, engine_entry
-from rearrival.measure.vllm.model import load_served_model
 from rearrival.measure.vllm.server import (
     CPU,
     GPU,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.served_model import ServedModel, load_served_model
 from rearrival.errors import DiskError, RearrivalError, disk_problem
 from rearrival.measure.client import (
     ClientRun,
@@ -27,7 +28,6 @@ from rearrival.measure.process_groups import Interrupted
 from rearrival.measure.records import SERVER_LOG_FILE
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
 from rearrival.measure.vllm.iterations import IterationStepLog
-from rearrival.measure.vllm.model import ServedModel, load_served_model
 from rearrival.measure.vllm.server import (
     CPU,
     GPU,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rearrival.measure.vllm.model import ServedModel
+from rearrival.config.served_model import ServedModel
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.vllm_env import NO_ASYNC_FLAG
 
