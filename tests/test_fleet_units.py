@@ -14,7 +14,7 @@ from rearrival.measure.client import ReplayOptions, request_headers
 from rearrival.measure.fleet.backend import FleetSettings
 from rearrival.measure.fleet.placement import FleetStepLog, placement, placement_problem
 from rearrival.measure.fleet.router import router_argv, router_reason
-from rearrival.measure.fleet.signals import Stopped, stopping_on_signals
+from rearrival.measure.process_groups import Interrupted, stopping_on_signals
 from rearrival.measure.records.contract import RequestRecord
 from rearrival.measure.vllm.backend import VllmRunError
 
@@ -95,12 +95,13 @@ def test_settings_refuse_what_cannot_run(settings: dict, says: str) -> None:
         FleetSettings(**settings)
 
 
-def test_sigterm_inside_the_guard_raises_stopped_and_restores_the_handler() -> None:
+def test_sigterm_inside_the_guard_is_interrupted_and_restores_the_handler() -> None:
+    """The fleet's guard is the one every real-engine process shares (process_groups)."""
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Stopped) as stopped, stopping_on_signals():
+    with pytest.raises(Interrupted) as stopped, stopping_on_signals():
         os.kill(os.getpid(), signal.SIGTERM)
         signal.pause()  # pragma: no cover -- the handler raises before this returns
-    assert stopped.value.code == 128 + signal.SIGTERM
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
 
 

@@ -246,13 +246,20 @@ def test_replica_killed_mid_run_is_one_line_naming_run_and_replica(
     assert _listening(_fleet_ports(manifest(out))) == []
 
 
+# The job as `rearrival run` is one: rearrival.cli.main owns the process groups and turns
+# the interruption into exit code 128 + the signal.
 SIGNALLED = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
+from rearrival.measure.process_groups import Interrupted, stopping_on_signals
 from test_vllm_fleet_run import FleetSettings, SERVE, _run
 settings = FleetSettings(vllm=SERVE, server_ports={servers!r}, router_port={router!r})
-_run(Path({out!r}), settings)
+try:
+    with stopping_on_signals():
+        _run(Path({out!r}), settings)
+except Interrupted as stop:
+    sys.exit(stop.exit_code)
 """
 
 

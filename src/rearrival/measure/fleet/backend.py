@@ -4,12 +4,12 @@ the plan replayed through the router with a session header and a request id per 
 everything stopped, and the run directory written with each request's replica, cached
 tokens and first-token time, and every server's and the router's whole log.
 
-Order: every port is checked free first (a port in use is one line, nothing started); the
-servers start together and each must become ready; then the router starts and must become
-ready; the replay runs; the router and the servers stop, whatever happened, also on a
-signal to the job (``rearrival.measure.fleet.signals``). Whatever goes wrong once the run
-has a name is written as a failed run whose one reason names the run, the process (a
-replica by index and URL, or the router) and that process's own last word.
+Order: every port is checked free first (a port in use is one line, nothing started); the servers
+start together and each must become ready; then the router starts and must become ready; the replay
+runs; the router and the servers stop, whatever happened, also on a signal to the job
+(``rearrival.measure.process_groups`` owns their process groups). Whatever goes wrong once the run
+has a name is written as a failed run whose one reason names the run, the process (a replica by
+index and URL, or the router) and that process's own last word.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from rearrival.measure.fleet.router import (
     router_argv,
     router_reason,
 )
-from rearrival.measure.fleet.signals import stopping_on_signals
+from rearrival.measure.process_groups import stopping_on_signals
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
 from rearrival.measure.vllm.backend import VllmRunError, VllmSettings, engine_entry
 from rearrival.measure.vllm.server import (
