@@ -155,6 +155,10 @@ def test_overflow_truncates_and_counts_or_refuses(tmp_path: Path) -> None:
     assert over["longer_context"].startswith("a maximum sequence length of 8,192 tokens")
     assert "1.125 GiB of KV per slot" in over["longer_context"]
     assert any("to keep every round" in line for line in result.summary_lines())
+    # the limit counts a prompt plus its generated tokens, and the longer length is explained
+    lines = result.summary_lines()
+    assert any("a round's prompt plus the tokens it generates" in line for line in lines)
+    assert any("the longest transcript" in line and "1,230 tokens" in line for line in lines)
     dropped = plans_from_trace(path, max_seq_len=1000)
     assert dropped.plan.n == 2 and dropped.plan.meta.notes["overflow"]["dropped"] == ["a"]
     with pytest.raises(TraceError, match=r"1 of 3 sessions exceed .* 1,100"):

@@ -223,8 +223,9 @@ class ImportResult:
             f"{self.source} trace sha256 {self.trace_sha256[:12]}: {self.sessions_in_trace} "
             f"sessions, {self.rounds_in_trace} rounds; plan: {self.plan.n} sessions, "
             f"{self.plan.requests} rounds (sha256 {self.plan.sha256()[:12]})",
-            f"context limit {over['max_seq_len']:,} tokens: {over['truncated_sessions']} "
-            f"sessions truncated, {over['dropped_sessions']} dropped (first round too long), "
+            f"context limit {over['max_seq_len']:,} tokens (a round's prompt plus the tokens "
+            f"it generates): {over['truncated_sessions']} sessions truncated, "
+            f"{over['dropped_sessions']} dropped (first round too long), "
             f"{over['dropped_rounds']} rounds removed",
             f"tool gaps: {n['tool_rounds']} rounds; parallel calls cost their longest, "
             "sequential ones add up",
@@ -233,7 +234,11 @@ class ImportResult:
             "human-waiting tool calls left out",
         ]
         if over.get("longer_context"):
-            lines.append(f"to keep every round, {over['longer_context']}")
+            lines.append(
+                f"to keep every round (the longest transcript, a prompt plus the tokens it "
+                f"generates, is {over['longest_transcript_tokens']:,} tokens): "
+                f"{over['longer_context']}"
+            )
         failed = n.get("failed_calls")
         if failed and (failed["llm_calls_skipped"] or failed["tool_calls_kept"]):
             lines.append(
@@ -481,8 +486,9 @@ def build_plan(
     if affected and options.on_overflow == "refuse":
         raise TraceError(
             f"{path}: {affected} of {len(chosen)} sessions exceed the maximum sequence "
-            f"length {options.max_seq_len:,} ({counts.dropped_rounds} rounds, longest "
-            f"transcript {counts.longest_transcript:,}); pass --on-overflow truncate to end "
+            f"length {options.max_seq_len:,} with a round's prompt plus its generated tokens "
+            f"({counts.dropped_rounds} rounds, longest transcript "
+            f"{counts.longest_transcript:,}); pass --on-overflow truncate to end "
             "them before that round, or --token-scale to study a scaled what-if"
         )
     if not kept:
