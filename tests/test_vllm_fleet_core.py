@@ -16,7 +16,6 @@ from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.fleet.routers import ROUTERS
 from rearrival.model.fleet.simulate import FleetCoreError, simulate_fleet
 from rearrival.model.plans.plan import After, MultiRoundSession, Plan, Prefix, Round
-from rearrival.model.simulator.rbln.sim import SimConfig
 from rearrival.model.simulator.vllm import core
 from rearrival.model.simulator.vllm.inputs import VllmPlanError, vllm_inputs
 from rearrival.model.simulator.vllm.sim import simulate_vllm
@@ -135,8 +134,6 @@ def test_the_core_choice_refuses_what_it_cannot_run():
         simulate_fleet(plan, config, STEP_COST, 2, core="numba")
     with pytest.raises(FleetCoreError, match="step by step"):
         simulate_fleet(plan, config, STEP_COST, 2, stepwise=True, core="compiled")
-    with pytest.raises(FleetCoreError, match="no compiled rbln fleet"):
-        simulate_fleet(plan, SimConfig(buckets=(1, 2), batch_size=2), None, 2, core="compiled")
     with pytest.raises(VllmPlanError, match="fixed_arrivals has 1 times"):
         simulate_fleet(plan, config, STEP_COST, 2, fixed_arrivals=[1.0], core="compiled")
 

@@ -8,7 +8,8 @@ every registered prediction uses, its arrival tolerance, its one
 engines (``rearrival.model.fleet``: R driven engines of its rule set, and how their
 per-request columns become the substrate's own result and the shared request records
 ``rearrival.model.fleet.records.RequestOutcome``); an entry may also run the whole fleet
-compiled (vLLM: ``rearrival.model.simulator.vllm.core``), the same bits. A third
+compiled, the same bits (both do: ``rearrival.model.simulator.vllm.core`` and
+``rearrival.model.simulator.rbln.compiled_fleet``). A third
 substrate is one package of its rule set (an engine with the calls of
 ``rearrival.model.fleet.engine.FleetEngine``) and one entry here (docs/DESIGN.md §16).
 """
@@ -114,25 +115,31 @@ def _rbln_fleet(
     def outcome(placement: list[int]) -> Outcome:
         results = [engine.result() for engine in engines]
         merged = _merge_rbln(engines, results, placement)
-        records = tuple(
-            RequestOutcome(
-                arrays.session_of[rid],
-                arrays.round_of[rid],
-                placement[rid],
-                arrays.prompt[rid],
-                arrays.gen[rid],
-                record.cached_tokens,
-                0,
-                record.arrival_s,
-                record.admit_s,
-                record.first_token_s,
-                record.complete_s,
-            )
-            for rid, record in enumerate(merged.requests)
-        )
-        return merged, records, tuple(result.device_s for result in results)
+        device = tuple(result.device_s for result in results)
+        return merged, _rbln_records(merged, placement), device
 
     return Fleet(arrays, engines, outcome)
+
+
+def _rbln_records(merged: SimResult, placement: list[int]) -> tuple[RequestOutcome, ...]:
+    """The fleet's request records from its merged ``SimResult`` (RBLN never preempts)."""
+    arrays = merged.arrays
+    return tuple(
+        RequestOutcome(
+            arrays.session_of[rid],
+            arrays.round_of[rid],
+            placement[rid],
+            arrays.prompt[rid],
+            arrays.gen[rid],
+            record.cached_tokens,
+            0,
+            record.arrival_s,
+            record.admit_s,
+            record.first_token_s,
+            record.complete_s,
+        )
+        for rid, record in enumerate(merged.requests)
+    )
 
 
 def _merge_rbln(
@@ -169,6 +176,31 @@ def _merge_rbln(
         [row for engine in engines for row in engine.stretches],
         [row for engine in engines for row in engine.evictions],
     )
+
+
+def _rbln_compiled_fleet(
+    plan: Any,
+    config: SimConfig,
+    profile: Profile,
+    replicas: int,
+    router: int,
+    fixed_arrivals: Sequence[float] | None,
+    source: str,
+) -> Outcome:
+    """The same fleet on the compiled core (``rbln.core.run_fleet``): the outcome, the same
+    bits as ``_rbln_fleet`` driven by the loop. A plan whose integer keys could overflow
+    the kernel's int64 keys runs on the loop instead (as ``simulate`` does)."""
+    from rearrival.model.simulator.rbln.compiled_fleet import run_compiled_fleet
+
+    fleet = run_compiled_fleet(plan, config, profile, replicas, router, fixed_arrivals)
+    if fleet is not None:
+        return fleet.result, _rbln_records(fleet.result, fleet.placement), fleet.replica_device_s
+    from rearrival.model.fleet.loop import run_fleet
+    from rearrival.model.fleet.routers import ROUTERS, make_router
+
+    python = _rbln_fleet(plan, config, profile, replicas, False, source)
+    state = run_fleet(python.arrays, python.engines, make_router(ROUTERS[router]), fixed_arrivals)
+    return python.outcome(state.placement)
 
 
 def _vllm_fleet(
@@ -294,6 +326,7 @@ SUBSTRATES: dict[str, Substrate] = {
         ARRIVAL_TOLERANCE_S,
         _rbln_simulate,
         _rbln_fleet,
+        _rbln_compiled_fleet,
     ),
     "vllm": Substrate(
         "vllm",

@@ -8,9 +8,10 @@ latest replica's), each replica's device time, and the latency percentiles. With
 substrate's summary is the single engine's, exactly.
 
 ``core`` picks how: "python" the engines driven by the loop (the readable reference),
-"compiled" the substrate's compiled fleet (vLLM: ``rearrival.model.simulator.vllm.core``,
-the same bits), "auto" the compiled fleet where the substrate has one and the run is not
-step by step, else the Python one.
+"compiled" the substrate's compiled fleet (one numba kernel for 1..R replicas, the same
+bits: ``rearrival.model.simulator.vllm.core.run_fleet``,
+``rearrival.model.simulator.rbln.core.run_fleet``), "auto" the compiled fleet where the
+substrate has one and the run is not step by step, else the Python one.
 """
 
 from __future__ import annotations

@@ -613,9 +613,388 @@ def run_records(
     return req_f, req_i, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev]
 
 
+# --- the fleet -----------------------------------------------------------------------
+# indices into rearrival.model.fleet.routers.ROUTERS (tests/test_rbln_fleet_core.py checks)
+ROUND_ROBIN, LEAST_LOADED, SESSION_AFFINITY, PREFIX_AWARE = 0, 1, 2, 3
+
+
+@njit(cache=True, inline="always")
+def _held(owner, slot_of, round_of, pair_off, pair_reuse, rid):
+    """``RblnEngine.cached_prefix`` on one replica's owner row: what its latest surviving
+    earlier round of the session would give ``rid`` (the prefix-aware router's score)."""
+    for d in range(1, round_of[rid] + 1):
+        if owner[slot_of[rid - d]] == rid - d:
+            return pair_reuse[pair_off[rid] + d - 1]
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _route(router, rid, routed, replicas, outstanding, placement, owner, slot_of, ints, pair_reuse):
+    """The router's replica for ``rid`` (``rearrival.model.fleet.routers``; ties to the
+    lowest index): round robin, least loaded, session affinity (round 0 by load) or
+    prefix aware (the most held, ties by load)."""
+    round_of = ints[2]
+    if router == ROUND_ROBIN:
+        return routed % replicas
+    if router == SESSION_AFFINITY and round_of[rid] > 0:
+        return placement[rid - round_of[rid]]
+    most = -1
+    best = 0
+    for q in range(replicas):
+        held = 0
+        if router == PREFIX_AWARE:
+            held = _held(owner[q], slot_of, round_of, ints[3], pair_reuse, rid)
+        if held > most or (held == most and outstanding[q] < outstanding[best]):
+            most = held
+            best = q
+    return best
+
+
+@njit(cache=True)
+def run_fleet(
+    ints,
+    floats,
+    pair_reuse,
+    pair_cost,
+    fixed,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    reserve_below,
+    replicas,
+    router,
+    req_f,
+    req_i,
+    hist,
+    rep_f,
+    st_i,
+    st_f,
+    ev_f,
+    ev_i,
+):
+    """One plan on ``replicas`` RBLN engines behind ``router`` (an index into ``ROUTERS``):
+    ``rearrival.model.fleet.loop.run_fleet`` driving ``RblnEngine`` replicas, on arrays.
+
+    Inputs as ``run_plan`` reads them (``inputs.core_inputs``); ``fixed`` empty: a next
+    round is sent at finish + gap. Per replica q its own slot pool, waiting and running
+    heaps, clock, decode clock and totals (rows q of the 2-D state); a request lives on one
+    replica once routed, so its columns are one row for the fleet. Writes req_f rows
+    (arrival, admit, complete, prefill), req_i rows (cached, slot, evicted tag, running at
+    admission, replica), hist[q, n] decode steps, rep_f rows per replica (prefill total,
+    interference, clock), stretch rows (st_i: replica, n, steps; st_f: start, end) and
+    eviction rows (ev_f: time; ev_i: replica, slot, victim, cause), each in time order
+    within a replica. Returns (code, stretches, evictions); STRETCHES_FULL asks the
+    caller for larger row tables.
+    """
+    gen, round_of, pair_off = ints[1], ints[2], ints[3]
+    next_fixed, follower, starts = ints[4], ints[5], ints[6]
+    gap, miss_cost, start, follow_gap = floats[0], floats[1], floats[2], floats[3]
+    requests = gen.shape[0]
+    has_fixed = fixed.shape[0] > 0
+    eps = ARRIVAL_TOLERANCE_S
+    inf = np.inf
+    arrival, admit_s, complete_s, prefill_s = req_f[0], req_f[1], req_f[2], req_f[3]
+    cached, slot_of, evicted_tag, running_at, placement = (
+        req_i[0],
+        req_i[1],
+        req_i[2],
+        req_i[3],
+        req_i[4],
+    )
+    width = max(requests, 1)
+    free = np.empty((replicas, slots), dtype=np.int64)
+    evictable = np.empty((replicas, slots), dtype=np.int64)
+    pending = np.empty((replicas, slots), dtype=np.int64)
+    key = np.zeros((replicas, slots), dtype=np.int64)
+    owner = np.full((replicas, slots), NO_OWNER, dtype=np.int64)
+    running = np.empty((replicas, width), dtype=np.int64)
+    waiting = np.empty((replicas, width), dtype=np.int64)
+    finishing = np.empty((replicas, width))  # finish times not yet seen by a routing
+    n_free = np.full(replicas, slots, dtype=np.int64)
+    n_evictable = np.zeros(replicas, dtype=np.int64)
+    n_pending = np.zeros(replicas, dtype=np.int64)
+    next_key = np.zeros(replicas, dtype=np.int64)
+    n_running = np.zeros(replicas, dtype=np.int64)
+    n_waiting = np.zeros(replicas, dtype=np.int64)
+    fhead = np.zeros(replicas, dtype=np.int64)
+    ftail = np.zeros(replicas, dtype=np.int64)
+    outstanding = np.zeros(replicas, dtype=np.int64)
+    decode_clock = np.zeros(replicas, dtype=np.int64)
+    stretch_n = np.zeros(replicas, dtype=np.int64)
+    last_stretch = np.zeros(replicas, dtype=np.int64)
+    prefill_total, interference, clock = rep_f[0], rep_f[1], rep_f[2]
+    finished = np.empty(width, dtype=np.int64)
+    sends = np.empty(width, dtype=np.int64)
+    for q in range(replicas):
+        for slot in range(slots):
+            free[q, slot] = slot  # ascending is a valid heap
+        prefill_total[q] = 0.0
+        interference[q] = 0.0
+        clock[q] = 0.0
+        for n in range(hist.shape[1]):
+            hist[q, n] = 0
+    n_sends = 0
+    for rid in range(requests):
+        arrival[rid] = np.nan
+        admit_s[rid] = 0.0
+        complete_s[rid] = 0.0
+        prefill_s[rid] = 0.0
+        cached[rid] = 0
+        slot_of[rid] = 0
+        evicted_tag[rid] = NO_OWNER
+        running_at[rid] = 0
+        placement[rid] = NO_OWNER
+        if starts[rid]:  # round 0 of a session sent at its start
+            arrival[rid] = start[rid]
+            n_sends = push_arrival(sends, n_sends, rid, arrival)
+    shift = 0
+    while (1 << shift) <= requests:
+        shift += 1
+    rid_mask = (1 << shift) - 1
+    st_cap = st_i.shape[1]
+    ev_cap = ev_f.shape[0]
+    n_st = 0
+    n_ev = 0
+    routed = 0
+
+    while True:
+        due = arrival[sends[0]] if n_sends else inf
+        actor = NO_OWNER
+        for q in range(replicas):
+            if (n_running[q] or n_waiting[q]) and (actor < 0 or clock[q] < clock[actor]):
+                actor = q
+        if actor >= 0 and not due <= clock[actor] + eps:
+            q = actor
+            bound = due  # the earliest time a request could be routed here
+            for p in range(replicas):
+                if p != q and (n_running[p] or n_waiting[p]) and clock[p] < bound:
+                    bound = clock[p]
+            t = clock[q]
+            fr, ev, pend, ky, ow = free[q], evictable[q], pending[q], key[q], owner[q]
+            run_q, wait_q = running[q], waiting[q]
+            nfree, nevict, npend = n_free[q], n_evictable[q], n_pending[q]
+            nrun, nwait = n_running[q], n_waiting[q]
+            nfin = 0
+            # --- RblnEngine.advance: an admission's prefill, or one decode stretch
+            admit = False
+            while True:
+                reserved = 1 if 0 < nrun < reserve_below else 0
+                if nwait and nrun < batch:
+                    if nfree - reserved + nevict >= 1:
+                        admit = True
+                        break
+                    for i in range(npend):  # the deferred releases, then a decode step
+                        nevict = push(ev, nevict, ky[pend[i]])
+                    npend = 0
+                    if not nrun:
+                        continue
+                break
+            if admit:
+                rid, nwait = pop_arrival(wait_q, nwait, arrival)
+                if nfree > reserved:
+                    slot, nfree = pop(fr, nfree)
+                else:
+                    for _ in range(reserved - nfree):  # the padding block's slot
+                        slot, victim, nevict = _evict_oldest(ev, nevict, ow, slots)
+                        nfree = push(fr, nfree, slot)
+                        if n_ev == ev_cap:
+                            return STRETCHES_FULL, n_st, n_ev
+                        ev_i[0, n_ev] = q
+                        n_ev = _log_eviction(ev_f, ev_i[1:], n_ev, t, slot, victim, 0)
+                    slot, victim, nevict = _evict_oldest(ev, nevict, ow, slots)
+                    evicted_tag[rid] = victim
+                    if n_ev == ev_cap:
+                        return STRETCHES_FULL, n_st, n_ev
+                    ev_i[0, n_ev] = q
+                    n_ev = _log_eviction(ev_f, ev_i[1:], n_ev, t, slot, victim, 0)
+                for i in range(npend):
+                    nevict = push(ev, nevict, ky[pend[i]])
+                npend = 0
+                cost = miss_cost[rid]
+                for d in range(1, round_of[rid] + 1):  # latest surviving earlier round
+                    if ow[slot_of[rid - d]] == rid - d:
+                        pair = pair_off[rid] + d - 1
+                        cached[rid] = pair_reuse[pair]
+                        cost = pair_cost[pair]
+                        break
+                ow[slot] = rid
+                ky[slot] = next_key[q] + slot
+                next_key[q] += slots
+                admit_s[rid] = t
+                prefill_s[rid] = cost
+                slot_of[rid] = slot
+                running_at[rid] = nrun
+                interference[q] += nrun * cost
+                prefill_total[q] += cost
+                t += cost
+                stretch_n[q] = 0
+                steps = gen[rid] - 1
+                if steps:
+                    nrun = push(run_q, nrun, (decode_clock[q] + steps) << shift | rid)
+                else:
+                    complete_s[rid] = t
+                    if deferred:
+                        pend[npend] = slot
+                        npend += 1
+                    else:
+                        nevict = push(ev, nevict, ky[slot])
+                    finished[nfin] = rid
+                    nfin += 1
+            else:  # a decode stretch cut at the first boundary that sees ``bound``
+                if nrun < pad_below and not nfree and nevict:  # dummy block (S9)
+                    slot, victim, nevict = _evict_oldest(ev, nevict, ow, slots)
+                    nfree = push(fr, nfree, slot)
+                    if n_ev == ev_cap:
+                        return STRETCHES_FULL, n_st, n_ev
+                    ev_i[0, n_ev] = q
+                    n_ev = _log_eviction(ev_f, ev_i[1:], n_ev, t, slot, victim, 1)
+                dt = step_s[nrun]
+                k = (run_q[0] >> shift) - decode_clock[q]
+                end = t + k * dt
+                if nwait:
+                    if nrun < batch and nfree - reserved + nevict >= 1:
+                        k = 1
+                        end = t + dt
+                elif bound <= end + eps and nrun < batch:
+                    k = int((bound - t) / dt) + 1
+                    while k > 1 and bound <= t + (k - 1) * dt + eps:
+                        k -= 1
+                    while bound > t + k * dt + eps:
+                        k += 1
+                    end = t + k * dt
+                if nrun == stretch_n[q]:
+                    st_i[2, last_stretch[q]] += k
+                    st_f[1, last_stretch[q]] = end
+                else:
+                    if n_st == st_cap:
+                        return STRETCHES_FULL, n_st, n_ev
+                    st_i[0, n_st] = q
+                    st_i[1, n_st] = nrun
+                    st_i[2, n_st] = k
+                    st_f[0, n_st] = t
+                    st_f[1, n_st] = end
+                    last_stretch[q] = n_st
+                    n_st += 1
+                    stretch_n[q] = nrun
+                decode_clock[q] += k
+                hist[q, nrun] += k
+                t = end
+                done = (decode_clock[q] + 1) << shift
+                while nrun and run_q[0] < done:
+                    value, nrun = pop(run_q, nrun)
+                    rid = value & rid_mask
+                    complete_s[rid] = t
+                    if deferred:
+                        pend[npend] = slot_of[rid]
+                        npend += 1
+                    else:
+                        nevict = push(ev, nevict, ky[slot_of[rid]])
+                    finished[nfin] = rid
+                    nfin += 1
+            clock[q] = t
+            n_free[q] = nfree
+            n_evictable[q] = nevict
+            n_pending[q] = npend
+            n_running[q] = nrun
+            n_waiting[q] = nwait
+            for i in range(nfin):  # the loop sends what follows each finish
+                rid = finished[i]
+                finishing[q, ftail[q]] = t
+                ftail[q] += 1
+                nf = next_fixed[rid]
+                if nf >= 0:
+                    arrival[rid + 1] = t + gap[rid] if not has_fixed else fixed[nf]
+                    n_sends = push_arrival(sends, n_sends, rid + 1, arrival)
+                elif follower[rid] >= 0:  # the renewing session's round 0
+                    arrival[follower[rid]] = t + follow_gap[rid]
+                    n_sends = push_arrival(sends, n_sends, follower[rid], arrival)
+            continue
+        if not n_sends:
+            break
+        rid, n_sends = pop_arrival(sends, n_sends, arrival)
+        when = arrival[rid]
+        for q in range(replicas):
+            while fhead[q] < ftail[q] and finishing[q, fhead[q]] <= when:
+                fhead[q] += 1
+                outstanding[q] -= 1
+        q = _route(
+            router, rid, routed, replicas, outstanding, placement, owner, slot_of, ints, pair_reuse
+        )
+        routed += 1
+        placement[rid] = q
+        outstanding[q] += 1
+        # RblnEngine.add: an idle replica whose clock is earlier jumps to the arrival
+        if not (n_running[q] or n_waiting[q]) and not when <= clock[q] + eps:
+            clock[q] = when
+        n_waiting[q] = push_arrival(waiting[q], n_waiting[q], rid, arrival)
+    return OK, n_st, n_ev
+
+
+@njit(cache=True)
+def fleet_records(
+    ints,
+    floats,
+    pair_reuse,
+    pair_cost,
+    fixed,
+    step_s,
+    batch,
+    slots,
+    deferred,
+    pad_below,
+    reserve_below,
+    replicas,
+    router,
+):
+    """``run_fleet`` with its arrays allocated here; the stretch and eviction tables start
+    with room for 4 rows per request and double until the run fits (as ``run_records``).
+    Returns (req_f, req_i, hist, rep_f, st_i, st_f, ev_f, ev_i), the row tables trimmed."""
+    requests = ints.shape[1]
+    req_f = np.empty((4, requests))
+    req_i = np.empty((5, requests), dtype=np.int64)
+    hist = np.empty((replicas, batch + 1), dtype=np.int64)
+    rep_f = np.empty((3, replicas))
+    cap = 4 * requests + 16
+    while True:
+        st_i = np.empty((3, cap), dtype=np.int64)
+        st_f = np.empty((2, cap))
+        ev_f = np.empty(cap)
+        ev_i = np.empty((4, cap), dtype=np.int64)
+        code, n_st, n_ev = run_fleet(
+            ints,
+            floats,
+            pair_reuse,
+            pair_cost,
+            fixed,
+            step_s,
+            batch,
+            slots,
+            deferred,
+            pad_below,
+            reserve_below,
+            replicas,
+            router,
+            req_f,
+            req_i,
+            hist,
+            rep_f,
+            st_i,
+            st_f,
+            ev_f,
+            ev_i,
+        )
+        if code == OK:
+            break
+        cap *= 2
+    return req_f, req_i, hist, rep_f, st_i[:, :n_st], st_f[:, :n_st], ev_f[:n_ev], ev_i[:, :n_ev]
+
+
 def warm_up() -> None:
-    """Compile every kernel once for the argument types ``sim`` and the
-    search pass, filling the on-disk cache (``make`` runs this after installing)."""
+    """Compile every kernel once for the argument types ``sim``, the search pass and the
+    fleet (``compiled_fleet``), filling the on-disk cache (``make`` runs this after
+    installing)."""
     # one session of two rounds (rearrival.model.simulator.rbln.inputs.core_inputs's layout)
     ints = np.array([[130, 140], [2, 3], [0, 1], [0, 0], [0, -1], [-1, -1], [1, 0]], dtype=np.int64)
     floats = np.array([[0.5, 0.0], [0.03, 0.04], [0.0, 0.0], [0.0, 0.0]])
@@ -627,6 +1006,7 @@ def warm_up() -> None:
             args = (ints, floats, *pairs, fixed, steps, 1, 1, deferred, 0, 0, buckets)
             run_summary(*args)
             run_records(*args)
+            fleet_records(*args[:-1], 2, PREFIX_AWARE)
     run_batch(
         ints,
         floats,
