@@ -38,6 +38,13 @@ and numba included), then after the Python fleet, and the vLLM driver's. Without
 environment (``REARRIVAL_VLLM_PYTHON``, default ``.venv-vllm/bin/python``) only ours and (a)
 are timed. Timing on a shared machine is noisy; only the ratios of one run mean something.
 
+The RBLN row: the same hour on 2 replicas of the RBLN rule set the registered predictions
+use (``PREDICTION``: deferred release, no dummy block) with buckets {1,2,4,8,16} at batch
+16 and 16 slots, behind the same router, priced with the measured profile; the compiled
+fleet (``rearrival.model.simulator.rbln.core.run_fleet``, median of ``--passes`` after a
+warm-up) against the Python fleet (the loop driving ``RblnEngine`` replicas, one pass),
+checked identical per request and in every total first.
+
 Usage: ``python benchmarks/bench_fleet.py [--passes 5]``.
 """
 
@@ -54,12 +61,15 @@ from typing import Any
 import numpy as np
 
 from rearrival.model.configuration import VllmConfiguration
+from rearrival.model.cost.profile import measured_profile
 from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.fleet.simulate import FleetResult, simulate_fleet
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round
+from rearrival.model.simulator.rbln.config import SimConfig
 from rearrival.model.simulator.vllm import oracle as vllm_oracle
 from rearrival.model.simulator.vllm.sim import simulate_vllm
 from rearrival.vllm_env import ENV_VLLM_PYTHON, vllm_python
+from rearrival.vocabulary import PREDICTION, RULE_SETS
 
 SEED = 20261203
 HORIZON_S = 3600.0
@@ -76,6 +86,14 @@ CONFIGURATION = VllmConfiguration(
 )
 STEP_COST = VllmStepCost(0.004, 2e-4, 3e-5, 1e-8)  # bench_sim.py's VLLM_STEP_COST
 TARGET = 500
+RBLN_RELEASE, RBLN_DUMMY = RULE_SETS[PREDICTION]
+RBLN_CONFIGURATION = SimConfig(
+    buckets=(1, 2, 4, 8, 16),
+    batch_size=16,
+    slots=16,
+    release=RBLN_RELEASE,
+    dummy_block=RBLN_DUMMY,
+)
 FIELDS = ("cached_tokens", "preemptions", "arrival_s", "first_scheduled_s", "finish_s")
 
 
@@ -163,6 +181,36 @@ def vllm_per_replica(plan: Plan, fleet: FleetResult) -> tuple[float, float, str,
     return run_s, setup_s, answers["vllm_version"], how
 
 
+def rbln_figure(plan: Plan, passes: int) -> None:
+    """The RBLN row (module docstring): compiled fleet against the Python fleet."""
+    profile = measured_profile()
+
+    def run(core: str) -> FleetResult:
+        return simulate_fleet(plan, RBLN_CONFIGURATION, profile, REPLICAS, ROUTER, core=core)
+
+    fleet = run("compiled")  # the warm-up: loads the compiled fleet from its on-disk cache
+    core_s = statistics.median(cpu(lambda: run("compiled"))[0] for _ in range(passes))
+    python_s, python = cpu(lambda: run("python"))
+    identical = (
+        python.requests == fleet.requests
+        and python.replica_device_s == fleet.replica_device_s
+        and python.prediction.summary() == fleet.prediction.summary()
+    )
+    if not identical:
+        sys.exit("MISMATCH: the compiled RBLN fleet differs from the Python fleet")
+    summary = fleet.prediction.summary()
+    print(
+        f"[fleet, RBLN] the same hour on {REPLICAS} RBLN replicas ({PREDICTION} rules, "
+        f"{ROUTER}): {len(fleet.requests)} requests, {summary['decode_steps']} decode steps, "
+        f"{summary['reuse_hits']} of {summary['re_arrivals']} re-arrivals hit; compiled "
+        "fleet identical per request to the Python fleet:"
+    )
+    print(
+        f"    compiled fleet {core_s * 1e3:8.1f} ms/hour (median of {passes})   "
+        f"Python fleet {python_s:7.2f} s   ratio {python_s / core_s:6.0f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=5)
@@ -218,6 +266,7 @@ def main() -> None:
         f"    peak memory (max RSS, MiB): this process after the compiled fleet "
         f"{peak_ours:.0f}, after the Python fleet {peak_python:.0f}{driver}"
     )
+    rbln_figure(plan, args.passes)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import starmap
 from typing import Any
 
 from rearrival.errors import RearrivalError
@@ -122,23 +123,30 @@ def _rbln_fleet(
 
 
 def _rbln_records(merged: SimResult, placement: list[int]) -> tuple[RequestOutcome, ...]:
-    """The fleet's request records from its merged ``SimResult`` (RBLN never preempts)."""
+    """The fleet's request records from its merged ``SimResult``'s columns (RBLN never
+    preempts; the first token is the prefill's end, as ``PredictedRequest`` has it)."""
     arrays = merged.arrays
+    arrival, admit, complete, prompt, cached, prefill = merged.columns[:6]
+    first_token = [a + p for a, p in zip(admit, prefill, strict=True)]
+    preemptions = [0] * arrays.requests
     return tuple(
-        RequestOutcome(
-            arrays.session_of[rid],
-            arrays.round_of[rid],
-            placement[rid],
-            arrays.prompt[rid],
-            arrays.gen[rid],
-            record.cached_tokens,
-            0,
-            record.arrival_s,
-            record.admit_s,
-            record.first_token_s,
-            record.complete_s,
+        starmap(
+            RequestOutcome,
+            zip(
+                arrays.session_of,
+                arrays.round_of,
+                placement,
+                prompt,
+                arrays.gen,
+                cached,
+                preemptions,
+                arrival,
+                admit,
+                first_token,
+                complete,
+                strict=True,
+            ),
         )
-        for rid, record in enumerate(merged.requests)
     )
 
 

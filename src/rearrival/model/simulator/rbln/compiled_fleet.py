@@ -21,7 +21,6 @@ from rearrival.model.simulator.rbln.config import SimConfig, SimConfigError
 from rearrival.model.simulator.rbln.inputs import core_inputs, step_entry
 from rearrival.model.simulator.rbln.result import SimResult
 from rearrival.model.simulator.rbln.sim import compiled_core
-from rearrival.vocabulary import EVICTION_CAUSES
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,9 @@ def run_compiled_fleet(
         sum(interference_by_replica),
         max(clocks),
         columns,
-        _by_replica(st_i[0], [[n, k, a, b] for (_, n, k), (a, b) in _rows(st_i, st_f)]),
-        _by_replica(
-            ev_i[0],
-            [
-                (time, s, victim, EVICTION_CAUSES[cause])
-                for time, (_, s, victim, cause) in zip(ev_f.tolist(), ev_i.T.tolist(), strict=True)
-            ],
-        ),
+        None,
+        None,
+        raw=(FleetRows(req_f, req_i[:4], st_i, st_f, ev_f, ev_i), ()),
     )
     device = tuple(d + p for d, p in zip(replica_decode, prefill_by_replica, strict=True))
     return CompiledFleet(result, placement, device)
@@ -122,12 +116,28 @@ def _decode_total(steps_at: list[int], step_s: list[float]) -> float:
     return total
 
 
-def _rows(ints: Any, floats: Any) -> Any:
-    return zip(ints.T.tolist(), floats.T.tolist(), strict=True)
+@dataclass(frozen=True)
+class FleetRows:
+    """The kernel's tables, read by ``SimResult`` only when a caller asks for stretches or
+    evictions (``run_records`` is the call its ``raw`` makes): the rows were written in
+    time order across replicas and are regrouped replica by replica, each replica's rows
+    in their order, as the Python fleet lists its engines' rows."""
 
+    req_f: Any
+    req_i: Any
+    st_i: Any  # replica, n, steps
+    st_f: Any
+    ev_f: Any
+    ev_i: Any  # replica, slot, victim, cause
 
-def _by_replica(replica: Any, rows: list[Any]) -> list[Any]:
-    """Rows written in time order across replicas, regrouped replica by replica (each
-    replica's rows keep their order), as the Python fleet lists its engines' rows."""
-    order = np.argsort(replica, kind="stable").tolist()
-    return [rows[i] for i in order]
+    def run_records(self) -> tuple[Any, ...]:
+        stretches = np.argsort(self.st_i[0], kind="stable")
+        evictions = np.argsort(self.ev_i[0], kind="stable")
+        return (
+            self.req_f,
+            self.req_i,
+            self.st_i[1:, stretches],
+            self.st_f[:, stretches],
+            self.ev_f[evictions],
+            self.ev_i[1:, evictions],
+        )
