@@ -1,6 +1,8 @@
-"""Compiled event loop of the RBLN predictor (paper Section IV), for ``sim``.
+"""Compiled event loops of the RBLN predictor (paper Section IV): one engine (``run``, for
+``sim`` and the search's ``run_batch``) and a fleet of R engines behind a router
+(``run_fleet``, for ``compiled_fleet``; docs/DESIGN.md §16).
 
-This is the loop of ``event.simulate_python`` written on flat numpy arrays and compiled
+``run`` is the loop of ``event.simulate_python`` written on flat numpy arrays and compiled
 with numba (``cache=True``: the machine code is kept on disk next to this file, so only
 the first process after an install pays the compile). The rules, the documented choices
 and the order of every floating-point operation are the same as the Python core, so both
@@ -71,6 +73,49 @@ def _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, cause):
     ev_i[1, n_ev] = victim
     ev_i[2, n_ev] = cause
     return n_ev + 1
+
+
+@njit(cache=True, inline="always")
+def _release_deferred(evictable, n_evictable, key, pending, n_pending):
+    """Deferred release: every finished slot in ``pending[:n_pending]`` becomes evictable
+    (the pending list is then empty); returns the new evictable count."""
+    for i in range(n_pending):
+        n_evictable = push(evictable, n_evictable, key[pending[i]])
+    return n_evictable
+
+
+@njit(cache=True, inline="always")
+def _finish_slot(deferred, slot, pending, n_pending, evictable, n_evictable, key):
+    """A request in ``slot`` finished: its slot waits for the next admission's choice
+    (deferred release) or is evictable at once; returns (n_pending, n_evictable)."""
+    if deferred:
+        pending[n_pending] = slot
+        return n_pending + 1, n_evictable
+    return n_pending, push(evictable, n_evictable, key[slot])
+
+
+@njit(cache=True, inline="always")
+def _look_up(owner, slot_of, rounds, pair_off, pair_reuse, pair_cost, miss_cost, rid):
+    """The session's latest earlier round whose KV still sits in its slot gives the
+    largest cached prefix (``inputs.request_tables``); returns (cached tokens, T(L - C))."""
+    for d in range(1, rounds[rid] + 1):
+        if owner[slot_of[rid - d]] == rid - d:
+            pair = pair_off[rid] + d - 1
+            return pair_reuse[pair], pair_cost[pair]
+    return 0, miss_cost[rid]
+
+
+@njit(cache=True, inline="always")
+def _steps_to_see(due, t, dt, eps):
+    """Decode steps from ``t`` to the first boundary ``t + k * dt`` that sees an arrival
+    at ``due > t + eps`` (the exact test the loop applies: due <= boundary + eps); the
+    estimate is >= 1 and the loops only correct its rounding."""
+    k = int((due - t) / dt) + 1
+    while k > 1 and due <= t + (k - 1) * dt + eps:
+        k -= 1
+    while due > t + k * dt + eps:
+        k += 1
+    return k
 
 
 @njit(cache=True)
@@ -209,16 +254,12 @@ def run(
                         if n_ev == ev_cap:
                             return STRETCHES_FULL, 0.0, 0.0, 0.0, n_st, n_ev
                         n_ev = _log_eviction(ev_f, ev_i, n_ev, t, slot, victim, 0)
-                for i in range(n_pending):
-                    n_evictable = push(evictable, n_evictable, key[pending[i]])
+                n_evictable = _release_deferred(evictable, n_evictable, key, pending, n_pending)
                 n_pending = 0
-                cost = miss_cost[rid]
-                for d in range(1, rounds[rid] + 1):  # latest surviving earlier round
-                    if owner[slot_of[rid - d]] == rid - d:
-                        pair = pair_off[rid] + d - 1
-                        cached[rid] = pair_reuse[pair]
-                        cost = pair_cost[pair]
-                        break
+                reused, cost = _look_up(
+                    owner, slot_of, rounds, pair_off, pair_reuse, pair_cost, miss_cost, rid
+                )
+                cached[rid] = reused
                 owner[slot] = rid
                 key[slot] = next_key + slot
                 next_key += slots
@@ -235,11 +276,9 @@ def run(
                     n_running = push(running, n_running, (clock + steps) << shift | rid)
                 else:
                     complete_s[rid] = t
-                    if deferred:
-                        pending[n_pending] = slot
-                        n_pending += 1
-                    else:
-                        n_evictable = push(evictable, n_evictable, key[slot])
+                    n_pending, n_evictable = _finish_slot(
+                        deferred, slot, pending, n_pending, evictable, n_evictable, key
+                    )
                     nf = next_fixed[rid]
                     if nf >= 0:
                         when = t + gap[rid] if not has_fixed else fixed[nf]
@@ -255,8 +294,7 @@ def run(
                         if when < due:
                             due = when
                 continue
-            for i in range(n_pending):
-                n_evictable = push(evictable, n_evictable, key[pending[i]])
+            n_evictable = _release_deferred(evictable, n_evictable, key, pending, n_pending)
             n_pending = 0
             if not nrun:
                 continue
@@ -281,11 +319,7 @@ def run(
                 k = 1
                 end = t + dt
         elif due <= end + eps and nrun < batch:
-            k = int((due - t) / dt) + 1
-            while k > 1 and due <= t + (k - 1) * dt + eps:
-                k -= 1
-            while due > t + k * dt + eps:
-                k += 1
+            k = _steps_to_see(due, t, dt, eps)
             end = t + k * dt
         clock += k
         hist[nrun] += k
@@ -308,11 +342,9 @@ def run(
             value, n_running = pop(running, n_running)
             rid = value & rid_mask
             complete_s[rid] = t
-            if deferred:
-                pending[n_pending] = slot_of[rid]
-                n_pending += 1
-            else:
-                n_evictable = push(evictable, n_evictable, key[slot_of[rid]])
+            n_pending, n_evictable = _finish_slot(
+                deferred, slot_of[rid], pending, n_pending, evictable, n_evictable, key
+            )
             nf = next_fixed[rid]
             if nf >= 0:
                 when = t + gap[rid] if not has_fixed else fixed[nf]
@@ -619,20 +651,12 @@ ROUND_ROBIN, LEAST_LOADED, SESSION_AFFINITY, PREFIX_AWARE = 0, 1, 2, 3
 
 
 @njit(cache=True, inline="always")
-def _held(owner, slot_of, round_of, pair_off, pair_reuse, rid):
-    """``RblnEngine.cached_prefix`` on one replica's owner row: what its latest surviving
-    earlier round of the session would give ``rid`` (the prefix-aware router's score)."""
-    for d in range(1, round_of[rid] + 1):
-        if owner[slot_of[rid - d]] == rid - d:
-            return pair_reuse[pair_off[rid] + d - 1]
-    return 0
-
-
-@njit(cache=True, inline="always")
-def _route(router, rid, routed, replicas, outstanding, placement, owner, slot_of, ints, pair_reuse):
+def _route(router, rid, routed, replicas, outstanding, placement, owner, slot_of, ints, pairs):
     """The router's replica for ``rid`` (``rearrival.model.fleet.routers``; ties to the
     lowest index): round robin, least loaded, session affinity (round 0 by load) or
-    prefix aware (the most held, ties by load)."""
+    prefix aware (the most held, ``RblnEngine.cached_prefix``: what the replica's latest
+    surviving earlier round of the session gives, ties by load). ``pairs``: pair_reuse,
+    pair_cost, miss_cost."""
     round_of = ints[2]
     if router == ROUND_ROBIN:
         return routed % replicas
@@ -643,7 +667,9 @@ def _route(router, rid, routed, replicas, outstanding, placement, owner, slot_of
     for q in range(replicas):
         held = 0
         if router == PREFIX_AWARE:
-            held = _held(owner[q], slot_of, round_of, ints[3], pair_reuse, rid)
+            held, _ = _look_up(
+                owner[q], slot_of, round_of, ints[3], pairs[0], pairs[1], pairs[2], rid
+            )
         if held > most or (held == most and outstanding[q] < outstanding[best]):
             most = held
             best = q
@@ -785,9 +811,8 @@ def run_fleet(
                     if nfree - reserved + nevict >= 1:
                         admit = True
                         break
-                    for i in range(npend):  # the deferred releases, then a decode step
-                        nevict = push(ev, nevict, ky[pend[i]])
-                    npend = 0
+                    nevict = _release_deferred(ev, nevict, ky, pend, npend)
+                    npend = 0  # then a decode step
                     if not nrun:
                         continue
                 break
@@ -809,16 +834,12 @@ def run_fleet(
                         return STRETCHES_FULL, n_st, n_ev
                     ev_i[0, n_ev] = q
                     n_ev = _log_eviction(ev_f, ev_i[1:], n_ev, t, slot, victim, 0)
-                for i in range(npend):
-                    nevict = push(ev, nevict, ky[pend[i]])
+                nevict = _release_deferred(ev, nevict, ky, pend, npend)
                 npend = 0
-                cost = miss_cost[rid]
-                for d in range(1, round_of[rid] + 1):  # latest surviving earlier round
-                    if ow[slot_of[rid - d]] == rid - d:
-                        pair = pair_off[rid] + d - 1
-                        cached[rid] = pair_reuse[pair]
-                        cost = pair_cost[pair]
-                        break
+                reused, cost = _look_up(
+                    ow, slot_of, round_of, pair_off, pair_reuse, pair_cost, miss_cost, rid
+                )
+                cached[rid] = reused
                 ow[slot] = rid
                 ky[slot] = next_key[q] + slot
                 next_key[q] += slots
@@ -835,11 +856,7 @@ def run_fleet(
                     nrun = push(run_q, nrun, (decode_clock[q] + steps) << shift | rid)
                 else:
                     complete_s[rid] = t
-                    if deferred:
-                        pend[npend] = slot
-                        npend += 1
-                    else:
-                        nevict = push(ev, nevict, ky[slot])
+                    npend, nevict = _finish_slot(deferred, slot, pend, npend, ev, nevict, ky)
                     finished[nfin] = rid
                     nfin += 1
             else:  # a decode stretch cut at the first boundary that sees ``bound``
@@ -858,11 +875,7 @@ def run_fleet(
                         k = 1
                         end = t + dt
                 elif bound <= end + eps and nrun < batch:
-                    k = int((bound - t) / dt) + 1
-                    while k > 1 and bound <= t + (k - 1) * dt + eps:
-                        k -= 1
-                    while bound > t + k * dt + eps:
-                        k += 1
+                    k = _steps_to_see(bound, t, dt, eps)
                     end = t + k * dt
                 if nrun == stretch_n[q]:
                     st_i[2, last_stretch[q]] += k
@@ -886,11 +899,9 @@ def run_fleet(
                     value, nrun = pop(run_q, nrun)
                     rid = value & rid_mask
                     complete_s[rid] = t
-                    if deferred:
-                        pend[npend] = slot_of[rid]
-                        npend += 1
-                    else:
-                        nevict = push(ev, nevict, ky[slot_of[rid]])
+                    npend, nevict = _finish_slot(
+                        deferred, slot_of[rid], pend, npend, ev, nevict, ky
+                    )
                     finished[nfin] = rid
                     nfin += 1
             clock[q] = t
@@ -920,7 +931,16 @@ def run_fleet(
                 fhead[q] += 1
                 outstanding[q] -= 1
         q = _route(
-            router, rid, routed, replicas, outstanding, placement, owner, slot_of, ints, pair_reuse
+            router,
+            rid,
+            routed,
+            replicas,
+            outstanding,
+            placement,
+            owner,
+            slot_of,
+            ints,
+            (pair_reuse, pair_cost, miss_cost),
         )
         routed += 1
         placement[rid] = q
