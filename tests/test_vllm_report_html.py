@@ -113,8 +113,10 @@ def test_the_section_shows_each_configuration_predicted_against_vllm(study, sect
     why they are withheld, Tables VA1-VA3, and the three figures drawn."""
     text = section_markdown(section, "vllm/figures", level=1)
     engine = json.loads((Path(study.agreements[0]) / "summary.json").read_text())["run"]
-    assert section.backend.startswith(f"vllm: vLLM {engine['vllm_version']} on ")
-    assert f"on {engine['device']} serving {engine['model']}" in section.lead[0]
+    assert section.backend == f"{engine['backend']} ({engine['device']})" == "vllm (cpu)"
+    assert section.lead[0].startswith(
+        f"vLLM {engine['vllm_version']} on {engine['device']} serving {engine['model']}"
+    )
     requests = int(study.runs["requests"].sum())
     assert f"(planned arrivals): {requests} of {requests}" in text
     for heading in ("Table VA1", "Table VA2", "Table VA3", "Reuse by round", "Decisions"):
@@ -202,7 +204,7 @@ def test_the_html_report_composes_section_files_in_order(study, tmp_path):
     write_engine_report(cfg, files, html_path)
     html = html_path.read_text()
     assert html.index('id="section-vllm"') < html.index('id="section-fleet"')
-    assert "Backend: vllm: vLLM " in html and "; vllm fleet: two servers" in html
+    assert "Backend: vllm (cpu); vllm fleet: two servers" in html
     assert html.count("<svg") == 4
     assert 'id="figure-agree_cached_tokens"' in html
     produced = re.findall(r"Produced by: ([^.<]*)", html)

@@ -277,10 +277,15 @@ def served_engines(sections: Sequence[VllmSection]) -> list[str]:
     return sorted(found)
 
 
-def backend_label(engines: Sequence[str]) -> str:
-    """The backend every number of the section comes from: vllm (the comparisons refuse
-    any other run), with what served it."""
-    return "vllm: " + ("; ".join(engines) or "no run compared yet")
+def backend_label(sections: Sequence[VllmSection]) -> str:
+    """The backend and device every number of the section comes from, as each run's
+    comparison names them (the comparisons refuse a run of any backend but vllm)."""
+    found = {
+        f"{summary['run']['backend']} ({summary['run']['device']})"
+        for section in sections
+        for _, summary, _ in load_agreements(section.agreements, [])
+    }
+    return ", ".join(sorted(found)) or "vllm (no run compared yet)"
 
 
 def _lead(engines: Sequence[str]) -> str:
@@ -298,14 +303,14 @@ def _lead(engines: Sequence[str]) -> str:
 def vllm_section(sections: Sequence[VllmSection]) -> Section:
     """Every vLLM study's part under one lead saying what served the runs."""
     engines = served_engines(sections)
-    backend = backend_label(engines)
+    backend = backend_label(sections)
     blocks = tuple(b for s in sections for b in study_blocks(s, backend))
     return Section(SECTION_ID, SECTION_TITLE, backend, blocks, (_lead(engines),))
 
 
 def study_markdown(section: VllmSection) -> str:
     """One study's part as Markdown (its figures linked under ``figures/``)."""
-    backend = backend_label(served_engines([section]))
+    backend = backend_label([section])
     return section_markdown(
         Section(SECTION_ID, section.study, backend, tuple(study_blocks(section, backend)))
     )

@@ -129,23 +129,24 @@ def lost_prefixes_figure(
         return absent(fid, title, f"study {study}: no complete run has a runs table yet.")
     merged = runs.merge(rerun, on="run_id", how="left") if not rerun.empty else runs
     panels = (
-        ("re-arrivals that lost part of their prefix", "re_arrivals_lost", "lost"),
+        ("re-arrivals that lost part of their prefix", "re_arrivals_lost", "lost", "re-arrivals"),
         (
             "prefill tokens recomputed (against a never-evicting pool)",
             "recomputed_prefill",
             "recomputed",
+            "tokens",
         ),
     )
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 1.1 * len(runs)) * 1.4, 3.4))
-    for ax, (label, column, rerun_column) in zip(axes, panels, strict=True):
+    for ax, (label, column, rerun_column, unit) in zip(axes, panels, strict=True):
         series = {"registered": merged[f"{column}_registered"].tolist()}
         if rerun_column in merged:
             series["observed arrivals"] = merged[rerun_column].fillna(0).tolist()
         series["vLLM"] = merged[f"{column}_observed"].tolist()
         _grouped_bars(ax, _run_labels(merged), series)
         ax.set_title(label, fontsize=8)
-    axes[0].set_ylabel("per run")
+        ax.set_ylabel(f"{unit} per run")
     axes[-1].legend(fontsize=7)
     caption = (
         "Per run (configuration and replicate): registered is the prediction committed "
