@@ -114,7 +114,7 @@ def _grouped_bars(ax: Any, labels: list[str], series: dict[str, Sequence[float]]
             label=source,
             color=SOURCE_COLOURS[source],
         )
-    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_xticks(x, labels, fontsize=7, rotation=30, ha="right")
 
 
 def lost_prefixes_figure(
