@@ -103,7 +103,7 @@ DECISION_COLUMNS = (
     Column("ratio_obs_a", "channel A", "f4"),
     Column("ratio_obs_b", "channel B", "f4"),
     Column("error", "error", "f4"),
-    Column("channel_diff", "|A - B|", "f4"),
+    Column("channel_diff", "channel diff", "f4"),
     Column("tau", "tau", "f4"),
     Column("verdict", "verdict"),
 )
