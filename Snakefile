@@ -43,7 +43,19 @@ include: "rules/decide.smk"
 include: "rules/fixed_arrivals.smk"
 include: "rules/report.smk"
 include: "rules/vllm_report.smk"
+include: "rules/engine_report.smk"
 include: "rules/capacity.smk"
+
+
+# reports/report.html is the paper's report (rules/report.smk), or on a real engine the
+# report composed of its studies' sections (rules/engine_report.smk): one rule per backend.
+if ON_VLLM:
+
+    ruleorder: engine_report > report
+
+else:
+
+    ruleorder: report > engine_report
 
 
 rule all:

@@ -334,6 +334,25 @@ def vllm_report_path():
     return "reports/vllm.md"
 
 
+def vllm_section_path():
+    """The vLLM studies' section of the HTML report (rearrival.report.sections)."""
+    return "reports/vllm/section.json"
+
+
+def vllm_figures_path():
+    return "reports/vllm/figures"
+
+
+def engine_section_files(wildcards):
+    """The section files reports/report.html shows on a real engine, in order: one per
+    kind of study the definition holds (a further kind adds its section file here)."""
+    return [vllm_section_path()] if STUDY_NAMES else []
+
+
+def engine_report_path():
+    return "reports/report.html"
+
+
 def capacity_path():
     """The capacity stage's folder (rules/capacity.smk)."""
     return f"{RESULTS}/capacity"
@@ -373,11 +392,12 @@ def vllm_report_files(wildcards, input):
 def final_targets():
     """Every decision, the search, the report, and the injection where its backend has a
     driver (elsewhere it is left out, never run on another backend); on vLLM every
-    decision and the vLLM report section."""
+    decision, the vLLM report section and the HTML report composed of the sections."""
     if ON_VLLM:
         return [
             *[decisions_path(name) for name in STUDY_NAMES],
             vllm_report_path(),
+            engine_report_path(),
             *capacity_targets(),
         ]
     return [

@@ -2,8 +2,9 @@
 # on a real vLLM server"). `vllm_tables` sets a study's sealed runs beside the vllm rule
 # set's registered predictions (per request, per run, per round); `vllm_agreement`
 # compares every run with the predictor re-run on its observed arrival times (`rearrival
-# compare` per run); `vllm_report` renders the Markdown section from those files, the
-# decision tables and the prereg records only.
+# compare` per run); `vllm_report` renders the section from those files, the decision
+# tables and the prereg records only: as Markdown (reports/vllm.md), as the section file
+# the HTML report composes (rules/engine_report.smk) and its figures as SVG.
 
 
 rule vllm_tables:
@@ -69,6 +70,8 @@ rule vllm_report:
         agreement=[vllm_agreement_path(name) for name in STUDY_NAMES],
     output:
         markdown=vllm_report_path(),
+        section=vllm_section_path(),
+        figures=directory(vllm_figures_path()),
     log:
         "logs/vllm_report.log",
     conda:
@@ -79,4 +82,5 @@ rule vllm_report:
         files=vllm_report_files,
     shell:
         "rearrival study vllm-report --config {params.config_file:q}"
-        " --values {params.values} {params.files} --out {output.markdown:q} > {log:q} 2>&1"
+        " --values {params.values} {params.files} --out {output.markdown:q}"
+        " --section {output.section:q} --figures {output.figures:q} > {log:q} 2>&1"

@@ -789,3 +789,15 @@ def test_every_html_table_scrolls_inside_its_own_box(rendered):
     assert len(parser.parents) > 10
     assert set(parser.parents) == {("div", "wide")}
     assert re.search(r"\.wide\s*\{[^}]*overflow-x:\s*auto", html)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")
+def test_every_table_fits_its_box_without_scrolling_sideways(rendered, tmp_path):
+    """issue 36 item 9: the wide tables (III, IX) scrolled sideways; at 1,024 px every
+    table of the report now wraps its cells inside its box."""
+    from html_measure import table_widths
+
+    html = (rendered / "report.html").read_text()
+    widths = table_widths(html, 1024, tmp_path)
+    assert len(widths) == html.count("<table") > 10
+    assert all(table <= box for table, box in widths), widths

@@ -111,6 +111,7 @@ def test_every_rule_gives_its_command_exactly_its_declared_files(tmp_path, confi
     # the listing was parsed: every stage of the study is there
     assert {"plans", "predict", "preregister", "run_replicate", "seal", "channels"} <= rules
     assert {"decide", "report", "search_merge", "calibrate"} <= rules
+    assert "engine_report" not in rules  # reports/report.html is the paper's report here
     # the exploratory evaluation's stages are rules too, and the report reads their tables
     assert {"predict_exploratory", "channels_exploratory", "decide_exploratory"} <= rules
     report = next(job for job in jobs if job.rule == "report")
@@ -126,6 +127,7 @@ def test_every_vllm_rule_gives_its_command_exactly_its_declared_files(tmp_path):
     rules = {job.rule for job in jobs}
     assert {"plans", "predict", "preregister", "run_replicate", "seal", "channels"} <= rules
     assert {"decide", "search_vllm", "vllm_tables", "vllm_agreement", "vllm_report"} <= rules
+    assert "engine_report" in rules  # reports/report.html composed of the vLLM section
     assert not rules & {"calibrate", "report", "search_merge", "predict_exploratory"}
     predict = next(job for job in jobs if job.rule == "predict")
     assert profile in predict.inputs

@@ -300,7 +300,7 @@ def test_the_report_section_sets_each_run_beside_its_registered_prediction(tmp_p
     from rearrival.judge.vllm_tables import vllm_tables
     from rearrival.measure.records import read_run
     from rearrival.model.cost.vllm_profile import VllmStepCost
-    from rearrival.report.vllm import VllmSection, section_markdown
+    from rearrival.report.vllm import VllmSection, study_markdown
 
     cost = VllmStepCost(4e-3, 5e-4, 4e-5, 0.0)
     plan, conf = evicting_plan(), configuration(20)  # a pool that evicts across waits
@@ -334,7 +334,7 @@ def test_the_report_section_sets_each_run_beside_its_registered_prediction(tmp_p
     agreement = write_agreement(
         compare_run(record, plan, profile, "plan"), tmp_path / "agreement" / conf.name
     )
-    text = section_markdown(
+    text = study_markdown(
         VllmSection(
             "agree",
             {"commit": "c" * 40, "committed_at": "T", "files": {"x/profile.yaml": "ab" * 32}},

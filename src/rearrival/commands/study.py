@@ -400,7 +400,12 @@ def register(app: typer.Typer) -> None:
     from rearrival.commands.calibrate import calibrate, calibrate_compile
     from rearrival.commands.report import study_report
     from rearrival.commands.search import search_app
-    from rearrival.commands.vllm_study import vllm_agreement, vllm_report, vllm_tables
+    from rearrival.commands.vllm_study import (
+        engine_report,
+        vllm_agreement,
+        vllm_report,
+        vllm_tables,
+    )
 
     study_app = typer.Typer(
         cls=PanelledGroup,
@@ -425,6 +430,7 @@ def register(app: typer.Typer) -> None:
         "vllm-tables": vllm_tables,
         "vllm-agreement": vllm_agreement,
         "vllm-report": vllm_report,
+        "engine-report": engine_report,
         "config": show_config,
     }
     for name, verb in verbs.items():

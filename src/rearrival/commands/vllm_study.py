@@ -1,7 +1,8 @@
 """CLI verbs of a vLLM study's report section (`rearrival study vllm-tables`, `rearrival
-study vllm-report`; rules/vllm_report.smk, docs/DESIGN.md §15): the tables that compare its
-runs on real vLLM servers with the vllm rule set, and the Markdown section rendered from
-them and the decision tables."""
+study vllm-report`, `rearrival study engine-report`; rules/vllm_report.smk, docs/DESIGN.md
+§15): the tables that compare its runs on real vLLM servers with the vllm rule set, the
+section rendered from them and the decision tables (Markdown, the HTML report's section
+file, SVG figures), and the HTML report composed of such section files."""
 
 from __future__ import annotations
 
@@ -110,16 +111,23 @@ def vllm_report(
     requests: Annotated[list[Path], typer.Option("--requests", help="Per study, in order.")],
     agreement: Annotated[list[Path], typer.Option("--agreement", help="Per study, in order.")],
     out: Out,
+    section: Annotated[
+        Path, typer.Option("--section", help="The section file the HTML report reads.")
+    ],
+    figures: Annotated[Path, typer.Option("--figures", help="Directory of the SVG figures.")],
     config: Config = DEFAULT_CONFIG,
     values: Values = None,
 ) -> None:
-    """The report section of the vLLM studies, as Markdown, from the declared files only."""
+    """The report section of the vLLM studies from the declared files only: as Markdown
+    (--out, its figures linked), as the section file of the HTML report (--section) and
+    its figures as SVG (--figures)."""
     import pandas as pd
 
     from rearrival.atomic import atomic_write_text
     from rearrival.errors import StageError
     from rearrival.parquet import read_frame
-    from rearrival.report.vllm import VllmSection, report_markdown
+    from rearrival.report.sections import relative_dir, section_markdown, write_section
+    from rearrival.report.vllm import VllmSection, vllm_section
 
     checked_config(config, "report", None, values)
     given = (decisions, prereg, runs, rounds, requests, agreement)
@@ -128,10 +136,10 @@ def vllm_report(
             "vllm-report: give --decisions, --prereg, --runs, --rounds, --requests and "
             "--agreement once per --study, in the same order"
         )
-    sections = []
+    inputs = []
     for study, files in zip(studies, zip(*given, strict=True), strict=True):
         decision_file, prereg_file, runs_file, rounds_file, requests_file, agreement_dir = files
-        sections.append(
+        inputs.append(
             VllmSection(
                 study,
                 json.loads(prereg_file.read_text()),
@@ -142,5 +150,23 @@ def vllm_report(
                 sorted(p.parent for p in agreement_dir.glob("*/*/summary.json")),
             )
         )
-    atomic_write_text(out, report_markdown(sections))
+    built = vllm_section(inputs)
+    write_section(built, section, figures)
+    atomic_write_text(out, section_markdown(built, relative_dir(figures, out.parent), level=1))
     typer.echo(str(out))
+
+
+def engine_report(
+    sections: Annotated[
+        list[Path],
+        typer.Argument(help="Section files, in the order the report shows them."),
+    ],
+    html: Annotated[Path, typer.Option("--html", help="The HTML report to write.")],
+    config: Config = DEFAULT_CONFIG,
+    values: Values = None,
+) -> None:
+    """The HTML report of studies on real engines, composed of their section files only."""
+    from rearrival.report.engine import write_engine_report
+
+    write_engine_report(checked_config(config, "report", None, values), sections, html)
+    typer.echo(str(html))

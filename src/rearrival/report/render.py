@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.prereg.registration import PROFILE_FILE
 from rearrival.report.agents import build_agent_figures, reading_agents
+from rearrival.report.engine import template_environment
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
 from rearrival.report.profiles import ProfileChoice, name_of_sha, other_choice
@@ -329,31 +328,29 @@ def render_html(
     card: Scorecard | None = None,
     agent_paragraphs: list[str] | None = None,
 ) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("rearrival.report", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    return env.get_template(TEMPLATE).render(
-        config=cfg.source,
-        prov=prov,
-        tables=[table_context(t) for t in tables],
-        figures=figures,
-        paragraphs=paragraphs,
-        missing=missing,
-        replicates=cfg.replicates,
-        study_seed=cfg.study_seed,
-        scorecard=[r.as_dict() for r in card.rows] if card else [],
-        scorecard_counts=card.counts() if card else {},
-        other_counts=card.counts("other_verdict") if card else {},
-        differing=card.differing() if card else [],
-        expectation=backend_expectation(card) if card else "",
-        profile_text=describe(prov.profile),
-        profile_check=profile_statement(prov),
-        other_text=describe(prov.other_profile) if prov.other_profile else "",
-        other_name=prov.other_profile.name if prov.other_profile else "",
-        agent_paragraphs=agent_paragraphs or [],
+    return (
+        template_environment()
+        .get_template(TEMPLATE)
+        .render(
+            config=cfg.source,
+            prov=prov,
+            tables=[table_context(t) for t in tables],
+            figures=figures,
+            paragraphs=paragraphs,
+            missing=missing,
+            replicates=cfg.replicates,
+            study_seed=cfg.study_seed,
+            scorecard=[r.as_dict() for r in card.rows] if card else [],
+            scorecard_counts=card.counts() if card else {},
+            other_counts=card.counts("other_verdict") if card else {},
+            differing=card.differing() if card else [],
+            expectation=backend_expectation(card) if card else "",
+            profile_text=describe(prov.profile),
+            profile_check=profile_statement(prov),
+            other_text=describe(prov.other_profile) if prov.other_profile else "",
+            other_name=prov.other_profile.name if prov.other_profile else "",
+            agent_paragraphs=agent_paragraphs or [],
+        )
     )
 
 

@@ -185,13 +185,21 @@ def markdown_pipe_table(
     return lines
 
 
-def table_markdown(table: Table) -> str:
-    """Markdown: heading, caption, one pipe table per part, then the notes; readable as
-    text at 100 columns (wide parts split into column blocks, prose wrapped)."""
-    lines = [f"## Table {table.id}: {table.title}", "", *wrap_markdown(table.caption), ""]
+def table_markdown(table: Table, level: int = 2) -> str:
+    """Markdown: heading (``level`` hashes), caption, one pipe table per part, then the
+    notes; readable as text at 100 columns (wide parts split into column blocks, prose
+    wrapped)."""
+    head = [f"{'#' * level} Table {table.id}: {table.title}", "", *wrap_markdown(table.caption)]
+    return "\n".join(head) + "\n\n" + table_body_markdown(table, level + 1)
+
+
+def table_body_markdown(table: Table, level: int = 3) -> str:
+    """A table's parts (named under ``level`` hashes when there are several) and notes,
+    without heading or caption: how a report section shows a table of its own prose."""
+    lines: list[str] = []
     for part in table.parts:
         if len(table.parts) > 1:
-            lines += [f"### {part.name}", ""]
+            lines += [f"{'#' * level} {part.name}", ""]
         if not part.rows:
             lines += ["(no rows)", ""]
             continue
