@@ -11,11 +11,10 @@ import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
 from rearrival.commands.values import Values, checked_config
+from rearrival.config.location import DEFAULT_CONFIG
 
 if TYPE_CHECKING:
     from rearrival.model.configuration import VllmConfiguration
-
-DEFAULT_CONFIG = Path("config/config.yaml")
 
 
 # ``calibrate --backend vllm``'s knobs when not given: those of ``run --backend vllm``.

@@ -8,9 +8,8 @@ from typing import Any
 import typer
 
 from rearrival.commands.profile import PROFILE_HELP
+from rearrival.config.location import DEFAULT_CONFIG
 from rearrival.errors import RearrivalError
-
-DEFAULT_CONFIG = Path("config/config.yaml")
 
 # Options that only one substrate reads, by the name the verb gives them.
 RBLN_ONLY = {
