@@ -64,9 +64,10 @@ def observed_rearrivals(run_dir: Path) -> list[float]:
     """The send times of a run's re-arrivals (every round after a session's first), in
     (session, round) order, from its ``requests.parquet``."""
     from rearrival.measure.records import read_run
+    from rearrival.measure.records.contract import ROUND_COLUMN
 
     requests = read_run(run_dir).requests
-    later = requests[requests["turn"] > 0].sort_values(["session", "turn"])
+    later = requests[requests[ROUND_COLUMN] > 0].sort_values(["session", ROUND_COLUMN])
     return [float(t) for t in later["send_s"]]
 
 
