@@ -1,12 +1,12 @@
 # rearrival: the preregistered study of tool waiting and re-arrival (docs/DESIGN.md §10).
 # `snakemake --cores 8 all` regenerates every table and figure on the configured backend.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-# The study definition every job reads; rules/common.smk loads and checks it (the
-# schema's key names and types, the section models' defaults).
+# The study definition every job reads; rules/common.smk loads and checks it, once (the
+# schema drawn from the section models, their defaults; docs/DESIGN.md §10).
 configfile: "config/config.yaml"
 
 
@@ -23,13 +23,6 @@ wildcard_constraints:
 
 
 include: "rules/common.smk"
-
-
-# snakemake's own schema check of the loaded file, after rules/common.smk has refused a
-# bad one in one line (the schema states no defaults, so this fills nothing).
-validate(config, schema="config/schema.yaml")
-
-
 include: "rules/calibrate.smk"
 include: "rules/plans.smk"
 include: "rules/predict.smk"

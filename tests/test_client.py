@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from rearrival.measure import client, serve
-from rearrival.measure.client import ClientError, ReplayOptions, replay, replay_url
+from rearrival.measure import client, client_records, counters, prompt_ids, serve
+from rearrival.measure.client import ReplayOptions, replay
+from rearrival.measure.client_http import ClientError
+from rearrival.measure.emulate_client import replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
@@ -138,15 +140,15 @@ def manifest_for(plan: Plan, backend: str = "emulated-http") -> dict[str, Any]:
 
 
 def test_prompt_ids_are_deterministic_and_never_share_a_prefix() -> None:
-    key = client.plan_key(PLAN)
-    first = [client.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
-    assert first == [client.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
+    key = prompt_ids.plan_key(PLAN)
+    first = [prompt_ids.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
+    assert first == [prompt_ids.new_ids(key, s.session, 0, s.prompt_tokens) for s in PLAN.sessions]
     assert [len(ids) for ids in first] == [40, 30]
     assert first[0][0] != first[1][0]  # different at position 0: no common prefix at all
-    other = client.new_ids(client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), 0, 0, 40)
+    other = prompt_ids.new_ids(prompt_ids.plan_key(plan_of([(40, 3, 4, 2.0)], seed=5)), 0, 0, 40)
     assert other[1:] != first[0][1:]  # another plan seed, other ids
-    assert client.plan_key(plan_of([(40, 3, 4, 2.0)], seed=None)).startswith("sha:")
-    appended = [client.new_ids(key, 0, k, 8) for k in (1, 2, 3)]
+    assert prompt_ids.plan_key(plan_of([(40, 3, 4, 2.0)], seed=None)).startswith("sha:")
+    appended = [prompt_ids.new_ids(key, 0, k, 8) for k in (1, 2, 3)]
     assert all(len(ids) == 8 for ids in appended)
     assert len({tuple(ids) for ids in appended}) == 3  # every round appends its own ids
 
@@ -158,14 +160,14 @@ def test_requests_are_greedy_token_id_extensions_and_times_are_recorded() -> Non
         assert body["temperature"] == 0 and body["seed"] == 9 and body["ignore_eos"] is True
         assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
         assert all(type(t) is int for t in body["prompt"])
-    key = client.plan_key(PLAN)
+    key = prompt_ids.plan_key(PLAN)
     by_prompt = {tuple(b["prompt"]): b for b in seen}
     for s in PLAN.sessions:
-        first_ids = client.new_ids(key, s.session, 0, s.prompt_tokens)
+        first_ids = prompt_ids.new_ids(key, s.session, 0, s.prompt_tokens)
         first = by_prompt[tuple(first_ids)]
         assert first["max_tokens"] == s.gen_tokens
         generated = [len(first_ids) + k for k in range(s.gen_tokens)]
-        followup = first_ids + generated + client.new_ids(key, s.session, 1, 8)
+        followup = first_ids + generated + prompt_ids.new_ids(key, s.session, 1, 8)
         assert by_prompt[tuple(followup)]["max_tokens"] == s.followup_gen_tokens
         assert len(followup) == s.followup_prompt_tokens
 
@@ -211,7 +213,7 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
     """Round k+1 = round k's prompt + the ids the server generated + the round's new ids."""
     run, seen = replay_against(good_stream, MULTI)
     assert run.status == "complete" and run.expected_requests == MULTI.requests == 6
-    key = client.plan_key(MULTI)
+    key = prompt_ids.plan_key(MULTI)
     by_prompt = {tuple(b["prompt"]): b for b in seen}
     replies = {(r.record.session, r.record.round): r for r in run.replies}
     records = {key: reply.record for key, reply in replies.items()}
@@ -219,7 +221,7 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
     for s in MULTI.sessions:
         transcript: list[int] = []
         for k, r in enumerate(s.rounds):
-            transcript += client.new_ids(key, s.session, k, r.new_tokens)
+            transcript += prompt_ids.new_ids(key, s.session, k, r.new_tokens)
             assert by_prompt[tuple(transcript)]["max_tokens"] == r.gen_tokens
             record = records[(s.session, k)]
             assert record.prompt_tokens == len(transcript) == s.prompts()[k]
@@ -251,7 +253,7 @@ def test_counters_are_summed_over_labels_and_only_vllm_counters_kept() -> None:
         "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3.0\n"
         "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 9.0\n"
     )
-    assert client.parse_counters(text) == {
+    assert counters.parse_counters(text) == {
         "vllm:prompt_tokens_cached_total": 128.0,
         "vllm:prefix_cache_hits_total": 7.0,
     }
@@ -305,7 +307,7 @@ def test_faults_end_the_run_incomplete_with_one_reason(
     run, _ = replay_against(behaviour)
     assert run.status == status and "\n" not in (run.reason or "")
     assert run.reason is not None and __import__("re").search(reason, run.reason)
-    outcome = client.write_client_run(
+    outcome = client_records.write_client_run(
         tmp_path / "run", run, manifest=manifest_for(PLAN), server_log=""
     )
     assert outcome.status == status
@@ -326,7 +328,9 @@ def test_a_multi_round_run_cut_short_keeps_each_sessions_finished_rounds(tmp_pat
 
     run, _ = replay_against(truncates_third_rounds, MULTI)
     assert run.status == "partial" and "without 'data: [DONE]'" in (run.reason or "")
-    client.write_client_run(tmp_path / "run", run, manifest=manifest_for(MULTI), server_log="")
+    client_records.write_client_run(
+        tmp_path / "run", run, manifest=manifest_for(MULTI), server_log=""
+    )
     kept = read_run(tmp_path / "run", require_complete=False).requests
     assert kept["turn"].max() <= 1 and (kept["turn"] == 1).any()
     for _, turns in kept.groupby("session")["turn"]:
@@ -347,7 +351,7 @@ def test_unreachable_url_is_a_failed_run_with_the_url_in_the_reason(tmp_path: Pa
 
 def test_step_log_that_misses_decode_steps_makes_the_run_unusable(tmp_path: Path) -> None:
     run, _ = replay_against(good_stream)
-    outcome = client.write_client_run(
+    outcome = client_records.write_client_run(
         tmp_path / "run",
         run,
         manifest=manifest_for(PLAN),
@@ -383,13 +387,13 @@ def test_server_killed_mid_run_gives_a_partial_run(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as http:
             while True:
                 text = await (await http.get(f"{url}/metrics")).text()
-                if client.parse_counters(text)["vllm:generation_tokens_total"] >= 10:
+                if counters.parse_counters(text)["vllm:generation_tokens_total"] >= 10:
                     break
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)  # let the last chunks reach the client; waits last 0.75 s
         os.killpg(server.process.pid, signal.SIGKILL)
 
-    async def main(server: serve.ServerProcess) -> client.RunOutcome:
+    async def main(server: serve.ServerProcess) -> client_records.RunOutcome:
         killer = asyncio.create_task(kill_after_first_responses(server))
         outcome = await replay_url(
             plan,
@@ -561,7 +565,7 @@ def test_url_of_a_server_that_does_not_say_what_it_serves_is_refused(tmp_path: P
             prereg={},
         )
         try:
-            with pytest.raises(client.ClientError, match="does not say what it serves") as err:
+            with pytest.raises(ClientError, match="does not say what it serves") as err:
                 await asyncio.to_thread(run_backend, settings, run, tmp_path / "run")
             return str(err.value)
         finally:

@@ -1,8 +1,10 @@
-"""config/schema.yaml and the typed models under rearrival.config agree: every model field
-is a schema property and every property a model field. The models are the one source of
-defaults: the schema states none, loading fills none in, and a key left out takes its
-model's default. A bad key is one line naming it and the nearest valid one, both from
-the verbs and from `snakemake -n all`."""
+"""The typed models under rearrival.config are the one source of the study definition's
+keys: the schema is drawn from them (every model field is a schema property and every
+property a model field), config/schema.yaml is exactly `rearrival study schema`'s output,
+and every shipped config passes it. The models are the one source of defaults: the schema
+states none, loading fills none in, and a key left out takes its model's default. A bad
+key is one line naming it and the nearest valid one, both from the verbs and from
+`snakemake -n all`."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from rearrival.config.calibration import CalibrationSettings, MeasurementSetting
 from rearrival.config.decision import REGISTERED_KEYS, DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
 from rearrival.config.injection import InjectionSettings
+from rearrival.config.schema import REGENERATE, document_schema
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import (
     Study,
@@ -30,6 +33,7 @@ from rearrival.config.study import (
     effective_definition,
     load_study_config,
     study_config_from_mapping,
+    study_definition_schema,
     validate_against_schema,
 )
 from rearrival.config.workload import TRACE_KEYS, TraceSource
@@ -37,7 +41,7 @@ from rearrival.measure.backends import BackendSettings
 from rearrival.model.plans.plangen import MultiRoundSpec
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load(config_schema_path().read_text())
+SCHEMA = study_definition_schema()
 PROPS = SCHEMA["properties"]
 STUDY_PROPS = PROPS["studies"]["additionalProperties"]["properties"]
 SMALL = yaml.safe_load((REPO / ".test" / "config" / "config.yaml").read_text())
@@ -75,6 +79,49 @@ def test_every_model_field_is_a_schema_property_and_back(section):
     model, not_keys = SECTIONS[section]
     fields = {f.name for f in dataclasses.fields(model)} - not_keys
     assert fields == set(PROPS[section]["properties"])
+
+
+def test_the_schema_file_is_what_the_models_generate():
+    """config/schema.yaml is `rearrival study schema`'s output, byte for byte: regenerated
+    here through the verb and compared, so an edit of the file or of a model without the
+    other fails."""
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+
+    done = CliRunner().invoke(app, ["study", "schema"])
+    assert done.exit_code == 0, done.output
+    assert yaml.safe_load(done.stdout) == SCHEMA
+    assert config_schema_path().read_text() == done.stdout, (
+        f"config/schema.yaml is not the schema the section models generate; run `{REGENERATE}`"
+    )
+
+
+SHIPPED = sorted(
+    [p for p in (REPO / "config").glob("*.yaml") if p.name != "schema.yaml"]
+    + [REPO / ".test" / "config" / "config.yaml"]
+)
+
+
+@pytest.mark.parametrize("config", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_shipped_config_passes_the_generated_schema(config):
+    """The generated schema accepts every study definition the repository ships (a new
+    key in one is a model field first; then regenerate the file)."""
+    assert {"config/config.yaml", "config/vllm.yaml", ".test/config/config.yaml"} <= {
+        str(p.relative_to(REPO)) for p in SHIPPED
+    }
+    validate_against_schema(yaml.safe_load(config.read_text()), str(config))
+
+
+def test_a_key_the_document_does_not_place_is_refused():
+    """A new top-level key field that no placement names is an error when the schema is
+    drawn, never a key the schema silently leaves out."""
+    from rearrival.config.study import DOCUMENT_KEYS
+
+    with pytest.raises(KeyError, match=r"StudyConfig\.tool_table is a key no placement"):
+        document_schema(
+            [p for p in DOCUMENT_KEYS if p[0] != "tool_table"], (StudyConfig, MeasurementSettings)
+        )
 
 
 def test_the_schema_states_no_default():

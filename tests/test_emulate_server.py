@@ -42,7 +42,8 @@ from hypothesis import strategies as st
 
 from rearrival.judge.channels import channels
 from rearrival.measure import serve
-from rearrival.measure.client import ReplayOptions, parse_counters, replay_url
+from rearrival.measure.client import ReplayOptions
+from rearrival.measure.counters import parse_counters
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.observed import observed_arrivals
 from rearrival.measure.emulate.server import EmulateServer, ServerOptions, server_argv
@@ -54,6 +55,7 @@ from rearrival.measure.emulate.tokens import (
     reply_pieces,
     text_ids,
 )
+from rearrival.measure.emulate_client import replay_url
 from rearrival.measure.records import manifest_template, read_run
 from rearrival.measure.steplog import parse_step_log
 from rearrival.model.configuration import RblnConfiguration

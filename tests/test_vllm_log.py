@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rearrival.config.served_model import ServedModelError, load_served_model, shipped_model
-from rearrival.measure.client import TOKEN_ID_LOW, ClientError, new_ids
+from rearrival.measure.client_http import ClientError
+from rearrival.measure.prompt_ids import TOKEN_ID_LOW, new_ids
 from rearrival.measure.records.contract import RequestRecord
 from rearrival.measure.steplog import StepLogError
 from rearrival.measure.vllm.iterations import IterationStepLog, parse_iterations

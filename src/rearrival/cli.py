@@ -33,12 +33,11 @@ for register in ALL_AREAS:
 def version() -> None:
     """Print the rearrival version and the profile simulate, search and advise use here
     by default, with why."""
-    from pathlib import Path
-
     from rearrival import __version__
     from rearrival.commands.profile import profile_for_config
+    from rearrival.config.location import DEFAULT_CONFIG
 
-    choice = profile_for_config(Path("config/config.yaml"), None, config_given=False)
+    choice = profile_for_config(DEFAULT_CONFIG, None, config_given=False)
     typer.echo(f"rearrival {__version__}")
     typer.echo(
         f"profile of simulate, search and advise here: {choice.profile.description()}: {choice.why}"

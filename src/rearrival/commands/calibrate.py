@@ -11,11 +11,14 @@ import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
 from rearrival.commands.values import Values, checked_config
+from rearrival.config.location import DEFAULT_CONFIG
 
 if TYPE_CHECKING:
+    from rearrival.config.calibration import MeasurementSettings
+    from rearrival.config.study import StudyConfig
+    from rearrival.measure.backends import BackendSettings
+    from rearrival.measure.calibration.drive import Calibration, CalibrationFiles
     from rearrival.model.configuration import VllmConfiguration
-
-DEFAULT_CONFIG = Path("config/config.yaml")
 
 
 # ``calibrate --backend vllm``'s knobs when not given: those of ``run --backend vllm``.
@@ -61,112 +64,189 @@ PlansDir = Annotated[Path | None, _named("--plans", "their plans (a directory)")
 DecodeSteps = Annotated[Path | None, _named("--decode-steps", "the decode-step samples")]
 PrefillSamples = Annotated[Path | None, _named("--prefill", "the prefill samples")]
 ReuseSamples = Annotated[Path | None, _named("--reuse", "the reuse checks")]
+ProfileOut = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        help="Profile YAML to write; its runs and sample tables go into --work "
+        "unless named by the options below.",
+    ),
+]
+WorkDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--work",
+        help="Directory for the runs, their plans and the sample tables (runs/, plans/, "
+        "*.parquet) [default: beside --out, named after it: p.yaml -> p-calibration/].",
+    ),
+]
+CalibrationConfig = Annotated[
+    Path,
+    typer.Option(
+        "--config",
+        help="Study definition with model:/calibration: sections (default "
+        "settings when the file does not exist).",
+    ),
+]
+CalibrationBackend = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="emulated, emulated-http, rbln or vllm (default: the config's). vllm: the "
+        "step cost of docs/DESIGN.md §15 on real vLLM servers (two: the calibration and a "
+        "held-out validation), with the knobs below; --config is not read.",
+    ),
+]
+EmulatorTruth = Annotated[
+    str | None,
+    typer.Option(
+        "--emulator-truth",
+        help="Truth of the emulated backends: default, assumed "
+        "(hypothetical) or a truth YAML path (default: the config's).",
+    ),
+]
+TimeScale = Annotated[
+    float | None,
+    typer.Option("--time-scale", help="emulated-http: wall seconds per emulated second."),
+]
+Compiled = Annotated[
+    Path | None,
+    typer.Option(
+        "--compiled",
+        help="rbln: compile record of the calibration artifacts "
+        "(`rearrival calibrate-compile`); also fits compile time and size.",
+    ),
+]
+BatchSize = Annotated[
+    int | None, typer.Option("--batch-size", help="vllm: --max-num-seqs (default 8).")
+]
+NumBlocks = Annotated[
+    int | None,
+    typer.Option(
+        "--num-blocks", help="vllm: KV pool in blocks, null block included (default 512)."
+    ),
+]
+BlockSize = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size", help="vllm: tokens per KV block (default 32; CPU: multiple of 32)."
+    ),
+]
+TokenBudget = Annotated[
+    int | None,
+    typer.Option("--max-num-batched-tokens", help="vllm: the per-step token budget (default 512)."),
+]
+CaptureSizes = Annotated[
+    str | None,
+    typer.Option(
+        "--buckets", help="vllm: CUDA-graph capture sizes, GPU only (default none: eager)."
+    ),
+]
+ModelDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--model",
+        help="vllm: model directory with a config.json (default: the shipped "
+        "tiny-qwen3, random weights).",
+    ),
+]
+MaxModelLen = Annotated[
+    int | None,
+    typer.Option("--max-model-len", help="vllm: default the model's max_position_embeddings."),
+]
+Cycles = Annotated[
+    int | None,
+    typer.Option(
+        "--cycles",
+        help="vllm: repetitions of the calibration plan's segments (default 8; about "
+        "8 s of plan each).",
+    ),
+]
+Seed = Annotated[
+    int | None, typer.Option("--seed", help="vllm: plans' and runs' seed (default 0).")
+]
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """Every option of ``rearrival calibrate`` (None: not given). The vLLM knobs are read
+    by ``--backend vllm`` only, the sample paths, truth, time scale, compile record and
+    ``--values`` by the other backends only. Each field is the option of its name
+    (``max_model_len``: ``--max-model-len``)."""
+
+    out: Path
+    work: Path | None = None
+    config: Path = DEFAULT_CONFIG
+    backend: str | None = None
+    emulator_truth: str | None = None
+    time_scale: float | None = None
+    compiled: Path | None = None
+    batch_size: int | None = None
+    num_blocks: int | None = None
+    block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    buckets: str | None = None
+    model: Path | None = None
+    max_model_len: int | None = None
+    cycles: int | None = None
+    seed: int | None = None
+    runs: Path | None = None
+    plans: Path | None = None
+    decode_steps: Path | None = None
+    prefill: Path | None = None
+    reuse: Path | None = None
+    values: str | None = None
+
+    def given(self, names: tuple[str, ...]) -> list[str]:
+        """The options of ``names`` that were given, as their flags."""
+        return ["--" + name.replace("_", "-") for name in names if getattr(self, name) is not None]
+
+    def vllm_knobs(self) -> dict[str, int | None]:
+        return {name: getattr(self, name) for name in VLLM_DEFAULT_KNOBS}
+
+
+# The options only --backend vllm reads, and those it does not read, in --help's order.
+VLLM_ONLY = (
+    "batch_size",
+    "num_blocks",
+    "block_size",
+    "max_num_batched_tokens",
+    "buckets",
+    "model",
+    "max_model_len",
+    "cycles",
+    "seed",
+)
+RBLN_ONLY = (
+    "emulator_truth",
+    "time_scale",
+    "compiled",
+    "runs",
+    "plans",
+    "decode_steps",
+    "prefill",
+    "reuse",
+    "values",
+)
 
 
 def calibrate(
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            help="Profile YAML to write; its runs and sample tables go into --work "
-            "unless named by the options below.",
-        ),
-    ],
-    work: Annotated[
-        Path | None,
-        typer.Option(
-            "--work",
-            help="Directory for the runs, their plans and the sample tables (runs/, plans/, "
-            "*.parquet) [default: beside --out, named after it: p.yaml -> p-calibration/].",
-        ),
-    ] = None,
-    config: Annotated[
-        Path,
-        typer.Option(
-            "--config",
-            help="Study definition with model:/calibration: sections (default "
-            "settings when the file does not exist).",
-        ),
-    ] = DEFAULT_CONFIG,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="emulated, emulated-http, rbln or vllm (default: the config's). vllm: the "
-            "step cost of docs/DESIGN.md §15 on real vLLM servers (two: the calibration and a "
-            "held-out validation), with the knobs below; --config is not read.",
-        ),
-    ] = None,
-    emulator_truth: Annotated[
-        str | None,
-        typer.Option(
-            "--emulator-truth",
-            help="Truth of the emulated backends: default, assumed "
-            "(hypothetical) or a truth YAML path (default: the config's).",
-        ),
-    ] = None,
-    time_scale: Annotated[
-        float | None,
-        typer.Option("--time-scale", help="emulated-http: wall seconds per emulated second."),
-    ] = None,
-    compiled: Annotated[
-        Path | None,
-        typer.Option(
-            "--compiled",
-            help="rbln: compile record of the calibration artifacts "
-            "(`rearrival calibrate-compile`); also fits compile time and size.",
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int | None, typer.Option("--batch-size", help="vllm: --max-num-seqs (default 8).")
-    ] = None,
-    num_blocks: Annotated[
-        int | None,
-        typer.Option(
-            "--num-blocks", help="vllm: KV pool in blocks, null block included (default 512)."
-        ),
-    ] = None,
-    block_size: Annotated[
-        int | None,
-        typer.Option(
-            "--block-size", help="vllm: tokens per KV block (default 32; CPU: multiple of 32)."
-        ),
-    ] = None,
-    max_num_batched_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-num-batched-tokens", help="vllm: the per-step token budget (default 512)."
-        ),
-    ] = None,
-    buckets: Annotated[
-        str | None,
-        typer.Option(
-            "--buckets", help="vllm: CUDA-graph capture sizes, GPU only (default none: eager)."
-        ),
-    ] = None,
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            "--model",
-            help="vllm: model directory with a config.json (default: the shipped "
-            "tiny-qwen3, random weights).",
-        ),
-    ] = None,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option("--max-model-len", help="vllm: default the model's max_position_embeddings."),
-    ] = None,
-    cycles: Annotated[
-        int | None,
-        typer.Option(
-            "--cycles",
-            help="vllm: repetitions of the calibration plan's segments (default 8; about "
-            "8 s of plan each).",
-        ),
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="vllm: plans' and runs' seed (default 0).")
-    ] = None,
+    out: ProfileOut,
+    work: WorkDir = None,
+    config: CalibrationConfig = DEFAULT_CONFIG,
+    backend: CalibrationBackend = None,
+    emulator_truth: EmulatorTruth = None,
+    time_scale: TimeScale = None,
+    compiled: Compiled = None,
+    batch_size: BatchSize = None,
+    num_blocks: NumBlocks = None,
+    block_size: BlockSize = None,
+    max_num_batched_tokens: TokenBudget = None,
+    buckets: CaptureSizes = None,
+    model: ModelDir = None,
+    max_model_len: MaxModelLen = None,
+    cycles: Cycles = None,
+    seed: Seed = None,
     runs: RunsDir = None,
     plans: PlansDir = None,
     decode_steps: DecodeSteps = None,
@@ -177,97 +257,61 @@ def calibrate(
     """Measure the cost model on a backend and write a profile with CIs, samples and run
     ids: g(b), beta, the prefill model and the reuse rule (paper II-B, III-C, IV; Table
     VII), or with --backend vllm the vLLM step cost (docs/DESIGN.md §15 rule 7)."""
-    from dataclasses import replace
+    run_calibrate(CalibrateOptions(**locals()))  # the parameters, one field each
 
+
+def run_calibrate(options: CalibrateOptions) -> None:
+    """``rearrival calibrate`` with its options: the vLLM step cost on --backend vllm,
+    else the RBLN cost model; an option the chosen backend does not read is refused."""
     from rearrival.errors import RearrivalError
     from rearrival.vocabulary import VLLM
 
-    vllm_only = {
-        "--batch-size": batch_size,
-        "--num-blocks": num_blocks,
-        "--block-size": block_size,
-        "--max-num-batched-tokens": max_num_batched_tokens,
-        "--buckets": buckets,
-        "--model": model,
-        "--max-model-len": max_model_len,
-        "--cycles": cycles,
-        "--seed": seed,
-    }
-    if backend == VLLM:
-        rbln_only = {
-            "--emulator-truth": emulator_truth,
-            "--time-scale": time_scale,
-            "--compiled": compiled,
-            "--runs": runs,
-            "--plans": plans,
-            "--decode-steps": decode_steps,
-            "--prefill": prefill,
-            "--reuse": reuse,
-            "--values": values,
-        }
-        given = [flag for flag, value in rbln_only.items() if value is not None]
+    if options.backend == VLLM:
+        given = options.given(RBLN_ONLY)
         if given:
             raise RearrivalError(
                 f"{', '.join(given)}: not read by --backend vllm (its runs and samples go "
                 "into --work); drop them"
             )
-        knobs = {
-            "batch_size": batch_size,
-            "num_blocks": num_blocks,
-            "block_size": block_size,
-            "max_num_batched_tokens": max_num_batched_tokens,
-        }
-        configuration = vllm_calibration_configuration(buckets, knobs)
-        options = VllmCalibrationOptions(model, max_model_len, cycles, seed)
-        calibrate_vllm(out, work, configuration, options)
+        configuration = vllm_calibration_configuration(options.buckets, options.vllm_knobs())
+        vllm = VllmCalibrationOptions(
+            options.model, options.max_model_len, options.cycles, options.seed
+        )
+        calibrate_vllm(options.out, options.work, configuration, vllm)
         return
-    given = [flag for flag, value in vllm_only.items() if value is not None]
+    given = options.given(VLLM_ONLY)
     if given:
         raise RearrivalError(
             f"{', '.join(given)}: only for --backend vllm; drop them or pass --backend vllm"
         )
+    calibrate_cost_model(options)
 
-    from rearrival.config.backends import EmulatedHttpSettings
+
+def calibrate_cost_model(options: CalibrateOptions) -> None:
+    """The RBLN cost model measured on an emulated or real backend, written as a profile
+    with its samples; one line says what was measured."""
+    from dataclasses import replace
+
     from rearrival.config.calibration import MeasurementSettings
-    from rearrival.measure.backends import BackendSettings
     from rearrival.measure.calibration.document import (
         profile_document,
         required_buckets,
         write_profile,
     )
-    from rearrival.measure.calibration.drive import CalibrationFiles, write_samples
     from rearrival.measure.calibration.drive import calibrate as run_calibration
+    from rearrival.measure.calibration.drive import write_samples
     from rearrival.measure.calibration.rbln_compile import compile_records
-    from rearrival.vocabulary import EMULATED, EMULATED_HTTP, RBLN
+    from rearrival.vocabulary import RBLN
 
-    cfg = checked_config(config, "calibration", None, values) if config.is_file() else None
-    work_dir = work if work is not None else work_directory(out)
-    default = CalibrationFiles.in_directory(work_dir)
-    files = CalibrationFiles(
-        runs or default.runs,
-        plans or default.plans,
-        decode_steps or default.decode_steps,
-        prefill or default.prefill,
-        reuse or default.reuse,
-    )
+    config = options.config
+    cfg = checked_config(config, "calibration", None, options.values) if config.is_file() else None
+    files = _calibration_files(options)
     settings = cfg.measurement if cfg is not None else MeasurementSettings()
-    if emulator_truth is not None:
-        settings = replace(settings, emulator_truth=emulator_truth)
-    chosen = backend or (cfg.backend if cfg is not None else EMULATED)
-    base = (
-        BackendSettings.from_study_config(cfg, compiled)
-        if cfg is not None
-        else BackendSettings(compile_record=compiled)
-    )
-    scale = time_scale or (
-        cfg.emulated_http.time_scale if cfg is not None else EmulatedHttpSettings().time_scale
-    )
-    backend_settings = replace(
-        base,
-        backend=chosen,
-        time_scale=scale if chosen == EMULATED_HTTP else 1.0,
-        emulator_truth=settings.truth_path(),
-    )
+    if options.emulator_truth is not None:
+        settings = replace(settings, emulator_truth=options.emulator_truth)
+    backend_settings = _backend_settings(options, cfg, settings)
+    chosen = backend_settings.backend
+    compiled = options.compiled
     records = compile_records(compiled) if compiled is not None and chosen == RBLN else None
     result = run_calibration(
         settings,
@@ -278,9 +322,57 @@ def calibrate(
     )
     wanted = required_buckets(cfg) if cfg is not None else ()
     write_samples(result, files)
-    write_profile(profile_document(result, settings, wanted), out)
+    write_profile(profile_document(result, settings, wanted), options.out)
+    typer.echo(_measured_line(options.out, chosen, files, result))
+
+
+def _calibration_files(options: CalibrateOptions) -> CalibrationFiles:
+    """Where the runs and samples go: the paths given, else inside --work."""
+    from rearrival.measure.calibration.drive import CalibrationFiles
+
+    work_dir = options.work if options.work is not None else work_directory(options.out)
+    default = CalibrationFiles.in_directory(work_dir)
+    return CalibrationFiles(
+        options.runs or default.runs,
+        options.plans or default.plans,
+        options.decode_steps or default.decode_steps,
+        options.prefill or default.prefill,
+        options.reuse or default.reuse,
+    )
+
+
+def _backend_settings(
+    options: CalibrateOptions, cfg: StudyConfig | None, settings: MeasurementSettings
+) -> BackendSettings:
+    """The backend the calibration runs on (--backend, else the config's, else
+    emulated) with the config's settings, the time scale and the emulator's truth."""
+    from dataclasses import replace
+
+    from rearrival.config.backends import EmulatedHttpSettings
+    from rearrival.measure.backends import BackendSettings
+    from rearrival.vocabulary import EMULATED, EMULATED_HTTP
+
+    chosen = options.backend or (cfg.backend if cfg is not None else EMULATED)
+    base = (
+        BackendSettings.from_study_config(cfg, options.compiled)
+        if cfg is not None
+        else BackendSettings(compile_record=options.compiled)
+    )
+    scale = options.time_scale or (
+        cfg.emulated_http.time_scale if cfg is not None else EmulatedHttpSettings().time_scale
+    )
+    return replace(
+        base,
+        backend=chosen,
+        time_scale=scale if chosen == EMULATED_HTTP else 1.0,
+        emulator_truth=settings.truth_path(),
+    )
+
+
+def _measured_line(out: Path, chosen: str, files: CalibrationFiles, result: Calibration) -> str:
+    """What a cost-model calibration measured, in one line."""
     decode = result.decode
-    typer.echo(
+    return (
         f"{out}: {len(decode.buckets)} buckets measured on {chosen} (runs in "
         f"{files.runs}), beta "
         f"{decode.beta_s * 1e3:.4f} ms [{decode.beta_ci_s[0] * 1e3:.4f}, "

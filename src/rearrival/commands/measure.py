@@ -223,7 +223,8 @@ def run(
     plan.variant(variant)  # validates the variant name before anything starts
     served = None
     if backend == EMULATED_HTTP and url is not None:
-        from rearrival.measure.client import ClientError, server_configuration
+        from rearrival.measure.client_http import ClientError
+        from rearrival.measure.emulate_client import server_configuration
 
         try:
             served = asyncio.run(server_configuration(url))

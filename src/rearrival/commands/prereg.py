@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
+from rearrival.config.location import DEFAULT_CONFIG
 
 RepoOption = Annotated[Path, typer.Option("--repo", help="Git repository (top level).")]
 
@@ -153,7 +154,7 @@ def publish(
     ] = None,
     config: Annotated[
         Path, typer.Option("--config", help="Study definition naming the witness.")
-    ] = Path("config/config.yaml"),
+    ] = DEFAULT_CONFIG,
     study: Annotated[
         str | None, typer.Option("--study", help="Publish this study's commits only.")
     ] = None,

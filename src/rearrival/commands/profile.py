@@ -76,13 +76,14 @@ def choose_profile(measurement: MeasurementSettings, given: str | None) -> Profi
 def profile_for_config(config: Path, given: str | None, config_given: bool) -> ProfileChoice:
     """The rule for a verb that reads the config only for its ``profile:`` and ``model:``
     (``simulate``, ``version``): no config file where the default points means the
-    published constants; a ``--config`` that cannot be read is an error."""
+    published constants; a ``--config`` that cannot be read is an error. The file is read
+    by the one reader (rearrival.config.study), so a bad key is the same line as from
+    every other verb; only the sections the profile needs are typed."""
     from rearrival.config.calibration import (
-        CalibrationConfigError,
         MeasurementSettings,
         measurement_settings_from_mapping,
     )
-    from rearrival.provenance import read_mapping
+    from rearrival.config.study import read_study_definition
 
     if not config.is_file() and not config_given:
         if given is None:
@@ -90,7 +91,7 @@ def profile_for_config(config: Path, given: str | None, config_given: bool) -> P
 
             return ProfileChoice(measured_profile(), f"no {config} in this directory")
         return choose_profile(MeasurementSettings(source=f"no {config} here"), given)
-    raw = read_mapping(config, error=CalibrationConfigError, reference="config/config.yaml")
+    raw = read_study_definition(config)
     return choose_profile(measurement_settings_from_mapping(raw, str(config)), given)
 
 

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 
 from rearrival.commands.values import Values, checked_config
+from rearrival.config.location import DEFAULT_CONFIG
 
-DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 
 

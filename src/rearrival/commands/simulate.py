@@ -8,9 +8,8 @@ from typing import Any
 import typer
 
 from rearrival.commands.profile import PROFILE_HELP
+from rearrival.config.location import DEFAULT_CONFIG
 from rearrival.errors import RearrivalError
-
-DEFAULT_CONFIG = Path("config/config.yaml")
 
 # Options that only one substrate reads, by the name the verb gives them.
 RBLN_ONLY = {
@@ -65,9 +64,10 @@ def observed_rearrivals(run_dir: Path) -> list[float]:
     """The send times of a run's re-arrivals (every round after a session's first), in
     (session, round) order, from its ``requests.parquet``."""
     from rearrival.measure.records import read_run
+    from rearrival.measure.records.contract import ROUND_COLUMN
 
     requests = read_run(run_dir).requests
-    later = requests[requests["turn"] > 0].sort_values(["session", "turn"])
+    later = requests[requests[ROUND_COLUMN] > 0].sort_values(["session", ROUND_COLUMN])
     return [float(t) for t in later["send_s"]]
 
 

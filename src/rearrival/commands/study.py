@@ -18,6 +18,7 @@ import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL, PanelledGroup
 from rearrival.commands.values import Values, checked_config
+from rearrival.config.location import DEFAULT_CONFIG
 
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
 StudyName = Annotated[str, typer.Option("--study", help="Study name under studies:.")]
@@ -67,7 +68,6 @@ Exploratory = Annotated[
     ),
 ]
 
-DEFAULT_CONFIG = Path("config/config.yaml")
 DEFAULT_REPO = Path(".")
 
 
@@ -391,9 +391,19 @@ def show_config(config: Config = DEFAULT_CONFIG) -> None:
     typer.echo(yaml.safe_dump(effective_definition(load_study_config(config)), sort_keys=False))
 
 
+def show_schema() -> None:
+    """Print the JSON schema of the study definition (as YAML), drawn from the section
+    models, its one source; config/schema.yaml is this output (`rearrival study schema >
+    config/schema.yaml` after a model changes)."""
+    from rearrival.config.study import schema_text
+
+    typer.echo(schema_text(), nl=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the `study` group: one verb per Snakemake rule (rule X calls `rearrival study
-    X`; an `X_exploratory` rule calls it with --exploratory), and `study config`.
+    X`; an `X_exploratory` rule calls it with --exploratory), `study config` and `study
+    schema`.
     Calibration and search are also top-level verbs for use outside the workflow; here
     they are the same functions under the stage's name. `study report` renders from the
     files its rule declares, `rearrival tables` from a whole results tree."""
@@ -432,6 +442,7 @@ def register(app: typer.Typer) -> None:
         "vllm-report": vllm_report,
         "engine-report": engine_report,
         "config": show_config,
+        "schema": show_schema,
     }
     for name, verb in verbs.items():
         study_app.command(name)(verb)

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from rearrival.commands.values import Values, checked_config
+from rearrival.config.location import DEFAULT_CONFIG
 
 # The options of the study verbs (rearrival.commands.study), spelled alike.
 Config = Annotated[Path, typer.Option("--config", help="Study definition (config.yaml).")]
@@ -29,7 +30,6 @@ Ledger = Annotated[
     Path | None,
     typer.Option("--ledger", help="The seal stage's record (results/ledger/<study>.json)."),
 ]
-DEFAULT_CONFIG = Path("config/config.yaml")
 DEFAULT_REPO = Path(".")
 
 

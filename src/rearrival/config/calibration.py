@@ -1,8 +1,8 @@
 """Typed settings of calibration: ``profile:``, ``model:``, ``emulator_truth:`` and
 ``calibration:`` of the study definition (docs/DESIGN.md §3, "Calibration").
 
-These frozen dataclasses are the one source of defaults; ``config/schema.yaml``
-documents the same keys and values (a test checks that they agree). Cross-field rules the
+These frozen dataclasses are the one source of defaults and of what ``config/schema.yaml``
+says of each key (rearrival.config.keys; the schema is generated from them). Cross-field rules the
 schema cannot state (bucket sets, a readable config.json) are checked here and name the
 config key and the fix.
 """
@@ -10,11 +10,12 @@ config key and the fix.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rearrival.config.keys import key
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 from rearrival.model.cost.fits import DTYPE_BYTES
@@ -25,6 +26,9 @@ CALIBRATED = "calibrated"
 # Where the workflow's calibration stage writes its profile (rules/calibrate.smk).
 CALIBRATED_PROFILE = Path("results/calibration/profile.yaml")
 ASSUMED_TRUTH = "emulator_truth_assumed.yaml"
+# The paper's maximum sequence length (Qwen3-4B's rbln_max_seq_len on its artifacts): the
+# tokens one KV slot holds on the eager path, the shipped profile's kv.slot_tokens.
+MAX_SEQ_LEN = 8192
 
 
 def exploratory_profile(profile: str) -> str:
@@ -47,14 +51,34 @@ class ModelSpec:
     ``config_json`` set the architecture is read from the model's own file instead.
     """
 
-    name: str = "Qwen/Qwen3-4B"
-    layers: int = 36
-    kv_heads: int = 8
-    head_dim: int = 128
-    dtype: str = "bfloat16"
-    max_seq_len: int = 8192
-    num_devices: int = 4
-    config_json: str | None = None
+    name: str = key(
+        "Qwen/Qwen3-4B",
+        description="Model id (a Hugging Face id; what backend rbln compiles and serves); must "
+        "equal the profile's model_id.",
+    )
+    layers: int = key(36, description="num_hidden_layers.", minimum=1)
+    kv_heads: int = key(8, description="num_key_value_heads.", minimum=1)
+    head_dim: int = key(128, description="Attention head dimension.", minimum=1)
+    dtype: str = key(
+        "bfloat16",
+        description="KV cache element type.",
+        enum=["bfloat16", "float16", "float32", "float8", "int8"],
+    )
+    max_seq_len: int = key(
+        MAX_SEQ_LEN,
+        description="The maximum sequence length: tokens per KV slot (eager path: one block "
+        "per sequence), rbln_max_seq_len on hardware, the longest transcript a workload may "
+        "draw.",
+        minimum=1,
+    )
+    num_devices: int = key(
+        4, description="Devices the instance spans (rbln_num_devices on hardware).", minimum=1
+    )
+    config_json: str | None = key(
+        None,
+        description="Read layers/kv_heads/head_dim/dtype from this Hugging Face config.json "
+        "instead.",
+    )
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -131,19 +155,71 @@ DEFAULT_ARTIFACTS = (
 class CalibrationSettings:
     """How the calibration stage measures (docs/DESIGN.md §3; paper II-B, III-C, IV)."""
 
-    artifacts: tuple[RblnConfiguration, ...] = DEFAULT_ARTIFACTS
-    decode_steps: int = 200
-    min_steps: int = 50
-    warmup_steps: int = 8
-    max_n_per_bucket: int = 0
-    decode_prompt_tokens: int = 128
-    max_residual: float = 0.02
-    prefill_tokens: tuple[int, ...] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8000)
-    prefill_repeats: int = 3
-    appended_tokens: tuple[int, ...] = (8, 120, 250, 380)
-    max_prefill_error: float = 0.05
-    bootstrap_resamples: int = 400
-    seed_block: int = 900
+    artifacts: tuple[RblnConfiguration, ...] = key(
+        DEFAULT_ARTIFACTS,
+        description="Bucket sets compiled for calibration; every bucket any study or the search "
+        "can select should appear (others are interpolated and marked). Gaps let beta be told "
+        "from g(b).",
+        minItems=1,
+        items={
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["buckets", "batch_size"],
+            "properties": {
+                "buckets": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "integer", "minimum": 1},
+                },
+                "batch_size": {"type": "integer", "minimum": 1},
+            },
+        },
+    )
+    decode_steps: int = key(
+        200, description="Decode steps planned per n inside the steady window.", minimum=1
+    )
+    min_steps: int = key(
+        50, description="Fewer usable steps at any (bucket, n) is an error.", minimum=2
+    )
+    warmup_steps: int = key(
+        8, description="Steady steps dropped at the start of each window.", minimum=0
+    )
+    max_n_per_bucket: int = key(
+        0,
+        description="Measure at most this many running counts per bucket (evenly spaced, ends "
+        "kept); 0 = every n.",
+        minimum=0,
+    )
+    decode_prompt_tokens: int = key(
+        128, description="Prompt length of the steady-decode sessions.", minimum=1
+    )
+    max_residual: float = key(
+        0.02,
+        description="Largest relative distance of a (bucket, n) median step time from "
+        "g(b) + beta*n.",
+        exclusiveMinimum=0,
+    )
+    prefill_tokens: tuple[int, ...] = key(
+        (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8000),
+        description="Prompt lengths of the prefill probes.",
+        items={"minimum": 1},
+    )
+    prefill_repeats: int = key(3, description="Probes per prompt length.", minimum=1)
+    appended_tokens: tuple[int, ...] = key(
+        (8, 120, 250, 380),
+        description="Tokens appended by the probes' follow-ups (their computed remainder is "
+        "below 500 tokens).",
+        items={"minimum": 0},
+    )
+    max_prefill_error: float = key(
+        0.05,
+        description="Largest mean relative prefill fit error in any token range.",
+        exclusiveMinimum=0,
+    )
+    bootstrap_resamples: int = key(400, description="Bootstrap resamples for every CI.", minimum=10)
+    seed_block: int = key(
+        900, description="Seed block of calibration runs (disjoint from studies).", minimum=0
+    )
 
     def __post_init__(self) -> None:
         if not self.artifacts:
@@ -182,10 +258,33 @@ class MeasurementSettings:
     of cost constants, the served model, the emulator's truth and how calibration
     measures (``profile:``, ``model:``, ``emulator_truth:``, ``calibration:``)."""
 
-    profile: str = PUBLISHED
-    model: ModelSpec = field(default_factory=ModelSpec)
-    emulator_truth: str = "default"
-    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    profile: str = key(
+        PUBLISHED,
+        description="Cost constants predictions, channel A, the search and advise use (paper "
+        "Sections II-B, IV): 'calibrated' (this run's calibration stage, "
+        "results/calibration/profile.yaml; what config/config.yaml uses, the paper's method of "
+        "predicting with constants measured on the stack it predicts), 'published' (the "
+        "paper's RBLN-CA25 constants; the default when the key is left out) or a path to a "
+        "profile YAML in the shipped schema. Its sha256 and bytes are part of every "
+        "preregistration.",
+    )
+    model: ModelSpec = key(
+        ModelSpec(),
+        description="The served model's architecture (KV bytes per token = 2 x layers x "
+        "kv_heads x head_dim x dtype bytes; Table XV). A profile for another model is refused.",
+    )
+    emulator_truth: str = key(
+        "default",
+        description="Ground truth of the emulated backends: 'default' (twin of the measured "
+        "stack), 'assumed' (a clearly hypothetical stack: decode x1.3, steeper above bucket 8, "
+        "steeper prefill; shows calibration at work) or a path to a truth YAML.",
+    )
+    calibration: CalibrationSettings = key(
+        CalibrationSettings(),
+        description="The calibration stage (docs/DESIGN.md §3): steady decode at every n of "
+        "each bucket of the calibration artifacts, single prefills, the reuse rule. Runs in "
+        "every `make all`, so Table VII is always regenerated.",
+    )
     source: str = "<config>"
 
     def profile_path(self) -> Path | None:

@@ -1,8 +1,7 @@
 """The ``decision`` section: the criteria a study registers before measuring (paper
 Sections II-D, IV, V-C; docs/DESIGN.md §9). One type for the config section and the
-registered ``criteria.json``, with the schema's key names; its defaults are the one
-source (config/schema.yaml documents the same values, tests/test_config_schema.py checks
-that they agree)."""
+registered ``criteria.json``, with the schema's key names; its fields are the one source
+of their defaults and of what config/schema.yaml says of them (rearrival.config.keys)."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from rearrival.config.keys import key
 from rearrival.errors import RearrivalError
 
 # criteria.json has named the band ``band`` since the first registration; the registered
@@ -38,13 +38,30 @@ class DecisionError(RearrivalError, ValueError):
 class DecisionCriteria:
     """The preregistered thresholds; committed before measurement."""
 
-    confirmatory_n: tuple[int, ...] = (6, 8)
-    exploratory_n: tuple[int, ...] = (10,)
-    tau_fixed: float = 0.02
-    error_tolerance: float = 0.03
-    equivalence_band: tuple[float, float] = (0.98, 1.02)
-    saturation_width: float = 0.04
-    bootstrap_resamples: int = 10000
+    confirmatory_n: tuple[int, ...] = key(
+        (6, 8), description="N values judged pass/fail.", items={"minimum": 1}
+    )
+    exploratory_n: tuple[int, ...] = key(
+        (10,), description="N values with errors reported but no verdict.", items={"minimum": 1}
+    )
+    tau_fixed: float = key(
+        0.02, description="Channel-agreement tolerance of the initial rule.", exclusiveMinimum=0
+    )
+    error_tolerance: float = key(
+        0.03, description="Largest |R_obs - R_pred| that passes.", exclusiveMinimum=0
+    )
+    equivalence_band: tuple[float, float] = key(
+        (0.98, 1.02),
+        description="Ratios inside this band count as 'no change' for the direction rule.",
+    )
+    saturation_width: float = key(
+        0.04, description="Largest bootstrap CI width for 'saturated'.", exclusiveMinimum=0
+    )
+    bootstrap_resamples: int = key(
+        10000,
+        description="Bootstrap resamples for the saturation CI (registered with the criteria).",
+        minimum=100,
+    )
     # fixed by the paper, not settings: registered beside the criteria so a decision
     # can tell which rules judged it
     saturation_confidence: ClassVar[float] = 0.95
@@ -96,11 +113,11 @@ class DecisionCriteria:
             raise DecisionError(
                 f"{source}: {what}; decision criteria have exactly {', '.join(REGISTERED_KEYS)}"
             )
-        for key in ("saturation_confidence", "rule_version"):
-            if data[key] != getattr(cls, key):
+        for constant in ("saturation_confidence", "rule_version"):
+            if data[constant] != getattr(cls, constant):
                 raise DecisionError(
-                    f"{source}: {key} {data[key]!r} is not this version's "
-                    f"{getattr(cls, key)!r}; judge it with the rearrival that registered it"
+                    f"{source}: {constant} {data[constant]!r} is not this version's "
+                    f"{getattr(cls, constant)!r}; judge it with the rearrival that registered it"
                 )
         names = {registered: name for name, registered in REGISTERED_NAMES.items()}
         values = {

@@ -1,6 +1,6 @@
 """The ``search`` section and a study's own ``search`` block (docs/DESIGN.md §12, paper
-Section V-A): the one source of the search's defaults (config/schema.yaml documents the
-same values; tests/test_config_schema.py checks that they agree)."""
+Section V-A): the one source of the search's defaults and of what config/schema.yaml
+says of its keys (rearrival.config.keys)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
+from rearrival.config.keys import key, object_schema
 from rearrival.config.workload import Workload
 from rearrival.errors import RearrivalError
 from rearrival.limits import MAX_SESSIONS, SESSIONS_WHY, check_at_most
@@ -34,17 +35,39 @@ class _Searches(Protocol):
 class SearchSettings:
     """The ``search`` block of the study definition."""
 
-    batch_sizes: tuple[int, ...] = (8, 10, 12, 16)
-    max_buckets: int = 6
-    n: tuple[int, ...] = (6, 8, 10)
-    seeds: int = 3
-    blocks: int = 3
-    search_seed_block: int = 100
-    evaluation_seed_block: int = 200
-    restricted_n: tuple[tuple[int, ...], ...] = ((6, 8), (8, 10))
-    top: int = 20
-    shards: int = 4
-    memory_filter: bool = True
+    batch_sizes: tuple[int, ...] = key(
+        (8, 10, 12, 16), description="Candidate batch sizes.", items={"minimum": 1}
+    )
+    max_buckets: int = key(
+        6,
+        description="Most buckets in a candidate, counting 1 and batch_size (6 -> 2,077 "
+        "candidates).",
+        minimum=2,
+    )
+    n: tuple[int, ...] = key(
+        (6, 8, 10),
+        description="Concurrency levels of the search and evaluation inputs.",
+        items={"minimum": 1},
+    )
+    seeds: int = key(3, description="Seeds per N.", minimum=1)
+    blocks: int = key(3, description="Input blocks per seed.", minimum=1)
+    search_seed_block: int = key(100, description="Seed block of the search inputs.", minimum=0)
+    evaluation_seed_block: int = key(
+        200,
+        description="Seed block of the evaluation inputs (never used for selection).",
+        minimum=0,
+    )
+    restricted_n: tuple[tuple[int, ...], ...] = key(
+        ((6, 8), (8, 10)), description="Restricted searches reported beside the full one."
+    )
+    top: int = key(20, description="Rows in the top-k tables.", minimum=1)
+    shards: int = key(4, description="Snakemake jobs the candidate list is split into.", minimum=1)
+    memory_filter: bool = key(
+        True,
+        description="Exclude candidates whose KV slots plus the model's weights do not fit the "
+        "devices (profile memory block: memory per device, weights; KV bytes per slot); the "
+        "summary counts what each filter removed.",
+    )
     # agent sessions (a study's own search over its workload: generated or sampled from
     # a trace); None: the paper's two-round sessions. Not a key of the block: a study's
     # search takes the study's workload.
@@ -76,9 +99,9 @@ class SearchSettings:
     ) -> SearchSettings:
         """Typed settings from a (schema-valid) block; keys left out take the defaults."""
         raw = dict(mapping)
-        for key in ("batch_sizes", "n"):
-            if key in raw:
-                raw[key] = tuple(int(v) for v in raw[key])
+        for listed in ("batch_sizes", "n"):
+            if listed in raw:
+                raw[listed] = tuple(int(v) for v in raw[listed])
         if "restricted_n" in raw:
             raw["restricted_n"] = tuple(
                 tuple(sorted(int(v) for v in s)) for s in raw["restricted_n"]
@@ -120,6 +143,27 @@ class SearchSettings:
         return self.search_seed_block if inputs == "search" else self.evaluation_seed_block
 
 
+def study_search_schema(description: str) -> dict[str, Any]:
+    """The schema of a study's own ``search`` block: the top-level block's keys, its
+    candidate and N lists not empty and both seed blocks given (they must be new)."""
+    return object_schema(
+        SearchSettings,
+        description,
+        overrides={
+            "batch_sizes": {"minItems": 1},
+            "max_buckets": {
+                "description": "Most buckets in a candidate, counting 1 and batch_size."
+            },
+            "n": {"minItems": 1},
+            "memory_filter": {
+                "description": "Exclude candidates whose KV slots plus weights do not fit the "
+                "devices."
+            },
+        },
+        required=["search_seed_block", "evaluation_seed_block"],
+    )
+
+
 def _check_seed_blocks(cfg: _Searches) -> None:
     """Every search (the top-level one and each study's own) draws from seed blocks no
     study and no other search uses, so no input is ever shared."""
@@ -130,11 +174,11 @@ def _check_seed_blocks(cfg: _Searches) -> None:
         (f"studies.{s.name}.search", s.search) for s in cfg.studies.values() if s.search is not None
     ]
     for where, block in searches:
-        for key in ("search_seed_block", "evaluation_seed_block"):
-            value = getattr(block, key)
+        for seed_key in ("search_seed_block", "evaluation_seed_block"):
+            value = getattr(block, seed_key)
             if value in owners:
                 raise SearchError(
-                    f"{cfg.source}: {where}.{key} {value} is also {owners[value]}; give "
+                    f"{cfg.source}: {where}.{seed_key} {value} is also {owners[value]}; give "
                     "every study and every search its own seed blocks"
                 )
-            owners[value] = f"{where}.{key}"
+            owners[value] = f"{where}.{seed_key}"

@@ -1,22 +1,23 @@
 """The study definition (docs/DESIGN.md §10): config/config.yaml as typed, checked objects.
 
-The schema (config/schema.yaml) checks types; the section models under rearrival.config
-hold the defaults (tests/test_config_schema.py checks that the schema documents the same);
-this module checks what a schema cannot (bucket sets holding their batch_size, studies
-naming defined configurations) and expands each study into its plans and conditions, so
-the Snakefile and every stage agree on one list of files without repeating the rules.
+The section models under rearrival.config are the one source of every key: its default,
+type, range and description (rearrival.config.keys). The JSON schema is drawn from them
+(:func:`study_definition_schema`; ``rearrival study schema`` prints it and
+config/schema.yaml is that output) and checks a file when it is read, once
+(:func:`read_study_definition`, the one reader); this module then checks what a schema
+cannot (bucket sets holding their batch_size, studies naming defined configurations) and
+expands each study into its plans and conditions, so the Snakefile and every stage agree
+on one list of files without repeating the rules.
 """
 
 from __future__ import annotations
 
-import difflib
+import functools
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from rearrival.config.backends import EmulatedHttpSettings, RblnSettings, VllmStudySettings
@@ -30,9 +31,19 @@ from rearrival.config.capacity import CapacitySettings
 from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
 from rearrival.config.injection import InjectionSettings
-from rearrival.config.search import SearchError, SearchSettings
-from rearrival.config.workload import Workload, workload_from_mapping
+from rearrival.config.keys import key, object_of, object_schema
+from rearrival.config.schema import (
+    check_schema,
+    config_schema_path,
+    configuration_schema,
+    document_schema,
+    schema_validator,
+    schema_yaml,
+)
+from rearrival.config.search import SearchError, SearchSettings, study_search_schema
+from rearrival.config.workload import Workload, workload_from_mapping, workload_schema
 from rearrival.errors import StageError
+from rearrival.limits import MAX_SESSIONS
 from rearrival.model.configuration import (
     Configuration,
     ConfigurationError,
@@ -40,7 +51,7 @@ from rearrival.model.configuration import (
     configuration_in_record,
 )
 from rearrival.model.plans.tools import ToolTable, default_tool_table, load_summary_json
-from rearrival.vocabulary import BACKEND_STAGES, EMULATED
+from rearrival.vocabulary import BACKEND_STAGES, BACKENDS, EMULATED, VARIANTS
 
 SELECTED = "selected"  # the configuration chosen by the search stage
 
@@ -76,22 +87,73 @@ class Condition:
         return f"{self.configuration}-{self.variant}"
 
 
+STUDY_KINDS = ("comparison", "validation", "saturation", "repeats")
+
+
 @dataclass(frozen=True)
 class Study:
+    """One entry under ``studies`` (its ``name`` is the entry's key)."""
+
     name: str
-    kind: str
-    description: str
-    n: tuple[int, ...]
-    configurations: tuple[str, ...]
-    variants: tuple[str, ...]
-    seed_block: int
-    rule: str = "fixed"
-    amends: str | None = None
-    repeats: int = 1
-    workload: Workload | None = None
+    kind: str = key(
+        description="comparison (mechanism studies), validation (preregistered cost "
+        "validation), saturation (bootstrap classification), repeats (no-treatment repeats).",
+        enum=list(STUDY_KINDS),
+    )
+    description: str = key(description="One line shown in reports.", mandatory=False)
+    n: tuple[int, ...] = key(
+        description="Concurrent sessions N (one plan per N and replicate). At most 1024: a run "
+        "takes about its simulated makespan in wall time on rbln (times time_scale on "
+        "emulated-http), and the makespan grows about 0.95 s per session once N exceeds the "
+        "slots (baseline {1,2,4,8}/8, base simulator: N=256 -> 245 s, N=1024 -> 973 s per "
+        "run), so N=100000 would be about a day per run; the paper's largest N is 16. Raise "
+        "the bound here deliberately for a larger study.",
+        minItems=1,
+        items={"minimum": 1, "maximum": MAX_SESSIONS},
+    )
+    configurations: tuple[str, ...] = key(
+        description="Names from configurations, or 'selected' for the search's pick; the first "
+        "is the baseline of every configuration ratio.",
+        minItems=1,
+    )
+    variants: tuple[str, ...] = key(
+        description="Workload variants: wait (planned tool waits), control (no wait), equal "
+        "(every wait = plan mean); the first is the reference of workload comparisons.",
+        minItems=1,
+        items={"enum": list(VARIANTS)},
+    )
+    seed_block: int = key(
+        description="Seed block of this study's plans; distinct blocks give disjoint seeds "
+        "(validation plans use seeds never used before).",
+        minimum=0,
+    )
+    rule: str = key(
+        "fixed",
+        description="Channel-agreement rule for validation: fixed (tau = tau_fixed) or tau "
+        "(amended: max(tau_fixed, r_BASE/B_BASE)).",
+        enum=["fixed", "tau"],
+    )
+    amends: str | None = key(
+        None,
+        description="Study whose decision must exist before this study is preregistered (an "
+        "amendment applies only to later runs).",
+    )
+    repeats: int = key(
+        1,
+        description="For kind repeats: how many times each condition is run on the same plan.",
+        minimum=2,
+    )
+    workload: Workload | None = key(None, **workload_schema())
     # the study's own configuration search (its pick is its 'selected'): its ``search``
     # block over the top-level search's values, searching the study's workload
-    search: SearchSettings | None = None
+    search: SearchSettings | None = key(
+        None,
+        **study_search_schema(
+            "A configuration search over this study's own workload; its pick is the study's "
+            "'selected' configuration. Keys left out take the top-level search's values; the "
+            "two seed blocks are required and must be new."
+        ),
+    )
 
     @property
     def multi_round(self) -> bool:
@@ -119,29 +181,130 @@ DEFAULT_REPEATS = 2
 @dataclass(frozen=True)
 class StudyConfig:
     """The whole validated study definition: one typed section per schema section, each
-    section's defaults in its own model (tests/test_config_schema.py checks that
-    config/schema.yaml documents the same values)."""
+    section's keys (defaults, types, ranges) in its own model; the top-level keys are
+    fields here and in :class:`MeasurementSettings`, placed by ``DOCUMENT_KEYS``."""
 
     source: str
-    configurations: dict[str, Configuration]
-    studies: dict[str, Study]
-    backend: str = EMULATED
-    study_seed: int = 20260601
-    replicates: int = 3
-    tool_table: str = "default"
-    decision: DecisionCriteria = field(default_factory=DecisionCriteria)
-    injection: InjectionSettings = field(default_factory=InjectionSettings)
-    search: SearchSettings = field(default_factory=SearchSettings)
-    emulated_http: EmulatedHttpSettings = field(default_factory=EmulatedHttpSettings)
-    rbln: RblnSettings = field(default_factory=RblnSettings)
-    vllm: VllmStudySettings = field(default_factory=VllmStudySettings)
+    configurations: dict[str, Configuration] = key(
+        description="Named compile-time configurations: decode bucket set and batch_size (KV "
+        "slots default to batch_size). On backend vllm each is a vLLM configuration: buckets "
+        "(CUDA-graph capture sizes, [] on the CPU build), batch_size (max_num_seqs), "
+        "num_blocks, block_size, max_num_batched_tokens.",
+        type="object",
+        minProperties=1,
+        additionalProperties=configuration_schema(),
+    )
+    studies: dict[str, Study] = key(
+        description="The experiments (docs/DESIGN.md §10); each runs every configuration x "
+        "variant on the same plans per replicate.",
+        type="object",
+        minProperties=1,
+        additionalProperties=object_schema(Study),
+    )
+    backend: str = key(
+        EMULATED,
+        description="Measurement backend for every run: emulated (virtual-time twin, "
+        "default), emulated-http (the same engine behind a loopback HTTP server, driven by the "
+        "real client), rbln (real RBLN NPU with vllm-rbln), vllm (a real vLLM server per run, "
+        "its settings under vllm:; configurations are then vLLM configurations, "
+        "docs/DESIGN.md §15).",
+        mandatory=True,
+        enum=list(BACKENDS),
+    )
+    study_seed: int = key(
+        20260601,
+        description="Root seed; every plan and run seed is derived from it with a stable hash.",
+        mandatory=True,
+        minimum=0,
+    )
+    replicates: int = key(
+        3,
+        description="Replicates (input plans) per study and N; the paper uses 3.",
+        mandatory=True,
+        minimum=1,
+    )
+    tool_table: str = key(
+        "default",
+        description="Tool-latency table: 'default' (TraceLab v0.0.2 published aggregate) or a "
+        "path to a TraceLab summary.json (a relative path resolves against the directory the "
+        "workflow runs in, the repository root, not against this file's directory).",
+    )
+    decision: DecisionCriteria = key(
+        DecisionCriteria(),
+        description="Preregistered decision criteria (paper II-D, IV, V-C).",
+    )
+    injection: InjectionSettings = key(
+        InjectionSettings(),
+        description="Prefill-injection study (paper III-C): background streaming sessions and "
+        "injected prefills.",
+    )
+    search: SearchSettings = key(
+        SearchSettings(), description="Configuration search (paper V-A; docs/DESIGN.md §12)."
+    )
+    emulated_http: EmulatedHttpSettings = key(
+        EmulatedHttpSettings(), description="Settings of the emulated-http backend."
+    )
+    rbln: RblnSettings = key(
+        RblnSettings(),
+        description="Real-hardware settings (backend rbln). What is compiled is the model: "
+        "section's (name, max_seq_len as rbln_max_seq_len, num_devices as rbln_num_devices).",
+    )
+    vllm: VllmStudySettings = key(
+        VllmStudySettings(),
+        description="Settings of the vllm backend (docs/DESIGN.md §15): what every run's server "
+        "serves besides its configuration's knobs, and the knobs a study's own search tries "
+        "beside its batch_sizes (max_num_seqs).",
+    )
     # profile:, emulator_truth:, model: and calibration: (rearrival.config.calibration)
     measurement: MeasurementSettings = field(default_factory=MeasurementSettings)
     # witness: remote and signing: key (docs/DESIGN.md §8); both absent by default
-    witness: str | None = None
-    signing_key: Path | None = None
+    witness: str | None = key(
+        None,
+        description="A git remote the researcher does not rewrite (a hosting service, a "
+        "registry, a shared bare repository) that holds every registration and ledger commit "
+        "under refs/rearrival/. When set, the pipeline publishes each registration before its "
+        "runs, a run refuses to start until the witness holds its registration commit, and "
+        "the manifest records the witness and the ref. Absent by default: nothing is "
+        "published.",
+        **object_of(
+            {
+                "remote": {
+                    "description": "A remote name of this repository or a git URL (any "
+                    "transport git speaks).",
+                    "type": "string",
+                    "minLength": 1,
+                }
+            },
+            required=["remote"],
+        ),
+    )
+    signing_key: Path | None = key(
+        None,
+        description="SSH-sign registration and ledger commits (git's gpg.format ssh), so "
+        "`rearrival audit --allowed-signers FILE` can tell who made them. Absent by default: "
+        "commits are unsigned.",
+        **object_of(
+            {
+                "key": {
+                    "description": "git's user.signingkey: an SSH private key file, or a public "
+                    "key whose private half is in ssh-agent; a relative path resolves against "
+                    "the directory the workflow runs in (the repository root), like every path "
+                    "of this file.",
+                    "type": "string",
+                    "minLength": 1,
+                }
+            },
+            required=["key"],
+        ),
+    )
     # capacity: the `rearrival capacity` stage (docs/DESIGN.md §17); absent: not run
-    capacity: CapacitySettings | None = None
+    capacity: CapacitySettings | None = key(
+        None,
+        description="The capacity stage (docs/DESIGN.md §17; rules/capacity.smk): `rearrival "
+        "capacity` on a pool with these options, each key the option of the same name with "
+        "its value as the command line takes it; keys left out take the command's defaults. "
+        "Exploratory: absent, the stage is not run.",
+    )
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -150,6 +313,50 @@ class StudyConfig:
                 f"defined: {', '.join(self.studies)}"
             )
         return self.studies[name]
+
+
+# The keys of the study definition in the order the schema lists them: (key, the model
+# whose field it is, the field's name).
+DOCUMENT_KEYS: tuple[tuple[str, type, str], ...] = (
+    *((k, StudyConfig, k) for k in ("backend", "study_seed", "replicates", "tool_table")),
+    *((k, StudyConfig, k) for k in ("configurations", "studies", "decision", "injection")),
+    ("search", StudyConfig, "search"),
+    ("capacity", StudyConfig, "capacity"),
+    ("witness", StudyConfig, "witness"),
+    ("signing", StudyConfig, "signing_key"),
+    *((k, StudyConfig, k) for k in ("emulated_http", "rbln", "vllm")),
+    *((k, MeasurementSettings, k) for k in ("profile", "emulator_truth", "model", "calibration")),
+)
+
+
+def study_definition_schema() -> dict[str, Any]:
+    """The JSON schema of config/config.yaml, drawn from the section models
+    (rearrival.config.schema; ``rearrival study schema`` prints it and config/schema.yaml
+    is that output)."""
+    return document_schema(DOCUMENT_KEYS, (StudyConfig, MeasurementSettings))
+
+
+@functools.cache
+def _schema_validator() -> Any:
+    return schema_validator(study_definition_schema())
+
+
+def validate_against_schema(raw: Any, source: str, schema_path: Path | None = None) -> None:
+    """Schema check only: types, ranges and key names, one line naming the first bad key.
+
+    The schema is the one drawn from the section models (``schema_path``: a schema file
+    instead). Nothing is filled in: a key left out takes its section model's default when
+    the mapping is typed (:func:`study_config_from_mapping`)."""
+    if schema_path is None:
+        check_schema(_schema_validator(), raw, source, config_schema_path())
+    else:
+        schema = yaml.safe_load(schema_path.read_text())
+        check_schema(schema_validator(schema), raw, source, schema_path)
+
+
+def schema_text() -> str:
+    """What ``rearrival study schema`` prints and config/schema.yaml holds."""
+    return schema_yaml(study_definition_schema())
 
 
 def _study_search(
@@ -347,50 +554,6 @@ def _signing_key(raw: dict[str, Any]) -> Path | None:
     return None if key is None else Path(key).expanduser().absolute()
 
 
-def config_schema_path() -> Path:
-    """The schema shipped beside the study definition (config/schema.yaml)."""
-    return Path(__file__).resolve().parents[3] / "config" / "schema.yaml"
-
-
-def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
-    """Schema check only: types, ranges and key names, one line naming the first bad key.
-
-    Nothing is filled in: a key left out takes its section model's default when the
-    mapping is typed (:func:`study_config_from_mapping`), the one source of defaults
-    (config/schema.yaml states none). jsonschema's best match picks the error; an
-    unknown key is named with the nearest valid one."""
-    schema = yaml.safe_load(schema_path.read_text())
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
-    if error is not None:
-        raise StudyConfigError(f"{source}: {schema_problem(error)} (see {schema_path})")
-
-
-def key_path(parts: Iterable[str | int]) -> str:
-    """``studies.grid.n[0]`` for the parts of a key path (empty at the top level)."""
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
-    """One schema error as the key it is about and what is wrong with it."""
-    where = key_path(error.absolute_path)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = sorted(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - set(known))[0]
-        name = f"{where}.{unknown}" if where else unknown
-        close = difflib.get_close_matches(unknown, known, n=1)
-        fix = f"did you mean {close[0]}?" if close else f"use {' or '.join(known)}"
-        if not close and len(known) > 2:
-            fix = f"use one of {', '.join(known)}"
-        return f"{name} is not a key of {where or 'the study definition'}; {fix}"
-    if error.validator == "required" and not where:
-        return f"{error.message} of the study definition"
-    return f"{where or 'the study definition'}: {error.message}"
-
-
 def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
     """A parser error as one line with the position to fix: PyYAML's own message spans
     several lines (a quoted excerpt and a caret), where every other error is one line."""
@@ -408,9 +571,9 @@ def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
     )
 
 
-def load_study_config(path: str | Path, schema_path: Path | None = None) -> StudyConfig:
-    """Read, schema-validate and cross-check a config file."""
-    path = Path(path)
+def read_study_definition(path: Path, schema_path: Path | None = None) -> dict[str, Any]:
+    """The study definition file as a schema-valid mapping: the one reader, so every verb
+    refuses an unreadable file, bad YAML or a bad key with the same line."""
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -420,8 +583,14 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
         ) from exc
     except yaml.YAMLError as exc:
         raise StudyConfigError(yaml_problem(path, exc)) from exc
-    validate_against_schema(raw, str(path), schema_path or config_schema_path())
-    return study_config_from_mapping(raw, str(path))
+    validate_against_schema(raw, str(path), schema_path)
+    return raw
+
+
+def load_study_config(path: str | Path, schema_path: Path | None = None) -> StudyConfig:
+    """Read, schema-validate and cross-check a config file."""
+    path = Path(path)
+    return study_config_from_mapping(read_study_definition(path, schema_path), str(path))
 
 
 # --- what a study's stages read besides the config ----------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.config.errors import StudyConfigError
+from rearrival.config.keys import object_of, properties_of
 from rearrival.model.plans.plangen import MultiRoundSpec, PlanGenError
 from rearrival.model.plans.trace_plans import file_sha256
 from rearrival.model.plans.workload import TraceSource
@@ -43,7 +44,71 @@ class Workload:
         return {"kind": self.kind, **self.spec.as_dict()}
 
 
-TRACE_KEYS = ("path", "token_scale", "on_overflow")
+KINDS = ("multi_round", "trace")
+
+# What the schema says of the generator's keys (MultiRoundSpec's fields; the slot length is
+# the model's and the tool cap the paper's, neither is a key) and of a trace's.
+GENERATOR_KEYS = {
+    "rounds": {
+        "description": "Rounds per session [lo, hi] (uniform); one tool call between rounds.",
+        "items": {"minimum": 1},
+    },
+    "first_prompt_tokens": {
+        "description": "First prompt [lo, hi] tokens.",
+        "items": {"minimum": 1},
+    },
+    "new_tokens": {
+        "description": "Tokens each tool result appends to the transcript [lo, hi].",
+        "items": {"minimum": 0},
+    },
+    "gen_tokens": {"description": "Tokens each round generates [lo, hi].", "items": {"minimum": 1}},
+    "start_spread_s": {
+        "description": "Session starts uniform in [0, this] seconds (open arrivals).",
+        "minimum": 0,
+    },
+}
+TRACE_KEY_WORDS = {
+    "path": {"description": "kind trace: a TraceLab normalized round trace (.jsonl or .jsonl.gz)."},
+    "token_scale": {
+        "description": "kind trace: what-if factor on every token count (a labelled what-if, "
+        "e.g. to fit a long-context trace).",
+        "exclusiveMinimum": 0,
+    },
+    "on_overflow": {
+        "description": "kind trace: a round over the maximum sequence length ends its session "
+        "there (truncate, counted) or stops the plans stage (refuse).",
+        "enum": ["truncate", "refuse"],
+    },
+}
+TRACE_KEYS = tuple(TRACE_KEY_WORDS)
+
+
+def workload_schema() -> dict[str, Any]:
+    """The schema of a study's ``workload`` block; its description states the defaults a
+    left-out key takes, read from the generator and the trace reader."""
+    spec = MultiRoundSpec()
+    drawn = ", ".join(f"{k} {list(getattr(spec, k))}" for k in list(GENERATOR_KEYS)[:4])
+    description = (
+        "Input plans of the study. Left out: the paper's two-round sessions (one tool wait). "
+        "kind multi_round: seeded agent sessions with several tool calls and a growing "
+        "transcript (paper II-C's draws per round; keys left out take the generator's "
+        f"defaults: {drawn}, start_spread_s {spec.start_spread_s:g}). kind trace: each plan "
+        "samples N whole sessions (the study's n) from a TraceLab round trace at path, seeded "
+        f"per replicate (token_scale default {TraceSource.token_scale:g}, on_overflow default "
+        f"{TraceSource.on_overflow}). Part of the registered design (a trace by its sha256)."
+    )
+    kind = {
+        "description": "multi_round (seeded agent sessions) or trace (sessions sampled from a "
+        "real trace).",
+        "type": "string",
+        "enum": list(KINDS),
+    }
+    properties = (
+        {"kind": kind}
+        | properties_of(MultiRoundSpec, GENERATOR_KEYS)
+        | properties_of(TraceSource, TRACE_KEY_WORDS)
+    )
+    return object_of(properties, description, ["kind"])
 
 
 def workload_from_mapping(

@@ -18,17 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rearrival.errors import RearrivalError
-from rearrival.measure.client import (
-    ClientError,
-    ReplayOptions,
-    UnreachableError,
-    check_configuration,
-    replay_url,
-    server_configuration,
-)
+from rearrival.measure.client import ReplayOptions
+from rearrival.measure.client_http import ClientError, UnreachableError
 from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.emulate.server import server_argv
 from rearrival.measure.emulate.truth import load_truth
+from rearrival.measure.emulate_client import check_configuration, replay_url, server_configuration
 from rearrival.measure.rbln import compiled_artifact, run_rbln
 from rearrival.measure.records import finish_manifest, manifest_template, new_run_id, write_run
 from rearrival.measure.serve import free_port, run_with_server

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from rearrival.atomic import atomic_write_json
 from rearrival.errors import RearrivalError, StageError
 from rearrival.measure import patch
-from rearrival.measure.client import ReplayOptions, RunOutcome
+from rearrival.measure.client import ReplayOptions
+from rearrival.measure.client_records import RunOutcome
 from rearrival.measure.serve import free_port, run_with_server
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile

@@ -26,13 +26,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from rearrival.errors import RearrivalError
-from rearrival.measure.client import (
-    ClientRun,
-    ReplayOptions,
-    RunOutcome,
-    replay_sync,
-    write_client_run,
-)
+from rearrival.measure.client import ClientRun, ReplayOptions, replay_sync
+from rearrival.measure.client_records import RunOutcome, write_client_run
 from rearrival.measure.process_groups import adopt, group_alive, release
 
 if TYPE_CHECKING:

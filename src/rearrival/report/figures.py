@@ -193,8 +193,8 @@ def observed_session_rows(requests: Any) -> list[dict[str, Any]]:
     for session, group in requests.groupby("session"):
         spans = []
         by_round = {int(r[ROUND_COLUMN]): r for r in group.to_dict("records")}
-        for turn in sorted(by_round):
-            spans += round_spans(by_round[turn])
+        for index in sorted(by_round):
+            spans += round_spans(by_round[index])
         row: dict[str, Any] = {"session": int(session), "spans": spans, "rearrival_s": None}
         if 0 in by_round and 1 in by_round:
             spans.append(("tool wait", by_round[0]["complete_s"], by_round[1]["send_s"]))
@@ -209,10 +209,10 @@ def observed_session_rows(requests: Any) -> list[dict[str, Any]]:
 
 def predicted_session_rows(requests: Any) -> list[dict[str, Any]]:
     """The same per session from the predict stage's request records of one plan and
-    condition (simulator clock)."""
+    condition (simulator clock; its round index is in the run records' column too)."""
     rows: dict[int, dict[str, Any]] = {}
-    records = requests.sort_values(["session", "turn"]).to_dict("records")
-    completed = {(r["session"], r["turn"]): r["complete_s"] for r in records}
+    records = requests.sort_values(["session", ROUND_COLUMN]).to_dict("records")
+    completed = {(r["session"], r[ROUND_COLUMN]): r["complete_s"] for r in records}
     for r in records:
         session = int(r["session"])
         row = rows.setdefault(session, {"session": session, "spans": [], "rearrival_s": None})
@@ -221,7 +221,7 @@ def predicted_session_rows(requests: Any) -> list[dict[str, Any]]:
             ("prefill", r["admit_s"], r["first_token_s"]),
             ("decode", r["first_token_s"], r["complete_s"]),
         ]
-        if r["turn"] == 1:
+        if r[ROUND_COLUMN] == 1:
             row["spans"].append(("tool wait", completed[(r["session"], 0)], r["arrival_s"]))
             row.update(rearrival_s=r["arrival_s"], hit=bool(r["cached_tokens"] > 0))
     return [rows[k] for k in sorted(rows)]

@@ -234,12 +234,12 @@ def per_round_loss(plans: Sequence[Plan], cand: RblnConfiguration, profile: Prof
         result = simulate(plan, cand.sim_config(), profile)
         prompts = {s.session: s.prompts() for s in plan.sessions}
         for record in result.requests:
-            if record.turn == 0:
+            if record.round == 0:
                 continue
-            before = prompts[record.session][record.turn - 1]
+            before = prompts[record.session][record.round - 1]
             floor = record.prompt_tokens - profile.reusable_tokens(before, record.prompt_tokens)
             row = rows.setdefault(
-                record.turn, {"re_arrivals": 0, "misses": 0, "extra_prefill_tokens": 0}
+                record.round, {"re_arrivals": 0, "misses": 0, "extra_prefill_tokens": 0}
             )
             row["re_arrivals"] += 1
             row["misses"] += record.cached_tokens == 0 and floor < record.prompt_tokens

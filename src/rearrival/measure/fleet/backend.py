@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rearrival.config.served_model import load_served_model
-from rearrival.measure.client import (
-    ClientRun,
-    ReplayOptions,
-    RunOutcome,
-    replay_sync,
-    write_client_run,
-)
+from rearrival.measure.client import ClientRun, ReplayOptions, replay_sync
+from rearrival.measure.client_records import RunOutcome, write_client_run
 from rearrival.measure.fleet.placement import (
     FleetStepLog,
     placement,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from rearrival.measure.client import CACHED_COUNTER
+from rearrival.measure.counters import CACHED_COUNTER
 from rearrival.measure.records.contract import RequestRecord
 from rearrival.measure.steplog import StepLogError
 from rearrival.measure.vllm.iterations import IterationStepLog

@@ -19,6 +19,7 @@ from rearrival.measure.records.contract import (
     MANIFEST_KEYS,
     MIXED,
     PREFILL,
+    ROUND_COLUMN,
     STATUSES,
     VLLM_CONFIGURATION_KEYS,
     RunRecordError,
@@ -105,7 +106,7 @@ def contract_table(
 def check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
     """Refuse request rows no channel could use: bad rounds, negative counts, bad times."""
     rows = table.to_pydict()
-    _check_rounds(rows["session"], rows["turn"], where)
+    _check_rounds(rows["session"], rows[ROUND_COLUMN], where)
     for name in ("prompt_tokens", "generated_tokens", "cached_tokens", "computed_tokens"):
         for i, value in enumerate(rows[name]):
             if value is not None and value < 0:
@@ -121,23 +122,24 @@ def check_requests(table: pa.Table, where: str, complete: bool = True) -> None:
             )
 
 
-def _check_rounds(sessions: list[int], turns: list[int], where: str) -> None:
-    """Each session's rows carry its round indices 0 .. K-1 (column 'turn'), each once.
+def _check_rounds(sessions: list[int], rounds: list[int], where: str) -> None:
+    """Each session's rows carry its round indices 0 .. K-1 (column ROUND_COLUMN), each
+    once.
 
-    A turn that is negative, repeated, or not below the session's row count is the
-    first row that breaks this; with none such, the turns are exactly 0 .. K-1.
+    A round index that is negative, repeated, or not below the session's row count is the
+    first row that breaks this; with none such, the indices are exactly 0 .. K-1.
     """
     counts: dict[int, int] = {}
     for session in sessions:
         counts[session] = counts.get(session, 0) + 1
     seen: set[tuple[int, int]] = set()
-    for i, (session, turn) in enumerate(zip(sessions, turns, strict=True)):
-        if not 0 <= turn < counts[session] or (session, turn) in seen:
+    for i, (session, index) in enumerate(zip(sessions, rounds, strict=True)):
+        if not 0 <= index < counts[session] or (session, index) in seen:
             raise RunRecordError(
-                f"{where}: row {i} column 'turn' is {turn}; session {session}'s rows "
-                "must carry its round indices 0, 1, ... once each (0 is the first request)"
+                f"{where}: row {i} column '{ROUND_COLUMN}' is {index}; session {session}'s "
+                "rows must carry its round indices 0, 1, ... once each (0 is the first request)"
             )
-        seen.add((session, turn))
+        seen.add((session, index))
 
 
 def check_steps(table: pa.Table, where: str) -> None:

@@ -17,13 +17,8 @@ from typing import Any
 
 from rearrival.config.served_model import ServedModel, load_served_model
 from rearrival.errors import DiskError, RearrivalError, disk_problem
-from rearrival.measure.client import (
-    ClientRun,
-    ReplayOptions,
-    RunOutcome,
-    replay_sync,
-    write_client_run,
-)
+from rearrival.measure.client import ClientRun, ReplayOptions, replay_sync
+from rearrival.measure.client_records import RunOutcome, write_client_run
 from rearrival.measure.process_groups import Interrupted
 from rearrival.measure.records import SERVER_LOG_FILE
 from rearrival.measure.serve import ServerError, ServerProcess, free_port
