@@ -56,6 +56,7 @@ explicit pool sizes (``--num-blocks``) and checks no memory.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 from dataclasses import dataclass, replace
@@ -373,4 +374,18 @@ def choose_vllm_profile(path: str | Path | None) -> VllmProfile:
         return shipped_vllm_profile()
     if str(path) == GPU_TEMPLATE and not Path(path).exists():
         return gpu_template_profile()
+    if not Path(path).exists():
+        _refuse_misspelled_name(str(path))
     return load_vllm_profile(path)
+
+
+def _refuse_misspelled_name(given: str) -> None:
+    """A missing file close to a profile name is a misspelled name, told as the RBLN
+    verbs tell ``--profile publshed`` (issue 36 item 7): "did you mean", not "cannot read
+    it" and a layout to copy."""
+    close = difflib.get_close_matches(given, (GPU_TEMPLATE,), n=1, cutoff=0.6)
+    if close:
+        raise VllmProfileError(
+            f"profile {given!r} is neither a profile name nor a file; did you mean "
+            f"{close[0]}? (names: {GPU_TEMPLATE}; or a path to a vLLM profile YAML)"
+        )
