@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from rearrival import yamltext
 from rearrival.config.backends import EmulatedHttpSettings, RblnSettings, VllmStudySettings
 from rearrival.config.calibration import (
     CALIBRATED,
@@ -359,7 +360,7 @@ def validate_against_schema(raw: Any, source: str, schema_path: Path) -> None:
     mapping is typed (:func:`study_config_from_mapping`), the one source of defaults
     (config/schema.yaml states none). jsonschema's best match picks the error; an
     unknown key is named with the nearest valid one."""
-    schema = yaml.safe_load(schema_path.read_text())
+    schema = yamltext.safe_load(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
     if error is not None:
@@ -412,7 +413,7 @@ def load_study_config(path: str | Path, schema_path: Path | None = None) -> Stud
     """Read, schema-validate and cross-check a config file."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yamltext.safe_load(path.read_text())
     except OSError as exc:
         raise StudyConfigError(
             f"{path}: cannot read the study definition ({exc.strerror}: looked for "

@@ -64,8 +64,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rearrival import yamltext
 from rearrival.errors import RearrivalError
 from rearrival.model.cost.memory import DeviceMemory
 from rearrival.model.cost.profile import GIB
@@ -355,7 +354,7 @@ def shipped_vllm_profile() -> VllmProfile:
             "your engine on your device; layout in docs/DESIGN.md §15)"
         )
     data = resources.files("rearrival.data").joinpath(DEFAULT_VLLM_PROFILE).read_bytes()
-    tree = yaml.safe_load(data)
+    tree = yamltext.safe_load(data)
     profile = vllm_profile_from_mapping(tree, DEFAULT_VLLM_PROFILE)
     return _named(profile, DEFAULT_VLLM_PROFILE, data)
 
@@ -363,7 +362,7 @@ def shipped_vllm_profile() -> VllmProfile:
 def gpu_template_profile() -> VllmProfile:
     """The shipped GPU profile template (``GPU_TEMPLATE``)."""
     data = resources.files("rearrival.data").joinpath(GPU_TEMPLATE_FILE).read_bytes()
-    profile = vllm_profile_from_mapping(yaml.safe_load(data), GPU_TEMPLATE_FILE)
+    profile = vllm_profile_from_mapping(yamltext.safe_load(data), GPU_TEMPLATE_FILE)
     return _named(profile, GPU_TEMPLATE_FILE, data)
 
 
