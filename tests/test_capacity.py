@@ -218,6 +218,22 @@ def test_rbln_deployment_counts_instances_of_the_papers_server():
     assert kwargs["rbln_num_devices"] == 4
 
 
+def test_an_rbln_fleet_says_what_to_serve_and_the_router_line():
+    """An RBLN fleet of R instances is R vllm-rbln servers behind vllm-router (issue 36
+    item 3): one serve line per instance and the router's, in the one spelling of
+    rearrival.search.deploy that the vLLM fleet uses too."""
+    from rearrival.search.deploy import shell_line, vllm_router_args
+
+    deploy = rbln_deployment(RblnConfiguration((1, 4, 8), 8), 2, "session_affinity")
+    assert len(deploy["vllm_serve"]) == 2
+    assert deploy["vllm_serve"][1].startswith("vllm serve ARTIFACT --port 8001 --max-num-seqs 8")
+    urls = ["http://127.0.0.1:8000", "http://127.0.0.1:8001"]
+    assert deploy["router"] == shell_line(vllm_router_args(urls, "consistent_hash"))
+    vllm = vllm_deployment(VllmConfiguration((), 8, num_blocks=600), 2, "session_affinity")
+    assert vllm["router"] == deploy["router"]
+    assert rbln_deployment(RblnConfiguration((1, 4, 8), 8), 1, "round_robin")["router"] is None
+
+
 def test_a_target_rate_gives_the_pick_its_spread_and_deploy_lines(pool_file, tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(

@@ -34,6 +34,11 @@ def test_a_misspelled_profile_name_gets_did_you_mean() -> None:
     assert "did you mean published?" in line and "calibrate --out" not in line
 
 
+def test_a_misspelled_vllm_profile_name_gets_did_you_mean() -> None:
+    line = one_error_line(rearrival("advise", "--substrate", "vllm", "--profile", "gpu-templte"))
+    assert "did you mean gpu-template?" in line and "cannot read it" not in line
+
+
 def test_a_misspelled_profile_key_gets_did_you_mean(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(

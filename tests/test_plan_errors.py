@@ -18,14 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from rearrival.model.plans.plan import (
-    ROUND_SCHEMA,
-    SCHEMA,
+    COLUMNS,
+    ROUND_COLUMNS,
     MultiRoundSession,
     Plan,
     PlanError,
     PlanMeta,
     Round,
     Session,
+    arrow_schema,
     check_context,
     load_plan,
     write_plan,
@@ -95,7 +96,7 @@ def _round_rows(*rows: tuple[int, int, float]) -> list[dict[str, Any]]:
 
 
 def _refused_parquet(tmp_path: Path, rows: list[dict[str, Any]], *parts: str) -> str:
-    path = _parquet(tmp_path, rows, ROUND_SCHEMA)
+    path = _parquet(tmp_path, rows, arrow_schema(ROUND_COLUMNS))
     with pytest.raises(PlanError) as error:
         load_plan(path)
     return _one_line(error, str(path), *parts)
@@ -268,7 +269,7 @@ def test_parquet_plan_without_rows_is_refused(tmp_path):
 
 
 def test_parquet_multi_round_plan_missing_a_column_is_refused(tmp_path):
-    schema = pa.schema([f for f in ROUND_SCHEMA if f.name != "gen_tokens"])
+    schema = pa.schema([f for f in arrow_schema(ROUND_COLUMNS) if f.name != "gen_tokens"])
     path = _parquet(tmp_path, _round_rows((0, 0, 0.0)), schema)
     with pytest.raises(PlanError) as error:
         load_plan(path)
@@ -318,7 +319,7 @@ def test_an_edited_parquet_plan_fails_its_stored_hash(tmp_path, shape):
 
 
 def test_a_two_round_parquet_with_a_bad_field_names_the_file(tmp_path):
-    path = _parquet(tmp_path, [_row(gen_tokens=0)], SCHEMA)
+    path = _parquet(tmp_path, [_row(gen_tokens=0)], arrow_schema(COLUMNS))
     with pytest.raises(PlanError) as error:
         load_plan(path)
     _one_line(error, str(path), "session row 0", "'gen_tokens' must be a positive integer")

@@ -15,7 +15,7 @@ import pytest
 
 from rearrival.model.plans.plan import (
     PREFIXES_KEY,
-    ROUND_SCHEMA,
+    ROUND_COLUMNS,
     After,
     MultiRoundSession,
     Plan,
@@ -23,6 +23,7 @@ from rearrival.model.plans.plan import (
     PlanMeta,
     Prefix,
     Round,
+    arrow_schema,
     load_plan,
     write_plan,
 )
@@ -86,9 +87,9 @@ def test_columns_appear_only_for_what_the_plan_uses(tmp_path: Path) -> None:
 def test_a_plan_without_them_keeps_rows_bytes_and_hash(tmp_path: Path) -> None:
     plan = generate_multi_round_plan(4, study_seed=3, replicate=0, block=0)
     rows = plan.rows()
-    assert set(rows[0]) == {name for name in ROUND_SCHEMA.names}
+    assert set(rows[0]) == {name for name in arrow_schema(ROUND_COLUMNS).names}
     table = pq.read_table(write_plan(plan, tmp_path / "plan.parquet"))
-    assert table.schema.remove_metadata() == ROUND_SCHEMA and PREFIXES_KEY not in (
+    assert table.schema.remove_metadata() == arrow_schema(ROUND_COLUMNS) and PREFIXES_KEY not in (
         table.schema.metadata
     )
     # the hash is the one rows alone give, as before prefixes existed

@@ -27,6 +27,7 @@ from rearrival.report.scorecard import (
     scorecard_csv,
     scorecard_markdown,
     summary_lines,
+    twin_note,
     with_other_profile,
     without_other_profile,
 )
@@ -407,11 +408,35 @@ def test_the_emulated_tally_to_expect_comes_from_the_registry() -> None:
     assert ", ".join(missing) in text
     # a run where only the device findings are not comparable has nothing missing
     judged = tuple(r if r.id in device else replace(r, verdict=HOLDS) for r in nothing.rows)
-    assert backend_expectation(Scorecard(judged, ("emulated-http",)), NUMBERS).endswith(
-        "this run has none beyond those."
+    assert "this run has none beyond those." in backend_expectation(
+        Scorecard(judged, ("emulated-http",)), NUMBERS
     )
     assert "Expected on emulated-http" in backend_expectation(
         Scorecard(judged, ("emulated-http",)), NUMBERS
     )
     assert backend_expectation(Scorecard(judged, ("rbln",)), NUMBERS) == ""
     assert " ".join(text.split()) in " ".join(scorecard_markdown(nothing).split())
+
+
+def test_each_does_not_hold_on_the_twin_is_marked_expected_or_unexpected() -> None:
+    """The scorecard said 8 do not hold on the emulated twin without saying which are
+    expected there (issue 36 item 9): each such row says expected (the twin's property
+    that explains it, ``Finding.twin``) or unexpected, and the tally counts both."""
+    registry = {f.id: f for f in findings(NUMBERS)}
+    explained = [i for i, f in registry.items() if f.twin]
+    assert "grid_steps_feedback" in explained and len(explained) < len(registry)
+    rows = tuple(
+        replace(r, verdict=FAILS) if r.id in ("grid_steps_feedback", "error_sign") else r
+        for r in score(evidence(), NUMBERS)
+    )
+    rows = tuple(replace(r, on_twin=twin_note(registry[r.id], r.verdict, evidence())) for r in rows)
+    card = Scorecard(rows, ("emulated",))
+    by_id = {r.id: r for r in card.rows}
+    assert by_id["grid_steps_feedback"].on_twin.startswith("expected: the twin's HTTP")
+    assert by_id["error_sign"].on_twin.startswith("unexpected: ")
+    assert all(not r.on_twin for r in card.rows if r.verdict != FAILS)
+    text = backend_expectation(card, NUMBERS)
+    assert "Of the 2 that do not hold, 1 is expected on the twin (grid_steps_feedback" in text
+    assert "1 is unexpected (error_sign)" in text
+    assert "on the emulated twin: expected: the twin's HTTP" in scorecard_markdown(card)
+    assert twin_note(registry["grid_steps_feedback"], FAILS, evidence(backends=("rbln",))) == ""

@@ -11,8 +11,6 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, TypeVar
 
-from tqdm import tqdm
-
 T = TypeVar("T")
 
 
@@ -22,12 +20,16 @@ def progress(
     """``items`` with a bar ``what``, counting ``unit``s, on ``stream`` (stderr) when it
     is a terminal; the bar is removed when done, so the result line stands alone."""
     stream = stream if stream is not None else sys.stderr
+    if not stream.isatty():  # no bar, and no tqdm import (0.1 s) for a job's log
+        yield from items
+        return
+    from tqdm import tqdm
+
     yield from tqdm(
         items,
         total=total,
         desc=what,
         unit=unit,
         file=stream,
-        disable=not stream.isatty(),
         leave=False,
     )

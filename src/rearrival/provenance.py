@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from rearrival import yamltext
 from rearrival.errors import RearrivalError
 
 
@@ -46,7 +47,7 @@ def field_value(
 def read_mapping(path: Path, *, error: type[RearrivalError], reference: str) -> dict[str, Any]:
     """A user's YAML data file as a mapping, or one clear error naming the file."""
     try:
-        tree = yaml.safe_load(path.read_text())
+        tree = yamltext.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise error(f"{path}: cannot read it ({exc}); start from a copy of {reference}") from exc
     if not isinstance(tree, dict):
@@ -56,4 +57,4 @@ def read_mapping(path: Path, *, error: type[RearrivalError], reference: str) -> 
 
 def shipped_mapping(name: str) -> dict[str, Any]:
     """A data file shipped in rearrival/data, parsed."""
-    return yaml.safe_load(resources.files("rearrival.data").joinpath(name).read_text())
+    return yamltext.safe_load(resources.files("rearrival.data").joinpath(name).read_text())

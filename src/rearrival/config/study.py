@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from rearrival import yamltext
 from rearrival.config.backends import EmulatedHttpSettings, RblnSettings, VllmStudySettings
 from rearrival.config.calibration import (
     CALIBRATED,
@@ -350,7 +351,7 @@ def validate_against_schema(raw: Any, source: str, schema_path: Path | None = No
     if schema_path is None:
         check_schema(_schema_validator(), raw, source, config_schema_path())
     else:
-        schema = yaml.safe_load(schema_path.read_text())
+        schema = yamltext.safe_load(schema_path.read_text())
         check_schema(schema_validator(schema), raw, source, schema_path)
 
 
@@ -575,7 +576,7 @@ def read_study_definition(path: Path, schema_path: Path | None = None) -> dict[s
     """The study definition file as a schema-valid mapping: the one reader, so every verb
     refuses an unreadable file, bad YAML or a bad key with the same line."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yamltext.safe_load(path.read_text())
     except OSError as exc:
         raise StudyConfigError(
             f"{path}: cannot read the study definition ({exc.strerror}: looked for "

@@ -51,6 +51,8 @@ class ScoreRow:
     other_ours: str = ""
     other_verdict: str = ""
     profiles: str = ""
+    # on the emulated twin, a "does not hold": expected (and why) or unexpected
+    on_twin: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class ScoreRow:
             "other_ours": self.other_ours,
             "other_verdict": self.other_verdict,
             "profiles": self.profiles,
+            "on_twin": self.on_twin,
         }
 
 
@@ -95,9 +98,26 @@ def score(ev: Evidence, numbers: dict[str, PaperNumber] | None = None) -> list[S
                 why,
                 finding.test,
                 finding.hardware,
+                on_twin=twin_note(finding, outcome.verdict, ev),
             )
         )
     return out
+
+
+EXPECTED_ON_TWIN, UNEXPECTED_ON_TWIN = "expected", "unexpected"
+
+
+def twin_note(finding: Finding, verdict: str, ev: Evidence) -> str:
+    """For a "does not hold" on the emulated twin: expected, with the twin's property
+    that explains it (``Finding.twin``), or unexpected; empty otherwise."""
+    if verdict != FAILS or ev.hardware:
+        return ""
+    if finding.twin:
+        return f"{EXPECTED_ON_TWIN}: {finding.twin}"
+    return (
+        f"{UNEXPECTED_ON_TWIN}: no known property of the twin (data/emulator_truth.yaml) "
+        "explains it"
+    )
 
 
 def profile_line(row: ScoreRow, other: ScoreRow, names: tuple[str, str], search: bool) -> str:
@@ -230,6 +250,7 @@ COLUMNS = (
     "ours",
     "verdict",
     "why",
+    "on_twin",
     "test",
     "hardware",
     "other_ours",
@@ -244,6 +265,7 @@ HEADERS = {
     "ours": "this run",
     "verdict": "verdict",
     "why": "why",
+    "on_twin": "on the emulated twin",
     "test": "test",
     "hardware": "needs RBLN hardware",
     "other_ours": "this run, other profile",
@@ -291,7 +313,8 @@ def scorecard_markdown(card: Scorecard) -> str:
         lines += ["", *wrap_markdown(expected)]
     for sentence in profile_sentences(card):
         lines += ["", *wrap_markdown(sentence)]
-    optional = ("other_ours", "other_verdict", "profiles")  # only with a second profile
+    # only with a second profile, and for a "does not hold" on the twin
+    optional = ("other_ours", "other_verdict", "profiles", "on_twin")
     for row in card.rows:
         data = row.as_dict()
         lines += ["", f"### {row.id}: {row.verdict}", ""]
@@ -324,7 +347,26 @@ def backend_expectation(card: Scorecard, numbers: dict[str, PaperNumber] | None 
         f"Expected on {used}: {len(hardware)} of the {len(registry)} findings rest on the "
         f"RBLN device and are not judged there ({', '.join(hardware)}), so a complete "
         f"emulated run shows {len(hardware)} not comparable and judges the other {judged} "
-        f"(holds plus does not hold = {judged}); {this_run}."
+        f"(holds plus does not hold = {judged}); {this_run}. {twin_tally(card)}"
+    )
+
+
+def twin_tally(card: Scorecard) -> str:
+    """How many of the card's "does not hold" the twin's known truths explain, by id."""
+    fails = [r for r in card.rows if r.verdict == FAILS]
+    expected = [r.id for r in fails if r.on_twin.startswith(EXPECTED_ON_TWIN)]
+    unexpected = [r.id for r in fails if r.id not in expected]
+    if not fails:
+        return "No finding does not hold."
+
+    def are(count: int) -> str:
+        return f"{count} is" if count == 1 else f"{count} are"
+
+    return (
+        f"Of the {len(fails)} that do not hold, {are(len(expected))} expected on the twin "
+        f"({', '.join(expected) or 'none'}: a known property of the twin explains each, "
+        f"given in its row) and {are(len(unexpected))} unexpected "
+        f"({', '.join(unexpected) or 'none'})."
     )
 
 
@@ -375,6 +417,11 @@ def summary_lines(card: Scorecard) -> list[str]:
                 ),
                 *wrap_markdown(f"{indent}({r.why})", indent=indent),
                 *(wrap_markdown(f"{indent}[{r.profiles}]", indent=indent) if r.profiles else []),
+                *(
+                    wrap_markdown(f"{indent}[on the twin: {r.on_twin}]", indent=indent)
+                    if r.on_twin
+                    else []
+                ),
             ]
         )
         for r in card.rows

@@ -27,14 +27,15 @@ printed by the verbs as a warning line on stderr.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.rbln.sim import simulate
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the same number
 # The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the
@@ -55,18 +56,30 @@ def tie_caveats(
 ) -> list[dict[str, str]]:
     """``tie`` and ``no_saving`` for a ranked scores table (best first); ``tiebreak``
     says how the ranking orders equal scores."""
-    best = table.iloc[0]
-    noise = score_noise(float(best["score"]), float(best["evaluation_score"]), held_out)
-    tied = int((table["score"] - best["score"]).abs().le(noise).sum())
+    scores = [float(score) for score in table["score"].tolist()]
+    return score_caveats(scores, float(table.iloc[0]["evaluation_score"]), held_out, tiebreak)
+
+
+def score_caveats(
+    scores: Sequence[float],
+    evaluation_score: float,
+    held_out: bool = True,
+    tiebreak: str = RBLN_TIEBREAK,
+) -> list[dict[str, str]]:
+    """``tie_caveats`` on the ranked search scores (best first) and the pick's evaluation
+    score, as plain numbers: an advice ranks without a table (and without pandas)."""
+    best = scores[0]
+    noise = score_noise(best, evaluation_score, held_out)
+    tied = sum(abs(score - best) <= noise for score in scores)
     within = f"within {noise:.4f}" if noise > EXACT else "exactly"
     source = "the gap between its search and evaluation scores" if noise > EXACT else "equal sums"
     found = []
-    if len(table) > 1 and bool((table["score"] - best["score"]).abs().le(EXACT).all()):
+    if len(scores) > 1 and all(abs(score - best) <= EXACT for score in scores):
         return [
             {
                 "code": "no_difference",
-                "message": f"all {len(table):,} candidates predict exactly the same cost "
-                f"(score {best['score']:.4f}): on these inputs the configuration does not "
+                "message": f"all {len(scores):,} candidates predict exactly the same cost "
+                f"(score {best:.4f}): on these inputs the configuration does not "
                 f"matter, and the pick is only the tie-break's ({tiebreak})",
             }
         ]
@@ -74,25 +87,25 @@ def tie_caveats(
         found.append(
             {
                 "code": "tie",
-                "message": f"{tied:,} of {len(table):,} candidates score {within} the pick's "
-                f"{best['score']:.4f} ({source}): the pick among them is the tie-break's "
+                "message": f"{tied:,} of {len(scores):,} candidates score {within} the pick's "
+                f"{best:.4f} ({source}): the pick among them is the tie-break's "
                 f"({tiebreak}), not a predicted difference",
             }
         )
-    if float(best["score"]) - 1 > noise:  # every candidate worse (the baseline not among them)
+    if best - 1 > noise:  # every candidate worse (the baseline not among them)
         found.append(
             {
                 "code": "no_saving",
-                "message": f"the pick's score {best['score']:.4f} is worse than the "
+                "message": f"the pick's score {best:.4f} is worse than the "
                 "baseline's 1: every candidate is predicted to cost more than the baseline "
                 "on these inputs, so keep the baseline",
             }
         )
-    elif 1 - float(best["score"]) <= noise:
+    elif 1 - best <= noise:
         found.append(
             {
                 "code": "no_saving",
-                "message": f"the pick's score {best['score']:.4f} is {within} the baseline's "
+                "message": f"the pick's score {best:.4f} is {within} the baseline's "
                 "1: no candidate is predicted to beat the baseline on these inputs",
             }
         )
@@ -104,9 +117,8 @@ def ranking_caveats(
 ) -> list[dict[str, str]]:
     """``tie_caveats`` for scores from one set of inputs (no evaluation inputs measure
     the noise, so only exact ties count)."""
-    scores = list(scores_best_first)
-    frame = pd.DataFrame({"score": scores, "evaluation_score": scores})
-    return tie_caveats(frame, False, tiebreak)
+    scores = [float(score) for score in scores_best_first]
+    return score_caveats(scores, scores[0], False, tiebreak)
 
 
 def sessions_overlap(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> bool:

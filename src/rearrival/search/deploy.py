@@ -18,6 +18,9 @@ a configuration (a capacity plan, say) should call these rather than spell flags
   ``max_seq_len`` block per sequence (``rearrival.measure.rbln.vllm_serve_argv``). The eager
   path allocates ``batch_size`` KV slots, so a configuration whose slots differ cannot be
   deployed as such, and its note says so.
+- A fleet (``rearrival capacity``): one server per replica, each on its own port from
+  ``FIRST_PORT``, behind vllm-router 0.1.17 (``vllm_router/router_args.py`` of its wheel:
+  ``--worker-urls`` and ``--policy``) on ``ROUTER_PORT``, for either substrate.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any
 from rearrival.model.configuration import RblnConfiguration, VllmConfiguration
 
 MODEL_PLACEHOLDER = "MODEL"  # where the advice does not know the served model's path
+FIRST_PORT = 8000  # replica i of a fleet listens on FIRST_PORT + i
+ROUTER_PORT = 30000
 
 
 def vllm_knobs(configuration: VllmConfiguration) -> dict[str, Any]:
@@ -129,6 +134,33 @@ def rbln_serve_args(configuration: RblnConfiguration, *, max_seq_len: int) -> li
         "--max-model-len",
         str(max_seq_len),
         "--enable-prefix-caching",
+    ]
+
+
+def replica_serve_lines(serve: Sequence[str], replicas: int) -> list[str]:
+    """One ``vllm serve X ...`` line per replica of a fleet, replica i on port
+    ``FIRST_PORT + i`` (the port right after the served path, the other flags as given)."""
+    head, flags = list(serve[:3]), list(serve[3:])
+    return [shell_line([*head, "--port", str(FIRST_PORT + i), *flags]) for i in range(replicas)]
+
+
+def replica_urls(replicas: int, host: str = "127.0.0.1") -> list[str]:
+    """The worker URLs of ``replica_serve_lines``' servers, in replica order."""
+    return [f"http://{host}:{FIRST_PORT + i}" for i in range(replicas)]
+
+
+def vllm_router_args(worker_urls: Sequence[str], policy: str) -> list[str]:
+    """``vllm-router`` over the fleet's servers with one of its policies."""
+    return [
+        "vllm-router",
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        policy,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ROUTER_PORT),
     ]
 
 

@@ -4,12 +4,12 @@ batch core over distinct runs, in this process or a pool, as one long results fr
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from rearrival.config.search import SearchError
 from rearrival.model.configuration import RblnConfiguration
@@ -19,6 +19,9 @@ from rearrival.model.simulator.rbln.sim import compiled_core, core_inputs, simul
 from rearrival.progress import progress
 from rearrival.search.inputs import PlanKey
 from rearrival.search.space import plan_footprint
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RESULT_COLUMNS = (
     "candidate",
@@ -182,7 +185,19 @@ def evaluate(
     profile: Profile | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """Outcome of every candidate on every plan as a long frame, and the number of
-    simulations actually run (the rest were exact re-uses, see ``CandidateArrays``).
+    simulations actually run (the rest were exact re-uses, see ``CandidateArrays``)."""
+    outcomes, simulations = score_plans(cands, plans, workers, profile)
+    return results_frame(cands, plans, outcomes), simulations
+
+
+def score_plans(
+    cands: Sequence[RblnConfiguration],
+    plans: Sequence[tuple[PlanKey, Plan]],
+    workers: int = 1,
+    profile: Profile | None = None,
+) -> tuple[dict[int, PlanScores], int]:
+    """Every candidate on every plan, by the plan's index in ``plans``, and the number of
+    simulations run; no frame, so an advice that only ranks needs no pandas.
 
     One task per plan; larger N first so the slowest tasks do not finish last. ``workers``
     is a maximum: a search of fewer than ``POOL_MIN_SIMULATIONS`` runs in this process.
@@ -209,7 +224,26 @@ def evaluate(
             done = pool.imap_unordered(_score_plan, tasks)
             for index, scores in progress(done, len(tasks), what, "plan"):
                 outcomes[index] = scores
-    return results_frame(cands, plans, outcomes), simulations
+    return outcomes, simulations
+
+
+def per_n_device_s(
+    cands: Sequence[RblnConfiguration],
+    plans: Sequence[tuple[PlanKey, Plan]],
+    outcomes: Mapping[int, PlanScores],
+) -> dict[str, dict[int, float]]:
+    """Per candidate, per N: the exactly rounded sum of device seconds over that N's
+    plans, the numbers ``rank.per_n_totals`` gives on the results frame (``math.fsum``
+    does not depend on the order it adds in), from ``score_plans``' arrays."""
+    by_n: dict[int, list[int]] = {}
+    for index, (key, _) in enumerate(plans):
+        by_n.setdefault(key.n, []).append(index)
+    totals: dict[str, dict[int, float]] = {}
+    for n, indices in sorted(by_n.items()):
+        column = np.stack([outcomes[i].times[:, 0] for i in indices], axis=1).tolist()
+        for cand, values in zip(cands, column, strict=True):
+            totals.setdefault(cand.id, {})[n] = math.fsum(values)
+    return totals
 
 
 def results_frame(
@@ -223,6 +257,8 @@ def results_frame(
     sorting string columns costs more than the simulations); with repeated candidate ids
     it falls back to building and sorting.
     """
+    import pandas as pd
+
     ids = [c.id for c in cands]
     if len(set(ids)) != len(ids):
         parts = [

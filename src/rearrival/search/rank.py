@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from rearrival.config.search import SearchSettings
 from rearrival.model.configuration import RblnConfiguration
@@ -20,6 +19,9 @@ from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.search.candidates import resource_costs
 from rearrival.search.evaluate import sort_results
 from rearrival.search.inputs import INPUT_SETS
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: the advice ranks without one
+    import pandas as pd
 
 
 def n_label(n_set: Iterable[int]) -> str:
@@ -89,6 +91,8 @@ def _group_totals(
     contiguous run and runs come in (candidate, n) order; the run boundaries are found
     once for all columns, on integer codes (string columns are slow to walk row by row).
     """
+    import pandas as pd
+
     codes, names = pd.factorize(frame["candidate"])
     codes, ns = codes[mask], frame["n"].to_numpy()[mask]
     change = np.ones(len(codes), dtype=bool)
@@ -120,6 +124,8 @@ def per_n_totals(frame: pd.DataFrame, column: str = "device_s") -> dict[str, dic
 
 def _is_sorted(frame: pd.DataFrame) -> bool:
     """True when the rows are in ``sort_results`` order (as evaluate and merge leave them)."""
+    import pandas as pd
+
     keys = frame[["candidate", "inputs", "n", "plan"]]
     return pd.MultiIndex.from_frame(keys).is_monotonic_increasing
 
@@ -136,6 +142,8 @@ def score_table(
     profile: Profile | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One row per candidate (ranked) plus the N-set comparison used by the summary."""
+    import pandas as pd
+
     profile = profile or measured_profile()
     if not _is_sorted(results):
         results = sort_results(results)

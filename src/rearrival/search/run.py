@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import StudyConfig
@@ -30,12 +30,14 @@ from rearrival.search.candidates import (
     settings_space,
 )
 from rearrival.search.caveats import ranking_caveats
-from rearrival.search.evaluate import evaluate, pool_workers
+from rearrival.search.evaluate import evaluate, per_n_device_s, pool_workers, score_plans
 from rearrival.search.inputs import PlanKey, make_plans, write_plans
-from rearrival.search.outputs import OutputPaths, write_outputs
-from rearrival.search.rank import per_n_totals, ranking, set_scores
+from rearrival.search.rank import ranking, set_scores
 from rearrival.search.settings import override_settings
 from rearrival.search.space import planned_footprint
+
+if TYPE_CHECKING:  # the outputs (pandas, pyarrow) are imported by the search that writes them
+    from rearrival.search.outputs import OutputPaths
 
 
 def run_search(
@@ -50,6 +52,8 @@ def run_search(
     """The whole search in one process (plans, every candidate, merge): the input plans
     under ``plans_out`` and the same three files the sharded path writes, byte for byte.
     With ``study``, that study's own search over its workload."""
+    from rearrival.search.outputs import write_outputs
+
     base = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
     )
@@ -105,8 +109,8 @@ def select(
     evaluated = cands if baseline in cands else [*cands, baseline]
     if plans is None:
         plans = [(k, p) for k, p in make_plans(cfg, settings) if k.inputs == "search"]
-    results, _ = evaluate(evaluated, plans, workers, profile)
-    totals = per_n_totals(results)
+    outcomes, _ = score_plans(evaluated, plans, workers, profile)
+    totals = per_n_device_s(evaluated, plans, outcomes)
     scores = set_scores({c.id: totals[c.id] for c in cands}, totals[baseline.id], settings.n)
     order = ranking(scores, {c.id: c.tiebreak() for c in cands})
     caveats = ranking_caveats([scores[cid] for cid in order])

@@ -16,8 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rearrival import yamltext
 from rearrival.errors import RearrivalError
 from rearrival.provenance import field_value, read_mapping, shipped_mapping
 
@@ -283,7 +282,7 @@ def load_profile_for_model(
     error naming the field and the fix; there is no fallback to the published constants.
     """
     source = DEFAULT_PROFILE if path is None else str(path)
-    tree = yaml.safe_load(profile_bytes(path))
+    tree = yamltext.safe_load(profile_bytes(path))
     if not isinstance(tree, dict):
         raise ProfileError(f"{source}: must be a YAML mapping; see {DEFAULT_PROFILE}")
     profile = profile_from_mapping(tree, source)

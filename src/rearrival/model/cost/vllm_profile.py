@@ -56,6 +56,7 @@ explicit pool sizes (``--num-blocks``) and checks no memory.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 from dataclasses import dataclass, replace
@@ -63,8 +64,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rearrival import yamltext
 from rearrival.errors import RearrivalError
 from rearrival.model.cost.memory import DeviceMemory
 from rearrival.model.cost.profile import GIB
@@ -354,7 +354,7 @@ def shipped_vllm_profile() -> VllmProfile:
             "your engine on your device; layout in docs/DESIGN.md §15)"
         )
     data = resources.files("rearrival.data").joinpath(DEFAULT_VLLM_PROFILE).read_bytes()
-    tree = yaml.safe_load(data)
+    tree = yamltext.safe_load(data)
     profile = vllm_profile_from_mapping(tree, DEFAULT_VLLM_PROFILE)
     return _named(profile, DEFAULT_VLLM_PROFILE, data)
 
@@ -362,7 +362,7 @@ def shipped_vllm_profile() -> VllmProfile:
 def gpu_template_profile() -> VllmProfile:
     """The shipped GPU profile template (``GPU_TEMPLATE``)."""
     data = resources.files("rearrival.data").joinpath(GPU_TEMPLATE_FILE).read_bytes()
-    profile = vllm_profile_from_mapping(yaml.safe_load(data), GPU_TEMPLATE_FILE)
+    profile = vllm_profile_from_mapping(yamltext.safe_load(data), GPU_TEMPLATE_FILE)
     return _named(profile, GPU_TEMPLATE_FILE, data)
 
 
@@ -373,4 +373,18 @@ def choose_vllm_profile(path: str | Path | None) -> VllmProfile:
         return shipped_vllm_profile()
     if str(path) == GPU_TEMPLATE and not Path(path).exists():
         return gpu_template_profile()
+    if not Path(path).exists():
+        _refuse_misspelled_name(str(path))
     return load_vllm_profile(path)
+
+
+def _refuse_misspelled_name(given: str) -> None:
+    """A missing file close to a profile name is a misspelled name, told as the RBLN
+    verbs tell ``--profile publshed`` (issue 36 item 7): "did you mean", not "cannot read
+    it" and a layout to copy."""
+    close = difflib.get_close_matches(given, (GPU_TEMPLATE,), n=1, cutoff=0.6)
+    if close:
+        raise VllmProfileError(
+            f"profile {given!r} is neither a profile name nor a file; did you mean "
+            f"{close[0]}? (names: {GPU_TEMPLATE}; or a path to a vLLM profile YAML)"
+        )

@@ -29,49 +29,50 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_bytes
 from rearrival.model.plans.plan_errors import PlanError
 from rearrival.model.plans.plan_links import is_count, prefix_table, validate_links
 from rearrival.vocabulary import VARIANTS
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 GENERATOR_VERSION = "rearrival-plans/2"
 MULTI_ROUND_VERSION = "rearrival-plans/multi-round/1"
 APPENDED_TOKENS = 8
 
-COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
-    ("session", pa.int64()),
-    ("prompt_tokens", pa.int64()),
-    ("gen_tokens", pa.int64()),
-    ("followup_gen_tokens", pa.int64()),
-    ("appended_tokens", pa.int64()),
-    ("tool_wait_s", pa.float64()),
-    ("tool_name", pa.string()),
+# Each column is (name, its Arrow type's name in pyarrow); pyarrow is imported only to read
+# or write a Parquet plan (``arrow_schema``), so a verb that never does (an advice on
+# generated plans) does not pay its import.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("session", "int64"),
+    ("prompt_tokens", "int64"),
+    ("gen_tokens", "int64"),
+    ("followup_gen_tokens", "int64"),
+    ("appended_tokens", "int64"),
+    ("tool_wait_s", "float64"),
+    ("tool_name", "string"),
 )
-SCHEMA = pa.schema(list(COLUMNS))
 
 # The multi-round Parquet shape: one row per (session, round).
-ROUND_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
-    ("session", pa.int64()),
-    ("round", pa.int64()),
-    ("start_s", pa.float64()),
-    ("new_tokens", pa.int64()),
-    ("gen_tokens", pa.int64()),
-    ("gap_after_s", pa.float64()),
-    ("tool_name", pa.string()),
+ROUND_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("session", "int64"),
+    ("round", "int64"),
+    ("start_s", "float64"),
+    ("new_tokens", "int64"),
+    ("gen_tokens", "int64"),
+    ("gap_after_s", "float64"),
+    ("tool_name", "string"),
 )
-ROUND_SCHEMA = pa.schema(list(ROUND_COLUMNS))
 # Added to the multi-round shape only when the plan uses them (docs/DESIGN.md §2): a
 # session's prefix id, and the session it follows and the gap (``after``); null where a
 # session has none. The prefix table is the file metadata under PREFIXES_KEY.
-PREFIX_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (("prefix", pa.string()),)
-AFTER_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
-    ("after_session", pa.int64()),
-    ("after_gap_s", pa.float64()),
+PREFIX_COLUMNS: tuple[tuple[str, str], ...] = (("prefix", "string"),)
+AFTER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("after_session", "int64"),
+    ("after_gap_s", "float64"),
 )
 PREFIXES_KEY = b"rearrival.prefixes"
 # The keys a JSON session may carry; anything else is refused, naming it.
@@ -248,7 +249,7 @@ class Plan:
         """True when a session follows another (``after``, docs/DESIGN.md §2)."""
         return any(getattr(s, "after", None) is not None for s in self.sessions)
 
-    def extra_columns(self) -> tuple[tuple[str, pa.DataType], ...]:
+    def extra_columns(self) -> tuple[tuple[str, str], ...]:
         """The Parquet columns beyond ROUND_COLUMNS this plan needs: none without
         prefixes and renewal, so such a plan keeps its rows and bytes."""
         return (PREFIX_COLUMNS if self.prefixes else ()) + (AFTER_COLUMNS if self.renews else ())
@@ -646,6 +647,9 @@ def load_plan(path: str | Path) -> Plan:
         prefixes = prefixes_from_json(data.get("prefixes"), str(path))
         meta = _meta_from_json(data.get("meta", {}))
         return plan_from_rows(data["sessions"], meta, str(path), prefixes)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -688,13 +692,20 @@ def _multi_round_from_table(
     return Plan(sessions, meta, prefixes)
 
 
+def arrow_schema(layout: tuple[tuple[str, str], ...]) -> pa.Schema:
+    """The Arrow schema of a column layout (``COLUMNS``, ``ROUND_COLUMNS`` plus extras)."""
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, kind)()) for name, kind in layout])
+
+
 def plan_table(plan: Plan) -> pa.Table:
     """Arrow table of the plan with seed, N, generator version and sha256 in metadata."""
+    import pyarrow as pa
+
     rows = plan.rows()
-    layout, schema = (ROUND_COLUMNS, ROUND_SCHEMA) if plan.multi_round else (COLUMNS, SCHEMA)
-    if plan.multi_round and plan.extra_columns():
-        layout = layout + plan.extra_columns()
-        schema = pa.schema(list(layout))
+    layout = ROUND_COLUMNS + plan.extra_columns() if plan.multi_round else COLUMNS
+    schema = arrow_schema(layout)
     columns = {name: [row[name] for row in rows] for name, _ in layout}
     metadata = {
         b"rearrival.plan": json.dumps(plan.meta.as_dict(plan.n), sort_keys=True).encode(),
@@ -730,6 +741,9 @@ def write_plan(plan: Plan, path: str | Path) -> Path:
             body["prefixes"] = [asdict(p) for p in plan.prefixes]
         atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
         return path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     sink = pa.BufferOutputStream()
     pq.write_table(plan_table(plan), sink, compression="zstd", write_statistics=False)
     atomic_write_bytes(path, sink.getvalue().to_pybytes())

@@ -67,6 +67,11 @@ class Finding:
     hardware: bool = False
     selected: bool = False  # compares the search's pick, which may differ from the paper's
     search: bool = False  # judged on the search's ranking, computed once with the study's profile
+    # Why "does not hold" is expected on the emulated twin, from its known truths
+    # (data/emulator_truth.yaml) and a test that checks the mechanism
+    # (tests/test_twin_expectations.py); empty: no known property of the twin explains one,
+    # so a "does not hold" there is unexpected and the scorecard says so.
+    twin: str = ""
 
 
 # --- reading the tables --------------------------------------------------------------------

@@ -27,7 +27,11 @@ from rearrival.model.configuration import RblnConfiguration, VllmConfiguration
 from rearrival.search.deploy import (
     MODEL_PLACEHOLDER,
     rbln_compile_args,
+    rbln_serve_args,
+    replica_serve_lines,
+    replica_urls,
     shell_line,
+    vllm_router_args,
     vllm_serve_args,
 )
 
@@ -49,8 +53,6 @@ POLICY_NOTES = {
     "prefix_aware": "cache_aware routes by the longest cached prompt prefix, as the "
     "simulation does by cached full blocks, with its own load-balance thresholds",
 }
-ROUTER_PORT = 30000
-FIRST_PORT = 8000
 # The paper's server (docs/DESIGN.md §17, "Deployment"):
 # an RBLN-CA25 holds 8 cards recognised as 32 devices.
 RBLN_SERVER_DEVICES = 32
@@ -68,32 +70,22 @@ def vllm_deployment(
     flags of ``rearrival.search.deploy.vllm_serve_args``), and the router over them
     (skipped for one replica, which needs none)."""
     serve = vllm_serve_args(configuration, model=model)
-    flags = serve[3:]  # after `vllm serve MODEL`
-    serves = [
-        shell_line([*serve[:3], "--port", str(FIRST_PORT + i), *flags]) for i in range(replicas)
-    ]
-    urls = [f"http://{host}:{FIRST_PORT + i}" for i in range(replicas)]
-    router_line = shell_line(
-        [
-            "vllm-router",
-            "--worker-urls",
-            *urls,
-            "--policy",
-            ROUTER_POLICIES[router],
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(ROUTER_PORT),
-        ]
-    )
     return {
         "substrate": "vllm",
-        "vllm_serve_flags": flags,
-        "vllm_serve": serves,
-        "router": None if replicas == 1 else router_line,
+        "vllm_serve_flags": serve[3:],  # after `vllm serve MODEL`
+        "vllm_serve": replica_serve_lines(serve, replicas),
+        "router": router_line(replicas, router, host),
         "router_policy": ROUTER_POLICIES[router],
         "router_note": POLICY_NOTES[router],
     }
+
+
+def router_line(replicas: int, router: str, host: str = "127.0.0.1") -> str | None:
+    """The ``vllm-router`` line over the fleet's servers (None for one replica, which
+    needs no router)."""
+    if replicas == 1:
+        return None
+    return shell_line(vllm_router_args(replica_urls(replicas, host), ROUTER_POLICIES[router]))
 
 
 def rbln_deployment(
@@ -104,8 +96,11 @@ def rbln_deployment(
     model: str | None = None,
     max_seq_len: int | None = None,
     num_devices: int | None = None,
+    host: str = "127.0.0.1",
 ) -> dict[str, Any]:
-    """The optimum-rbln compile arguments and the servers the fleet needs."""
+    """The optimum-rbln compile arguments, the servers the fleet needs, one vllm-rbln
+    ``vllm serve`` per instance (each on its own ``num_devices`` devices) and the router
+    over them."""
     from rearrival.config.calibration import ModelSpec
     from rearrival.measure.rbln import CompileConfig
 
@@ -133,6 +128,10 @@ def rbln_deployment(
         "devices_per_instance": devices,
         "instances_per_server": per_server,
         "servers": math.ceil(replicas / per_server),
+        "vllm_serve": replica_serve_lines(
+            rbln_serve_args(configuration, max_seq_len=compile_config.max_seq_len), replicas
+        ),
+        "router": router_line(replicas, router, host),
         "router_policy": ROUTER_POLICIES[router],
         "router_note": POLICY_NOTES[router],
     }

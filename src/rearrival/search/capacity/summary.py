@@ -161,8 +161,12 @@ def _deploy_lines(deploy: dict[str, Any]) -> list[str]:
         if deploy["router"] is not None:
             lines += [f"  deploy: {deploy['router']}", f"  router: {deploy['router_note']}"]
         return lines
-    return [
+    lines = [
         f"  compile: {deploy['rearrival_compile']}",
         f"  serve: {deploy['instances_per_server']} instances of {deploy['devices_per_instance']} "
         f"devices per RBLN-CA25 server; {deploy['servers']} server(s)",
+        *(f"  deploy: {line}" for line in deploy["vllm_serve"]),
     ]
+    if deploy["router"] is not None:
+        lines += [f"  deploy: {deploy['router']}", f"  router: {deploy['router_note']}"]
+    return lines
