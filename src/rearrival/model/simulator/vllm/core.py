@@ -20,7 +20,9 @@ q's pool is the slice of the flat arrays that starts at ``q * (num_blocks + 1)``
 blocks, its sentinel last), and its identities the slice of ``khead``/``ktail`` that starts
 at ``q * keys``, so the pool helpers run unchanged on global block ids and global
 identities. A request lives on one replica once routed, so its tokens, blocks held and
-times are one row for the whole fleet. Per replica: its waiting ring and running list (rows
+times are one row for the whole fleet; its block table is its session's (the rounds of a
+session hold blocks one after another, never at once), a tenth of one table per request
+on an hour of agent traffic. Per replica: its waiting ring and running list (rows
 of ``requests``), its clock, device time and counts, and the FIFO of its finish times not
 yet seen by a routing (a replica's clock only grows, so the loop's heap of them is a
 queue). One heap holds every pending send, ordered by (time, request id) as the loop's is.
@@ -297,14 +299,22 @@ def run_fleet(
     ktail = np.full(replicas * nkeys, NO, dtype=np.int64)
     pool = (nxt, prv, refs, bkey)
     keys = (khead, ktail, knext, kprev)
-    # the requests
-    off = np.zeros(requests + 1, dtype=np.int64)
+    # the requests: a session's rounds share one block table, as wide as its widest round
+    # (a round is sent when the one before it has finished and released its blocks)
+    off = np.empty(requests, dtype=np.int64)
     widest = 1
-    for r in range(requests):
-        blocks = _cdiv(prompt[r] + gen[r] - 1, bs)
-        off[r + 1] = off[r] + blocks
-        widest = max(widest, blocks)
-    table = np.empty(max(off[requests], 1), dtype=np.int64)
+    width_of_tables = 0
+    r = 0
+    while r < requests:
+        own = r
+        most = 1
+        while r < requests and session_first[r] == own:
+            most = max(most, _cdiv(prompt[r] + gen[r] - 1, bs))
+            off[r] = width_of_tables
+            r += 1
+        width_of_tables += most
+        widest = max(widest, most)
+    table = np.empty(max(width_of_tables, 1), dtype=np.int64)
     hit = np.empty(widest, dtype=np.int64)
     tokens = prompt.copy()
     computed = np.zeros(requests, dtype=np.int64)
