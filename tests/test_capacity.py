@@ -324,7 +324,8 @@ def test_no_pool_without_a_memory_block_is_one_line(pool_file, tmp_path):
 def test_the_capacity_stage_runs_only_when_a_study_asks_and_declares_its_files(pool_file, tmp_path):
     """rules/capacity.smk: a capacity: section puts the stage into `all` (the small and
     full definitions have none, and tests/test_rules_declared.py sees no capacity job
-    there); its job gives its command exactly its declared files (the pool, the folder)."""
+    there); its job gives its command exactly its declared files (the pool, the folder),
+    and the report reads the folder as a declared input."""
     import yaml
     from test_rules_declared import REPO, _dry_run, dry_run_jobs, undeclared_or_unused
 
@@ -345,6 +346,9 @@ def test_the_capacity_stage_runs_only_when_a_study_asks_and_declares_its_files(p
     assert capacity[0].outputs == ("results/capacity",)
     assert undeclared_or_unused(capacity[0]) == []
     assert "rearrival study capacity" in capacity[0].command
+    report = [job for job in jobs if job.rule == "report"]  # it shows the stage's pictures
+    assert len(report) == 1 and "results/capacity" in report[0].inputs
+    assert undeclared_or_unused(report[0]) == []
 
 
 def test_rbln_capacity_searches_bucket_sets_and_prints_the_compile_line(pool_file, tmp_path):

@@ -32,6 +32,7 @@ from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.prereg.registration import PROFILE_FILE
 from rearrival.report.agents import build_agent_figures, reading_agents
+from rearrival.report.capacity_section import CapacitySection, capacity_section
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
 from rearrival.report.profiles import ProfileChoice, name_of_sha, other_choice
@@ -328,6 +329,7 @@ def render_html(
     missing: list[str],
     card: Scorecard | None = None,
     agent_paragraphs: list[str] | None = None,
+    capacity: CapacitySection | None = None,
 ) -> str:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rearrival.report", "templates"),
@@ -354,6 +356,7 @@ def render_html(
         other_text=describe(prov.other_profile) if prov.other_profile else "",
         other_name=prov.other_profile.name if prov.other_profile else "",
         agent_paragraphs=agent_paragraphs or [],
+        capacity=capacity,
     )
 
 
@@ -430,6 +433,7 @@ def build_report(cfg: StudyConfig, res: Results, out: ReportFiles) -> dict[str, 
     paragraphs = reading(res, prov, by_id)
     agent_paragraphs = reading_agents(res, by_id) if res.agent_studies() else []
     card = scorecard(res, tables, prov)
+    capacity = capacity_section(res)  # before the files not produced are listed
     index: dict[str, Any] = {"tables": {}, "figures": {}, "report": out.relative(out.html)}
     for table in tables:
         written = []
@@ -460,7 +464,15 @@ def build_report(cfg: StudyConfig, res: Results, out: ReportFiles) -> dict[str, 
     )
     index["scorecard"]["differing"] = card.differing()
     html = render_html(
-        cfg, prov, tables, figures, paragraphs, sorted(res.missing), card, agent_paragraphs
+        cfg,
+        prov,
+        tables,
+        figures,
+        paragraphs,
+        sorted(res.missing),
+        card,
+        agent_paragraphs,
+        capacity,
     )
     atomic_write_text(out.html, html)
     atomic_write_json(out.tables / "index.json", index)
