@@ -307,6 +307,7 @@ def report_inputs(wildcards):
             rules.calibrate.output.prefill,
         ],
         "profile": profile_input(wildcards),
+        "capacity": capacity_targets(),
     }
     if BACKEND.injection:
         inputs["injection"] = [rules.injection.output.gaps]

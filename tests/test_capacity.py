@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import TRACELAB_SAMPLE
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -250,6 +251,52 @@ def test_a_target_rate_gives_the_pick_its_spread_and_deploy_lines(pool_file, tmp
     assert pick["deploy"]["vllm_serve_flags"][:2] == ["--max-num-seqs", "8"]
 
 
+@pytest.mark.skipif(not TRACELAB_SAMPLE.is_file(), reason="the TraceLab sample is not beside")
+def test_advise_at_a_rate_from_a_trace_is_the_capacity_pick_with_its_deploy_lines(tmp_path):
+    """advise --trace T --rate R --slo prints the pick `capacity --rate` makes with the
+    trace's sessions as the pool, the same lines, vllm-router command included."""
+    shared = ["--token-scale", "0.15", "--substrate", "vllm", "--slo", SLO, "--horizon", "120",
+              "--warmup", "20", "--seed", "3", "--replicas", "1,2", "--routers", "round_robin",
+              "--num-blocks", "2400", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
+              "--step-cost", STEP_COST, "--rate", "1.5", "--resamples", "3"]  # fmt: skip
+    runner = CliRunner()
+    capacity = runner.invoke(
+        app,
+        ["capacity", "--pool", str(TRACELAB_SAMPLE), *shared, "--block-size", "16", "--grid",
+         "0", "--out", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert capacity.exit_code == 0, capacity.output
+    advised = runner.invoke(
+        app, ["advise", "--trace", str(TRACELAB_SAMPLE), *shared, "--block-sizes", "16"]
+    )
+    assert advised.exit_code == 0, advised.output
+
+    def pick_lines(output: str) -> list[str]:
+        lines = output.splitlines()
+        return lines[next(i for i, line in enumerate(lines) if line.startswith("pick at")) :]
+
+    assert pick_lines(advised.stdout) == pick_lines(capacity.stdout)
+    assert " x2 round_robin" in advised.stdout
+    assert "deploy: vllm-router --worker-urls http://127.0.0.1:8000 http://127.0.0.1:8001" in (
+        advised.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (["--rate", "1", "--slo", SLO], "options --rate and --slo go together, with --trace"),
+        (["--trace", "T.jsonl", "--rate", "1"], "options --rate and --slo go together"),
+        (["--trace", "T.jsonl", "--rate", "1", "--slo", SLO, "--plans", "."],
+         "--plans: not used by advise --rate"),
+    ],
+)  # fmt: skip
+def test_advise_at_a_rate_refusals_are_one_line(options, needle):
+    result = CliRunner().invoke(app, ["advise", *options])
+    assert isinstance(result.exception, RearrivalError), result.output
+    assert needle in str(result.exception) and "\n" not in str(result.exception)
+
+
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
@@ -293,7 +340,8 @@ def test_no_pool_without_a_memory_block_is_one_line(pool_file, tmp_path):
 def test_the_capacity_stage_runs_only_when_a_study_asks_and_declares_its_files(pool_file, tmp_path):
     """rules/capacity.smk: a capacity: section puts the stage into `all` (the small and
     full definitions have none, and tests/test_rules_declared.py sees no capacity job
-    there); its job gives its command exactly its declared files (the pool, the folder)."""
+    there); its job gives its command exactly its declared files (the pool, the folder),
+    and the report reads the folder as a declared input."""
     import yaml
     from test_rules_declared import REPO, _dry_run, dry_run_jobs, undeclared_or_unused
 
@@ -314,6 +362,9 @@ def test_the_capacity_stage_runs_only_when_a_study_asks_and_declares_its_files(p
     assert capacity[0].outputs == ("results/capacity",)
     assert undeclared_or_unused(capacity[0]) == []
     assert "rearrival study capacity" in capacity[0].command
+    report = [job for job in jobs if job.rule == "report"]  # it shows the stage's pictures
+    assert len(report) == 1 and "results/capacity" in report[0].inputs
+    assert undeclared_or_unused(report[0]) == []
 
 
 def test_rbln_capacity_searches_bucket_sets_and_prints_the_compile_line(pool_file, tmp_path):

@@ -68,7 +68,7 @@ def test_from_trace_on_otlp_json_points_to_from_otel(tmp_path: Path) -> None:
     ("verb", "args", "words"),
     [
         ("advise", ("--workers", "0"), "'--workers'"),
-        ("advise", ("--wrkers", "1"), "Possible options: --workers"),
+        ("advise", ("--workrs", "1"), "Possible options: --workers"),
         ("plans from-trace", (), "Missing argument"),
     ],
 )

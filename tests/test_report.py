@@ -801,3 +801,41 @@ def test_every_table_fits_its_box_without_scrolling_sideways(rendered, tmp_path)
     widths = table_widths(html, 1024, tmp_path)
     assert len(widths) == html.count("<table") > 10
     assert all(table <= box for table, box in widths), widths
+
+
+def test_a_study_with_a_capacity_stage_shows_its_pictures_and_pick(tree, tmp_path):
+    """Where the study definition has a capacity: section, the report embeds the stage's
+    three pictures and prints its pick and deploy lines from results/capacity; before the
+    stage ran, the section says it is not produced."""
+    from typer.testing import CliRunner
+
+    from rearrival.cli import app
+
+    pool = tmp_path / "pool.json"
+    rounds = [{"new_tokens": 120, "gen_tokens": 60, "gap_after_s": 1.5},
+              {"new_tokens": 40, "gen_tokens": 40, "gap_after_s": 0.0}]  # fmt: skip
+    pool.write_text(json.dumps({"sessions": [{"session": 0, "start_s": 0.0, "rounds": rounds}]}))
+    config = yaml.safe_load((tree / "config.yaml").read_text())
+    config["capacity"] = {"pool": str(pool), "slo": "ttft=0.3,tpot=0.03", "horizon": 60}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    cfg = load_study_config(tmp_path / "config.yaml")
+    results = tmp_path / "results"
+    shutil.copytree(tree / "results", results)
+    render_tree(cfg, results, tmp_path / "before")
+    before = (tmp_path / "before" / "report.html").read_text()
+    assert '<h2 id="capacity">' in before and "Not produced: results/capacity" in before
+    made = CliRunner().invoke(
+        app,
+        ["capacity", "--pool", str(pool), "--slo", "ttft=0.3,tpot=0.03", "--horizon", "60",
+         "--warmup", "10", "--replicas", "1,2", "--num-blocks", "600", "--max-num-seqs", "8",
+         "--step-cost", "0.01,0.0002,0.00002", "--grid", "2", "--rate", "0.2",
+         "--resamples", "0", "--out", str(results / "capacity")],
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    render_tree(cfg, results, tmp_path / "after")
+    html = (tmp_path / "after" / "report.html").read_text()
+    section = html[html.index('<h2 id="capacity">') :]
+    for name in ("attainment_vs_rate", "goodput_per_replica", "device_s_vs_rate"):
+        assert f'<figure id="capacity-{name}">\n<img src="data:image/png;base64,iVBOR' in section
+    assert "pick at 0.2 sessions/s" in section and "deploy: vllm serve" in section
+    assert "Not produced: results/capacity" not in html and 'src="http' not in html

@@ -185,6 +185,95 @@ def _rbln_space(options: dict[str, Any], axes: Any) -> Any:
     )
 
 
+def _substrate_space(
+    substrate: str,
+    options: dict[str, Any],
+    axes: Any,
+    drawn: Any,
+    profile: Path | None,
+    model: str | None,
+    rules: str,
+) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """The space, the cost model, its provenance and what the deploy lines need."""
+    if substrate == "vllm":
+        cost, vllm_profile, provenance = _vllm_cost(options["step_cost"], profile)
+        space = _vllm_space(options, axes, drawn, vllm_profile)
+        model = model or (vllm_profile.model_id if vllm_profile is not None else "MODEL")
+        return space, cost, provenance, {"model": model}
+    from rearrival.model.configuration import RULE_SETS
+    from rearrival.model.cost.profile import load_profile
+
+    if rules not in RULE_SETS:
+        raise CapacityOptionError(f"option --rules {rules!r}: use one of {', '.join(RULE_SETS)}")
+    cost = load_profile(profile)
+    provenance = {"source": "RBLN profile", "profile": cost.identity(), "rules": rules}
+    deploy_args = {"model": model, "num_devices": cost.num_devices}
+    return _rbln_space(options, axes), cost, provenance, deploy_args
+
+
+def advise_at_rate(
+    trace: Path,
+    rate: float,
+    slo: str,
+    raw: dict[str, Any],
+    *,
+    substrate: str,
+    attainment: float,
+    horizon: float,
+    warmup: float,
+    seed: int,
+    replicas: str,
+    routers: str,
+    profile: Path | None,
+    token_scale: float,
+    resamples: int,
+    workers: int,
+) -> None:
+    """``rearrival advise --trace T --rate R --slo ...``: the pick of ``capacity --rate``
+    with the trace's sessions as the pool: every configuration x fleet size x router run
+    on the open plan at R, the cheapest meeting the SLO (fewest replicas, then the lowest
+    device-seconds per session), its spread over resampled pools and what to deploy. No
+    goodput is searched and no folder written: ``capacity`` gives those. ``raw``: the
+    knobs as advise's options give them (text)."""
+    from rearrival.model.fleet.latency import Slo
+    from rearrival.search.capacity.evaluate import Workload
+    from rearrival.search.capacity.outputs import text
+    from rearrival.search.capacity.run import pick_at
+    from rearrival.search.capacity.space import FleetAxes
+    from rearrival.search.capacity.summary import pick_summary
+
+    options = {
+        "block_sizes": _ints("--block-sizes", raw["block_sizes"]),
+        "num_blocks": _ints("--num-blocks", raw["num_blocks"]),
+        "max_num_seqs": _ints("--max-num-seqs", raw["max_num_seqs"]),
+        "token_budgets": _ints("--max-num-batched-tokens", raw["max_num_batched_tokens"]),
+        "capture_sets": raw["capture_sizes"],
+        "step_cost": raw["step_cost"],
+        "buckets": None,
+        "batch_sizes": _ints("--batch-sizes", raw["batch_sizes"]),
+        "slots": None,
+        "max_buckets": raw["max_buckets"],
+    }
+    _check_foreign(substrate, options)
+    _numbers(DEFAULT_TOLERANCE, 0, resamples, rate, horizon, warmup)
+    the_slo = Slo.parse(slo, attainment)
+    axes = FleetAxes(_ints("--replicas", replicas) or (1,), _names("--routers", routers))
+    drawn = _load_pool(trace, token_scale)
+    space, cost, provenance, deploy_args = _substrate_space(
+        substrate, options, axes, drawn, profile, None, "base"
+    )
+    workload = Workload(drawn, horizon, warmup, seed, the_slo, cost)
+    pick, dispersion = pick_at(space.fleets, workload, rate, resamples, workers)
+    typer.echo(
+        f"advise at {text(rate)} sessions/s from {trace} ({drawn.n} sessions, token scale "
+        f"{token_scale:g}): {len(space.fleets)} fleets on open traffic over {horizon:g} s "
+        f"(measured from {warmup:g} s, seed {seed}), SLO {slo} for {attainment:.0%} of "
+        f"requests; cost: {provenance['source']}"
+    )
+    for line in pick_summary(pick, dispersion, deploy_args)[1]:
+        typer.echo(line)
+
+
 def _exact(value: float) -> str:
     """A number as the shortest text that reads back as the same float."""
     return f"{value:g}" if float(f"{value:g}") == value else repr(value)
@@ -311,23 +400,9 @@ def capacity_command(
     the_slo = Slo.parse(slo, attainment)
     axes = FleetAxes(_ints("--replicas", replicas) or (1,), _names("--routers", routers))
     drawn = _load_pool(pool, token_scale)
-    if substrate == "vllm":
-        cost, vllm_profile, provenance = _vllm_cost(step_cost, profile)
-        space = _vllm_space(options, axes, drawn, vllm_profile)
-        model = model or (vllm_profile.model_id if vllm_profile is not None else "MODEL")
-        deploy_args: dict[str, Any] = {"model": model}
-    else:
-        from rearrival.model.configuration import RULE_SETS
-        from rearrival.model.cost.profile import load_profile
-
-        if rules not in RULE_SETS:
-            raise CapacityOptionError(
-                f"option --rules {rules!r}: use one of {', '.join(RULE_SETS)}"
-            )
-        cost = load_profile(profile)
-        provenance = {"source": "RBLN profile", "profile": cost.identity(), "rules": rules}
-        space = _rbln_space(options, axes)
-        deploy_args = {"model": model, "num_devices": cost.num_devices}
+    space, cost, provenance, deploy_args = _substrate_space(
+        substrate, options, axes, drawn, profile, model, rules
+    )
     workload = Workload(drawn, horizon, warmup, seed, the_slo, cost, rules)
     basis = Basis(
         str(pool),

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
+AT_RATE_HORIZON_S = 600.0  # advise --rate: ten minutes of open traffic ...
+AT_RATE_WARMUP_S = 60.0  # ... measured after the first minute
 ProfileOption = Annotated[
     Path | None,
     typer.Option(
@@ -556,13 +558,74 @@ def advise(
             "the profile's memory (default: on).",
         ),
     ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            "--rate",
+            help="With --trace and --slo: peak sessions/s; answer the cheapest fleet meeting "
+            "the SLO there, as `capacity --rate` does from a pool, and what to deploy.",
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None, typer.Option("--slo", help="With --rate: thresholds, e.g. ttft=0.3,tpot=0.03.")
+    ] = None,
+    attainment: Annotated[
+        float, typer.Option("--attainment", help="With --rate: share that must meet the SLO.")
+    ] = 0.9,
+    horizon: Annotated[
+        float, typer.Option("--horizon", help="With --rate: seconds over which sessions start.")
+    ] = AT_RATE_HORIZON_S,
+    warmup: Annotated[
+        float, typer.Option("--warmup", help="With --rate: requests before this not measured.")
+    ] = AT_RATE_WARMUP_S,
+    replicas: Annotated[
+        str, typer.Option("--replicas", help="With --rate: fleet sizes, e.g. 1,2,4,8.")
+    ] = "1,2,4,8",
+    routers: Annotated[
+        str, typer.Option("--routers", help="With --rate: routers to compare.")
+    ] = "round_robin,session_affinity",
+    step_cost: Annotated[
+        str | None,
+        typer.Option("--step-cost", help="With --rate, vLLM: BASE,DEC,PRE[,KV] seconds."),
+    ] = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
     slots would still help and fit. With --substrate vllm: how much KV and which knobs,
     the prefix-cache hit rate at each pool size beside its structural upper bound, the
     prefill recomputed because tool waits let blocks be evicted, and the pick's saving
-    (docs/DESIGN.md §15)."""
+    (docs/DESIGN.md §15). With --trace --rate R --slo: the capacity pick at R (docs/DESIGN.md
+    §17): the cheapest fleet meeting the SLO, its spread and its vllm serve / vllm-router
+    (or optimum-rbln) lines."""
+    if rate is not None or slo is not None:
+        _advise_at_rate(
+            trace,
+            rate,
+            slo,
+            {
+                "max_num_seqs": max_num_seqs,
+                "num_blocks": num_blocks,
+                "max_num_batched_tokens": max_num_batched_tokens,
+                "block_sizes": block_sizes,
+                "capture_sizes": capture_sizes,
+                "batch_sizes": batch_sizes,
+                "max_buckets": max_buckets,
+                "step_cost": step_cost,
+            },
+            substrate=substrate,
+            attainment=attainment,
+            horizon=horizon,
+            warmup=warmup,
+            seed=seed,
+            replicas=replicas,
+            routers=routers,
+            profile=profile,
+            token_scale=token_scale,
+            resamples=resamples,
+            workers=workers,
+            unused={"--plans": plans_dir, "--search": search_dir, "--study": study, "--n": n},
+        )
+        return
     _check_workload_options(trace, workload, time_origin, seed, resamples)
     given = search_vllm.given_options(
         _int_list,
@@ -663,6 +726,33 @@ def advise(
             raise typer.Exit(2) from None
     chosen.announce()
     typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
+
+
+def _advise_at_rate(
+    trace: Path | None,
+    rate: float | None,
+    slo: str | None,
+    raw: dict[str, str | int | None],
+    *,
+    unused: dict[str, object],
+    **settings: object,
+) -> None:
+    """``advise --trace T --rate R --slo ...`` (``capacity.advise_at_rate``), after
+    refusing what it cannot use."""
+    from rearrival.commands.capacity import CapacityOptionError, advise_at_rate
+
+    if trace is None or rate is None or slo is None:
+        raise CapacityOptionError(
+            "options --rate and --slo go together, with --trace: advise --trace T --rate R "
+            "--slo ttft=0.3,tpot=0.03"
+        )
+    named = [option for option, value in unused.items() if value is not None]
+    if named:
+        raise CapacityOptionError(
+            f"{', '.join(named)}: not used by advise --rate (the pool is the trace's "
+            "sessions); drop them"
+        )
+    advise_at_rate(trace, rate, slo, raw, **settings)
 
 
 def _check_workload_options(

@@ -30,6 +30,7 @@ from rearrival.atomic import atomic_write_json, atomic_write_text
 from rearrival.config.study import StudyConfig, tool_table_for
 from rearrival.prereg.registration import PROFILE_FILE
 from rearrival.report.agents import build_agent_figures, reading_agents
+from rearrival.report.capacity_section import CapacitySection, capacity_section
 from rearrival.report.engine import template_environment
 from rearrival.report.figure_model import Figure
 from rearrival.report.figures import build_figures
@@ -327,6 +328,7 @@ def render_html(
     missing: list[str],
     card: Scorecard | None = None,
     agent_paragraphs: list[str] | None = None,
+    capacity: CapacitySection | None = None,
 ) -> str:
     return (
         template_environment()
@@ -350,6 +352,7 @@ def render_html(
             other_text=describe(prov.other_profile) if prov.other_profile else "",
             other_name=prov.other_profile.name if prov.other_profile else "",
             agent_paragraphs=agent_paragraphs or [],
+            capacity=capacity,
         )
     )
 
@@ -427,6 +430,7 @@ def build_report(cfg: StudyConfig, res: Results, out: ReportFiles) -> dict[str, 
     paragraphs = reading(res, prov, by_id)
     agent_paragraphs = reading_agents(res, by_id) if res.agent_studies() else []
     card = scorecard(res, tables, prov)
+    capacity = capacity_section(res)  # before the files not produced are listed
     index: dict[str, Any] = {"tables": {}, "figures": {}, "report": out.relative(out.html)}
     for table in tables:
         written = []
@@ -457,7 +461,15 @@ def build_report(cfg: StudyConfig, res: Results, out: ReportFiles) -> dict[str, 
     )
     index["scorecard"]["differing"] = card.differing()
     html = render_html(
-        cfg, prov, tables, figures, paragraphs, sorted(res.missing), card, agent_paragraphs
+        cfg,
+        prov,
+        tables,
+        figures,
+        paragraphs,
+        sorted(res.missing),
+        card,
+        agent_paragraphs,
+        capacity,
     )
     atomic_write_text(out.html, html)
     atomic_write_json(out.tables / "index.json", index)

@@ -51,6 +51,38 @@ def latency(r: RequestOutcome) -> Latency:
 
 
 @dataclass(frozen=True)
+class LatencyColumns:
+    """``latency`` of many requests at once, one numpy column per metric (the same float
+    operations, element by element); ``tpot_s`` is NaN where ``has_tpot`` is false."""
+
+    queue_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    has_tpot: np.ndarray
+
+
+def latency_columns(
+    arrival_s: np.ndarray,
+    first_scheduled_s: np.ndarray,
+    first_token_s: np.ndarray,
+    finish_s: np.ndarray,
+    gen_tokens: np.ndarray,
+) -> LatencyColumns:
+    """``latency`` of each request, from the columns a compiled core writes."""
+    has_tpot = gen_tokens >= 2
+    tpot = np.full(len(gen_tokens), np.nan)
+    np.divide(finish_s - first_token_s, gen_tokens - 1, out=tpot, where=has_tpot)
+    return LatencyColumns(
+        first_scheduled_s - arrival_s,
+        first_token_s - arrival_s,
+        tpot,
+        finish_s - arrival_s,
+        has_tpot,
+    )
+
+
+@dataclass(frozen=True)
 class Slo:
     """Thresholds in seconds (None: not part of the SLO) and the share that must meet them."""
 
@@ -75,6 +107,17 @@ class Slo:
             and (self.e2e_s is None or value.e2e_s <= self.e2e_s)
         )
 
+    def met_columns(self, values: LatencyColumns) -> np.ndarray:
+        """``met`` of each request of ``values``."""
+        met = np.ones(len(values.ttft_s), dtype=bool)
+        if self.ttft_s is not None:
+            met &= values.ttft_s <= self.ttft_s
+        if self.tpot_s is not None:
+            met &= ~values.has_tpot | (values.tpot_s <= self.tpot_s)
+        if self.e2e_s is not None:
+            met &= values.e2e_s <= self.e2e_s
+        return met
+
     @classmethod
     def parse(cls, text: str, attainment: float = DEFAULT_ATTAINMENT) -> Slo:
         """``ttft=0.3,tpot=0.03[,e2e=5]`` (seconds)."""
@@ -98,9 +141,21 @@ def measured(
     requests: Sequence[RequestOutcome], warmup_s: float = 0.0, horizon_s: float = math.inf
 ) -> list[RequestOutcome]:
     """The requests that arrive in [warmup_s, horizon_s]."""
+    _check_window(warmup_s, horizon_s)
+    return [r for r in requests if warmup_s <= r.arrival_s <= horizon_s]
+
+
+def measured_mask(
+    arrival_s: np.ndarray, warmup_s: float = 0.0, horizon_s: float = math.inf
+) -> np.ndarray:
+    """``measured`` on a column of arrival times: which requests it keeps."""
+    _check_window(warmup_s, horizon_s)
+    return (warmup_s <= arrival_s) & (arrival_s <= horizon_s)
+
+
+def _check_window(warmup_s: float, horizon_s: float) -> None:
     if not (math.isfinite(warmup_s) and warmup_s >= 0) or not horizon_s > warmup_s:
         raise SloError(f"measurement window [{warmup_s}, {horizon_s}]: give 0 <= warm-up < horizon")
-    return [r for r in requests if warmup_s <= r.arrival_s <= horizon_s]
 
 
 def percentiles(requests: Sequence[RequestOutcome]) -> dict[str, dict[str, float | None]]:

@@ -21,6 +21,7 @@ same inputs give byte-identical plans.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from collections.abc import Sequence
@@ -118,24 +119,46 @@ def draw_indices(pool_size: int, count: int, seed: int) -> list[int]:
     return [min(int(x * pool_size), pool_size - 1) for x in u]
 
 
-def unit_times(arrivals: Arrivals, seed: int, horizon: float) -> list[float]:
-    """Arrival times of a unit-rate process up to (not including) ``horizon`` (in units of
-    the mean gap): partial sums of unit-mean gaps, drawn in BLOCKs and summed in order."""
-    rng = stream(seed, f"times-{arrivals.kind}")
-    out: list[float] = []
-    total = 0.0
-    while True:
-        if arrivals.kind == "poisson":
-            gaps = rng.standard_exponential(BLOCK)
+class UnitTimes:
+    """Arrival times of a unit-rate process (in units of the mean gap): partial sums of
+    unit-mean gaps, drawn in BLOCKs and summed in order, as far as asked and kept, so the
+    times below any horizon are read from one draw (the sums do not depend on how far
+    they are drawn)."""
+
+    def __init__(self, arrivals: Arrivals, seed: int) -> None:
+        self.arrivals = arrivals
+        self._rng = stream(seed, f"times-{arrivals.kind}")
+        self._sums: list[float] = []
+        self._total = 0.0
+
+    def below(self, horizon: float) -> list[float]:
+        """The sums below ``horizon``; over the session bound refused as a draw that
+        stops there would be, after each whole block below ``horizon``."""
+        while not self._sums or self._sums[-1] < horizon:
+            _check_drawn(len(self._sums))  # every sum so far is below the horizon
+            self._draw_block()
+        count = bisect.bisect_left(self._sums, horizon)
+        _check_drawn(count)
+        return self._sums[:count]
+
+    def _draw_block(self) -> None:
+        if self.arrivals.kind == "poisson":
+            gaps = self._rng.standard_exponential(BLOCK)
         else:
-            shape = 1.0 / arrivals.cv**2
-            gaps = rng.standard_gamma(shape, BLOCK) / shape
+            shape = 1.0 / self.arrivals.cv**2
+            gaps = self._rng.standard_gamma(shape, BLOCK) / shape
+        total, sums = self._total, self._sums
         for gap in gaps.tolist():
             total += gap
-            if total >= horizon:
-                return out
-            out.append(total)
-        _check_sessions(len(out), "sessions drawn")
+            sums.append(total)
+        self._total = total
+
+
+def _check_drawn(count: int) -> None:
+    """The session bound as a draw of ``count`` sums below the horizon meets it: checked
+    after each whole block, the first block over the bound named."""
+    for drawn in range(BLOCK, count + 1, BLOCK):
+        _check_sessions(drawn, "sessions drawn")
 
 
 def open_plan(
@@ -163,16 +186,9 @@ def open_plan(
                 f"with {law.label} arrivals set the rate instead",
                 "time_scale",
             )
-        _check_sessions(math.ceil(rate * horizon), "sessions (rate x horizon_s)", "rate")
-        _check_requests(pool, rate * horizon, "rate")
-        starts = [t / rate for t in unit_times(law, seed, rate * horizon)]
-        starts = [t for t in (round(t, START_DECIMALS) for t in starts) if t < horizon]
-        picks = draw_indices(len(pool), len(starts), seed)
-    if not starts:
-        raise WorkloadError(
-            f"no session starts within horizon_s {horizon:g}; raise the rate or the horizon",
-            "horizon_s",
-        )
+        check_rate(pool, rate, horizon)
+        starts, picks = OpenDraws(len(pool), horizon, seed, law).at(rate)
+    check_started(starts, horizon)
     sessions = [
         _drawn(pool[j], i, start=start)
         for i, (j, start) in enumerate(zip(picks, starts, strict=True))
@@ -230,6 +246,47 @@ def closed_plan(
         "pool_sessions": len(pool),
     }
     return _plan(drawn, prefixes, seed, workload | (notes or {}))
+
+
+def check_rate(pool: Sequence[MultiRoundSession], rate: float, horizon: float) -> None:
+    """Refuse a rate whose sessions or expected requests over ``horizon`` are over the
+    bounds (``rearrival.limits``), before anything is drawn."""
+    _check_sessions(math.ceil(rate * horizon), "sessions (rate x horizon_s)", "rate")
+    _check_requests(pool, rate * horizon, "rate")
+
+
+def check_started(starts: Sequence[float], horizon: float) -> None:
+    """Refuse a workload in which no session starts before the horizon."""
+    if not starts:
+        raise WorkloadError(
+            f"no session starts within horizon_s {horizon:g}; raise the rate or the horizon",
+            "horizon_s",
+        )
+
+
+class OpenDraws:
+    """The starts and pool sessions ``open_plan`` draws for one pool size, horizon, seed
+    and law (poisson or gamma) at any rate. Both streams are read in order whatever the
+    rate (module docstring), so one draw, kept and extended as a higher rate asks, answers
+    every rate: a capacity search's bisection reads it instead of drawing anew."""
+
+    def __init__(self, pool_size: int, horizon: float, seed: int, law: Arrivals) -> None:
+        self.pool_size = pool_size
+        self.horizon = horizon
+        self.seed = seed
+        self._units = UnitTimes(law, seed)
+        self._picks: list[int] = []
+
+    def at(self, rate: float) -> tuple[list[float], list[int]]:
+        """The session starts (rounded to 1 us, before the horizon) and the pool index of
+        each, at ``rate`` (checked by the caller: ``check_rate``)."""
+        horizon = self.horizon
+        starts = [t / rate for t in self._units.below(rate * horizon)]
+        starts = [t for t in (round(t, START_DECIMALS) for t in starts) if t < horizon]
+        count = len(starts)
+        if count > len(self._picks):
+            self._picks = draw_indices(self.pool_size, max(count, 2 * len(self._picks)), self.seed)
+        return starts, self._picks[:count]
 
 
 def _drawn(

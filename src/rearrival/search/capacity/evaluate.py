@@ -20,6 +20,7 @@ flagged (``monotone``), never hidden.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,15 @@ from rearrival.limits import (
     MAX_WORKLOAD_REQUESTS,
     MAX_WORKLOAD_SESSIONS,
 )
-from rearrival.model.fleet.latency import Slo, latency, measured
+from rearrival.model.fleet.latency import (
+    Slo,
+    latency,
+    latency_columns,
+    measured,
+    measured_mask,
+)
+from rearrival.model.fleet.routers import ROUTERS
+from rearrival.model.simulator.vllm.open_kernel import OpenKernelPlans
 from rearrival.search.capacity.bisection import Trial, find_goodput, is_monotone, rounded
 from rearrival.search.capacity.space import Fleet
 
@@ -51,6 +60,14 @@ class Workload:
     cost: Any  # VllmStepCost (vLLM) or Profile (RBLN)
     rules: str = "base"
     _plans: dict[float, Any] = field(default_factory=dict, compare=False, repr=False)
+    _open: list[OpenKernelPlans] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def open_plans(self) -> OpenKernelPlans:
+        """The pool's open plans at any rate, drawn once (``open_kernel``)."""
+        if not self._open:
+            self._open.append(OpenKernelPlans(self.pool, self.horizon_s, self.seed))
+        return self._open[0]
 
     def plan(self, rate: float) -> Any:
         """The open plan at ``rate`` (``plans open``'s, byte for byte); the last few kept,
@@ -82,10 +99,10 @@ class Workload:
         from rearrival.model.plans.workloads_open import WorkloadError
 
         try:
-            plan = self.plan(rate)
-        except WorkloadError:  # no session starts at all
+            starts = self.open_plans.starts(rate)
+        except WorkloadError:  # over the bounds
             return False
-        return any(self.warmup_s <= s.start_s <= self.horizon_s for s in plan.sessions)
+        return any(self.warmup_s <= start <= self.horizon_s for start in starts)
 
     @property
     def ceiling(self) -> float:
@@ -113,7 +130,13 @@ class Point:
 
 
 def evaluate(workload: Workload, fleet: Fleet, rate: float, plan: Any = None) -> Point:
-    """``fleet`` on the open plan at ``rate`` (or on ``plan`` when given: a resampled pool)."""
+    """``fleet`` on the open plan at ``rate`` (or on ``plan`` when given: a resampled pool).
+    On vLLM without ``plan``, the compiled kernel reads the open plan's rows straight from
+    the pool (``open_kernel``) and the Point is computed on its columns (``_compiled``):
+    the same bits as the plan built and run by ``simulate_fleet``, without a Python object
+    per session or request (``tests/test_capacity_fast.py``)."""
+    if plan is None and fleet.configuration.substrate == "vllm":
+        return _compiled(workload, fleet, rate)
     from rearrival.model.fleet.simulate import simulate_fleet
 
     plan = workload.plan(rate) if plan is None else plan
@@ -141,9 +164,52 @@ def evaluate(workload: Workload, fleet: Fleet, rate: float, plan: Any = None) ->
     )
 
 
-def _p90(series: list[float]) -> float | None:
+def _compiled(workload: Workload, fleet: Fleet, rate: float) -> Point:
+    """``evaluate`` on vLLM's compiled kernel, from the pool's rows and the kernel's
+    columns (``evaluate``'s docstring)."""
+    from rearrival.model.simulator.vllm import core  # numba: loaded on first use
+
+    opened = workload.open_plans.at(rate, fleet.configuration, "plan")
+    run = core.run_kernel(
+        opened.kernel,
+        fleet.configuration,
+        workload.cost,
+        fleet.replicas,
+        ROUTERS.index(fleet.router),
+        None,
+    )
+    arrival, first_scheduled, first_token, finish = run.req_f
+    window = measured_mask(arrival, workload.warmup_s, workload.horizon_s)
+    values = latency_columns(
+        arrival[window],
+        first_scheduled[window],
+        first_token[window],
+        finish[window],
+        opened.gen[window],
+    )
+    measured_requests = int(np.count_nonzero(window))
+    met = int(np.count_nonzero(workload.slo.met_columns(values)))
+    share = met / measured_requests if measured_requests else 0.0
+    device = math.fsum(run.rep_f[0].tolist())
+    prompt = int(opened.prompt[window].sum())
+    cached = int(run.req_i[0][window].sum())
+    return Point(
+        rate,
+        opened.sessions,
+        measured_requests,
+        share,
+        share >= workload.slo.attainment,
+        device,
+        device / opened.sessions,
+        cached / prompt if prompt else 0.0,
+        _p90(values.ttft_s),
+        _p90(values.tpot_s[values.has_tpot]),
+    )
+
+
+def _p90(series: Sequence[float] | np.ndarray) -> float | None:
     """The 90th percentile as ``latency.percentiles`` gives it (numpy's default)."""
-    return float(np.quantile(series, 0.9)) if series else None
+    return float(np.quantile(series, 0.9)) if len(series) else None
 
 
 @dataclass(frozen=True)

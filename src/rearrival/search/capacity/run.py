@@ -88,11 +88,31 @@ def run_capacity(
         )
         if rate is None:
             return CapacityRun(space, workload, tolerance, capacities)
-        points = list(_mapped(_at_rate, [(f, rate) for f in fleets], workers, "capacity: at rate"))
-        pick = choose(rate, list(zip(fleets, points, strict=True)))
-        dispersion = None
-        if pick.fleet is not None and resamples > 0:
-            dispersion = spread(workload, pick.fleet, rate, resamples, progress)
+        pick, dispersion = _pick_at(fleets, workload, rate, resamples, workers)
         return CapacityRun(space, workload, tolerance, capacities, pick, dispersion)
     finally:
         _WORKLOAD = None
+
+
+def pick_at(
+    fleets: Sequence[Fleet], workload: Workload, rate: float, resamples: int, workers: int = 1
+) -> tuple[Pick, dict[str, Any] | None]:
+    """The pick at ``rate`` alone, without the fleets' goodputs (``advise --rate``): every
+    fleet run at ``rate``, the cheapest meeting the SLO, and its spread."""
+    global _WORKLOAD
+    _WORKLOAD = workload
+    try:
+        return _pick_at(tuple(fleets), workload, rate, resamples, workers)
+    finally:
+        _WORKLOAD = None
+
+
+def _pick_at(
+    fleets: Sequence[Fleet], workload: Workload, rate: float, resamples: int, workers: int
+) -> tuple[Pick, dict[str, Any] | None]:
+    points = list(_mapped(_at_rate, [(f, rate) for f in fleets], workers, "capacity: at rate"))
+    pick = choose(rate, list(zip(fleets, points, strict=True)))
+    dispersion = None
+    if pick.fleet is not None and resamples > 0:
+        dispersion = spread(workload, pick.fleet, rate, resamples, progress)
+    return pick, dispersion

@@ -12,6 +12,7 @@ from typing import Any
 from rearrival.search.capacity.deploy import deployment
 from rearrival.search.capacity.evaluate import START_SESSIONS, Point
 from rearrival.search.capacity.outputs import text
+from rearrival.search.capacity.pick import Pick
 from rearrival.search.capacity.run import CapacityRun
 from rearrival.search.capacity.space import Fleet
 
@@ -112,12 +113,14 @@ def summary(run: CapacityRun, basis: Basis, pictures: list[str], wall_s: float) 
                 **basis.deploy_args,
             ),
         }
-    data["pick"], data["pick_lines"] = _pick(run, basis)
+    data["pick"], data["pick_lines"] = pick_summary(run.pick, run.pick_spread, basis.deploy_args)
     return data
 
 
-def _pick(run: CapacityRun, basis: Basis) -> tuple[dict[str, Any] | None, list[str]]:
-    pick = run.pick
+def pick_summary(
+    pick: Pick | None, pick_spread: dict[str, Any] | None, deploy_args: dict[str, Any]
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The pick, its spread and its deployment, and the lines printed about them."""
     if pick is None:
         return None, []
     meeting = sum(p.meets for _, p in pick.points)
@@ -127,14 +130,14 @@ def _pick(run: CapacityRun, basis: Basis) -> tuple[dict[str, Any] | None, list[s
             "give more --replicas, other knobs or a looser --slo"
         ]
     deploy = deployment(
-        pick.fleet.configuration, pick.fleet.replicas, pick.fleet.router, **basis.deploy_args
+        pick.fleet.configuration, pick.fleet.replicas, pick.fleet.router, **deploy_args
     )
     body = {
         "rate": pick.rate,
         "meeting": meeting,
         "fleet": _fleet(pick.fleet),
         "at_rate": _point(pick.point),
-        "spread": run.pick_spread,
+        "spread": pick_spread,
         "deploy": deploy,
     }
     lines = [
@@ -143,8 +146,8 @@ def _pick(run: CapacityRun, basis: Basis) -> tuple[dict[str, Any] | None, list[s
         f"attainment {pick.point.attainment:.3f}, "
         f"{pick.point.device_s_per_session:.3f} device-s/session"
     ]
-    if run.pick_spread is not None:
-        s = run.pick_spread
+    if pick_spread is not None:
+        s = pick_spread
         lines.append(
             f"  over {s['resamples']} resampled pools: meets on {s['meets_share']:.0%}; "
             f"attainment {s['attainment']['p05']:.3f} .. {s['attainment']['p95']:.3f} "

@@ -20,7 +20,9 @@ q's pool is the slice of the flat arrays that starts at ``q * (num_blocks + 1)``
 blocks, its sentinel last), and its identities the slice of ``khead``/``ktail`` that starts
 at ``q * keys``, so the pool helpers run unchanged on global block ids and global
 identities. A request lives on one replica once routed, so its tokens, blocks held and
-times are one row for the whole fleet. Per replica: its waiting ring and running list (rows
+times are one row for the whole fleet; its block table is its session's (the rounds of a
+session hold blocks one after another, never at once), a tenth of one table per request
+on an hour of agent traffic. Per replica: its waiting ring and running list (rows
 of ``requests``), its clock, device time and counts, and the FIFO of its finish times not
 yet seen by a routing (a replica's clock only grows, so the loop's heap of them is a
 queue). One heap holds every pending send, ordered by (time, request id) as the loop's is.
@@ -41,7 +43,7 @@ from numba import njit
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import VllmStepCost
 from rearrival.model.simulator.heaps import pop_arrival, push_arrival
-from rearrival.model.simulator.vllm.inputs import VllmInputs
+from rearrival.model.simulator.vllm.inputs import KernelPlan, VllmInputs, kernel_plan
 
 # indices into rearrival.model.fleet.routers.ROUTERS (tests/test_vllm_fleet_core.py checks)
 ROUND_ROBIN, LEAST_LOADED, SESSION_AFFINITY, PREFIX_AWARE = 0, 1, 2, 3
@@ -297,14 +299,22 @@ def run_fleet(
     ktail = np.full(replicas * nkeys, NO, dtype=np.int64)
     pool = (nxt, prv, refs, bkey)
     keys = (khead, ktail, knext, kprev)
-    # the requests
-    off = np.zeros(requests + 1, dtype=np.int64)
+    # the requests: a session's rounds share one block table, as wide as its widest round
+    # (a round is sent when the one before it has finished and released its blocks)
+    off = np.empty(requests, dtype=np.int64)
     widest = 1
-    for r in range(requests):
-        blocks = _cdiv(prompt[r] + gen[r] - 1, bs)
-        off[r + 1] = off[r] + blocks
-        widest = max(widest, blocks)
-    table = np.empty(max(off[requests], 1), dtype=np.int64)
+    width_of_tables = 0
+    r = 0
+    while r < requests:
+        own = r
+        most = 1
+        while r < requests and session_first[r] == own:
+            most = max(most, _cdiv(prompt[r] + gen[r] - 1, bs))
+            off[r] = width_of_tables
+            r += 1
+        width_of_tables += most
+        widest = max(widest, most)
+    table = np.empty(max(width_of_tables, 1), dtype=np.int64)
     hit = np.empty(widest, dtype=np.int64)
     tokens = prompt.copy()
     computed = np.zeros(requests, dtype=np.int64)
@@ -689,6 +699,62 @@ def warm_up() -> None:
     )
 
 
+@dataclass(frozen=True)
+class KernelRun:
+    """What ``run_fleet`` writes, as it writes it (``run_fleet``'s docstring): the
+    columns a caller reads without building a Python object per request."""
+
+    req_i: np.ndarray
+    req_f: np.ndarray
+    rep_i: np.ndarray
+    rep_f: np.ndarray
+
+
+def run_kernel(
+    plan: KernelPlan,
+    configuration: VllmConfiguration,
+    step_cost: VllmStepCost,
+    replicas: int,
+    router: int,
+    fixed: list[float] | None,
+) -> KernelRun:
+    """One fleet on the compiled kernel; ``router`` an index into ``ROUTERS``."""
+    requests = plan.plan_i.shape[1]
+    knobs = np.array(
+        [
+            configuration.block_size,
+            configuration.num_blocks,
+            configuration.batch_size,
+            configuration.max_num_batched_tokens,
+            plan.keys,
+        ],
+        dtype=np.int64,
+    )
+    out = KernelRun(
+        np.empty((4, requests), dtype=np.int64),
+        np.empty((4, requests)),
+        np.empty((3, replicas), dtype=np.int64),
+        np.empty((2, replicas)),
+    )
+    run_fleet(
+        plan.plan_i,
+        plan.gap,
+        plan.follow_gap,
+        plan.start,
+        np.array(fixed if fixed is not None else [], dtype=np.float64),
+        np.array(configuration.buckets, dtype=np.int64),
+        knobs,
+        np.array(step_cost.as_tuple()),
+        replicas,
+        router,
+        out.req_i,
+        out.req_f,
+        out.rep_i,
+        out.rep_f,
+    )
+    return out
+
+
 def run(
     inputs: VllmInputs,
     configuration: VllmConfiguration,
@@ -697,62 +763,10 @@ def run(
     router: int,
     fixed: list[float] | None,
 ) -> FleetRun:
-    """One fleet on the compiled kernel; ``router`` an index into ``ROUTERS``."""
-    a = inputs.arrays
-    requests = a.requests
-    start = np.zeros(requests)
-    starts = np.zeros(requests, dtype=np.int64)
-    for s, rid in enumerate(a.first[:-1]):
-        if a.leader[s] < 0:  # a renewed session is sent by its leader's last round
-            start[rid] = a.start[s]
-            starts[rid] = 1
-    plan_i = np.array(
-        [
-            a.prompt,
-            a.gen,
-            a.round_of,
-            [a.first[s] for s in a.session_of],
-            starts,
-            inputs.key_base,
-            inputs.shared_blocks,
-            inputs.prefix_key_base,
-            a.next_fixed,
-            a.follower,
-        ],
-        dtype=np.int64,
-    )
-    knobs = np.array(
-        [
-            configuration.block_size,
-            configuration.num_blocks,
-            configuration.batch_size,
-            configuration.max_num_batched_tokens,
-            max(inputs.keys, 1),
-        ],
-        dtype=np.int64,
-    )
-    req_i = np.empty((4, requests), dtype=np.int64)
-    req_f = np.empty((4, requests))
-    rep_i = np.empty((3, replicas), dtype=np.int64)
-    rep_f = np.empty((2, replicas))
-    run_fleet(
-        plan_i,
-        np.array(a.gap, dtype=np.float64),
-        np.array(a.follow_gap, dtype=np.float64),
-        start,
-        np.array(fixed if fixed is not None else [], dtype=np.float64),
-        np.array(configuration.buckets, dtype=np.int64),
-        knobs,
-        np.array(step_cost.as_tuple()),
-        replicas,
-        router,
-        req_i,
-        req_f,
-        rep_i,
-        rep_f,
-    )
-    cached, preemptions, steps, placement = req_i.tolist()
-    arrival, first, first_token, finish = req_f.tolist()
+    """One fleet on the compiled kernel, its columns as lists."""
+    out = run_kernel(kernel_plan(inputs), configuration, step_cost, replicas, router, fixed)
+    cached, preemptions, steps, placement = out.req_i.tolist()
+    arrival, first, first_token, finish = out.req_f.tolist()
     return FleetRun(
         cached,
         preemptions,
@@ -762,6 +776,6 @@ def run(
         first,
         first_token,
         finish,
-        *rep_i.tolist(),
-        *rep_f.tolist(),
+        *out.rep_i.tolist(),
+        *out.rep_f.tolist(),
     )

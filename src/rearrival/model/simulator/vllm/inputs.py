@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from rearrival.errors import RearrivalError
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.simulator.plan_arrays import PlanArrays, plan_arrays
@@ -127,6 +129,49 @@ def _chain_identities(arrays: PlanArrays, block_size: int) -> VllmInputs:
     return VllmInputs(arrays, block_size, key_base, held, keys, shared, prefix_key_base)
 
 
+@dataclass(frozen=True)
+class KernelPlan:
+    """A plan as ``core.run_fleet`` reads it: ``plan_i`` its ten int64 rows per request (in
+    ``run_fleet``'s order), ``gap``, ``follow_gap`` and ``start`` (a round 0's send, 0
+    elsewhere) per request, ``keys`` the chain identities over the plan (at least 1)."""
+
+    plan_i: np.ndarray
+    gap: np.ndarray
+    follow_gap: np.ndarray
+    start: np.ndarray
+    keys: int
+
+
+def kernel_plan(inputs: VllmInputs) -> KernelPlan:
+    """``inputs`` as the kernel reads them."""
+    a = inputs.arrays
+    requests = a.requests
+    start = np.zeros(requests)
+    starts = np.zeros(requests, dtype=np.int64)
+    for s, rid in enumerate(a.first[:-1]):
+        if a.leader[s] < 0:  # a renewed session is sent by its leader's last round
+            start[rid] = a.start[s]
+            starts[rid] = 1
+    plan_i = np.array(
+        [
+            a.prompt,
+            a.gen,
+            a.round_of,
+            [a.first[s] for s in a.session_of],
+            starts,
+            inputs.key_base,
+            inputs.shared_blocks,
+            inputs.prefix_key_base,
+            a.next_fixed,
+            a.follower,
+        ],
+        dtype=np.int64,
+    )
+    gap = np.array(a.gap, dtype=np.float64)
+    follow_gap = np.array(a.follow_gap, dtype=np.float64)
+    return KernelPlan(plan_i, gap, follow_gap, start, max(inputs.keys, 1))
+
+
 def check_pool(inputs: VllmInputs, configuration: VllmConfiguration, source: str) -> None:
     """Refuse a plan whose longest request cannot fit the pool alone (docs/DESIGN.md §15
     rule 6): vLLM would preempt it forever rather than finish it (and refuses to start a
@@ -134,16 +179,37 @@ def check_pool(inputs: VllmInputs, configuration: VllmConfiguration, source: str
     bs = configuration.block_size
     usable = configuration.usable_blocks
     for rid, tokens in enumerate(inputs.held):
-        need = cdiv(tokens, bs)
-        if need > usable:
+        if cdiv(tokens, bs) > usable:
             a = inputs.arrays
-            raise VllmPlanError(
-                f"{source}: session {a.session_of[rid]} round {a.round_of[rid]} holds "
-                f"{tokens} tokens of KV at its last step ({need} blocks of {bs}) but the pool "
-                f"has {usable} usable blocks (num_blocks {configuration.num_blocks} minus the "
-                f"null block); set num_blocks to at least {inputs.blocks_needed() + 1} or "
-                "shorten the plan's sessions"
+            raise pool_refusal(
+                source,
+                a.session_of[rid],
+                a.round_of[rid],
+                tokens,
+                configuration,
+                inputs.blocks_needed(),
             )
+
+
+def pool_refusal(
+    source: str,
+    session: int,
+    round_: int,
+    tokens: int,
+    configuration: VllmConfiguration,
+    blocks_needed: int,
+) -> VllmPlanError:
+    """``check_pool``'s refusal of the first request (in request order) that cannot fit:
+    it holds ``tokens`` of KV at its last step; the longest request needs
+    ``blocks_needed``."""
+    bs = configuration.block_size
+    return VllmPlanError(
+        f"{source}: session {session} round {round_} holds "
+        f"{tokens} tokens of KV at its last step ({cdiv(tokens, bs)} blocks of {bs}) but the "
+        f"pool has {configuration.usable_blocks} usable blocks (num_blocks "
+        f"{configuration.num_blocks} minus the null block); set num_blocks to at least "
+        f"{blocks_needed + 1} or shorten the plan's sessions"
+    )
 
 
 def fixed_times(inputs: VllmInputs, fixed_arrivals: Sequence[float] | None) -> list[float] | None:
