@@ -19,6 +19,7 @@ wildcard_constraints:
     rep="[0-9]+",
     shard="[0-9]+",
     search="search|study_search/[a-z0-9_]+",
+    condition="[a-z0-9_]+-[a-z0-9_]+",
     profile="published|calibrated",
 
 
@@ -44,6 +45,11 @@ include: "rules/fixed_arrivals.smk"
 include: "rules/report.smk"
 include: "rules/vllm_report.smk"
 include: "rules/capacity.smk"
+
+
+if STUDY.fleet is not None:
+
+    include: "rules/fleet.smk"
 
 
 rule all:

@@ -29,6 +29,7 @@ from rearrival.config.calibration import (
 from rearrival.config.capacity import CapacitySettings
 from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
+from rearrival.config.fleet import FleetStudySettings
 from rearrival.config.injection import InjectionSettings
 from rearrival.config.search import SearchError, SearchSettings
 from rearrival.config.workload import Workload, workload_from_mapping
@@ -142,6 +143,8 @@ class StudyConfig:
     signing_key: Path | None = None
     # capacity: the `rearrival capacity` stage (docs/DESIGN.md §17); absent: not run
     capacity: CapacitySettings | None = None
+    # fleet: the preregistered study on a real fleet (docs/DESIGN.md §18); absent: not run
+    fleet: FleetStudySettings | None = None
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -318,6 +321,12 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
             raise StudyConfigError(
                 f"{source}: studies.{study.name}.amends names unknown study '{study.amends}'"
             )
+    fleet = FleetStudySettings.from_mapping(raw.get("fleet"), source, configurations)
+    if not studies and fleet is None:
+        raise StudyConfigError(
+            f"{source}: studies is empty and there is no fleet section, so nothing would "
+            "run; define a study under studies or a fleet: section"
+        )
     injection = sections["injection"]
     if injection.configuration not in configurations:
         raise StudyConfigError(
@@ -336,6 +345,7 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         witness=(raw.get("witness") or {}).get("remote"),
         signing_key=_signing_key(raw),
         capacity=CapacitySettings.from_mapping(raw.get("capacity"), source),
+        fleet=fleet,
     )
 
 
@@ -554,4 +564,6 @@ def effective_definition(cfg: StudyConfig) -> dict[str, Any]:
         out["signing"] = {"key": str(cfg.signing_key)}
     if cfg.capacity is not None:
         out["capacity"] = _section(cfg.capacity)
+    if cfg.fleet is not None:
+        out["fleet"] = cfg.fleet.as_dict()
     return out
