@@ -220,6 +220,15 @@ def new_ids(
     return [rng.randrange(TOKEN_ID_LOW, high) for _ in range(count)]
 
 
+def prefix_ids(key: str, prefix: str, count: int, high: int = ANY_ID_HIGH) -> list[int]:
+    """The token ids of a shared prefix (docs/DESIGN.md §2): the same for every session of
+    the plan that names ``prefix``, so its full blocks are one cached chain any of them can
+    hit, as the predictor's prefix blocks are; the session's own ids follow it (round 0's
+    first new id encodes the session, so two sessions part right after the prefix)."""
+    rng = _rng("prefix", key, prefix)
+    return [rng.randrange(TOKEN_ID_LOW, high) for _ in range(count)]
+
+
 # --- metrics ---------------------------------------------------------------------------
 
 
@@ -479,14 +488,16 @@ async def _session_task(
     clock: _Clock,
     done: list[Reply],
 ) -> None:
-    """The session's rounds in order, each sending the exact token-id transcript so far.
+    """The session's rounds in order, each sending the exact token-id transcript so far
+    (after the session's shared prefix, when it names one).
 
     Round 0 leaves at the session's ``start_s``; round k+1 leaves round k's gap after
     round k's response was fully received.
     """
     await clock.sleep_until(s.start_s)
-    transcript: list[int] = []
     high = options.vocab_size or ANY_ID_HIGH
+    prefix = getattr(s, "prefix", None)
+    transcript = prefix_ids(key, prefix, s.prefix_tokens, high) if prefix else []
     for k, r in enumerate(s.rounds):
         transcript += new_ids(key, s.session, k, r.new_tokens, high)
         reply = await _request(
