@@ -59,6 +59,8 @@ def predict_condition(
         load_vllm_profile(profile).step_cost,
         cfg.fleet.replicas,
         condition.router_model,
+        core="python",  # the same bits as the compiled fleet; 52 requests take 0.1 s
+        # there, where a fresh clone would first compile the numba core (about a minute)
     )
     rows = prediction_rows(result)
     return {
