@@ -175,3 +175,95 @@ def test_decisions_are_made_on_the_observed_counts_beside_the_registered_predict
     assert decided[f"agreement_round_robin-{large}"].verdict == FAILS
     assert decided[f"agreement_round_robin-{small}"].verdict == HOLDS
     assert all(d.verdict in (HOLDS, FAILS) for d in decided.values())  # none withheld
+
+
+def test_the_report_section_renders_every_condition_decision_and_both_figures(
+    tmp_path: Path,
+) -> None:
+    """reports/fleet.md from the decision stage's tables and one comparison per run: the
+    three sides of every count, the router that served, each decision, both figures."""
+    import json
+
+    import pandas as pd
+
+    from rearrival.judge.fleet_study import CONDITIONS_FILE, DECISIONS_FILE
+    from rearrival.report.fleet import FleetReportInputs, write_fleet_report
+    from rearrival.workflow.fleet import condition_row
+
+    label = "consistent_hash-small_pool"
+    counts = _counts(3, 900)
+    registered = {
+        "policy": "consistent_hash",
+        "configuration": "small_pool",
+        "router_model": "session_affinity",
+        "counts": counts.as_dict(),
+    }
+    decided = tmp_path / "decisions"
+    decided.mkdir()
+    row = condition_row(0, label, registered, counts, _counts(4, 950))
+    pd.DataFrame([row | {"agreeing": 9, "timing_dependent": 1, "predictor_errors": 0}]).to_csv(
+        decided / CONDITIONS_FILE, index=False
+    )
+    pd.DataFrame(
+        [
+            {
+                "replicate": 0,
+                "name": "x",
+                "statement": "affinity keeps prefixes",
+                "predicted": True,
+                "observed": False,
+                "verdict": FAILS,
+                "prediction_right": False,
+                "evidence": "observed 4 vs 3",
+            }
+        ]
+    ).to_csv(decided / DECISIONS_FILE, index=False)
+    comparison = tmp_path / "compare"
+    comparison.mkdir()
+    pd.DataFrame(
+        {
+            "round": [0, 1],
+            "replica": [0, 1],
+            "send_s": [0.1, 1.0],
+            "cached_tokens_observed": [0, 256],
+            "cached_tokens_predicted": [0, 320],
+            "verdict": ["agree", "timing-dependent"],
+            "ttft_s_observed": [0.2, 0.3],
+            "ttft_s_predicted": [0.01, 0.02],
+        }
+    ).to_parquet(comparison / "requests.parquet")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "fleet": {
+                    "router": {
+                        "name": "vllm-router",
+                        "version": "0.1.17",
+                        "policy": "consistent_hash",
+                    },
+                    "servers": [{}, {}],
+                },
+                "configuration": {"num_blocks": 40},
+                "software": {"vllm": "0.32.0"},
+                "engine": {"device": "cpu"},
+                "started_at": "2026-12-03T18:00:00+00:00",
+            }
+        )
+    )
+    record = tmp_path / "prereg.json"
+    record.write_text(
+        json.dumps(
+            {"study": "fleet_open", "commit": "a" * 40, "committed_at": "2026-12-03T17:59:00"}
+        )
+    )
+    inputs = FleetReportInputs(
+        "what it asks", decided, record, {f"r0/{label}": comparison}, {f"r0/{label}": run}
+    )
+    text = write_fleet_report(inputs, tmp_path / "reports" / "fleet.md").read_text()
+    assert "vllm-router 0.1.17" in text and "session_affinity" in text
+    assert "3 / 3 / 4 of 6" in text  # lost re-arrivals: registered / re-run / vLLM
+    assert "**fails**" in text and "affinity keeps prefixes" in text
+    for figure in ("fleet_cached_tokens.png", "fleet_ttft.png"):
+        assert figure in text and (tmp_path / "reports" / figure).stat().st_size > 0

@@ -171,9 +171,8 @@ def fleet_criteria(fleet: FleetStudySettings) -> list[dict[str, Any]]:
             "cached_tokens",
             c.label,
             None,
-            f"{c.label}: every request's cached tokens equal the predictor's under the "
-            "observed placement and arrivals, except requests the records prove "
-            "timing-dependent",
+            f"{c.label}: cached tokens equal the predictor's on the observed placement, "
+            "request by request (timing-dependent ones excepted)",
         )
         for c in fleet.conditions()
     ]
@@ -214,7 +213,7 @@ def evaluate(
     kind, left = criterion["kind"], criterion["condition"]
     if kind == "agreement":
         if predictor_errors is None:
-            return True, "predicted: no predictor error"
+            return True, "no predictor error"
         errors = predictor_errors[left]
         return errors == 0, f"{errors} predictor error(s)"
     value = getattr(counts[left], criterion["quantity"])

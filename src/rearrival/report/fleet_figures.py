@@ -48,6 +48,7 @@ def _grid(count: int) -> tuple[Any, list[Any]]:
 
 def _save(fig: Any, path: Path) -> Path:
     """The figure as PNG at ``path``, written atomically, with no software stamp."""
+    fig.tight_layout(rect=(0, 0, 1, 0.95))  # panel titles clear of the labels above
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     pyplot().close(fig)

@@ -165,7 +165,7 @@ def decide_fleet(
             observed[c.label] = FleetCounts.of(observed_rows(frame))
             errors[c.label] = len(summary["predictor_errors"])
             rerun = FleetCounts.of(observed_rows(frame, "predicted"))
-            row = _condition_row(rep, c.label, predictions[key], rerun, observed[c.label])
+            row = condition_row(rep, c.label, predictions[key], rerun, observed[c.label])
             rows.append(
                 row
                 | {
@@ -185,7 +185,7 @@ def decide_fleet(
     return table
 
 
-def _condition_row(
+def condition_row(
     rep: int,
     label: str,
     registered_prediction: dict[str, Any],
