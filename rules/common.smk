@@ -460,22 +460,9 @@ def fleet_compare_dirs(wildcards=None):
     return [fleet_compare_path(label, rep) for _, label, rep in fleet_keys()]
 
 
-def fleet_pairs(kind, input):
-    """r<rep>/<condition>=<path> for every run (``kind`` runs: its run folder) or
-    comparison of the fleet study, in fleet_keys() order."""
-    paths = getattr(input, kind)
-    return [
-        f"{key}={path}/{label}" if kind == "runs" else f"{key}={path}"
-        for (key, label, _), path in zip(fleet_keys(), paths)
-    ]
-
-
-def fleet_comparison_arguments(wildcards, input):
-    return " ".join(shlex.quote(pair) for pair in fleet_pairs("comparisons", input))
-
-
 def fleet_run_options(wildcards, input):
-    return " ".join(f"--run {shlex.quote(pair)}" for pair in fleet_pairs("runs", input))
+    """--run FOLDER for every run of the fleet study (the report names what served it)."""
+    return " ".join(f"--run {shlex.quote(path)}" for path in input.runs)
 
 
 def fleet_targets():

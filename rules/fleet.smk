@@ -23,7 +23,7 @@ rule fleet_plans:
         values=values("fleet"),
     shell:
         "rearrival study fleet-plans --config {params.config_file:q} --values {params.values}"
-        " --out {output.plans:q} > {log:q} 2>&1"
+        " --pool {input.pool:q} --out {output.plans:q} > {log:q} 2>&1"
 
 
 rule fleet_prereg:
@@ -43,7 +43,8 @@ rule fleet_prereg:
         values=values("fleet"),
     shell:
         "rearrival study fleet-prereg --config {params.config_file:q} --values {params.values}"
-        " --plans {input.plans:q} --out {output.record:q} > {log:q} 2>&1"
+        " --plans {input.plans:q} --profile {input.profile:q} --out {output.record:q}"
+        " > {log:q} 2>&1"
 
 
 rule fleet_run:
@@ -66,7 +67,7 @@ rule fleet_run:
     shell:
         "exec rearrival study fleet-run --config {params.config_file:q}"
         " --values {params.values} --condition {wildcards.condition:q}"
-        " --replicate {wildcards.rep} --plans {input.plans:q}"
+        " --replicate {wildcards.rep} --plans {input.plans:q} --prereg {input.prereg:q}"
         " --failed-runs {log.failed:q} --out {output.run:q} > {log.run:q} 2>&1"
 
 
@@ -102,16 +103,19 @@ rule fleet_compare:
         "logs/fleet/compare/{condition}_r{rep}.log",
     conda:
         "../envs/workflow.yaml"
+    params:
+        config_file=CONFIG_FILE,
+        values=values("fleet"),
+    # `rearrival compare` on the sealed run (the ledger checked first)
     shell:
-        "rearrival compare --run {input.run:q}/{wildcards.condition}"
-        " --plan {input.plans:q}/r{wildcards.rep}.json --profile {input.profile:q}"
-        " --out {output.comparison:q} > {log:q} 2>&1"
+        "rearrival study fleet-compare --config {params.config_file:q} --values {params.values}"
+        " --run {input.run:q} --plans {input.plans:q} --profile {input.profile:q}"
+        " --ledger {input.ledger:q} --out {output.comparison:q} > {log:q} 2>&1"
 
 
 rule fleet_decide:
     input:
         comparisons=fleet_compare_dirs,
-        prereg=rules.fleet_prereg.output.record,
     output:
         decisions=directory(fleet_decisions_path()),
     log:
@@ -121,10 +125,9 @@ rule fleet_decide:
     params:
         config_file=CONFIG_FILE,
         values=values("fleet"),
-        comparisons=fleet_comparison_arguments,
     shell:
         "rearrival study fleet-decide --config {params.config_file:q} --values {params.values}"
-        " --out {output.decisions:q} {params.comparisons} > {log:q} 2>&1"
+        " --out {output.decisions:q} {input.comparisons:q} > {log:q} 2>&1"
 
 
 rule fleet_report:
@@ -143,9 +146,8 @@ rule fleet_report:
     params:
         config_file=CONFIG_FILE,
         values=values("fleet"),
-        comparisons=fleet_comparison_arguments,
         runs=fleet_run_options,
     shell:
         "rearrival study fleet-report --config {params.config_file:q} --values {params.values}"
         " --decisions {input.decisions:q} --prereg {input.prereg:q} {params.runs}"
-        " --out {output.markdown:q} {params.comparisons} > {log:q} 2>&1"
+        " --out {output.markdown:q} {input.comparisons:q} > {log:q} 2>&1"

@@ -16,36 +16,42 @@ Config = Annotated[Path, typer.Option("--config", help="Study definition (config
 Plans = Annotated[Path, typer.Option("--plans", help="The fleet study's plans directory.")]
 Out = Annotated[Path, typer.Option("--out", help="Output file or directory.")]
 Repo = Annotated[Path, typer.Option("--repo", help="Git repository with preregistration/.")]
-Keyed = Annotated[
-    list[str],
-    typer.Argument(help="r<rep>/<condition>=<directory>, one per run (or its comparison)."),
+Comparisons = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Every run's comparison folder (results/fleet/compare/<condition>_r<rep>)."
+    ),
 ]
 DEFAULT_CONFIG = Path("config/fleet.yaml")
 DEFAULT_REPO = Path(".")
 STAGE = "fleet"
 
 
-def _keyed(pairs: list[str]) -> dict[str, Path]:
-    """``key=path`` arguments as a mapping; a bad one is one line naming it."""
-    out = {}
-    for pair in pairs:
-        key, sep, path = pair.partition("=")
-        if not sep or not key or not path:
-            raise typer.BadParameter(f"{pair!r}: give r<rep>/<condition>=<directory>")
-        out[key] = Path(path)
-    return out
+def _keyed(folders: list[Path]) -> dict[str, Path]:
+    """Each ``<condition>_r<rep>`` folder by its key ``r<rep>/<condition>``."""
+    from rearrival.workflow.fleet import run_key
+
+    return {run_key(folder)[0]: folder for folder in folders}
 
 
-def fleet_plans(out: Out, config: Config = DEFAULT_CONFIG, values: Values = None) -> None:
+Pool = Annotated[Path, typer.Option("--pool", help="The fleet section's pool file.")]
+Profile = Annotated[Path, typer.Option("--profile", help="The study's vLLM profile.")]
+Prereg = Annotated[Path, typer.Option("--prereg", help="The registration record.")]
+
+
+def fleet_plans(
+    pool: Pool, out: Out, config: Config = DEFAULT_CONFIG, values: Values = None
+) -> None:
     """Write the fleet study's open plans, one per replicate (Poisson session starts)."""
     from rearrival.workflow.fleet import write_fleet_plans
 
-    written = write_fleet_plans(checked_config(config, STAGE, None, values), out)
+    written = write_fleet_plans(checked_config(config, STAGE, None, values), pool, out)
     typer.echo(f"{out}: {len(written)} open plan(s)")
 
 
 def fleet_prereg(
     plans: Plans,
+    profile: Profile,
     out: Out,
     config: Config = DEFAULT_CONFIG,
     repo: Repo = DEFAULT_REPO,
@@ -54,7 +60,8 @@ def fleet_prereg(
     """Commit the fleet study's predictions, criteria, design, plans and profile."""
     from rearrival.workflow.fleet import preregister_fleet
 
-    record = preregister_fleet(checked_config(config, STAGE, None, values), plans, repo, out)
+    cfg = checked_config(config, STAGE, None, values)
+    record = preregister_fleet(cfg, plans, profile, repo, out)
     typer.echo(f"{record}: registered")
 
 
@@ -62,6 +69,7 @@ def fleet_run(
     condition: Annotated[str, typer.Option("--condition", help="<policy>-<configuration>.")],
     replicate: Annotated[int, typer.Option("--replicate", min=0, help="Replicate.")],
     plans: Plans,
+    prereg: Prereg,
     out: Out,
     failed_runs: Annotated[
         Path, typer.Option("--failed-runs", help="Where a failed run's record is kept.")
@@ -90,8 +98,34 @@ def fleet_run(
     typer.echo(f"{run} complete")
 
 
+def fleet_compare(
+    run: Annotated[Path, typer.Option("--run", help="The run's folder (<condition>_r<rep>).")],
+    plans: Plans,
+    profile: Profile,
+    ledger: Annotated[Path, typer.Option("--ledger", help="The seal stage's record.")],
+    out: Out,
+    config: Config = DEFAULT_CONFIG,
+    repo: Repo = DEFAULT_REPO,
+    values: Values = None,
+) -> None:
+    """`rearrival compare` on one sealed run of the study: the fleet predictor on its
+    observed arrivals and placement (exit 1 on a predictor error, after writing)."""
+    from rearrival.commands.compare import compare_fleet
+    from rearrival.measure.records import read_run
+    from rearrival.model.cost.vllm_profile import load_vllm_profile
+    from rearrival.model.plans.plan import load_plan
+    from rearrival.prereg.ledger import require_sealed
+    from rearrival.workflow.fleet import fleet_of, plan_name, run_key
+
+    fleet = fleet_of(checked_config(config, STAGE, None, values))
+    require_sealed(repo, fleet.study, [run], ledger)
+    _, label, rep = run_key(run)
+    plan = plans / plan_name(rep)
+    compare_fleet(read_run(run / label), load_plan(plan), load_vllm_profile(profile), plan, out)
+
+
 def fleet_decide(
-    comparisons: Keyed,
+    comparisons: Comparisons,
     out: Out,
     config: Config = DEFAULT_CONFIG,
     repo: Repo = DEFAULT_REPO,
@@ -108,11 +142,11 @@ def fleet_decide(
 
 
 def fleet_report(
-    comparisons: Keyed,
+    comparisons: Comparisons,
     decisions: Annotated[Path, typer.Option("--decisions", help="The decision stage's folder.")],
-    prereg: Annotated[Path, typer.Option("--prereg", help="The registration record.")],
+    prereg: Prereg,
     runs: Annotated[
-        list[str], typer.Option("--run", help="r<rep>/<condition>=<run directory>, per run.")
+        list[Path], typer.Option("--run", help="Every run's folder (<condition>_r<rep>).")
     ],
     out: Out,
     config: Config = DEFAULT_CONFIG,
@@ -120,7 +154,7 @@ def fleet_report(
 ) -> None:
     """Render reports/fleet.md and its figures from the declared files only."""
     from rearrival.report.fleet import FleetReportInputs, write_fleet_report
-    from rearrival.workflow.fleet import fleet_of
+    from rearrival.workflow.fleet import fleet_of, run_key
 
     fleet = fleet_of(checked_config(config, STAGE, None, values))
     inputs = FleetReportInputs(
@@ -128,7 +162,7 @@ def fleet_report(
         decisions_dir=decisions,
         prereg_record=prereg,
         comparisons=_keyed(comparisons),
-        runs=_keyed(runs),
+        runs={key: folder / run_key(folder)[1] for key, folder in _keyed(runs).items()},
     )
     typer.echo(f"{write_fleet_report(inputs, out)} written")
 
@@ -137,6 +171,7 @@ VERBS = {
     "fleet-plans": fleet_plans,
     "fleet-prereg": fleet_prereg,
     "fleet-run": fleet_run,
+    "fleet-compare": fleet_compare,
     "fleet-decide": fleet_decide,
     "fleet-report": fleet_report,
 }

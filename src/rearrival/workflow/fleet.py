@@ -35,6 +35,7 @@ from rearrival.model.plans.plangen import derive_seed
 from rearrival.model.plans.pool import load_pool
 from rearrival.model.plans.workloads_open import open_plan
 from rearrival.prereg.fleet import CRITERIA, PREDICTIONS, register_fleet
+from rearrival.prereg.registered import recorded_registration
 from rearrival.prereg.registration import check_before_run, registered_json
 from rearrival.workflow.run import keeping_unfinished, refuse_failed_runs
 
@@ -49,20 +50,30 @@ def plan_name(replicate: int) -> str:
     return f"r{replicate}.json"
 
 
-def fleet_plan(cfg: StudyConfig, replicate: int) -> Plan:
-    """Replicate ``replicate``'s open plan: Poisson starts from the pool, seed + replicate
-    (each replicate's seed is new, registered in plans.json)."""
+def run_key(folder: Path) -> tuple[str, str, int]:
+    """(``r<rep>/<condition>``, condition, replicate) of a run's or a comparison's folder,
+    named ``<condition>_r<rep>`` (rules/common.smk)."""
+    label, sep, rep = folder.name.rpartition("_r")
+    if not sep or not rep.isdigit():
+        raise StageError(f"{folder}: not a fleet run folder (<condition>_r<replicate>)")
+    return f"r{rep}/{label}", label, int(rep)
+
+
+def fleet_plan(cfg: StudyConfig, replicate: int, pool_path: Path | None = None) -> Plan:
+    """Replicate ``replicate``'s open plan: Poisson starts from the pool (the section's,
+    or the file the rule declares for it), seed + replicate (each replicate's seed is new,
+    registered in plans.json)."""
     fleet = fleet_of(cfg)
-    pool = load_pool(fleet.pool)
+    pool = load_pool(pool_path or fleet.pool)
     return open_plan(
         pool.sessions, pool.prefixes, fleet.rate, fleet.horizon_s, fleet.seed + replicate
     )
 
 
-def write_fleet_plans(cfg: StudyConfig, out_dir: Path) -> list[Path]:
+def write_fleet_plans(cfg: StudyConfig, pool: Path, out_dir: Path) -> list[Path]:
     with atomic_directory(out_dir) as staging:
         for rep in range(fleet_of(cfg).replicates):
-            write_plan(fleet_plan(cfg, rep), staging / plan_name(rep))
+            write_plan(fleet_plan(cfg, rep, pool), staging / plan_name(rep))
     return [out_dir / plan_name(rep) for rep in range(fleet_of(cfg).replicates)]
 
 
@@ -70,10 +81,12 @@ def read_fleet_plans(cfg: StudyConfig, plans_dir: Path) -> list[Plan]:
     return [load_plan(plans_dir / plan_name(rep)) for rep in range(fleet_of(cfg).replicates)]
 
 
-def preregister_fleet(cfg: StudyConfig, plans_dir: Path, repo_dir: Path, out: Path) -> Path:
-    """Register (or find registered) the fleet study; ``out`` is the record the runs name."""
+def preregister_fleet(
+    cfg: StudyConfig, plans_dir: Path, profile: Path, repo_dir: Path, out: Path
+) -> Path:
+    """Register (or find registered) the fleet study, its predictions priced by
+    ``profile``; ``out`` is the record the runs name."""
     fleet = fleet_of(cfg)
-    profile = Path(cfg.measurement.profile)
     register_fleet(repo_dir, cfg, read_fleet_plans(cfg, plans_dir), profile, out.parent)
     written = out.parent / f"{fleet.study}.json"
     if written != out:
@@ -90,11 +103,15 @@ def run_fleet_condition(
     repo_dir: Path,
     out_dir: Path,
     failed_dir: Path,
+    prereg_path: Path | None = None,
 ) -> Path:
     """One condition's run of one replicate on a fresh fleet, published under ``out_dir``
-    only when complete."""
+    only when complete; with ``prereg_path`` (the registration stage's record) that record
+    must name a registration of the study on HEAD's history."""
     fleet = fleet_of(cfg)
     condition = fleet.condition(label)
+    if prereg_path is not None:
+        recorded_registration(repo_dir, fleet.study, prereg_path)
     prereg = check_before_run(repo_dir, fleet.study).manifest_entry()
     plan_path = plans_dir / plan_name(replicate)
     plan = load_plan(plan_path)
