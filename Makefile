@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test-study all-vllm test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env router-env
+.PHONY: all test-study all-vllm all-fleet test lint format bench clean-results slurm-up slurm-down test-slurm vllm-env router-env
 
 # vLLM's CPU build in a venv of its own (README "The vLLM backend": its numpy pin conflicts
 # with the project's), installed exactly as locked: every package==version of a working
@@ -78,6 +78,18 @@ endif
 all-vllm: $(STAMP) $(ALL_VLLM_ENV)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 2 \
 		--configfile config/vllm.yaml --replace-workflow-config all
+
+# The preregistered open-traffic study on a real fleet (README "A study on a real fleet"):
+# two vLLM CPU servers behind vllm-router per run, so it needs .venv-vllm (unless
+# REARRIVAL_VLLM_PYTHON names one) and .venv-router (unless REARRIVAL_VLLM_ROUTER names a
+# vllm-router executable); in place of config/config.yaml, and like all-vllm it commits its
+# registration and ledger to the repository it runs in: run it in a scratch clone.
+ifeq ($(REARRIVAL_VLLM_ROUTER),)
+ALL_FLEET_ROUTER := $(ROUTER_STAMP)
+endif
+all-fleet: $(STAMP) $(ALL_VLLM_ENV) $(ALL_FLEET_ROUTER)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores 2 \
+		--configfile config/fleet.yaml --replace-workflow-config all
 
 # Two workers, one module at a time each; the study modules are one unit (tests/conftest.py).
 test: $(STAMP)

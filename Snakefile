@@ -19,6 +19,7 @@ wildcard_constraints:
     rep="[0-9]+",
     shard="[0-9]+",
     search="search|study_search/[a-z0-9_]+",
+    condition="[a-z0-9_]+-[a-z0-9_]+",
     profile="published|calibrated",
 
 
@@ -49,6 +50,11 @@ if ON_VLLM:
 else:
 
     ruleorder: report > engine_report
+
+
+if STUDY.fleet is not None:
+
+    include: "rules/fleet.smk"
 
 
 rule all:

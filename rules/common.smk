@@ -393,13 +393,15 @@ def vllm_report_files(wildcards, input):
 def final_targets():
     """Every decision, the search, the report, and the injection where its backend has a
     driver (elsewhere it is left out, never run on another backend); on vLLM every
-    decision, the vLLM report section and the HTML report composed of the sections."""
+    decision, the vLLM report section and the HTML report composed of the sections (when
+    there are studies), and the fleet study's report when the definition has a fleet:
+    section."""
     if ON_VLLM:
         return [
             *[decisions_path(name) for name in STUDY_NAMES],
-            vllm_report_path(),
-            engine_report_path(),
+            *([vllm_report_path(), engine_report_path()] if STUDY_NAMES else []),
             *capacity_targets(),
+            *fleet_targets(),
         ]
     return [
         rules.calibrate.output.profile,
@@ -424,3 +426,66 @@ def capacity_profile(wildcards):
 
 def capacity_profile_option(wildcards, input):
     return f"--profile {shlex.quote(input.profile[0])}" if input.profile else ""
+
+
+# --- the study on a real fleet (rules/fleet.smk) ---
+
+FLEET = STUDY.fleet
+FLEET_ROOT = f"{RESULTS}/fleet"
+
+
+def fleet_plans_path():
+    return f"{FLEET_ROOT}/plans"
+
+
+def fleet_prereg_path():
+    """The registration record (results/fleet/prereg/<study>.json: register's own name)."""
+    return f"{FLEET_ROOT}/prereg/{FLEET.study}.json"
+
+
+def fleet_run_path(condition="{condition}", rep="{rep}"):
+    """One run's replicate folder; the run itself is its <condition> subfolder."""
+    return f"{RESULTS}/runs/{FLEET.study}/{condition}_r{rep}"
+
+
+def fleet_ledger_path():
+    return f"{FLEET_ROOT}/ledger.json"
+
+
+def fleet_compare_path(condition="{condition}", rep="{rep}"):
+    return f"{FLEET_ROOT}/compare/{condition}_r{rep}"
+
+
+def fleet_decisions_path():
+    return f"{FLEET_ROOT}/decisions"
+
+
+def fleet_report_path():
+    return "reports/fleet.md"
+
+
+def fleet_keys():
+    """(r<rep>/<condition>, condition, rep) of every run of the fleet study."""
+    return [
+        (f"r{rep}/{c.label}", c.label, rep)
+        for rep in range(FLEET.replicates)
+        for c in FLEET.conditions()
+    ]
+
+
+def fleet_run_dirs(wildcards=None):
+    return [fleet_run_path(label, rep) for _, label, rep in fleet_keys()]
+
+
+def fleet_compare_dirs(wildcards=None):
+    return [fleet_compare_path(label, rep) for _, label, rep in fleet_keys()]
+
+
+def fleet_run_options(wildcards, input):
+    """--run FOLDER for every run of the fleet study (the report names what served it)."""
+    return " ".join(f"--run {shlex.quote(path)}" for path in input.runs)
+
+
+def fleet_targets():
+    """The fleet report and decisions when the definition has a fleet: section."""
+    return [] if FLEET is None else [fleet_decisions_path(), fleet_report_path()]

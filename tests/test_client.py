@@ -26,7 +26,15 @@ from rearrival.measure.client_http import ClientError
 from rearrival.measure.emulate_client import replay_url
 from rearrival.measure.records import RunRecordError, manifest_template, read_run
 from rearrival.model.configuration import RblnConfiguration
-from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, Session, write_plan
+from rearrival.model.plans.plan import (
+    MultiRoundSession,
+    Plan,
+    PlanMeta,
+    Prefix,
+    Round,
+    Session,
+    write_plan,
+)
 
 CLI = str(Path(sys.executable).with_name("rearrival"))
 FAST = ReplayOptions(seed=9, time_scale=0.01, read_timeout_s=10)
@@ -232,6 +240,29 @@ def test_multi_round_sessions_send_the_exact_transcript_so_far() -> None:
                 assert record.send_s >= before.complete_s + s.rounds[k - 1].gap_after_s
     assert records[(1, 0)].send_s >= 3.0  # the session starts at its start_s
     assert records[(0, 0)].send_s < 3.0
+
+
+def test_sessions_naming_a_shared_prefix_send_it_first_and_part_after_it() -> None:
+    """A shared prefix (an agent's system prompt) is the same ids in every session naming
+    it, so a server can cache its blocks once; each session's own ids follow it, and every
+    prompt is the plan's length (the prefix counted, as the predictor counts it)."""
+    shared = Plan(
+        tuple(
+            MultiRoundSession(i, (Round(20, 3, 0.1), Round(6, 2)), 0.2 * i, "agent", 64)
+            for i in range(2)
+        ),
+        PlanMeta(seed=9, n=2),
+        (Prefix("agent", 64),),
+    )
+    run, seen = replay_against(good_stream, shared)
+    assert run.status == "complete"
+    heads = {tuple(b["prompt"][:64]) for b in seen}
+    assert heads == {tuple(prompt_ids.prefix_ids(prompt_ids.plan_key(shared), "agent", 64))}
+    firsts = [b["prompt"] for b in seen if len(b["prompt"]) == 84]
+    assert len(firsts) == 2 and firsts[0][64] != firsts[1][64]  # the sessions part at 64
+    for reply in run.replies:
+        s = shared.sessions[reply.record.session]
+        assert reply.record.prompt_tokens == s.prompts()[reply.record.round]
 
 
 def test_a_two_round_plan_and_its_multi_round_twin_send_the_same_requests() -> None:

@@ -134,6 +134,19 @@ def test_every_vllm_rule_gives_its_command_exactly_its_declared_files(tmp_path):
     assert [p for job in jobs for p in undeclared_or_unused(job)] == []
 
 
+def test_every_fleet_rule_gives_its_command_exactly_its_declared_files(tmp_path):
+    """The fleet study (config/fleet.yaml): plans, registration, one run per condition,
+    the seal, the comparisons, decisions and report, and nothing of a closed-loop study."""
+    profile = "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
+    jobs = dry_run_jobs(_dry_run(tmp_path, "config/fleet.yaml", (profile,)))
+    rules = {job.rule for job in jobs}
+    assert {"fleet_plans", "fleet_prereg", "fleet_run", "fleet_seal", "fleet_compare"} <= rules
+    assert {"fleet_decide", "fleet_report"} <= rules
+    assert not rules & {"plans", "predict", "run_replicate", "vllm_report", "report"}
+    assert sum(job.rule == "fleet_run" for job in jobs) == 4
+    assert [p for job in jobs for p in undeclared_or_unused(job)] == []
+
+
 def test_calibration_outputs_count_only_when_each_is_named():
     """calibrate's runs and tables are declared files: neither lying beside --out nor
     inside a --work directory the command names stands in for naming each of them."""

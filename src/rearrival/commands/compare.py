@@ -75,7 +75,7 @@ def compare(
     source = plan_path if plan_path is not None else Path(record.manifest["plan_path"])
     plan = load_plan(source)
     if "fleet" in record.manifest:
-        _compare_fleet(record, plan, vllm_profile, source, out)
+        compare_fleet(record, plan, vllm_profile, source, out)
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PredictorBugWarning)
@@ -102,7 +102,7 @@ def compare(
         raise typer.Exit(PREDICTOR_BUG_EXIT)
 
 
-def _compare_fleet(record: Any, plan: Any, profile: Any, source: Path, out: Path) -> None:
+def compare_fleet(record: Any, plan: Any, profile: Any, source: Path, out: Path) -> None:
     """A fleet run (README "A study on a real fleet"): the fleet predictor on the run's
     observed arrivals and placement; exit 1 on a predictor error, after writing."""
     import warnings

@@ -408,6 +408,7 @@ def register(app: typer.Typer) -> None:
     they are the same functions under the stage's name. `study report` renders from the
     files its rule declares, `rearrival tables` from a whole results tree."""
     from rearrival.commands.calibrate import calibrate, calibrate_compile
+    from rearrival.commands.fleet_study import VERBS as FLEET_VERBS
     from rearrival.commands.report import study_report
     from rearrival.commands.search import search_app
     from rearrival.commands.vllm_study import (
@@ -443,6 +444,7 @@ def register(app: typer.Typer) -> None:
         "engine-report": engine_report,
         "config": show_config,
         "schema": show_schema,
+        **FLEET_VERBS,
     }
     for name, verb in verbs.items():
         study_app.command(name)(verb)

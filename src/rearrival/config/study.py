@@ -31,6 +31,7 @@ from rearrival.config.calibration import (
 from rearrival.config.capacity import CapacitySettings
 from rearrival.config.decision import DecisionCriteria, DecisionError
 from rearrival.config.errors import StudyConfigError
+from rearrival.config.fleet import FleetStudySettings
 from rearrival.config.injection import InjectionSettings
 from rearrival.config.keys import key, object_of, object_schema
 from rearrival.config.schema import (
@@ -199,7 +200,6 @@ class StudyConfig:
         description="The experiments (docs/DESIGN.md §10); each runs every configuration x "
         "variant on the same plans per replicate.",
         type="object",
-        minProperties=1,
         additionalProperties=object_schema(Study),
     )
     backend: str = key(
@@ -306,6 +306,13 @@ class StudyConfig:
         "its value as the command line takes it; keys left out take the command's defaults. "
         "Exploratory: absent, the stage is not run.",
     )
+    # fleet: the preregistered study on a real fleet (docs/DESIGN.md §18); absent: not run
+    fleet: FleetStudySettings | None = key(
+        None,
+        description="The preregistered open-traffic study on a real fleet (docs/DESIGN.md §18; "
+        "rules/fleet.smk): vLLM servers behind vllm-router, every policy x the two KV pools, "
+        "one fresh fleet per run. With a fleet section studies may be empty.",
+    )
 
     def study(self, name: str) -> Study:
         if name not in self.studies:
@@ -322,6 +329,7 @@ DOCUMENT_KEYS: tuple[tuple[str, type, str], ...] = (
     *((k, StudyConfig, k) for k in ("backend", "study_seed", "replicates", "tool_table")),
     *((k, StudyConfig, k) for k in ("configurations", "studies", "decision", "injection")),
     ("search", StudyConfig, "search"),
+    ("fleet", StudyConfig, "fleet"),
     ("capacity", StudyConfig, "capacity"),
     ("witness", StudyConfig, "witness"),
     ("signing", StudyConfig, "signing_key"),
@@ -526,6 +534,12 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
             raise StudyConfigError(
                 f"{source}: studies.{study.name}.amends names unknown study '{study.amends}'"
             )
+    fleet = FleetStudySettings.from_mapping(raw.get("fleet"), source, configurations)
+    if not studies and fleet is None:
+        raise StudyConfigError(
+            f"{source}: studies is empty and there is no fleet section, so nothing would "
+            "run; define a study under studies or a fleet: section"
+        )
     injection = sections["injection"]
     if injection.configuration not in configurations:
         raise StudyConfigError(
@@ -544,6 +558,7 @@ def study_config_from_mapping(raw: dict[str, Any], source: str) -> StudyConfig:
         witness=(raw.get("witness") or {}).get("remote"),
         signing_key=_signing_key(raw),
         capacity=CapacitySettings.from_mapping(raw.get("capacity"), source),
+        fleet=fleet,
     )
 
 
@@ -724,4 +739,6 @@ def effective_definition(cfg: StudyConfig) -> dict[str, Any]:
         out["signing"] = {"key": str(cfg.signing_key)}
     if cfg.capacity is not None:
         out["capacity"] = _section(cfg.capacity)
+    if cfg.fleet is not None:
+        out["fleet"] = cfg.fleet.as_dict()
     return out

@@ -11,8 +11,11 @@ Per request, cached tokens are set beside what vLLM reported. Where the request'
 replica had, in the prediction, evicted no cached block before admitting it, its hit is
 what that replica's pool held of its prefix whatever the timing: it must agree, and a
 disagreement is a predictor error (``PredictorBugWarning``). Where that pool had evicted,
-which blocks survived follows real step times the profile only approximates; such a
-disagreement is recorded as timing-dependent, with the evictions that make it so. Time to
+or where the run's records show requests on that replica admitted or finished on the
+other side of its admission or tool wait than in the prediction (on a loaded machine the
+real pool can be fuller than the predicted one and evict where it did not), which blocks
+survived follows real step times the profile only approximates; such a disagreement is
+recorded as timing-dependent, with the reason. Time to
 first token (first token minus send) is reported predicted against observed, never
 judged: a loaded machine blurs it.
 """
@@ -31,11 +34,13 @@ from rearrival.atomic import atomic_directory, atomic_write_json
 from rearrival.judge.vllm_agreement import (
     AgreementError,
     PredictorBugWarning,
+    Timeline,
     _WatchedPool,
     check_plan,
     check_profile,
     observed_rearrivals,
     observed_starts,
+    order_differences,
     run_configuration,
 )
 from rearrival.measure.records import RunRecord
@@ -65,6 +70,7 @@ class FleetRequestAgreement:
     cacheable_tokens: int  # its hit on a pool that never evicts (the round before's blocks)
     evictions_before: int  # cached blocks its replica's predicted pool evicted before it
     verdict: str  # AGREE, TIMING or PREDICTOR_ERROR
+    reason: str  # why a disagreement is timing-dependent ("" where it agrees or is an error)
     send_s: float
     ttft_s_observed: float
     ttft_s_predicted: float
@@ -176,8 +182,9 @@ def compare_fleet_run(
     if bugs:
         warnings.warn(
             PredictorBugWarning(
-                f"run {record.run_id}: {len(bugs)} request(s) whose replica's predicted pool "
-                f"had evicted nothing disagree with vLLM (first: s{bugs[0].session}r"
+                f"run {record.run_id}: {len(bugs)} request(s) disagree with vLLM where their "
+                "replica's predicted pool had evicted nothing and no neighbour on it moved "
+                f"across their admission or tool wait (first: s{bugs[0].session}r"
                 f"{bugs[0].round} on replica {bugs[0].replica}, observed "
                 f"{bugs[0].cached_tokens_observed}, predicted {bugs[0].cached_tokens_predicted}"
                 " cached tokens): a bug in the vLLM rules or the measurement"
@@ -205,32 +212,72 @@ def compare_fleet_run(
 def _rows(
     requests: pd.DataFrame, predicted: FleetResult, before: list[int]
 ) -> list[FleetRequestAgreement]:
+    observed = requests.to_dict("records")
+    neighbours = _order_differences(observed, predicted)
     rows = []
-    for rid, (obs, pred) in enumerate(
-        zip(requests.to_dict("records"), predicted.requests, strict=True)
-    ):
-        observed = int(obs["cached_tokens"])
-        if observed == pred.cached_tokens:
-            verdict = AGREE
-        else:
-            verdict = TIMING if before[rid] > 0 else PREDICTOR_ERROR
+    for rid, (obs, pred) in enumerate(zip(observed, predicted.requests, strict=True)):
+        cached = int(obs["cached_tokens"])
+        verdict, reason = AGREE, ""
+        if cached != pred.cached_tokens:
+            verdict, reason = _disagreement(before[rid], neighbours(rid))
         rows.append(
             FleetRequestAgreement(
                 session=pred.session,
                 round=pred.round,
                 replica=pred.replica,
                 prompt_tokens=int(obs["prompt_tokens"]),
-                cached_tokens_observed=observed,
+                cached_tokens_observed=cached,
                 cached_tokens_predicted=pred.cached_tokens,
                 cacheable_tokens=predicted.prediction.cacheable_tokens(rid),
                 evictions_before=before[rid],
                 verdict=verdict,
+                reason=reason,
                 send_s=float(obs["send_s"]),
                 ttft_s_observed=float(obs["first_token_s"] - obs["send_s"]),
                 ttft_s_predicted=float(pred.first_token_s - pred.arrival_s),
             )
         )
     return rows
+
+
+def _disagreement(evictions: int, neighbours: list[str]) -> tuple[str, str]:
+    """Why a request's cached tokens may differ: its replica's predicted pool had evicted
+    before admitting it, or, on its replica, requests were admitted or finished on the other
+    side of its admission or tool wait in the run than in the prediction (the records'
+    proof that the pool it met was another one); else a predictor error."""
+    if evictions > 0:
+        return TIMING, f"its replica's predicted pool had evicted {evictions} block(s) before"
+    if neighbours:
+        return TIMING, "on its replica, " + "; ".join(neighbours[:3])
+    return PREDICTOR_ERROR, ""
+
+
+def _order_differences(observed: list[dict[str, Any]], predicted: FleetResult) -> Any:
+    """``rid`` -> the requests on the same replica whose order against ``rid``'s admission
+    or tool wait differs between the run and the prediction (``order_differences`` of the
+    single-server comparison, on that replica's requests only)."""
+    labels = [f"s{r.session}r{r.round}" for r in predicted.requests]
+
+    def of(rid: int) -> list[str]:
+        replica = predicted.requests[rid].replica
+        mine = [q for q, r in enumerate(predicted.requests) if r.replica == replica]
+        run = Timeline(
+            [(float(observed[q]["first_token_s"]),) for q in mine],
+            [float(observed[q]["complete_s"]) for q in mine],
+            False,
+        )
+        # both sides timed alike: admitted when the first token came, freed at the last
+        pred = Timeline(
+            [(predicted.requests[q].first_token_s,) for q in mine],
+            [predicted.requests[q].finish_s for q in mine],
+            False,
+        )
+        local = mine.index(rid)
+        previous = rid - 1 if predicted.requests[rid].round else None
+        before = mine.index(previous) if previous in mine else None
+        return order_differences(local, before, run, pred, [labels[q] for q in mine])
+
+    return of
 
 
 def write_fleet_agreement(agreement: FleetAgreement, out_dir: Path) -> Path:

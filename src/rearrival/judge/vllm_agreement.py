@@ -266,14 +266,23 @@ def check_plan(plan: Plan, record: RunRecord, source: str) -> None:
 def observed_starts(plan: Plan, requests: pd.DataFrame) -> Plan:
     """The plan with each session's first round sent when the run sent it (the client
     sends at the planned start plus its own few milliseconds): the prediction sees every
-    request when the real server did, not only the re-arrivals."""
+    request when the real server did, not only the re-arrivals. A session's shared prefix
+    stays (the client sends it first); a renewed session becomes a start at its observed
+    send."""
     first = requests[requests[ROUND_COLUMN] == 0].set_index("session")["send_s"]
     return Plan(
         tuple(
-            MultiRoundSession(s.session, s.rounds, start_s=float(first.loc[s.session]))
+            MultiRoundSession(
+                s.session,
+                s.rounds,
+                start_s=float(first.loc[s.session]),
+                prefix=getattr(s, "prefix", None),
+                prefix_tokens=getattr(s, "prefix_tokens", 0),
+            )
             for s in plan.sessions
         ),
         plan.meta,
+        plan.prefixes,
     )
 
 

@@ -41,7 +41,7 @@ import aiohttp
 from rearrival.measure.client_http import ClientError, describe, served_model
 from rearrival.measure.completion_stream import CompletionStream, absorb_chunk, cached_from_usage
 from rearrival.measure.counters import scrape_metrics, summed
-from rearrival.measure.prompt_ids import ANY_ID_HIGH, TOKEN_ID_LOW, new_ids, plan_key
+from rearrival.measure.prompt_ids import ANY_ID_HIGH, TOKEN_ID_LOW, new_ids, plan_key, prefix_ids
 from rearrival.measure.records.contract import RequestRecord, TokenRecord
 from rearrival.model.plans.plan import AnySession, Plan
 
@@ -278,14 +278,16 @@ async def _session_task(
     clock: _Clock,
     done: list[Reply],
 ) -> None:
-    """The session's rounds in order, each sending the exact token-id transcript so far.
+    """The session's rounds in order, each sending the exact token-id transcript so far
+    (after the session's shared prefix, when it names one).
 
     Round 0 leaves at the session's ``start_s``; round k+1 leaves round k's gap after
     round k's response was fully received.
     """
     await clock.sleep_until(s.start_s)
-    transcript: list[int] = []
     high = options.vocab_size or ANY_ID_HIGH
+    prefix = getattr(s, "prefix", None)
+    transcript = prefix_ids(key, prefix, s.prefix_tokens, high) if prefix else []
     for k, r in enumerate(s.rounds):
         transcript += new_ids(key, s.session, k, r.new_tokens, high)
         reply = await _request(

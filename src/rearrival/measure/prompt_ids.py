@@ -57,3 +57,12 @@ def new_ids(
         else _rng("append", key, session, round_index)
     )
     return [rng.randrange(TOKEN_ID_LOW, high) for _ in range(count)]
+
+
+def prefix_ids(key: str, prefix: str, count: int, high: int = ANY_ID_HIGH) -> list[int]:
+    """The token ids of a shared prefix (docs/DESIGN.md §2): the same for every session of
+    the plan that names ``prefix``, so its full blocks are one cached chain any of them can
+    hit, as the predictor's prefix blocks are; the session's own ids follow it (round 0's
+    first new id encodes the session, so two sessions part right after the prefix)."""
+    rng = _rng("prefix", key, prefix)
+    return [rng.randrange(TOKEN_ID_LOW, high) for _ in range(count)]

@@ -117,13 +117,28 @@ def _report(cfg: StudyConfig) -> dict[str, Any]:
     default filled in by the models (the capacity section only when given, so a study
     without one keeps its digest)."""
     values = asdict(cfg)
-    if values["capacity"] is None:
-        del values["capacity"]
+    for section in ("capacity", "fleet"):
+        if values[section] is None:
+            del values[section]
     return values
 
 
 def _capacity(cfg: StudyConfig) -> dict[str, Any]:
     return {"capacity": None if cfg.capacity is None else asdict(cfg.capacity)}
+
+
+def _fleet(cfg: StudyConfig) -> dict[str, Any]:
+    """The fleet study's stages (rules/fleet.smk): its section, the two pools' knobs, the
+    profile its predictions are priced with and how the servers are started."""
+    if cfg.fleet is None:
+        return {"fleet": None}
+    return {
+        "fleet": cfg.fleet.as_dict(),
+        "configurations": {n: cfg.configurations[n].as_dict() for n in cfg.fleet.pools},
+        "profile": cfg.measurement.profile,
+        "vllm": asdict(cfg.vllm),
+        "study_seed": cfg.study_seed,
+    }
 
 
 # stage -> the values its jobs depend on; per-study stages take the study
@@ -142,6 +157,7 @@ WHOLE: dict[str, Callable[[StudyConfig], dict[str, Any]]] = {
     "search": _search,
     "report": _report,
     "capacity": _capacity,
+    "fleet": _fleet,
 }
 
 
