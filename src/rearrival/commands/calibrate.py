@@ -167,6 +167,12 @@ Seed = Annotated[
 ]
 
 
+def flag_of(name: str) -> str:
+    """The option's flag: its name with dashes, but for the capture sizes, which the
+    command line calls --buckets as every verb does."""
+    return "--buckets" if name == "capture_sizes" else "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class CalibrateOptions:
     """Every option of ``rearrival calibrate`` (None: not given). The vLLM knobs are read
@@ -185,7 +191,7 @@ class CalibrateOptions:
     num_blocks: int | None = None
     block_size: int | None = None
     max_num_batched_tokens: int | None = None
-    buckets: str | None = None
+    capture_sizes: str | None = None  # --buckets: vLLM's CUDA-graph capture sizes
     model: Path | None = None
     max_model_len: int | None = None
     cycles: int | None = None
@@ -199,7 +205,7 @@ class CalibrateOptions:
 
     def given(self, names: tuple[str, ...]) -> list[str]:
         """The options of ``names`` that were given, as their flags."""
-        return ["--" + name.replace("_", "-") for name in names if getattr(self, name) is not None]
+        return [flag_of(name) for name in names if getattr(self, name) is not None]
 
     def vllm_knobs(self) -> dict[str, int | None]:
         return {name: getattr(self, name) for name in VLLM_DEFAULT_KNOBS}
@@ -211,7 +217,7 @@ VLLM_ONLY = (
     "num_blocks",
     "block_size",
     "max_num_batched_tokens",
-    "buckets",
+    "capture_sizes",
     "model",
     "max_model_len",
     "cycles",
@@ -242,7 +248,7 @@ def calibrate(
     num_blocks: NumBlocks = None,
     block_size: BlockSize = None,
     max_num_batched_tokens: TokenBudget = None,
-    buckets: CaptureSizes = None,
+    capture_sizes: CaptureSizes = None,
     model: ModelDir = None,
     max_model_len: MaxModelLen = None,
     cycles: Cycles = None,
@@ -273,7 +279,7 @@ def run_calibrate(options: CalibrateOptions) -> None:
                 f"{', '.join(given)}: not read by --backend vllm (its runs and samples go "
                 "into --work); drop them"
             )
-        configuration = vllm_calibration_configuration(options.buckets, options.vllm_knobs())
+        configuration = vllm_calibration_configuration(options.capture_sizes, options.vllm_knobs())
         vllm = VllmCalibrationOptions(
             options.model, options.max_model_len, options.cycles, options.seed
         )
