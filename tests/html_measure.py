@@ -19,10 +19,16 @@ document.body.setAttribute("data-measure", JSON.stringify([...document.querySele
 def table_widths(html: str, width: int, tmp_path: Path) -> list[list[int]]:
     """Every table's width against its box's, as headless chromium lays the page out in a
     window ``width`` pixels wide."""
+    return measured(html, _MEASURE, width, tmp_path)
+
+
+def measured(html: str, script: str, width: int, tmp_path: Path) -> object:
+    """What ``script`` (a ``<script>`` ending in ``</body>`` that sets ``data-measure`` on
+    the body) measured on ``html``, laid out by headless chromium ``width`` pixels wide."""
     import html as markup
 
     page = tmp_path / f"measure-{width}.html"
-    page.write_text(html.replace("</body>", _MEASURE))
+    page.write_text(html.replace("</body>", script))
     done = subprocess.run(
         [
             str(CHROMIUM),

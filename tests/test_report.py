@@ -709,30 +709,9 @@ document.body.setAttribute("data-measure", JSON.stringify({
 def _measure_scorecard(html: str, width: int, tmp_path: Path) -> dict:
     """The scorecard's width against its box and each column's alignment, as headless
     chromium lays the page out in a window ``width`` pixels wide."""
-    import html as markup
+    from html_measure import measured
 
-    page = tmp_path / f"measure-{width}.html"
-    page.write_text(html.replace("</body>", _MEASURE))
-    done = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'ud'}",
-            f"--window-size={width},1000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        check=True,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    )
-    found = re.search(r'data-measure="([^"]*)"', done.stdout)
-    assert found, done.stderr[-2000:]
-    return json.loads(markup.unescape(found.group(1)))
+    return measured(html, _MEASURE, width, tmp_path)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")
