@@ -344,10 +344,13 @@ def vllm_figures_path():
     return "reports/vllm/figures"
 
 
-def engine_section_files(wildcards):
+def engine_section_files(wildcards=None):
     """The section files reports/report.html shows on a real engine, in order: one per
     kind of study the definition holds (a further kind adds its section file here)."""
-    return [vllm_section_path()] if STUDY_NAMES else []
+    return [
+        *([vllm_section_path()] if STUDY_NAMES else []),
+        *([fleet_section_path()] if FLEET is not None else []),
+    ]
 
 
 def engine_report_path():
@@ -393,13 +396,13 @@ def vllm_report_files(wildcards, input):
 def final_targets():
     """Every decision, the search, the report, and the injection where its backend has a
     driver (elsewhere it is left out, never run on another backend); on vLLM every
-    decision, the vLLM report section and the HTML report composed of the sections (when
-    there are studies), and the fleet study's report when the definition has a fleet:
-    section."""
+    decision, the vLLM report section, the fleet study's report when the definition has a
+    fleet: section, and the HTML report composed of their sections (when there is one)."""
     if ON_VLLM:
         return [
             *[decisions_path(name) for name in STUDY_NAMES],
-            *([vllm_report_path(), engine_report_path()] if STUDY_NAMES else []),
+            *([vllm_report_path()] if STUDY_NAMES else []),
+            *([engine_report_path()] if engine_section_files() else []),
             *capacity_targets(),
             *fleet_targets(),
         ]
@@ -462,6 +465,15 @@ def fleet_decisions_path():
 
 def fleet_report_path():
     return "reports/fleet.md"
+
+
+def fleet_section_path():
+    """The fleet study's section of the HTML report (rearrival.report.sections)."""
+    return "reports/fleet/section.json"
+
+
+def fleet_figures_path():
+    return "reports/fleet/figures"
 
 
 def fleet_keys():

@@ -2,7 +2,8 @@
 # on a real fleet"): open plans, the registration committed before the first server
 # starts, one run per condition on a fresh fleet (two vLLM servers behind vllm-router;
 # the `device` resource: one fleet at a time), the seal, `rearrival compare` per run on
-# its observed arrivals and placement, the count-based decisions and reports/fleet.md.
+# its observed arrivals and placement, the count-based decisions and the report section
+# (reports/fleet.md, and reports/fleet/section.json for reports/report.html).
 # Included only when the study definition has a fleet: section (Snakefile).
 localrules:
     fleet_prereg,
@@ -137,8 +138,9 @@ rule fleet_report:
         decisions=rules.fleet_decide.output.decisions,
         prereg=rules.fleet_prereg.output.record,
     output:
-        # its two figures are written beside it (rearrival.report.fleet_figures)
         markdown=fleet_report_path(),
+        section=fleet_section_path(),
+        figures=directory(fleet_figures_path()),
     log:
         "logs/fleet/report.log",
     conda:
@@ -150,4 +152,5 @@ rule fleet_report:
     shell:
         "rearrival study fleet-report --config {params.config_file:q} --values {params.values}"
         " --decisions {input.decisions:q} --prereg {input.prereg:q} {params.runs}"
-        " --out {output.markdown:q} {input.comparisons:q} > {log:q} 2>&1"
+        " --out {output.markdown:q} --section {output.section:q} --figures {output.figures:q}"
+        " {input.comparisons:q} > {log:q} 2>&1"

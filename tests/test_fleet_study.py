@@ -180,14 +180,17 @@ def test_decisions_are_made_on_the_observed_counts_beside_the_registered_predict
 def test_the_report_section_renders_every_condition_decision_and_both_figures(
     tmp_path: Path,
 ) -> None:
-    """reports/fleet.md from the decision stage's tables and one comparison per run: the
-    three sides of every count, the router that served, each decision, both figures."""
+    """The fleet section from the decision stage's tables and one comparison per run, as
+    Markdown and as the HTML report's section file: the three sides of every count, the
+    router that served, each decision, both figures as SVG, the backend named."""
     import json
 
     import pandas as pd
 
     from rearrival.judge.fleet_study import CONDITIONS_FILE, DECISIONS_FILE
-    from rearrival.report.fleet import FleetReportInputs, write_fleet_report
+    from rearrival.report.engine import engine_html
+    from rearrival.report.fleet import FleetReportInputs, fleet_section
+    from rearrival.report.sections import read_section, section_markdown, write_section
     from rearrival.workflow.fleet import condition_row
 
     label = "consistent_hash-small_pool"
@@ -261,9 +264,22 @@ def test_the_report_section_renders_every_condition_decision_and_both_figures(
     inputs = FleetReportInputs(
         "what it asks", decided, record, {f"r0/{label}": comparison}, {f"r0/{label}": run}
     )
-    text = write_fleet_report(inputs, tmp_path / "reports" / "fleet.md").read_text()
+    section = fleet_section(inputs)
+    assert section.backend == "vLLM 0.32.0 (cpu) behind vllm-router 0.1.17"
+    text = section_markdown(section, "fleet/figures", level=1)
     assert "vllm-router 0.1.17" in text and "session_affinity" in text
     assert "3 / 3 / 4 of 6" in text  # lost re-arrivals: registered / re-run / vLLM
-    assert "**fails**" in text and "affinity keeps prefixes" in text
-    for figure in ("fleet_cached_tokens.png", "fleet_ttft.png"):
-        assert figure in text and (tmp_path / "reports" / figure).stat().st_size > 0
+    decision_row = next(line for line in text.splitlines() if "affinity keeps" in line)
+    assert [c.strip() for c in decision_row.split("|")][3:6] == ["holds", "fails", "wrong"]
+    figures = tmp_path / "reports" / "fleet" / "figures"
+    written = write_section(section, tmp_path / "reports" / "fleet" / "section.json", figures)
+    assert sorted(p.name for p in written) == ["fleet_cached_tokens.svg", "fleet_ttft.svg"]
+    for figure in written:
+        assert f"(fleet/figures/{figure.name})" in text
+        assert figure.read_text().startswith("<svg")
+    page = engine_html(
+        load_study_config(FLEET_YAML),
+        [read_section(tmp_path / "reports" / "fleet" / "section.json")],
+    )
+    assert 'id="section-fleet"' in page and page.count("<svg") == 2
+    assert "affinity keeps prefixes" in page and "vllm-router 0.1.17" in page

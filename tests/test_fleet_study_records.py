@@ -55,6 +55,9 @@ def test_every_registered_decision_is_made_and_reported(study: Path) -> None:
     assert sorted(decisions["name"].unique()) == sorted(c["name"] for c in registered)
     assert set(decisions["verdict"]) <= {HOLDS, FAILS}
     report = (study / "reports" / "fleet.md").read_text()
-    assert "## A study on a real fleet" in report and "### Decisions" in report
-    for figure in ("fleet_cached_tokens.png", "fleet_ttft.png"):
-        assert (study / "reports" / figure).stat().st_size > 0
+    assert "# A study on a real fleet" in report and "### Decisions" in report
+    for figure in ("fleet_cached_tokens.svg", "fleet_ttft.svg"):
+        assert f"(fleet/figures/{figure})" in report
+        assert (study / "reports" / "fleet" / "figures" / figure).stat().st_size > 0
+    page = (study / "reports" / "report.html").read_text()
+    assert 'id="section-fleet"' in page and "### Decisions" not in page

@@ -149,11 +149,19 @@ def fleet_report(
         list[Path], typer.Option("--run", help="Every run's folder (<condition>_r<rep>).")
     ],
     out: Out,
+    section: Annotated[
+        Path, typer.Option("--section", help="The section file the HTML report reads.")
+    ],
+    figures: Annotated[Path, typer.Option("--figures", help="Directory of the SVG figures.")],
     config: Config = DEFAULT_CONFIG,
     values: Values = None,
 ) -> None:
-    """Render reports/fleet.md and its figures from the declared files only."""
-    from rearrival.report.fleet import FleetReportInputs, write_fleet_report
+    """The fleet study's report section from the declared files only: as Markdown (--out,
+    its figures linked), as the section file of the HTML report (--section) and its
+    figures as SVG (--figures)."""
+    from rearrival.atomic import atomic_write_text
+    from rearrival.report.fleet import FleetReportInputs, fleet_section
+    from rearrival.report.sections import relative_dir, section_markdown, write_section
     from rearrival.workflow.fleet import fleet_of, run_key
 
     fleet = fleet_of(checked_config(config, STAGE, None, values))
@@ -164,7 +172,10 @@ def fleet_report(
         comparisons=_keyed(comparisons),
         runs={key: folder / run_key(folder)[1] for key, folder in _keyed(runs).items()},
     )
-    typer.echo(f"{write_fleet_report(inputs, out)} written")
+    built = fleet_section(inputs)
+    write_section(built, section, figures)
+    atomic_write_text(out, section_markdown(built, relative_dir(figures, out.parent), level=1))
+    typer.echo(f"{out} written")
 
 
 VERBS = {

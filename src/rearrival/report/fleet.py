@@ -1,13 +1,13 @@
-"""The fleet study's report section (docs/DESIGN.md §18; README "A study on a real fleet"):
-``reports/fleet.md`` and its two figures (``rearrival.report.fleet_figures``), rendered from
-the decision stage's tables, the per-run comparisons (``rearrival compare``), the run
-manifests and the registration record only.
+"""The fleet study's report section (docs/DESIGN.md §18; README "A study on a real fleet"),
+rendered from the decision stage's tables, the per-run comparisons (``rearrival compare``),
+the run manifests and the registration record only.
 
 Per condition: where the requests went, cached tokens and lost prefixes predicted (as
 registered, by the policy's nearest router model on the planned arrivals; and re-run on the
 observed placement and arrivals) against observed, time to first token predicted against
-observed (exploratory), then every registered decision. :func:`fleet_section` returns the
-Markdown and the figures' paths, so an HTML report can embed the same pieces.
+observed (exploratory), then every registered decision. :func:`fleet_section` builds one
+``rearrival.report.sections.Section``, which the stage writes twice: as
+``reports/fleet.md`` and as the section file ``reports/report.html`` composes.
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from typing import Any
 
 import pandas as pd
 
-from rearrival.atomic import atomic_write_text
 from rearrival.judge.fleet_agreement import REQUESTS_FILE
 from rearrival.judge.fleet_study import CONDITIONS_FILE, DECISIONS_FILE
-from rearrival.report.fleet_figures import (
-    CACHED_FIGURE,
-    TTFT_FIGURE,
-    cached_tokens_figure,
-    ttft_figure,
-)
+from rearrival.report.fleet_figures import cached_tokens_figure, ttft_figure
+from rearrival.report.sections import Heading, Prose, Section
+from rearrival.report.table_model import Column, Part, Table
+
+SECTION_ID = "fleet"
 
 
 @dataclass(frozen=True)
@@ -42,163 +40,169 @@ class FleetReportInputs:
     runs: Mapping[str, Path]
 
 
-def _cell(value: Any, digits: int = 1) -> str:
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+def _table(columns: tuple[Column, ...], rows: list[dict[str, Any]], backend: str) -> Table:
+    """An unnumbered, uncaptioned table of the section (its heading says what it is)."""
+    return Table("", "", "", (Part("rows", columns, tuple(rows)),), backend=backend)
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-
-
-def _fleet_lines(runs: Mapping[str, Path]) -> list[str]:
-    """What served each run: the router, its version and policy, the servers."""
-    rows = []
-    for key, run in runs.items():
-        manifest = json.loads((run / "manifest.json").read_text())
-        router = manifest["fleet"]["router"]
-        engine = manifest.get("engine", {})
-        rows.append(
-            [
-                key,
-                f"{router['name']} {router['version']}",
-                router["policy"],
-                len(manifest["fleet"]["servers"]),
-                manifest["configuration"].get("num_blocks"),
-                f"vLLM {manifest['software'].get('vllm')} ({engine.get('device', '?')})",
-                manifest.get("started_at", "?"),
-            ]
-        )
-    return _table(["run", "router", "policy", "servers", "KV blocks", "engine", "started"], rows)
-
-
-def _counts_lines(conditions: pd.DataFrame) -> list[str]:
-    rows = []
-    for c in conditions.to_dict("records"):
-        rows.append(
-            [
-                f"r{c['replicate']}/{c['condition']}",
-                c["router_model"],
-                _placement(c),
-                f"{c['cached_tokens_per_request_registered']:.1f} / "
-                f"{c['cached_tokens_per_request_rerun']:.1f} / "
-                f"{c['cached_tokens_per_request_observed']:.1f}",
-                f"{c['re_arrivals_lost_registered']} / {c['re_arrivals_lost_rerun']} / "
-                f"{c['re_arrivals_lost_observed']} of {c['re_arrivals_observed']}",
-                f"{c['prefill_tokens_registered']} / {c['prefill_tokens_rerun']} / "
-                f"{c['prefill_tokens_observed']}",
-                f"{c['agreeing']}/{c['requests_observed']} ({c['timing_dependent']} timing-dep., "
-                f"{c['predictor_errors']} errors)",
-            ]
-        )
-    return _table(
-        [
-            "run",
-            "registered model",
-            "requests per replica (registered / observed)",
-            "cached tokens per request (registered / re-run / vLLM)",
-            "lost re-arrivals (registered / re-run / vLLM)",
-            "prefill tokens (registered / re-run / vLLM)",
-            "cached tokens agree",
-        ],
-        rows,
-    )
+def _three(c: Mapping[str, Any], key: str, fmt: str = "{}") -> str:
+    """A count on its three sides: registered / re-run / vLLM."""
+    sides = ("registered", "rerun", "observed")
+    return " / ".join(fmt.format(c[f"{key}_{side}"]) for side in sides)
 
 
 def _placement(c: Mapping[str, Any]) -> str:
     def text(raw: str) -> str:
         return ", ".join(f"{k}: {v}" for k, v in json.loads(raw).items())
 
-    return (
-        f"{text(c['requests_per_replica_registered'])} / {text(c['requests_per_replica_observed'])}"
-    )
+    registered, observed = (c[f"requests_per_replica_{s}"] for s in ("registered", "observed"))
+    return f"{text(registered)} / {text(observed)}"
 
 
-def _ttft_lines(conditions: pd.DataFrame) -> list[str]:
-    rows = [
-        [
-            f"r{c['replicate']}/{c['condition']}",
-            f"{c['ttft_s_mean_registered'] * 1e3:.1f} / {c['ttft_s_mean_rerun'] * 1e3:.1f} / "
-            f"{c['ttft_s_mean_observed'] * 1e3:.1f}",
-            f"{c['ttft_s_p90_registered'] * 1e3:.1f} / {c['ttft_s_p90_rerun'] * 1e3:.1f} / "
-            f"{c['ttft_s_p90_observed'] * 1e3:.1f}",
-        ]
-        for c in conditions.to_dict("records")
-    ]
-    return _table(["run", "mean TTFT ms (registered / re-run / vLLM)", "p90 TTFT ms (same)"], rows)
+SERVED_COLUMNS = (
+    Column("run", "run"),
+    Column("router", "router"),
+    Column("policy", "policy"),
+    Column("servers", "servers", "int"),
+    Column("num_blocks", "KV blocks", "int"),
+    Column("engine", "engine"),
+    Column("started", "started"),
+)
 
 
-def _decision_lines(decisions: pd.DataFrame) -> list[str]:
-    rows = [
-        [
-            f"r{d['replicate']}",
-            d["statement"],
-            "holds" if d["predicted"] else "fails",
-            f"**{d['verdict']}**",
-            "right" if d["prediction_right"] else "wrong",
-            d["evidence"],
-        ]
-        for d in decisions.to_dict("records")
-    ]
-    return _table(["replicate", "decision", "predicted", "observed", "prediction", "counts"], rows)
+def _served(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What served each run: the router, its version and policy, the servers."""
+    rows = []
+    for key, manifest in runs.items():
+        router = manifest["fleet"]["router"]
+        rows.append(
+            {
+                "run": key,
+                "router": f"{router['name']} {router['version']}",
+                "policy": router["policy"],
+                "servers": len(manifest["fleet"]["servers"]),
+                "num_blocks": manifest["configuration"].get("num_blocks"),
+                "engine": _engine(manifest),
+                "started": manifest.get("started_at", "?"),
+            }
+        )
+    return rows
 
 
-def fleet_section(inputs: FleetReportInputs, figures_dir: Path) -> tuple[str, list[Path]]:
-    """The section's Markdown and its figures (written under ``figures_dir``)."""
-    conditions = pd.read_csv(inputs.decisions_dir / CONDITIONS_FILE)
-    decisions = pd.read_csv(inputs.decisions_dir / DECISIONS_FILE)
+def _engine(manifest: Mapping[str, Any]) -> str:
+    device = manifest.get("engine", {}).get("device", "?")
+    return f"vLLM {manifest['software'].get('vllm')} ({device})"
+
+
+COUNT_COLUMNS = (
+    Column("run", "run"),
+    Column("model", "registered model"),
+    Column("placement", "requests per replica (registered / observed)"),
+    Column("cached", "cached tokens per request (registered / re-run / vLLM)"),
+    Column("lost", "lost re-arrivals (registered / re-run / vLLM)"),
+    Column("prefill", "prefill tokens (registered / re-run / vLLM)"),
+    Column("agree", "cached tokens agree"),
+)
+
+
+def _counts(c: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "run": f"r{c['replicate']}/{c['condition']}",
+        "model": c["router_model"],
+        "placement": _placement(c),
+        "cached": _three(c, "cached_tokens_per_request", "{:.1f}"),
+        "lost": f"{_three(c, 're_arrivals_lost')} of {c['re_arrivals_observed']}",
+        "prefill": _three(c, "prefill_tokens"),
+        "agree": f"{c['agreeing']}/{c['requests_observed']} ({c['timing_dependent']} "
+        f"timing-dep., {c['predictor_errors']} errors)",
+    }
+
+
+TTFT_COLUMNS = (
+    Column("run", "run"),
+    Column("mean", "mean TTFT ms (registered / re-run / vLLM)"),
+    Column("p90", "p90 TTFT ms (same)"),
+)
+
+
+def _ttft(c: Mapping[str, Any]) -> dict[str, Any]:
+    in_ms = {k: v * 1e3 for k, v in c.items() if str(k).startswith("ttft_s_")}
+    return {
+        "run": f"r{c['replicate']}/{c['condition']}",
+        "mean": _three(in_ms, "ttft_s_mean", "{:.1f}"),
+        "p90": _three(in_ms, "ttft_s_p90", "{:.1f}"),
+    }
+
+
+DECISION_COLUMNS = (
+    Column("replicate", "replicate"),
+    Column("statement", "decision"),
+    Column("predicted", "predicted"),
+    Column("verdict", "observed"),
+    Column("prediction", "prediction"),
+    Column("evidence", "counts"),
+)
+
+
+def _decision(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "replicate": f"r{d['replicate']}",
+        "statement": d["statement"],
+        "predicted": "holds" if d["predicted"] else "fails",
+        "verdict": d["verdict"],
+        "prediction": "right" if d["prediction_right"] else "wrong",
+        "evidence": d["evidence"],
+    }
+
+
+def _backend(manifests: Mapping[str, Mapping[str, Any]]) -> str:
+    """The engines and router every number of the section comes from."""
+    found = {
+        f"{_engine(m)} behind {m['fleet']['router']['name']} {m['fleet']['router']['version']}"
+        for m in manifests.values()
+    }
+    return "; ".join(sorted(found)) or "vllm (no fleet run yet)"
+
+
+REGISTRATION = (
+    "Registered in commit `{commit}` ({committed_at}), before the first server started. "
+    "Each vllm-router policy is predicted by its nearest router model (`consistent_hash` "
+    "by `session_affinity`: the same rule, never move a session, but the router's own "
+    "hash picks the replica). Decisions are on counts (cached tokens, lost prefixes, "
+    "prefill recomputed), judged on what vLLM reported; time to first token is "
+    "registered-exploratory."
+)
+SIDES = (
+    "*registered*: the fleet rule set on the planned arrivals behind the registered model; "
+    "*re-run*: the same rules on the run's observed arrivals and placement (`rearrival "
+    "compare`); *vLLM*: what the servers reported. A request is timing-dependent only where "
+    "its replica's predicted pool had evicted before admitting it."
+)
+
+
+def fleet_section(inputs: FleetReportInputs) -> Section:
+    """The section: what ran, the counts on three sides, TTFT, every decision."""
+    conditions = pd.read_csv(inputs.decisions_dir / CONDITIONS_FILE).to_dict("records")
+    decisions = pd.read_csv(inputs.decisions_dir / DECISIONS_FILE).to_dict("records")
     record = json.loads(inputs.prereg_record.read_text())
+    manifests = {k: json.loads((r / "manifest.json").read_text()) for k, r in inputs.runs.items()}
     frames = {k: pd.read_parquet(d / REQUESTS_FILE) for k, d in inputs.comparisons.items()}
-    figures = [
-        cached_tokens_figure(frames, figures_dir / CACHED_FIGURE),
-        ttft_figure(frames, figures_dir / TTFT_FIGURE),
-    ]
-    lines = [
-        f"## A study on a real fleet: {record['study']}",
-        "",
-        inputs.description,
-        "",
-        f"Registered in commit `{record['commit'][:12]}` ({record['committed_at']}), before "
-        "the first server started. Each vllm-router policy is predicted by its nearest "
-        "router model (`consistent_hash` by `session_affinity`: the same rule, never move a "
-        "session, but the router's own hash picks the replica). Decisions are on counts "
-        "(cached tokens, lost prefixes, prefill recomputed), judged on what vLLM reported; "
-        "time to first token is registered-exploratory.",
-        "",
-        "### What ran",
-        "",
-        *_fleet_lines(inputs.runs),
-        "",
-        "### Placement, cached tokens and lost prefixes",
-        "",
-        "*registered*: the fleet rule set on the planned arrivals behind the registered "
-        "model; *re-run*: the same rules on the run's observed arrivals and placement "
-        "(`rearrival compare`); *vLLM*: what the servers reported. A request is "
-        "timing-dependent only where its replica's predicted pool had evicted before "
-        "admitting it.",
-        "",
-        *_counts_lines(conditions),
-        "",
-        f"![per-request cached tokens]({CACHED_FIGURE})",
-        "",
-        "### Time to first token (exploratory)",
-        "",
-        *_ttft_lines(conditions),
-        "",
-        f"![time to first token per replica]({TTFT_FIGURE})",
-        "",
-        "### Decisions",
-        "",
-        *_decision_lines(decisions),
-        "",
-    ]
-    return "\n".join(lines), figures
-
-
-def write_fleet_report(inputs: FleetReportInputs, out: Path) -> Path:
-    """``out`` (reports/fleet.md) with its figures beside it."""
-    text, _ = fleet_section(inputs, out.parent)
-    atomic_write_text(out, "# The fleet study\n\n" + text)
-    return out
+    backend = _backend(manifests)
+    registration = REGISTRATION.format(
+        commit=record["commit"][:12], committed_at=record["committed_at"]
+    )
+    blocks = (
+        Heading("What ran"),
+        _table(SERVED_COLUMNS, _served(manifests), backend),
+        Heading("Placement, cached tokens and lost prefixes"),
+        Prose(SIDES),
+        _table(COUNT_COLUMNS, [_counts(c) for c in conditions], backend),
+        cached_tokens_figure(frames, backend),
+        Heading("Time to first token (exploratory)"),
+        _table(TTFT_COLUMNS, [_ttft(c) for c in conditions], backend),
+        ttft_figure(frames, backend),
+        Heading("Decisions"),
+        _table(DECISION_COLUMNS, [_decision(d) for d in decisions], backend),
+    )
+    title = f"A study on a real fleet: {record['study']}"
+    return Section(SECTION_ID, title, backend, blocks, (inputs.description, registration))

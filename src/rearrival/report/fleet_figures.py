@@ -1,32 +1,30 @@
-"""The fleet study's figures (docs/DESIGN.md §18; README "A study on a real fleet"), PNG
-files drawn with matplotlib (Agg) as the report's others are
+"""The fleet study's figures (docs/DESIGN.md §18; README "A study on a real fleet"), drawn
+with matplotlib (Agg) as the report's others are and kept as inline SVG
 (``rearrival.report.figure_model``), one panel per condition:
 
-* ``fleet_cached_tokens.png``: each request's cached tokens as vLLM reported them against
+* ``fleet_cached_tokens``: each request's cached tokens as vLLM reported them against
   the fleet predictor's on the observed placement and arrivals; agreeing requests lie on
   the diagonal, timing-dependent ones (their replica's predicted pool had evicted) are
   marked apart, a predictor error in red;
-* ``fleet_ttft.png``: time to first token over the run, per replica, observed (filled)
+* ``fleet_ttft``: time to first token over the run, per replica, observed (filled)
   and predicted (hollow): exploratory, a loaded machine blurs it.
 
-Self-contained (frames in, files out), so any report, Markdown or HTML, can embed them.
+Self-contained (frames in, ``Figure`` out): the section writes each as
+``reports/fleet/figures/<id>.svg`` for the Markdown twin and inlines it in report.html.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from rearrival.atomic import atomic_write_bytes
 from rearrival.judge.fleet_agreement import AGREE, PREDICTOR_ERROR, TIMING
-from rearrival.report.figure_model import pyplot
+from rearrival.report.figure_model import Figure, pyplot, to_svg
 
-CACHED_FIGURE, TTFT_FIGURE = "fleet_cached_tokens.png", "fleet_ttft.png"
+CACHED_FIGURE, TTFT_FIGURE = "fleet_cached_tokens", "fleet_ttft"
 VERDICT_STYLE = {
     AGREE: ("tab:blue", "o"),
     TIMING: ("tab:orange", "s"),
@@ -46,17 +44,13 @@ def _grid(count: int) -> tuple[Any, list[Any]]:
     return fig, flat
 
 
-def _save(fig: Any, path: Path) -> Path:
-    """The figure as PNG at ``path``, written atomically, with no software stamp."""
-    fig.tight_layout(rect=(0, 0, 1, 0.95))  # panel titles clear of the labels above
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    pyplot().close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+def _figure(fig: Any, fid: str, title: str, caption: str, backend: str) -> Figure:
+    """The drawn figure as inline SVG (deterministic: ``to_svg``)."""
+    fig.tight_layout()  # panel titles clear of the labels above
+    return Figure(fid, title, caption, to_svg(fig, fid), backend)
 
 
-def cached_tokens_figure(frames: Mapping[str, pd.DataFrame], path: Path) -> Path:
+def cached_tokens_figure(frames: Mapping[str, pd.DataFrame], backend: str) -> Figure:
     """Per-request cached tokens, predicted (x) against observed (y), per condition."""
     fig, axes = _grid(len(frames))
     for ax, (label, frame) in zip(axes, frames.items(), strict=False):
@@ -77,11 +71,18 @@ def cached_tokens_figure(frames: Mapping[str, pd.DataFrame], path: Path) -> Path
         ax.set_xlabel("cached tokens, predicted (observed placement)")
         ax.set_ylabel("cached tokens, vLLM")
         ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("Per-request cached tokens: the fleet predictor against vLLM", fontsize=11)
-    return _save(fig, path)
+    title = "Per-request cached tokens: the fleet predictor against vLLM"
+    caption = (
+        "One marker per request, one panel per run: the fleet rule set on the run's observed "
+        "placement and arrivals (x) against what vLLM reported (y, "
+        "usage.prompt_tokens_details.cached_tokens). On the grey diagonal they agree; "
+        "timing-dependent requests (their replica's predicted pool had evicted before "
+        "admitting them) are squares, a predictor error a red cross."
+    )
+    return _figure(fig, CACHED_FIGURE, title, caption, backend)
 
 
-def ttft_figure(frames: Mapping[str, pd.DataFrame], path: Path) -> Path:
+def ttft_figure(frames: Mapping[str, pd.DataFrame], backend: str) -> Figure:
     """Time to first token against send time, per replica, observed and predicted."""
     fig, axes = _grid(len(frames))
     for ax, (label, frame) in zip(axes, frames.items(), strict=False):
@@ -106,5 +107,11 @@ def ttft_figure(frames: Mapping[str, pd.DataFrame], path: Path) -> Path:
         ax.set_xlabel("send time in the run (s)")
         ax.set_ylabel("time to first token (ms)")
         ax.legend(fontsize=7, loc="upper right")
-    fig.suptitle("Time to first token over the run per replica (exploratory)", fontsize=11)
-    return _save(fig, path)
+    title = "Time to first token over the run per replica (exploratory)"
+    caption = (
+        "Each request's time to first token against its send time, per replica: observed "
+        "(filled) and predicted on the observed arrivals (hollow). Registered as "
+        "exploratory: the predictor's step costs are the calibration's, and a loaded "
+        "machine adds queueing in bursts that no decision reads."
+    )
+    return _figure(fig, TTFT_FIGURE, title, caption, backend)
