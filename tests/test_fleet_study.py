@@ -187,11 +187,10 @@ def test_the_report_section_renders_every_condition_decision_and_both_figures(
 
     import pandas as pd
 
-    from rearrival.judge.fleet_study import CONDITIONS_FILE, DECISIONS_FILE
+    from rearrival.judge.fleet_study import CONDITIONS_FILE, DECISIONS_FILE, condition_row
     from rearrival.report.engine import engine_html
     from rearrival.report.fleet import FleetReportInputs, fleet_section
     from rearrival.report.sections import read_section, section_markdown, write_section
-    from rearrival.workflow.fleet import condition_row
 
     label = "consistent_hash-small_pool"
     counts = _counts(3, 900)

@@ -61,3 +61,13 @@ def test_every_registered_decision_is_made_and_reported(study: Path) -> None:
         assert (study / "reports" / "fleet" / "figures" / figure).stat().st_size > 0
     page = (study / "reports" / "report.html").read_text()
     assert 'id="section-fleet"' in page and "### Decisions" not in page
+
+
+def test_the_audit_recomputes_the_fleet_decisions_from_the_records(study: Path) -> None:
+    """Check (f) on the fleet study ran on the real records (tests/test_audit_fleet.py
+    shows it names a changed table or record) and found the tables equal."""
+    from rearrival.prereg.audit import OK, audit
+
+    report = audit(study, study / "results")
+    [row] = [r for r in report.rows if r.run == "(decisions) fleet"]
+    assert row.verdict == OK, row.reason

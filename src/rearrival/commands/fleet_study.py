@@ -134,11 +134,11 @@ def fleet_decide(
     """Decide every registered criterion on the runs' observed counts."""
     from rearrival.workflow.fleet import decide_fleet
 
-    table = decide_fleet(
+    decisions = decide_fleet(
         checked_config(config, STAGE, None, values), _keyed(comparisons), repo, out
     )
-    held = int((table["verdict"] == "holds").sum())
-    typer.echo(f"{out}: {held} of {len(table)} decisions hold")
+    held = sum(d["verdict"] == "holds" for d in decisions)
+    typer.echo(f"{out}: {held} of {len(decisions)} decisions hold")
 
 
 def fleet_report(

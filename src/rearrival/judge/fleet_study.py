@@ -20,6 +20,7 @@ the prediction was right.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -253,3 +254,94 @@ def decide(
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """One run's comparison (``rearrival compare`` on a fleet run) as the decisions read
+    it: the per-request table and the summary."""
+
+    requests: Any  # pandas.DataFrame, the comparison's requests.parquet
+    summary: Mapping[str, Any]
+
+
+def condition_row(
+    rep: int,
+    label: str,
+    registered_prediction: Mapping[str, Any],
+    rerun: FleetCounts,
+    observed: FleetCounts,
+) -> dict[str, Any]:
+    """One row per condition: the three sides' counts, prefixed."""
+    row: dict[str, Any] = {
+        "replicate": rep,
+        "condition": label,
+        "policy": registered_prediction["policy"],
+        "configuration": registered_prediction["configuration"],
+        "router_model": registered_prediction["router_model"],
+    }
+    for side, counts in (
+        ("registered", FleetCounts.from_mapping(registered_prediction["counts"])),
+        ("rerun", rerun),
+        ("observed", observed),
+    ):
+        for key, value in counts.as_dict().items():
+            row[f"{key}_{side}"] = json.dumps(value) if isinstance(value, dict) else value
+    return row
+
+
+def registered_order(design: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(replicate, condition label) of every run the registered design holds, in its
+    order: replicate by replicate, the conditions as the study definition lists them."""
+    try:
+        labels = [str(c["label"]) for c in design["conditions"]]
+        return [(rep, label) for rep in range(int(design["replicates"])) for label in labels]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StageError(f"registered fleet design: no conditions or replicates ({exc})") from exc
+
+
+def decision_tables(
+    criteria: Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, Any],
+    order: Sequence[tuple[int, str]],
+    compared: Mapping[str, ComparedRun],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every registered criterion decided per replicate on the observed counts of the
+    runs' comparisons (keyed ``r<rep>/<label>``), and one row per condition (the
+    registered prediction, the re-run on the observed placement, the observation), in the
+    registered ``order``: the decision stage's two tables, which the audit recomputes from
+    the sealed records (``rearrival.prereg.audit.fleet_decisions``)."""
+    keys = [f"r{rep}/{label}" for rep, label in order]
+    missing = sorted({k for k in keys if k not in predictions or k not in compared})
+    if missing:
+        raise StageError(f"fleet decisions: no prediction or comparison of {', '.join(missing)}")
+    decisions, rows = [], []
+    for rep in dict.fromkeys(rep for rep, _ in order):
+        predicted, observed, errors = {}, {}, {}
+        for label in (label for r, label in order if r == rep):
+            key = f"r{rep}/{label}"
+            run = compared[key]
+            predicted[label] = FleetCounts.from_mapping(predictions[key]["counts"])
+            observed[label] = FleetCounts.of(observed_rows(run.requests))
+            errors[label] = len(run.summary["predictor_errors"])
+            rerun = FleetCounts.of(observed_rows(run.requests, "predicted"))
+            rows.append(
+                condition_row(rep, label, predictions[key], rerun, observed[label])
+                | {
+                    "agreeing": run.summary["agreeing"],
+                    "timing_dependent": run.summary["timing_dependent"],
+                    "predictor_errors": errors[label],
+                }
+            )
+        decisions += [
+            {"replicate": rep} | asdict(d) for d in decide(criteria, predicted, observed, errors)
+        ]
+    return decisions, rows
+
+
+def table_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A decision stage table as its CSV file holds it (the stage writes it, the audit
+    compares its recomputation with it)."""
+    import pandas as pd
+
+    return pd.DataFrame(list(rows)).to_csv(index=False)

@@ -164,19 +164,22 @@ def _backend(manifests: Mapping[str, Mapping[str, Any]]) -> str:
     return "; ".join(sorted(found)) or "vllm (no fleet run yet)"
 
 
+# plain text: the same paragraphs are Markdown in reports/fleet.md and HTML in report.html
 REGISTRATION = (
-    "Registered in commit `{commit}` ({committed_at}), before the first server started. "
-    "Each vllm-router policy is predicted by its nearest router model (`consistent_hash` "
-    "by `session_affinity`: the same rule, never move a session, but the router's own "
+    "Registered in commit {commit} ({committed_at}), before the first server started. "
+    "Each vllm-router policy is predicted by its nearest router model (consistent_hash "
+    "by session_affinity: the same rule, never move a session, but the router's own "
     "hash picks the replica). Decisions are on counts (cached tokens, lost prefixes, "
     "prefill recomputed), judged on what vLLM reported; time to first token is "
     "registered-exploratory."
 )
 SIDES = (
-    "*registered*: the fleet rule set on the planned arrivals behind the registered model; "
-    "*re-run*: the same rules on the run's observed arrivals and placement (`rearrival "
-    "compare`); *vLLM*: what the servers reported. A request is timing-dependent only where "
-    "its replica's predicted pool had evicted before admitting it."
+    "Registered: the fleet rule set on the planned arrivals behind the registered model; "
+    "re-run: the same rules on the run's observed arrivals and placement (rearrival "
+    "compare); vLLM: what the servers reported. A request is timing-dependent only where "
+    "its replica's predicted pool had evicted before admitting it, or where the run's "
+    "records show requests on its replica admitted or finished on the other side of its "
+    "admission or tool wait than in the prediction."
 )
 
 

@@ -4,7 +4,7 @@ with matplotlib (Agg) as the report's others are and kept as inline SVG
 
 * ``fleet_cached_tokens``: each request's cached tokens as vLLM reported them against
   the fleet predictor's on the observed placement and arrivals; agreeing requests lie on
-  the diagonal, timing-dependent ones (their replica's predicted pool had evicted) are
+  the diagonal, timing-dependent ones (``rearrival.judge.fleet_agreement``) are
   marked apart, a predictor error in red;
 * ``fleet_ttft``: time to first token over the run, per replica, observed (filled)
   and predicted (hollow): exploratory, a loaded machine blurs it.
@@ -77,7 +77,8 @@ def cached_tokens_figure(frames: Mapping[str, pd.DataFrame], backend: str) -> Fi
         "placement and arrivals (x) against what vLLM reported (y, "
         "usage.prompt_tokens_details.cached_tokens). On the grey diagonal they agree; "
         "timing-dependent requests (their replica's predicted pool had evicted before "
-        "admitting them) are squares, a predictor error a red cross."
+        "admitting them, or its neighbours' order differed) are squares, a predictor error "
+        "a red cross."
     )
     return _figure(fig, CACHED_FIGURE, title, caption, backend)
 

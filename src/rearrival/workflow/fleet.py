@@ -10,13 +10,12 @@ fails its job with one line naming it, its record is kept under the failed-runs 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from rearrival.atomic import atomic_directory, atomic_write_json
+from rearrival.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from rearrival.config.fleet import FleetStudySettings
 from rearrival.config.study import StudyConfig
 from rearrival.errors import StageError
@@ -24,9 +23,10 @@ from rearrival.judge.fleet_agreement import REQUESTS_FILE, SUMMARY_FILE
 from rearrival.judge.fleet_study import (
     CONDITIONS_FILE,
     DECISIONS_FILE,
-    FleetCounts,
-    decide,
-    observed_rows,
+    ComparedRun,
+    decision_tables,
+    registered_order,
+    table_csv,
 )
 from rearrival.measure.backends import BackendSettings, RunRequest, run_manifest
 from rearrival.measure.fleet.backend import FleetSettings, run_fleet
@@ -34,7 +34,7 @@ from rearrival.model.plans.plan import Plan, load_plan, write_plan
 from rearrival.model.plans.plangen import derive_seed
 from rearrival.model.plans.pool import load_pool
 from rearrival.model.plans.workloads_open import open_plan
-from rearrival.prereg.fleet import CRITERIA, PREDICTIONS, register_fleet
+from rearrival.prereg.fleet import CRITERIA, DESIGN, PREDICTIONS, register_fleet
 from rearrival.prereg.registered import recorded_registration
 from rearrival.prereg.registration import check_before_run, registered_json
 from rearrival.workflow.run import keeping_unfinished, refuse_failed_runs
@@ -149,79 +149,41 @@ def run_fleet_condition(
     return out_dir / label
 
 
-def registered(repo_dir: Path, study: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The criteria and predictions as committed (HEAD's registration of ``study``)."""
-    found = registered_json(repo_dir, study, [CRITERIA, PREDICTIONS])
+def registered(repo_dir: Path, study: str) -> dict[str, Any]:
+    """The design, criteria and predictions as committed (HEAD's registration of
+    ``study``), keyed by file name."""
+    found = registered_json(repo_dir, study, [DESIGN, CRITERIA, PREDICTIONS])
     if found is None:
         raise StageError(
             f"preregistration/{study}/: no committed fleet registration; run the "
             "fleet_prereg stage first"
         )
-    files = found[1]
-    return files[CRITERIA]["criteria"], files[PREDICTIONS]["conditions"]
+    return found[1]
 
 
 def decide_fleet(
     cfg: StudyConfig, comparisons: dict[str, Path], repo_dir: Path, out_dir: Path
-) -> pd.DataFrame:
+) -> list[dict[str, Any]]:
     """Every registered criterion decided per replicate on the observed counts of the
     comparisons (``comparisons``: ``r<rep>/<label>`` -> its `rearrival compare` folder);
-    writes the decisions and one row per condition (registered prediction, the re-run on
-    the observed placement, the observation)."""
-    fleet = fleet_of(cfg)
-    criteria, predictions = registered(repo_dir, fleet.study)
-    rows, decisions = [], []
-    for rep in range(fleet.replicates):
-        predicted, observed, errors = {}, {}, {}
-        for c in fleet.conditions():
-            key = f"r{rep}/{c.label}"
-            folder = comparisons[key]
-            frame = pd.read_parquet(folder / REQUESTS_FILE)
-            summary = json.loads((folder / SUMMARY_FILE).read_text())
-            predicted[c.label] = FleetCounts.from_mapping(predictions[key]["counts"])
-            observed[c.label] = FleetCounts.of(observed_rows(frame))
-            errors[c.label] = len(summary["predictor_errors"])
-            rerun = FleetCounts.of(observed_rows(frame, "predicted"))
-            row = condition_row(rep, c.label, predictions[key], rerun, observed[c.label])
-            rows.append(
-                row
-                | {
-                    "agreeing": summary["agreeing"],
-                    "timing_dependent": summary["timing_dependent"],
-                    "predictor_errors": errors[c.label],
-                }
-            )
-        decisions += [
-            {"replicate": rep} | asdict(d) for d in decide(criteria, predicted, observed, errors)
-        ]
-    table = pd.DataFrame(decisions)
-    with atomic_directory(out_dir) as staging:
-        table.to_csv(staging / DECISIONS_FILE, index=False)
-        pd.DataFrame(rows).to_csv(staging / CONDITIONS_FILE, index=False)
-        atomic_write_json(staging / "criteria.json", {"criteria": criteria})
-    return table
-
-
-def condition_row(
-    rep: int,
-    label: str,
-    registered_prediction: dict[str, Any],
-    rerun: FleetCounts,
-    observed: FleetCounts,
-) -> dict[str, Any]:
-    """One row per condition: the three sides' counts, prefixed."""
-    row: dict[str, Any] = {
-        "replicate": rep,
-        "condition": label,
-        "policy": registered_prediction["policy"],
-        "configuration": registered_prediction["configuration"],
-        "router_model": registered_prediction["router_model"],
+    writes the decisions and one row per condition (``decision_tables``)."""
+    files = registered(repo_dir, fleet_of(cfg).study)
+    criteria = files[CRITERIA]["criteria"]
+    compared = {
+        key: ComparedRun(
+            pd.read_parquet(folder / REQUESTS_FILE),
+            json.loads((folder / SUMMARY_FILE).read_text()),
+        )
+        for key, folder in comparisons.items()
     }
-    for side, counts in (
-        ("registered", FleetCounts.from_mapping(registered_prediction["counts"])),
-        ("rerun", rerun),
-        ("observed", observed),
-    ):
-        for key, value in counts.as_dict().items():
-            row[f"{key}_{side}"] = json.dumps(value) if isinstance(value, dict) else value
-    return row
+    decisions, rows = decision_tables(
+        criteria,
+        files[PREDICTIONS]["conditions"],
+        registered_order(files[DESIGN]),
+        compared,
+    )
+    with atomic_directory(out_dir) as staging:
+        atomic_write_text(staging / DECISIONS_FILE, table_csv(decisions))
+        atomic_write_text(staging / CONDITIONS_FILE, table_csv(rows))
+        atomic_write_json(staging / "criteria.json", {"criteria": criteria})
+    return decisions

@@ -16,7 +16,9 @@ under the results directory. Per complete run whose manifest names a prereg comm
     run started before that seed's registration, nor registered earlier by another study;
 (e) the run's ``plan_sha256`` is the one registered for its (replicate, N);
 (f) every decision table equals its recomputation from the registration commit (design,
-    criteria, predictions as committed) and the run records;
+    criteria, predictions as committed) and the run records; the fleet study's tables
+    from its committed criteria, predictions and profile, every run's comparison re-run
+    from its records;
 (g) every run record file has the sha256 the study's committed ledger sealed;
 (h) the run measured the registered design (backend, N, replicate, variant and the
     configuration's buckets, batch size and slots in design.json);
@@ -34,8 +36,8 @@ their seeds still count as used.
 
 One concern per module: ``report`` (rows and the printed table), ``manifests`` (run
 loading), ``history`` (the git queries the checks share), ``runs`` (checks a-e, h and
-the registration rows), ``decisions`` (f), ``ledger_checks`` (g, i) and ``external``
-(j, k); :func:`audit` composes them.
+the registration rows), ``decisions`` and ``fleet_decisions`` (f), ``ledger_checks`` (g,
+i) and ``external`` (j, k); :func:`audit` composes them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from rearrival.atomic import is_staging
 from rearrival.errors import RearrivalError
 from rearrival.prereg.audit.decisions import decision_rows
 from rearrival.prereg.audit.external import signature_rows, witness_rows
+from rearrival.prereg.audit.fleet_decisions import fleet_decision_rows
 from rearrival.prereg.audit.history import Auditor
 from rearrival.prereg.audit.ledger_checks import ledger_rows
 from rearrival.prereg.audit.manifests import Run, load_run
@@ -114,6 +117,7 @@ def audit(
     rows += [r if isinstance(r, AuditRow) else audit_run(auditor, r) for r in loaded]
     rows += staging_rows(results, manifests)
     rows += list(decision_rows(auditor, results))
+    rows += list(fleet_decision_rows(auditor, results))
     rows += list(ledger_rows(auditor, results))
     if witness is not None:
         rows += list(witness_rows(auditor, witness))

@@ -16,12 +16,11 @@ from rearrival.measure.records import RunRecordError
 from rearrival.prereg.audit.history import Auditor, commit_time
 from rearrival.prereg.audit.report import OK, VIOLATION, AuditRow
 from rearrival.prereg.registered import read_registration
-from rearrival.prereg.registration import registrations
 
 
-def _table_differences(written: str, recomputed: str) -> list[str]:
+def table_differences(written: str, recomputed: str, keys: tuple[str, ...]) -> list[str]:
     """Row by row, the columns where a written decision table differs from its
-    recomputation (rows numbered from 1 after the header)."""
+    recomputation (rows numbered from 1 after the header, named by their ``keys``)."""
     ours = list(csv.DictReader(io.StringIO(written)))
     theirs = list(csv.DictReader(io.StringIO(recomputed)))
     found = []
@@ -31,7 +30,7 @@ def _table_differences(written: str, recomputed: str) -> list[str]:
         columns = [c for c in again if row.get(c) != again[c]]
         if columns:
             found.append(
-                f"row {index} ({again['comparison']}, N={again['n']}): "
+                f"row {index} ({', '.join(f'{k} {again.get(k)}' for k in keys)}): "
                 + ", ".join(f"{c} {row.get(c)!r} != recomputed {again[c]!r}" for c in columns)
             )
     return found
@@ -42,16 +41,9 @@ def decision_rows(auditor: Auditor, results: Path) -> Iterator[AuditRow]:
     registration (design, criteria, predictions) and the run records."""
     for path in sorted((results / "decisions").glob("*.csv")):
         study = path.stem
-        history = registrations(auditor.repo, study)
-        if not history:
+        commit = auditor.judged_registration(study)
+        if commit is None:
             continue
-        used = {
-            str(r.prereg.get("commit"))
-            for r in auditor.runs
-            if r.study == study and r.status == "complete" and r.prereg.get("commit")
-        }
-        commits = [c for c in history if c.hexsha in used] or history[:1]
-        commit = commits[-1]
         label = f"(decisions) {path.name}"
         where = (study, label, commit.hexsha, commit_time(commit).isoformat(), None)
         try:
@@ -81,7 +73,7 @@ def decision_rows(auditor: Auditor, results: Path) -> Iterator[AuditRow]:
                 f"{path}: cannot be recomputed from the registration and the run records ({exc})",
             )
             continue
-        differences = _table_differences(path.read_text(), recomputed)
+        differences = table_differences(path.read_text(), recomputed, ("comparison", "n"))
         if differences:
             yield AuditRow(
                 *where,

@@ -63,6 +63,18 @@ class Auditor:
             self._seed_history[study] = first
         return self._seed_history[study]
 
+    def judged_registration(self, study: str) -> Any | None:
+        """The registration commit a study's decisions are recomputed against: the latest
+        one its complete runs name, else its first; None when it has none."""
+        history = registrations(self.repo, study)
+        used = {
+            str(r.prereg.get("commit"))
+            for r in self.runs
+            if r.study == study and r.status == "complete" and r.prereg.get("commit")
+        }
+        commits = [c for c in history if c.hexsha in used] or history[:1]
+        return commits[-1] if commits else None
+
     def studies(self) -> list[str]:
         names = {r.prereg.get("study") or r.study for r in self.runs}
         if self.head is not None:
