@@ -93,7 +93,9 @@ def test_the_registration_names_the_nearest_model_and_predicts_the_designs_premi
     assert all(p["counts"]["requests"] == plan.requests for p in predicted.values())
     design = fleet_design(cfg, [plan], profile)
     assert design["n"] == [plan.n] and set(design["configurations"]) == set(fleet.pools)
-    assert {c["router_model"] for c in design["conditions"]} == {"round_robin", "session_affinity"}
+    models = {c["router_model"] for c in design["conditions"]}
+    assert models == {NEAREST_ROUTER_MODEL[p][0] for p in fleet.policies}
+    assert {"round_robin", "session_affinity", "prefix_aware"} <= models
 
 
 def _raw() -> dict:
@@ -154,6 +156,9 @@ def test_decisions_are_made_on_the_observed_counts_beside_the_registered_predict
     assert f"consistent_hash_loses_none_{large}" in names
     assert {f"agreement_{c.label}" for c in fleet.conditions()} <= names
     predicted = {
+        c.label: _counts(0 if c.configuration == large else 8, 6000) for c in fleet.conditions()
+    }
+    predicted |= {
         f"round_robin-{small}": _counts(20, 8000),
         f"round_robin-{large}": _counts(18, 7000),
         f"consistent_hash-{small}": _counts(8, 6000),

@@ -143,7 +143,7 @@ def test_every_fleet_rule_gives_its_command_exactly_its_declared_files(tmp_path)
     assert {"fleet_plans", "fleet_prereg", "fleet_run", "fleet_seal", "fleet_compare"} <= rules
     assert {"fleet_decide", "fleet_report"} <= rules
     assert not rules & {"plans", "predict", "run_replicate", "vllm_report", "report"}
-    assert sum(job.rule == "fleet_run" for job in jobs) == 4
+    assert sum(job.rule == "fleet_run" for job in jobs) == 6  # 3 policies x 2 pools, 1 replicate
     assert [p for job in jobs for p in undeclared_or_unused(job)] == []
 
 
