@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 from conftest import config_with_search
 from typer.testing import CliRunner
 
@@ -61,8 +60,9 @@ def test_sessions_that_share_the_instance_get_no_overlap_warning(tmp_path) -> No
     assert "no_difference" not in codes(summary["caveats"])
 
 
-def table(scores, evaluation) -> pd.DataFrame:
-    return pd.DataFrame({"score": scores, "evaluation_score": evaluation})
+def table(scores, evaluation) -> list[dict]:
+    """The rows of a ranked scores table, as much of them as the caveats read."""
+    return [{"score": s, "evaluation_score": e} for s, e in zip(scores, evaluation, strict=True)]
 
 
 def test_ties_within_the_input_noise() -> None:

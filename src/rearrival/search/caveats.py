@@ -26,16 +26,13 @@ printed by the verbs as a warning line on stderr.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.rbln.sim import simulate
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the same number
 # The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the
@@ -52,12 +49,12 @@ def score_noise(search_score: float, evaluation_score: float, held_out: bool) ->
 
 
 def tie_caveats(
-    table: pd.DataFrame, held_out: bool = True, tiebreak: str = RBLN_TIEBREAK
+    rows: Sequence[Mapping[str, Any]], held_out: bool = True, tiebreak: str = RBLN_TIEBREAK
 ) -> list[dict[str, str]]:
-    """``tie`` and ``no_saving`` for a ranked scores table (best first); ``tiebreak``
-    says how the ranking orders equal scores."""
-    scores = [float(score) for score in table["score"].tolist()]
-    return score_caveats(scores, float(table.iloc[0]["evaluation_score"]), held_out, tiebreak)
+    """``tie`` and ``no_saving`` for the rows of a ranked scores table (best first);
+    ``tiebreak`` says how the ranking orders equal scores."""
+    scores = [float(row["score"]) for row in rows]
+    return score_caveats(scores, float(rows[0]["evaluation_score"]), held_out, tiebreak)
 
 
 def score_caveats(
@@ -162,21 +159,6 @@ def no_overlap(plans: int) -> list[dict[str, str]]:
             "--trace`)",
         }
     ]
-
-
-def search_caveats(
-    table: pd.DataFrame,
-    search_plans: Sequence[Plan] | None,
-    baseline: RblnConfiguration,
-    profile: Profile,
-    held_out: bool = True,
-) -> list[dict[str, Any]]:
-    """Every caveat of a search's ranking; the overlap check runs only when a tie or no
-    saving needs explaining and the search inputs are at hand."""
-    found = tie_caveats(table, held_out)
-    if found and search_plans:
-        found += overlap_caveat(search_plans, baseline, profile)
-    return found
 
 
 def n_caveats(n_set: Sequence[int]) -> list[dict[str, str]]:

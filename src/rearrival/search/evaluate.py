@@ -17,7 +17,7 @@ from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.rbln.sim import compiled_core, core_inputs, simulate
 from rearrival.progress import progress
-from rearrival.search.inputs import PlanKey
+from rearrival.search.inputs import INPUT_SETS, PlanKey
 from rearrival.search.space import plan_footprint
 
 if TYPE_CHECKING:
@@ -227,6 +227,31 @@ def score_plans(
     return outcomes, simulations
 
 
+# The columns a ranking sums, as each plan's arrays hold them (candidate order)
+SUMMED_COLUMNS: dict[str, Any] = {
+    "device_s": lambda scores: scores.times[:, 0],
+    "decode_s": lambda scores: scores.times[:, 1],
+    "prefill_s": lambda scores: scores.times[:, 2],
+    "reuse_hits": lambda scores: scores.counts[:, 0],
+    "re_arrivals": lambda scores: np.full(len(scores.times), scores.re_arrivals, np.int64),
+}
+
+
+def _fsum_by_n(
+    cands: Sequence[RblnConfiguration],
+    outcomes: Mapping[int, PlanScores],
+    by_n: Mapping[int, list[int]],
+    column: Any,
+) -> dict[str, dict[int, float]]:
+    """Per candidate, per N: ``math.fsum`` of ``column`` over the plans of that N."""
+    totals: dict[str, dict[int, float]] = {}
+    for n, indices in sorted(by_n.items()):
+        values = np.stack([column(outcomes[i]) for i in indices], axis=1).tolist()
+        for cand, row in zip(cands, values, strict=True):
+            totals.setdefault(cand.id, {})[n] = math.fsum(row)
+    return totals
+
+
 def per_n_device_s(
     cands: Sequence[RblnConfiguration],
     plans: Sequence[tuple[PlanKey, Plan]],
@@ -238,12 +263,27 @@ def per_n_device_s(
     by_n: dict[int, list[int]] = {}
     for index, (key, _) in enumerate(plans):
         by_n.setdefault(key.n, []).append(index)
-    totals: dict[str, dict[int, float]] = {}
-    for n, indices in sorted(by_n.items()):
-        column = np.stack([outcomes[i].times[:, 0] for i in indices], axis=1).tolist()
-        for cand, values in zip(cands, column, strict=True):
-            totals.setdefault(cand.id, {})[n] = math.fsum(values)
-    return totals
+    return _fsum_by_n(cands, outcomes, by_n, SUMMED_COLUMNS["device_s"])
+
+
+def array_totals(
+    cands: Sequence[RblnConfiguration],
+    plans: Sequence[tuple[PlanKey, Plan]],
+    outcomes: Mapping[int, PlanScores],
+) -> dict[str, dict[str, dict[str, dict[int, float]]]]:
+    """``rank.Totals`` from ``score_plans``' arrays: what ``rank.frame_totals`` gives on
+    the results frame of the same outcomes, with no frame built (a search in one process
+    ranks from the arrays)."""
+    by_inputs: dict[str, dict[int, list[int]]] = {inputs: {} for inputs in INPUT_SETS}
+    for index, (key, _) in enumerate(plans):
+        by_inputs[key.inputs].setdefault(key.n, []).append(index)
+    return {
+        inputs: {
+            name: _fsum_by_n(cands, outcomes, by_n, column)
+            for name, column in SUMMED_COLUMNS.items()
+        }
+        for inputs, by_n in by_inputs.items()
+    }
 
 
 def results_frame(

@@ -1,29 +1,34 @@
 """What the search writes (paper V-A): the ranked scores table, ``selected.json`` (what
-later studies compile) and ``summary.json``, each at a path the caller names."""
+later studies compile) and ``summary.json``, each at a path the caller names.
+
+The table is plain rows (``rank.ranked_rows``) written by pyarrow, so a search in one
+process (``search.run``, ``search.plan_dir``) ranks from the simulator's arrays without
+building the long results frame (one row per candidate and plan); the merge of shards
+sums its frames (``rank.frame_totals``) and writes the same bytes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from rearrival.atomic import atomic_write_json
 from rearrival.config.search import SearchSettings
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import Profile, measured_profile
-from rearrival.parquet import write_frame
+from rearrival.parquet import write_rows
 from rearrival.search.candidates import (
     candidate_record,
     resource_costs,
     settings_space,
 )
 from rearrival.search.caveats import tie_caveats
-from rearrival.search.merge import check_complete
-from rearrival.search.rank import n_label, score_table
+from rearrival.search.rank import Totals, frame_totals, n_label, ranked_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -41,13 +46,8 @@ class OutputPaths:
         return cls(out_dir / "scores.parquet", out_dir / "selected.json", out_dir / "summary.json")
 
 
-def _row_dict(table: pd.DataFrame, cid: str) -> dict[str, Any]:
-    row = table[table["id"] == cid].iloc[0].to_dict()
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-
-
 def summarize(
-    table: pd.DataFrame,
+    rows: Sequence[dict[str, Any]],
     comparison: dict[str, Any],
     settings: SearchSettings,
     profile: Profile | None = None,
@@ -57,7 +57,7 @@ def summarize(
     with what the ranking cannot tell (``rearrival.search.caveats``; ``held_out``: the
     evaluation inputs are not the search inputs again)."""
     profile = profile or measured_profile()
-    best = _row_dict(table, table.iloc[0]["id"])
+    best = rows[0]
     pick = RblnConfiguration.from_id(best["id"])
     selected = {
         **candidate_record(pick),
@@ -72,7 +72,7 @@ def summarize(
     }
     space = settings_space(settings, profile)
     memory = device_memory(profile)
-    top = table.head(settings.top)
+    top = rows[: settings.top]
     full = comparison[n_label(settings.n)]
     summary = {
         "profile": profile.identity(),
@@ -88,7 +88,7 @@ def summarize(
             "memory_filter": settings.memory_filter,
             "memory_gib_per_device": memory.per_device_gib,
             "max_slots_in_memory": memory.max_slots(),
-            "searched": len(table),
+            "searched": len(rows),
             "per_batch_size": {
                 str(b): count
                 for b, count in zip(space.batch_sizes, space.per_batch_size, strict=True)
@@ -103,14 +103,15 @@ def summarize(
             **({"workload": settings.workload.as_dict()} if settings.workload else {}),
         },
         "selected": selected,
-        "caveats": tie_caveats(table, held_out),
+        "caveats": tie_caveats(rows, held_out),
         "evaluation_score": best["evaluation_score"],
         "top": [
-            {"id": r.id, "score": r.score, "evaluation_score": r.evaluation_score}
-            for r in top.itertuples()
+            {"id": r["id"], "score": r["score"], "evaluation_score": r["evaluation_score"]}
+            for r in top
         ],
-        "top_batch_sizes": sorted({int(b) for b in top["batch_size"]}),
-        "top_score_spread_pp": 100 * (float(top["score"].max()) - float(top["score"].min())),
+        "top_batch_sizes": sorted({int(r["batch_size"]) for r in top}),
+        "top_score_spread_pp": 100
+        * (max(float(r["score"]) for r in top) - min(float(r["score"]) for r in top)),
         "mean_ratio_selected": full["mean_ratio_selected"],
         "mean_ratio_changes_selection": full["mean_ratio_changes_selection"],
         "restricted": {
@@ -128,19 +129,43 @@ def write_outputs(
     paths: OutputPaths,
     profile: Profile | None = None,
 ) -> dict[str, Any]:
-    """Check the results are complete, rank them and write the three files; returns the
-    summary."""
+    """The merge of shards: check the results frame is complete, rank it and write the
+    three files; returns the summary."""
+    from rearrival.search.merge import check_complete
+
     check_complete(results, cands, baseline, settings)
-    table, comparison = score_table(results, cands, baseline, settings, profile)
-    selected, summary = summarize(table, comparison, settings, profile)
-    write_ranking(table, selected, summary, paths)
+    return write_ranked(frame_totals(results), cands, baseline, settings, paths, profile)
+
+
+def write_ranked(
+    totals: Totals,
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
+    settings: SearchSettings,
+    paths: OutputPaths,
+    profile: Profile | None = None,
+) -> dict[str, Any]:
+    """Rank the candidates on their summed outcomes and write the three files; returns
+    the summary."""
+    rows, comparison = ranked_rows(totals, cands, baseline, settings, profile)
+    selected, summary = summarize(rows, comparison, settings, profile)
+    write_ranking(rows, selected, summary, paths)
     return summary
 
 
 def write_ranking(
-    table: pd.DataFrame, selected: dict[str, Any], summary: dict[str, Any], paths: OutputPaths
+    rows: Sequence[dict[str, Any]],
+    selected: dict[str, Any],
+    summary: dict[str, Any],
+    paths: OutputPaths,
 ) -> None:
     """The scores table, ``selected.json`` and ``summary.json``, each written atomically."""
-    write_frame(table, paths.scores)
+    write_rows(rows, paths.scores)
+    write_selection(selected, summary, paths)
+
+
+def write_selection(selected: dict[str, Any], summary: dict[str, Any], paths: OutputPaths) -> None:
+    """``selected.json`` and ``summary.json`` beside a scores table already written (a
+    vLLM search writes its table as a frame)."""
     atomic_write_json(paths.selected, selected)
     atomic_write_json(paths.summary, summary)

@@ -21,11 +21,11 @@ from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
 from rearrival.search.candidates import baseline_of, search_candidates
 from rearrival.search.caveats import overlap_caveat
-from rearrival.search.evaluate import evaluate
+from rearrival.search.evaluate import array_totals, score_plans
 from rearrival.search.inputs import PlanKey
 from rearrival.search.outputs import OutputPaths, summarize, write_ranking
 from rearrival.search.plan_files import keyed_plans
-from rearrival.search.rank import score_table
+from rearrival.search.rank import ranked_rows
 from rearrival.search.settings import override_settings
 
 
@@ -51,14 +51,15 @@ def search_plan_dir(
         )
     baseline = baseline_of(cfg)
     evaluated = cands if baseline in cands else [*cands, baseline]
-    results, _ = evaluate(evaluated, keyed, workers, profile)
-    table, comparison = score_table(results, cands, baseline, settings, profile)
-    selected, summary = summarize(table, comparison, settings, profile, held_out)
+    outcomes, _ = score_plans(evaluated, keyed, workers, profile)
+    totals = array_totals(evaluated, keyed, outcomes)
+    rows, comparison = ranked_rows(totals, cands, baseline, settings, profile)
+    selected, summary = summarize(rows, comparison, settings, profile, held_out)
     if summary["caveats"]:
         searched = [plan for key, plan in keyed if key.inputs == "search"]
         summary["caveats"] += overlap_caveat(searched, baseline, profile)
     summary["inputs"] = dir_summary(plans_dir, keyed, held_out, n_set)
-    write_ranking(table, selected, summary, paths)
+    write_ranking(rows, selected, summary, paths)
     return summary
 
 

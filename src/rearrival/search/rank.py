@@ -17,7 +17,7 @@ from rearrival.config.search import SearchSettings
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.search.candidates import resource_costs
-from rearrival.search.evaluate import sort_results
+from rearrival.search.evaluate import SUMMED_COLUMNS, sort_results
 from rearrival.search.inputs import INPUT_SETS
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: the advice ranks without one
@@ -134,6 +134,23 @@ def _sum(totals: Mapping[int, float]) -> float:
     return math.fsum(totals[n] for n in sorted(totals))
 
 
+# per inputs ("search", "evaluation"), per summed column, per candidate id, per N: the
+# exactly rounded sum over that N's plans (``frame_totals`` on a results frame,
+# ``evaluate.array_totals`` on score_plans' arrays: the same numbers, math.fsum being exact)
+Totals = dict[str, dict[str, dict[str, dict[int, float]]]]
+SUMMED = tuple(SUMMED_COLUMNS)
+
+
+def frame_totals(results: pd.DataFrame) -> Totals:
+    """``Totals`` of a long results frame (the sharded search merges one)."""
+    if not _is_sorted(results):
+        results = sort_results(results)
+    return {
+        inputs: _group_totals(results, (results["inputs"] == inputs).to_numpy(dtype=bool), SUMMED)
+        for inputs in INPUT_SETS
+    }
+
+
 def score_table(
     results: pd.DataFrame,
     cands: Sequence[RblnConfiguration],
@@ -141,19 +158,26 @@ def score_table(
     settings: SearchSettings,
     profile: Profile | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """One row per candidate (ranked) plus the N-set comparison used by the summary."""
+    """``ranked_rows`` of a results frame, as a frame (one row per candidate, ranked)."""
     import pandas as pd
 
+    rows, comparison = ranked_rows(frame_totals(results), cands, baseline, settings, profile)
+    return pd.DataFrame(rows), comparison
+
+
+def ranked_rows(
+    per_inputs: Totals,
+    cands: Sequence[RblnConfiguration],
+    baseline: RblnConfiguration,
+    settings: SearchSettings,
+    profile: Profile | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One row per candidate, best first (the scores table), plus the N-set comparison
+    used by the summary; plain Python values, which ``parquet.write_rows`` writes as they
+    are (no frame)."""
     profile = profile or measured_profile()
-    if not _is_sorted(results):
-        results = sort_results(results)
-    summed = ("device_s", "decode_s", "prefill_s", "reuse_hits", "re_arrivals")
-    per_inputs = {
-        inputs: _group_totals(results, (results["inputs"] == inputs).to_numpy(dtype=bool), summed)
-        for inputs in INPUT_SETS
-    }
     device = {inputs: per_inputs[inputs]["device_s"] for inputs in INPUT_SETS}
-    parts = {col: {inputs: per_inputs[inputs][col] for inputs in INPUT_SETS} for col in summed[1:]}
+    parts = {col: {inputs: per_inputs[inputs][col] for inputs in INPUT_SETS} for col in SUMMED[1:]}
     base = {inputs: device[inputs][baseline.id] for inputs in INPUT_SETS}
     ids = [c.id for c in cands]
     tiebreak = {c.id: c.tiebreak() for c in cands}
@@ -202,5 +226,4 @@ def score_table(
             row[f"{inputs}_re_arrivals"] = int(_sum(parts["re_arrivals"][inputs][cid]))
         row.update(resource_costs(cand, profile))
         rows.append(row)
-    table = pd.DataFrame(rows).sort_values("rank", kind="stable").reset_index(drop=True)
-    return table, comparison
+    return sorted(rows, key=lambda r: r["rank"]), comparison

@@ -30,13 +30,13 @@ from rearrival.search.candidates import (
     settings_space,
 )
 from rearrival.search.caveats import ranking_caveats
-from rearrival.search.evaluate import evaluate, per_n_device_s, pool_workers, score_plans
+from rearrival.search.evaluate import array_totals, per_n_device_s, pool_workers, score_plans
 from rearrival.search.inputs import PlanKey, make_plans, write_plans
 from rearrival.search.rank import ranking, set_scores
 from rearrival.search.settings import override_settings
 from rearrival.search.space import planned_footprint
 
-if TYPE_CHECKING:  # the outputs (pandas, pyarrow) are imported by the search that writes them
+if TYPE_CHECKING:  # the outputs (pyarrow) are imported by the search that writes them
     from rearrival.search.outputs import OutputPaths
 
 
@@ -52,7 +52,7 @@ def run_search(
     """The whole search in one process (plans, every candidate, merge): the input plans
     under ``plans_out`` and the same three files the sharded path writes, byte for byte.
     With ``study``, that study's own search over its workload."""
-    from rearrival.search.outputs import write_outputs
+    from rearrival.search.outputs import write_ranked
 
     base = (
         SearchSettings.from_config(cfg) if study is None else SearchSettings.for_study(cfg, study)
@@ -64,8 +64,9 @@ def run_search(
     evaluated = cands if baseline in cands else [*cands, baseline]
     plans = make_plans(cfg, settings)
     write_plans(plans, plans_out)
-    results, _ = evaluate(evaluated, plans, workers, profile)
-    return write_outputs(results, cands, baseline, settings, paths, profile)
+    outcomes, _ = score_plans(evaluated, plans, workers, profile)
+    totals = array_totals(evaluated, plans, outcomes)
+    return write_ranked(totals, cands, baseline, settings, paths, profile)
 
 
 def check_planned(

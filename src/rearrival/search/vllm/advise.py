@@ -40,7 +40,7 @@ from rearrival.model.cost.vllm_profile import VllmProfile, seconds_unit
 from rearrival.model.plans.plan import Plan
 from rearrival.model.plans.trace_plans import LongerContext
 from rearrival.search.advise import SMALL_GAIN, both_inputs
-from rearrival.search.caveats import spread_caveats, tie_caveats
+from rearrival.search.caveats import score_caveats, spread_caveats
 from rearrival.search.deploy import vllm_deployment, vllm_knobs
 from rearrival.search.inputs import PlanKey
 from rearrival.search.settings import override_settings
@@ -210,7 +210,12 @@ def advise_vllm(
     base = scored.baseline[0]
     chosen, base_entry = entry(scored, pick, profile), entry(scored, base, profile)
     rows = pool_rows(scored, pick, profile)
-    caveats = tie_caveats(scored.table, inputs.held_out, TIEBREAK)
+    caveats = score_caveats(
+        scored.table["score"].tolist(),
+        float(scored.table["evaluation_score"].iat[0]),
+        inputs.held_out,
+        TIEBREAK,
+    )
     caveats += capture_caveats(scored.space.candidates)
     spread = None
     predicted = 1 - chosen["device_s"] / base_entry["device_s"]

@@ -24,7 +24,7 @@ from rearrival.config.search import SearchSettings
 from rearrival.model.configuration import VllmConfiguration
 from rearrival.model.cost.profile import GIB
 from rearrival.model.cost.vllm_profile import VllmProfile
-from rearrival.search.caveats import tie_caveats
+from rearrival.search.caveats import score_caveats
 from rearrival.search.inputs import INPUT_SETS
 from rearrival.search.rank import (
     compare_n_sets,
@@ -210,7 +210,10 @@ def summarize(
         "mean_ratio_selected": full["mean_ratio_selected"],
         "mean_ratio_changes_selection": full["mean_ratio_changes_selection"],
         "restricted": {k: v for k, v in comparison.items() if k != n_label(settings.n)},
-        "caveats": tie_caveats(table, held_out, TIEBREAK) + capture_caveats(space.candidates),
+        "caveats": score_caveats(
+            table["score"].tolist(), best["evaluation_score"], held_out, TIEBREAK
+        )
+        + capture_caveats(space.candidates),
     }
     return selected, summary
 

@@ -23,9 +23,10 @@ from rearrival.model.cost.vllm_profile import VllmProfile
 from rearrival.model.plans.plan import Plan
 from rearrival.model.simulator.vllm.inputs import vllm_inputs
 from rearrival.model.simulator.vllm.sim import simulate_vllm
+from rearrival.parquet import write_frame
 from rearrival.search.caveats import no_overlap, spans_overlap
 from rearrival.search.inputs import PlanKey, make_plans, write_plans
-from rearrival.search.outputs import OutputPaths, write_ranking
+from rearrival.search.outputs import OutputPaths, write_selection
 from rearrival.search.plan_dir import dir_inputs, dir_summary
 from rearrival.search.settings import override_settings
 from rearrival.search.vllm.defaults import (
@@ -176,5 +177,6 @@ def search_vllm(
     )
     if summary["caveats"]:
         summary["caveats"] += overlap_caveats(inputs.of("search"), scored.baseline[0], profile)
-    write_ranking(scored.table, selected, summary, paths)
+    write_frame(scored.table, paths.scores)
+    write_selection(selected, summary, paths)
     return summary
