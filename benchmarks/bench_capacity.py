@@ -36,8 +36,8 @@ from rearrival.search.capacity.space import FleetAxes, VllmKnobs, space_for_vllm
 TARGET_S = 60.0
 RSS_TARGET_GIB = 2.0
 FLEETS = 500
-# The TraceLab sample is not part of the repository: it sits in ../shared beside it.
-TRACE = Path(__file__).resolve().parents[2] / "shared/data/tracelab/round_trace.example.jsonl"
+# The public TraceLab sample the repository ships (data/tracelab/README.md).
+TRACE = Path(__file__).resolve().parents[1] / "data/tracelab/round_trace.example.jsonl"
 KNOBS = VllmKnobs(
     block_sizes=(16,),
     num_blocks=(600, 1200, 2400, 4800, 9600),

@@ -18,10 +18,8 @@ from rearrival.model.plans.plan import Plan, PlanMeta, Session
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_FILE = REPO / "config" / "config.yaml"
-# The TraceLab sample is not part of the repository: it sits in ../shared beside it.
-TRACELAB_SAMPLE = (
-    Path(__file__).resolve().parents[2] / "shared/data/tracelab/round_trace.example.jsonl"
-)
+# The public TraceLab sample, shipped unchanged with the repository (data/tracelab/README.md).
+TRACELAB_SAMPLE = REPO / "data" / "tracelab" / "round_trace.example.jsonl"
 
 
 def random_plan(

@@ -218,7 +218,6 @@ def test_tools_show_draws_over_the_bound_are_refused() -> None:
     refusal(["tools", "show", "--draws", "1000000000"], "--draws", "over the bound 1,000,000")
 
 
-@pytest.mark.skipif(not TRACELAB_SAMPLE.is_file(), reason="the TraceLab sample is not beside")
 def test_trace_sessions_are_bounded_by_the_trace(tmp_path) -> None:
     """plans from-trace samples without replacement: at most the trace's own sessions."""
     trace = ["plans", "from-trace", str(TRACELAB_SAMPLE), "--out", str(tmp_path / "o")]

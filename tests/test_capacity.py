@@ -251,7 +251,6 @@ def test_a_target_rate_gives_the_pick_its_spread_and_deploy_lines(pool_file, tmp
     assert pick["deploy"]["vllm_serve_flags"][:2] == ["--max-num-seqs", "8"]
 
 
-@pytest.mark.skipif(not TRACELAB_SAMPLE.is_file(), reason="the TraceLab sample is not beside")
 def test_advise_at_a_rate_from_a_trace_is_the_capacity_pick_with_its_deploy_lines(tmp_path):
     """advise --trace T --rate R --slo prints the pick `capacity --rate` makes with the
     trace's sessions as the pool, the same lines, vllm-router command included."""

@@ -18,12 +18,7 @@ from conftest import REPO, TRACELAB_SAMPLE
 
 BIN = Path(sys.executable).parent
 SECTION = "## Your own agent trace"
-SAMPLE_PATH = "../shared/data/tracelab/round_trace.example.jsonl"
-needs_sample = pytest.mark.skipif(
-    not TRACELAB_SAMPLE.is_file(),
-    reason="the TraceLab sample shared/data/tracelab/round_trace.example.jsonl is not "
-    "beside this repository",
-)
+SAMPLE_PATH = "data/tracelab/round_trace.example.jsonl"
 
 
 def readme_commands(heading: str = SECTION) -> list[list[str]]:
@@ -38,10 +33,10 @@ def readme_commands(heading: str = SECTION) -> list[list[str]]:
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A fresh clone's view: the repository's config and nothing it would have made
-    (no results/, no calibration), with the sample's folder beside it."""
+    (no results/, no calibration), with the shipped sample."""
     work = tmp_path / "repo"
     shutil.copytree(REPO / "config", work / "config")
-    (tmp_path / "shared").symlink_to(TRACELAB_SAMPLE.parents[2], target_is_directory=True)
+    shutil.copytree(TRACELAB_SAMPLE.parent, work / "data" / "tracelab")
     return work
 
 
@@ -63,12 +58,11 @@ def test_the_section_is_commands_on_the_shipped_sample() -> None:
                 assert command[command.index(flag) + 1].startswith("results/"), command
 
 
-@needs_sample
 def test_the_readme_commands_run_as_written_on_a_fresh_checkout(checkout: Path) -> None:
     done = [run(checkout, command) for command in readme_commands()]
     for command, result in zip(readme_commands(), done, strict=True):
         assert result.returncode == 0, (command, result.stderr[-2000:])
-    assert {p.name for p in checkout.iterdir()} == {"config", "results"}  # no plans/
+    assert {p.name for p in checkout.iterdir()} == {"config", "data", "results"}  # no plans/
     # the profile each verb used is named, and why: no calibration has run here
     search = done[1]
     assert "published constants" in search.stderr and "calibration" in search.stderr
@@ -84,7 +78,6 @@ def test_the_readme_commands_run_as_written_on_a_fresh_checkout(checkout: Path) 
     assert "rearrival rbln compile --model Qwen/Qwen3-4B --batch-size 10" in done[2].stdout
 
 
-@needs_sample
 def test_the_vllm_sizing_commands_run_as_written(checkout: Path) -> None:
     """Issue 36: the section's commands named a vllm-profile.yaml nothing shipped."""
     commands = readme_commands("## Sizing KV for agents on vLLM")
@@ -95,7 +88,6 @@ def test_the_vllm_sizing_commands_run_as_written(checkout: Path) -> None:
     assert "device TEMPLATE s" in result.stdout and "vllm serve Qwen/Qwen3-8B" in result.stdout
 
 
-@needs_sample
 def test_the_sample_as_recorded_is_said_to_never_overlap(checkout: Path) -> None:
     """Without --time-origin zero the sample's sessions are 72 days apart."""
     scaled = ["--token-scale", "0.15", "--out", "results/first"]

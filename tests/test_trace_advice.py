@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import config_with_search
-from test_trace_import import SAMPLE, _call, _round, _write, needs_sample
+from conftest import TRACELAB_SAMPLE, config_with_search
+from test_trace_import import _call, _round, _write
 from typer.testing import CliRunner
 
 from rearrival.atomic import atomic_write_json
@@ -116,18 +116,16 @@ def test_cli_json_and_malformed_trace(small_config: Path, two_round_trace: Path)
     assert result.exit_code == 2 and "line 1" in result.output
 
 
-@needs_sample
 def test_sample_without_scale_says_how_to_proceed(small_config: Path) -> None:
-    args = ["advise", "--config", str(small_config), "--trace", str(SAMPLE)]
+    args = ["advise", "--config", str(small_config), "--trace", str(TRACELAB_SAMPLE)]
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert "nothing fits" in result.output and "--token-scale 0.16" in result.output
 
 
-@needs_sample
 def test_sample_with_token_scale_recommends(small_config: Path) -> None:
     """The issue's done-when: the 19-round sample at --token-scale 0.15 gives a pick."""
-    args = ["advise", "--config", str(small_config), "--trace", str(SAMPLE)]
+    args = ["advise", "--config", str(small_config), "--trace", str(TRACELAB_SAMPLE)]
     drawn = ["--workload", "drawn", "--resamples", "10"]
     result = runner.invoke(app, [*args, "--token-scale", "0.15", *drawn])
     assert result.exit_code == 0, result.output

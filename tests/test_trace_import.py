@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TRACELAB_SAMPLE
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -23,21 +24,6 @@ from rearrival.model.plans.tracelab_import import plans_from_trace
 runner = CliRunner()
 
 
-def _shared_sample() -> Path | None:
-    """The real TraceLab sample in ``shared/`` beside the repository (or an ancestor)."""
-    for parent in Path(__file__).resolve().parents[1:]:
-        candidate = parent / "shared" / "data" / "tracelab" / "round_trace.example.jsonl"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-SAMPLE = _shared_sample()
-needs_sample = pytest.mark.skipif(
-    SAMPLE is None,
-    reason="the TraceLab sample shared/data/tracelab/round_trace.example.jsonl is not "
-    "beside this repository",
-)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -184,10 +170,9 @@ def test_token_scale_is_a_labelled_what_if(tmp_path: Path) -> None:
     assert any(line.startswith("WHAT-IF") for line in result.summary_lines())
 
 
-@needs_sample
 def test_real_sample_nothing_fits_without_scale(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = runner.invoke(app, ["plans", "from-trace", str(SAMPLE), "--out", str(out)])
+    result = runner.invoke(app, ["plans", "from-trace", str(TRACELAB_SAMPLE), "--out", str(out)])
     assert result.exit_code == 2
     message = result.output
     assert "nothing fits a maximum sequence length of 8,192" in message
@@ -198,10 +183,9 @@ def test_real_sample_nothing_fits_without_scale(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-@needs_sample
 def test_real_sample_imports_with_token_scale(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    args = ["plans", "from-trace", str(SAMPLE), "--out", str(out), "--token-scale", "0.15"]
+    args = ["plans", "from-trace", str(TRACELAB_SAMPLE), "--out", str(out), "--token-scale", "0.15"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "2 sessions, 19 rounds" in result.output and "WHAT-IF" in result.output
@@ -212,7 +196,7 @@ def test_real_sample_imports_with_token_scale(tmp_path: Path) -> None:
     assert plan.requests == 19 and [len(s.rounds) for s in plan.sessions] == [9, 10]
     meta = plan.meta
     assert meta.source == "tracelab"
-    assert meta.trace_sha256 == hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
+    assert meta.trace_sha256 == hashlib.sha256(TRACELAB_SAMPLE.read_bytes()).hexdigest()
     assert meta.import_flags == {
         "sessions": None,
         "seed": 0,
@@ -229,12 +213,11 @@ def test_real_sample_imports_with_token_scale(tmp_path: Path) -> None:
     )
 
 
-@needs_sample
 def test_real_sample_prompts_follow_the_trace_input(tmp_path: Path) -> None:
     """Unscaled at a long context, every round's prompt is the trace's input_tokens_total,
     except where the input shrank (then the whole previous transcript is resent)."""
-    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
-    result = plans_from_trace(SAMPLE, max_seq_len=65_536)
+    rows = [json.loads(line) for line in TRACELAB_SAMPLE.read_text().splitlines() if line.strip()]
+    result = plans_from_trace(TRACELAB_SAMPLE, max_seq_len=65_536)
     by_key = dict(zip(result.plan.meta.notes["trace_sessions"], result.plan.sessions, strict=True))
     shrinks = 0
     for key, session in by_key.items():

@@ -48,9 +48,6 @@ from rearrival.search.vllm.run import Inputs, resolve_baseline, search_vllm
 from rearrival.search.vllm.space import VllmAxes, build_space, parse_capture_sets
 
 runner = CliRunner()
-needs_sample = pytest.mark.skipif(
-    not TRACELAB_SAMPLE.is_file(), reason="the TraceLab sample is not beside this repository"
-)
 STEP_COST = VllmStepCost(0.004, 2e-4, 3e-5, 1e-8)
 
 
@@ -369,7 +366,6 @@ def test_the_shipped_vllm_profile_is_the_cpu_calibration_of_the_tiny_model():
     assert set(tree["validation"]) >= {"simulated_relative_error", "priced_relative_error"}
 
 
-@needs_sample
 def test_the_search_runs_on_the_shipped_sample(cpu_profile, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     imported = runner.invoke(
@@ -443,7 +439,6 @@ def test_the_search_runs_on_the_shipped_sample(cpu_profile, tmp_path, monkeypatc
     assert f"```sh\n{command}\n```" in text and "num_gpu_blocks_override=" in text
 
 
-@needs_sample
 def test_advise_runs_on_the_shipped_sample_and_shows_the_bound_beside_the_hit_rate(
     cpu_profile,
 ):

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from test_trace_import import SAMPLE, needs_sample
+from conftest import TRACELAB_SAMPLE
 from typer.testing import CliRunner
 
 from rearrival.cli import app
@@ -46,13 +46,12 @@ def test_every_number_of_the_template_is_marked_fill_in() -> None:
     assert seconds_unit(profile.identity()) == "TEMPLATE s"
 
 
-@needs_sample
 def test_the_readme_sizing_commands_run_with_the_template(tmp_path, monkeypatch) -> None:
     """The README's "Sizing KV for agents on vLLM" commands, as written (issue 36: they
     named a vllm-profile.yaml that nothing shipped)."""
     monkeypatch.chdir(tmp_path)
     config = ["--config", str(REPO / "config" / "config.yaml")]
-    trace = str(SAMPLE)
+    trace = str(TRACELAB_SAMPLE)
     imported = runner.invoke(
         app,
         [

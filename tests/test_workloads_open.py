@@ -38,9 +38,6 @@ from rearrival.model.plans.workloads_open import (
 )
 
 runner = CliRunner()
-needs_sample = pytest.mark.skipif(
-    not TRACELAB_SAMPLE.is_file(), reason="the TraceLab sample is not beside this repository"
-)
 PREFIXES = (Prefix("agent-a", 1200), Prefix("agent-b", 300), Prefix("unused", 5))
 
 
@@ -244,7 +241,6 @@ def test_a_pool_of_nothing_usable_is_refused(tmp_path: Path) -> None:
         load_pool(tmp_path / "pool.csv")
 
 
-@needs_sample
 def test_from_trace_fills_one_prefix_per_agent_and_keeps_prompts() -> None:
     plain = plans_from_trace(TRACELAB_SAMPLE, token_scale=0.15).plan
     shared = plans_from_trace(TRACELAB_SAMPLE, token_scale=0.15, prefixes=True)
@@ -258,7 +254,6 @@ def test_from_trace_fills_one_prefix_per_agent_and_keeps_prompts() -> None:
     assert "--no-prefixes" in line[0]
 
 
-@needs_sample
 def test_the_cli_fills_prefixes_unless_told_not_to(tmp_path: Path) -> None:
     base = ["plans", "from-trace", str(TRACELAB_SAMPLE), "--token-scale", "0.15"]
     on = runner.invoke(app, [*base, "--out", str(tmp_path / "on")])
