@@ -12,6 +12,39 @@ import typer
 from rearrival.commands import search_vllm
 from rearrival.commands.panels import PanelledGroup
 from rearrival.commands.profile import PROFILE_HELP
+from rearrival.commands.search_options import (
+    AdviseAsJsonOption,
+    AdviseAttainmentOption,
+    AdviseBatchSizesOption,
+    AdviseHorizonOption,
+    AdviseMaxBucketsOption,
+    AdviseMemoryFilterOption,
+    AdviseNOption,
+    AdvisePlansDirOption,
+    AdviseRateOption,
+    AdviseReplicasOption,
+    AdviseResamplesOption,
+    AdviseRoutersOption,
+    AdviseSearchDirOption,
+    AdviseSeedOption,
+    AdviseSloOption,
+    AdviseStepCostOption,
+    AdviseStudyOption,
+    AdviseTimeOriginOption,
+    AdviseTokenScaleOption,
+    AdviseTraceOption,
+    AdviseWarmupOption,
+    AdviseWorkloadOption,
+    SearchBatchSizesOption,
+    SearchMaxBucketsOption,
+    SearchMemoryFilterOption,
+    SearchNOption,
+    SearchOutOption,
+    SearchPlansDirOption,
+    SearchPlansOutOption,
+    SearchStudyOption,
+    WorkersOption,
+)
 from rearrival.commands.search_vllm import (
     BaselineOption,
     BlockSizesOption,
@@ -43,10 +76,6 @@ ProfileOption = Annotated[
 # ctx.obj key set on the ``rearrival study search`` group: a workflow stage, whose profile
 # is the one its rule passes (a missing calibration is an error, never the published one).
 STAGE = "workflow_stage"
-WORKERS_HELP = (
-    "Worker processes (each holds its own copy of the candidates' tables; counted in the "
-    "search's memory bound of 2 GiB)."
-)
 
 
 def _file_option(flag: str, default_name: str) -> typer.models.OptionInfo:
@@ -150,80 +179,30 @@ def _study(ctx: typer.Context | None) -> str | None:
     return ((ctx.obj if ctx is not None else None) or {}).get("search_study")
 
 
+def _vllm_knobs(substrate: str, rbln_axes: dict[str, object], **knobs: str | None) -> dict:
+    """The vLLM knobs given (parsed by ``search_vllm.given_options``), after refusing
+    the options of the other substrate: search and advise take the same ones alike."""
+    given = search_vllm.given_options(_int_list, **knobs)
+    search_vllm.check_substrate(substrate, {**given, **rbln_axes})
+    return given
+
+
 def search(
     ctx: typer.Context,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Output directory (plans/, scores.parquet, selected.json, "
-            "summary.json); needed when no subcommand is given, unless each file is named.",
-        ),
-    ] = None,
+    out: SearchOutOption = None,
     scores: ScoresOption = None,
     selected: SelectedOption = None,
     summary_file: SummaryOption = None,
-    plans_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--plans-out",
-            help="Directory to write the input plans to (default: plans/ under --out).",
-        ),
-    ] = None,
+    plans_out: SearchPlansOutOption = None,
     config: ConfigOption = DEFAULT_CONFIG,
-    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
-    n: Annotated[
-        str | None,
-        typer.Option(
-            "--n",
-            help="Concurrency levels of the inputs, e.g. 16,32,48, each at most 1,024 "
-            "(default: search.n); restricted N sets not inside it are dropped.",
-        ),
-    ] = None,
-    batch_sizes: Annotated[
-        str | None,
-        typer.Option(
-            "--batch-sizes",
-            help="Candidate batch sizes, e.g. 16,24,32,40,48, each at most 1,024 (default: "
-            "search.batch_sizes); the space is counted first and at most 100,000 candidates "
-            "are scored.",
-        ),
-    ] = None,
-    max_buckets: Annotated[
-        int | None,
-        typer.Option(
-            "--max-buckets",
-            min=2,
-            help="Most buckets per candidate, counting 1 and "
-            "batch_size (default: search.max_buckets).",
-        ),
-    ] = None,
-    memory_filter: Annotated[
-        bool | None,
-        typer.Option(
-            "--memory-filter/--no-memory-filter",
-            help="Exclude candidates whose KV and "
-            "weights do not fit the devices (default: search.memory_filter).",
-        ),
-    ] = None,
+    workers: WorkersOption = 2,
+    n: SearchNOption = None,
+    batch_sizes: SearchBatchSizesOption = None,
+    max_buckets: SearchMaxBucketsOption = None,
+    memory_filter: SearchMemoryFilterOption = None,
     profile: ProfileOption = None,
-    study: Annotated[
-        str | None,
-        typer.Option(
-            "--study",
-            help="Run this study's own search (studies.<name>.search) over its workload, "
-            "e.g. agent sessions; default: the top-level search.",
-        ),
-    ] = None,
-    plans_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--plans",
-            help="Search over the plans in this directory (e.g. from `rearrival plans "
-            "from-trace`; search/ and evaluation/ subdirectories are held apart) instead "
-            "of generated ones; their N set is used.",
-        ),
-    ] = None,
+    study: SearchStudyOption = None,
+    plans_dir: SearchPlansDirOption = None,
     values: Values = None,
     substrate: SubstrateOption = "rbln",
     max_num_seqs: MaxNumSeqsOption = None,
@@ -239,8 +218,9 @@ def search(
     before a subcommand apply to it too (`rearrival search --n 16,32 shard ...`). With
     --substrate vllm: max_num_seqs, KV pools, token budgets and (GPU) capture sizes,
     scored exactly in one process (docs/DESIGN.md §15)."""
-    given = search_vllm.given_options(
-        _int_list,
+    given = _vllm_knobs(
+        substrate,
+        {"batch_sizes": batch_sizes, "max_buckets": max_buckets},
         max_num_seqs=max_num_seqs,
         num_blocks=num_blocks,
         pool_sizes=pool_sizes,
@@ -248,9 +228,6 @@ def search(
         block_sizes=block_sizes,
         capture_sets=capture_sizes,
         baseline=baseline,
-    )
-    search_vllm.check_substrate(
-        substrate, {**given, "batch_sizes": batch_sizes, "max_buckets": max_buckets}
     )
     if substrate == "vllm":
         if ctx.invoked_subcommand is not None:
@@ -365,7 +342,7 @@ def shard(
         int | None,
         typer.Option("--shards", min=1, help="Shard count (default: search.shards of the config)."),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 1,
+    workers: WorkersOption = 1,
     profile: ProfileOption = None,
 ) -> None:
     """Simulate candidates[K::S] (plus the baseline) on every search and evaluation plan."""
@@ -447,100 +424,21 @@ def merge(
 
 def advise(
     config: ConfigOption = DEFAULT_CONFIG,
-    n: Annotated[
-        str | None,
-        typer.Option(
-            "--n",
-            help="Concurrency levels, e.g. 6,8,10, each at most 1,024 (default: the "
-            "search's own N set; a different set than --search's is refused).",
-        ),
-    ] = None,
-    plans_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--plans",
-            help="Directory of plan files (.parquet/.json) to diagnose instead of "
-            "the config's evaluation inputs.",
-        ),
-    ] = None,
-    trace: Annotated[
-        Path | None,
-        typer.Option(
-            "--trace",
-            help="Your agents' trace (TraceLab .jsonl[.gz] or OTLP JSON): advise on N "
-            "sessions drawn from it at each N.",
-        ),
-    ] = None,
-    token_scale: Annotated[
-        float,
-        typer.Option("--token-scale", help="With --trace: what-if factor on every token count."),
-    ] = 1.0,
-    workload: Annotated[
-        str,
-        typer.Option(
-            "--workload",
-            help="With --trace: trace (its sessions as the timestamps place them, the same "
-            "answer as `plans from-trace` + `advise --plans`) or drawn (a what-if: N "
-            "sessions drawn from it at each N, all starting together).",
-        ),
-    ] = "trace",
-    time_origin: Annotated[
-        str,
-        typer.Option(
-            "--time-origin",
-            help="With --trace --workload trace: first (as the timestamps say) or zero "
-            "(every session at t = 0), as `plans from-trace` takes it.",
-        ),
-    ] = "first",
-    seed: Annotated[
-        int, typer.Option("--seed", help="With --workload drawn: seed of the drawn workloads.")
-    ] = 0,
-    resamples: Annotated[
-        int,
-        typer.Option(
-            "--resamples",
-            min=1,
-            help="With --workload drawn: bootstrap session sets (at most 10,000).",
-        ),
-    ] = 100,
-    search_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--search",
-            help="Finished search: its directory or its selected.json; default: "
-            "run the search now.",
-        ),
-    ] = None,
-    batch_sizes: Annotated[
-        str | None,
-        typer.Option(
-            "--batch-sizes",
-            help="RBLN: candidate batch sizes of the search run now, e.g. 16,24,32 (default: "
-            "search.batch_sizes), as `rearrival search` takes them.",
-        ),
-    ] = None,
-    max_buckets: Annotated[
-        int | None,
-        typer.Option(
-            "--max-buckets",
-            min=2,
-            help="RBLN: most buckets per candidate of the search run now, counting 1 and "
-            "batch_size (default: search.max_buckets).",
-        ),
-    ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 2,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of Markdown.")
-    ] = False,
+    n: AdviseNOption = None,
+    plans_dir: AdvisePlansDirOption = None,
+    trace: AdviseTraceOption = None,
+    token_scale: AdviseTokenScaleOption = 1.0,
+    workload: AdviseWorkloadOption = "trace",
+    time_origin: AdviseTimeOriginOption = "first",
+    seed: AdviseSeedOption = 0,
+    resamples: AdviseResamplesOption = 100,
+    search_dir: AdviseSearchDirOption = None,
+    batch_sizes: AdviseBatchSizesOption = None,
+    max_buckets: AdviseMaxBucketsOption = None,
+    workers: WorkersOption = 2,
+    as_json: AdviseAsJsonOption = False,
     profile: ProfileOption = None,
-    study: Annotated[
-        str | None,
-        typer.Option(
-            "--study",
-            help="Use this study's own search, evaluation inputs and baseline (a study "
-            "with a workload and a search block, e.g. agent sessions).",
-        ),
-    ] = None,
+    study: AdviseStudyOption = None,
     substrate: SubstrateOption = "rbln",
     max_num_seqs: MaxNumSeqsOption = None,
     num_blocks: NumBlocksOption = None,
@@ -550,44 +448,15 @@ def advise(
     capture_sizes: CaptureSizesOption = None,
     baseline: BaselineOption = None,
     max_model_len: MaxModelLenOption = None,
-    memory_filter: Annotated[
-        bool | None,
-        typer.Option(
-            "--memory-filter/--no-memory-filter",
-            help="vLLM: exclude given pools (--num-blocks) whose KV and weights do not fit "
-            "the profile's memory (default: on).",
-        ),
-    ] = None,
-    rate: Annotated[
-        float | None,
-        typer.Option(
-            "--rate",
-            help="With --trace and --slo: peak sessions/s; answer the cheapest fleet meeting "
-            "the SLO there, as `capacity --rate` does from a pool, and what to deploy.",
-        ),
-    ] = None,
-    slo: Annotated[
-        str | None, typer.Option("--slo", help="With --rate: thresholds, e.g. ttft=0.3,tpot=0.03.")
-    ] = None,
-    attainment: Annotated[
-        float, typer.Option("--attainment", help="With --rate: share that must meet the SLO.")
-    ] = 0.9,
-    horizon: Annotated[
-        float, typer.Option("--horizon", help="With --rate: seconds over which sessions start.")
-    ] = AT_RATE_HORIZON_S,
-    warmup: Annotated[
-        float, typer.Option("--warmup", help="With --rate: requests before this not measured.")
-    ] = AT_RATE_WARMUP_S,
-    replicas: Annotated[
-        str, typer.Option("--replicas", help="With --rate: fleet sizes, e.g. 1,2,4,8.")
-    ] = "1,2,4,8",
-    routers: Annotated[
-        str, typer.Option("--routers", help="With --rate: routers to compare.")
-    ] = "round_robin,session_affinity",
-    step_cost: Annotated[
-        str | None,
-        typer.Option("--step-cost", help="With --rate, vLLM: BASE,DEC,PRE[,KV] seconds."),
-    ] = None,
+    memory_filter: AdviseMemoryFilterOption = None,
+    rate: AdviseRateOption = None,
+    slo: AdviseSloOption = None,
+    attainment: AdviseAttainmentOption = 0.9,
+    horizon: AdviseHorizonOption = AT_RATE_HORIZON_S,
+    warmup: AdviseWarmupOption = AT_RATE_WARMUP_S,
+    replicas: AdviseReplicasOption = "1,2,4,8",
+    routers: AdviseRoutersOption = "round_robin,session_affinity",
+    step_cost: AdviseStepCostOption = None,
 ) -> None:
     """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
     saving, memory (with the headroom per device) and compile cost, and whether more
@@ -627,8 +496,9 @@ def advise(
         )
         return
     _check_workload_options(trace, workload, time_origin, seed, resamples)
-    given = search_vllm.given_options(
-        _int_list,
+    given = _vllm_knobs(
+        substrate,
+        {"batch_sizes": batch_sizes, "max_buckets": max_buckets},
         max_num_seqs=max_num_seqs,
         num_blocks=num_blocks,
         pool_sizes=pool_sizes,
@@ -636,9 +506,6 @@ def advise(
         block_sizes=block_sizes,
         capture_sets=capture_sizes,
         baseline=baseline,
-    )
-    search_vllm.check_substrate(
-        substrate, {**given, "batch_sizes": batch_sizes, "max_buckets": max_buckets}
     )
     if substrate == "vllm":
         _advise_vllm(
@@ -665,6 +532,45 @@ def advise(
             "--memory-filter, --max-model-len: only for --substrate vllm (the RBLN advice "
             "checks memory always and imports at the profile's maximum sequence length)"
         )
+    _advise_rbln(
+        config,
+        trace=trace,
+        plans_dir=plans_dir,
+        search_dir=search_dir,
+        n=n,
+        axes={"batch_sizes": batch_sizes, "max_buckets": max_buckets},
+        token_scale=token_scale,
+        workload=workload,
+        time_origin=time_origin,
+        seed=seed,
+        resamples=resamples,
+        workers=workers,
+        profile=profile,
+        study=study,
+        as_json=as_json,
+    )
+
+
+def _advise_rbln(
+    config: Path,
+    *,
+    trace: Path | None,
+    plans_dir: Path | None,
+    search_dir: Path | None,
+    n: str | None,
+    axes: dict,
+    token_scale: float,
+    workload: str,
+    time_origin: str,
+    seed: int,
+    resamples: int,
+    workers: int,
+    profile: Path | None,
+    study: str | None,
+    as_json: bool,
+) -> None:
+    """``advise`` on RBLN: the config's evaluation inputs, a plans directory or a trace,
+    with the pick of a finished search or of the search run now on ``axes``."""
     from rearrival.config.search import SearchError
     from rearrival.config.study import load_study_config
     from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
@@ -682,8 +588,8 @@ def advise(
     axes = {
         key: value
         for key, value in (
-            ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
-            ("max_buckets", max_buckets),
+            ("batch_sizes", _int_list("--batch-sizes", axes["batch_sizes"])),
+            ("max_buckets", axes["max_buckets"]),
         )
         if value is not None
     }
