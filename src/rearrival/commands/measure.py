@@ -8,6 +8,30 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rearrival.commands.panels import PIPELINE_PANEL
+from rearrival.commands.run_options import (
+    RunArtifactOption,
+    RunBackendOption,
+    RunBatchSizeOption,
+    RunBlockSizeOption,
+    RunBucketsOption,
+    RunConditionOption,
+    RunMaxModelLenOption,
+    RunMaxNumBatchedTokensOption,
+    RunModelOption,
+    RunNumBlocksOption,
+    RunOutOption,
+    RunPlanPathOption,
+    RunReplicasOption,
+    RunReplicateOption,
+    RunRouterPolicyOption,
+    RunSeedOption,
+    RunSitePackagesOption,
+    RunSlotsOption,
+    RunStudyOption,
+    RunTimeScaleOption,
+    RunUrlOption,
+    RunVariantOption,
+)
 from rearrival.vocabulary import BACKENDS, EMULATED, EMULATED_HTTP, VLLM
 
 if TYPE_CHECKING:
@@ -73,110 +97,28 @@ def channels(
 
 
 def run(
-    plan_path: Annotated[
-        Path,
-        typer.Argument(
-            metavar="PLAN", help="Plan file (.parquet|.json), two-round or multi-round."
-        ),
-    ],
-    out: Annotated[Path, typer.Option("--out", help="Run directory to create (must not exist).")],
-    backend: Annotated[
-        str,
-        typer.Option("--backend", help="emulated (in process), emulated-http, rbln or vllm."),
-    ] = EMULATED,
-    buckets: Annotated[
-        str | None,
-        typer.Option(
-            "--buckets",
-            help="Compiled buckets (default 1,2,4,8); vllm: CUDA-graph capture sizes, GPU "
-            "only (default none: eager).",
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Batch size (at most 1,024); vllm: --max-num-seqs.")
-    ] = 8,
-    slots: Annotated[
-        int | None, typer.Option("--slots", help="KV slots; default batch_size; at most 1,024.")
-    ] = None,
-    variant: Annotated[str, typer.Option("--variant", help="wait, control or equal.")] = "wait",
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url", help="emulated-http: a running emulate-server; default: start a fresh one."
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Run seed (server and sampler).")] = 0,
-    time_scale: Annotated[
-        float | None,
-        typer.Option(
-            "--time-scale",
-            help="Wall s per plan s (emulated-http; default: the schema's "
-            "emulated_http.time_scale).",
-        ),
-    ] = None,
-    study: Annotated[str, typer.Option("--study", help="Study name in the manifest.")] = "adhoc",
-    replicate: Annotated[
-        int | None, typer.Option("--replicate", help="Replicate index; default: the plan's.")
-    ] = None,
-    condition: Annotated[
-        str | None,
-        typer.Option(
-            "--condition",
-            help="Condition label; default: BACKEND:ID:VARIANT, ID the configuration's "
-            "id (e.g. emulated:8:1,2,4,8:wait; /S appended when --slots differs).",
-        ),
-    ] = None,
-    artifact: Annotated[
-        Path | None,
-        typer.Option("--artifact", help="rbln: compiled model directory (rearrival rbln compile)."),
-    ] = None,
-    site_packages: Annotated[
-        Path | None,
-        typer.Option("--site-packages", help="rbln: where the patched vllm_rbln is installed."),
-    ] = None,
-    num_blocks: Annotated[
-        int,
-        typer.Option(
-            "--num-blocks",
-            help="vllm: KV pool in blocks, null block included (it must hold one "
-            "--max-model-len sequence).",
-        ),
-    ] = 512,
-    block_size: Annotated[
-        int, typer.Option("--block-size", help="vllm: tokens per KV block (CPU: multiple of 32).")
-    ] = 32,
-    max_num_batched_tokens: Annotated[
-        int, typer.Option("--max-num-batched-tokens", help="vllm: the per-step token budget.")
-    ] = 512,
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            "--model",
-            help="vllm: model directory with a config.json (default: the shipped tiny-qwen3, "
-            "random weights).",
-        ),
-    ] = None,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option("--max-model-len", help="vllm: default the model's max_position_embeddings."),
-    ] = None,
-    replicas: Annotated[
-        int,
-        typer.Option(
-            "--replicas",
-            help="vllm: servers in a fleet behind vllm-router (README 'A study on a real "
-            "fleet'); 1 (default) is one server and no router.",
-        ),
-    ] = 1,
-    router_policy: Annotated[
-        str,
-        typer.Option(
-            "--router-policy",
-            help="vllm with --replicas > 1: vllm-router's --policy (round_robin, "
-            "consistent_hash by the session header, cache_aware, power_of_two, random, "
-            "sticky_least_loaded).",
-        ),
-    ] = "round_robin",
+    plan_path: RunPlanPathOption,
+    out: RunOutOption,
+    backend: RunBackendOption = EMULATED,
+    buckets: RunBucketsOption = None,
+    batch_size: RunBatchSizeOption = 8,
+    slots: RunSlotsOption = None,
+    variant: RunVariantOption = "wait",
+    url: RunUrlOption = None,
+    seed: RunSeedOption = 0,
+    time_scale: RunTimeScaleOption = None,
+    study: RunStudyOption = "adhoc",
+    replicate: RunReplicateOption = None,
+    condition: RunConditionOption = None,
+    artifact: RunArtifactOption = None,
+    site_packages: RunSitePackagesOption = None,
+    num_blocks: RunNumBlocksOption = 512,
+    block_size: RunBlockSizeOption = 32,
+    max_num_batched_tokens: RunMaxNumBatchedTokensOption = 512,
+    model: RunModelOption = None,
+    max_model_len: RunMaxModelLenOption = None,
+    replicas: RunReplicasOption = 1,
+    router_policy: RunRouterPolicyOption = "round_robin",
 ) -> None:
     """Run one condition of one plan on one backend and write its run directory (docs/DESIGN.md §6).
 
