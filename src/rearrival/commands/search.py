@@ -1,40 +1,28 @@
 """CLI verbs of the search area (registered by rearrival.cli): search (plans, shard, merge,
-or everything at once) and advise (docs/DESIGN.md §12, paper Sections V-A and V-D)."""
+or everything at once) and advise, whose body is ``rearrival.commands.advise``
+(docs/DESIGN.md §12, paper Sections V-A and V-D)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rearrival.commands import search_vllm
+from rearrival.commands.advise import advise
 from rearrival.commands.panels import PanelledGroup
-from rearrival.commands.profile import PROFILE_HELP
+from rearrival.commands.search_common import (
+    STAGE,
+    chosen_profile,
+    int_list,
+    no_collection_passes,
+    vllm_knobs,
+)
 from rearrival.commands.search_options import (
-    AdviseAsJsonOption,
-    AdviseAttainmentOption,
-    AdviseBatchSizesOption,
-    AdviseHorizonOption,
-    AdviseMaxBucketsOption,
-    AdviseMemoryFilterOption,
-    AdviseNOption,
-    AdvisePlansDirOption,
-    AdviseRateOption,
-    AdviseReplicasOption,
-    AdviseResamplesOption,
-    AdviseRoutersOption,
-    AdviseSearchDirOption,
-    AdviseSeedOption,
-    AdviseSloOption,
-    AdviseStepCostOption,
-    AdviseStudyOption,
-    AdviseTimeOriginOption,
-    AdviseTokenScaleOption,
-    AdviseTraceOption,
-    AdviseWarmupOption,
-    AdviseWorkloadOption,
+    DEFAULT_CONFIG,
+    ConfigOption,
+    ProfileOption,
     SearchBatchSizesOption,
     SearchMaxBucketsOption,
     SearchMemoryFilterOption,
@@ -50,7 +38,6 @@ from rearrival.commands.search_vllm import (
     BlockSizesOption,
     BudgetsOption,
     CaptureSizesOption,
-    MaxModelLenOption,
     MaxNumSeqsOption,
     NumBlocksOption,
     PoolSizesOption,
@@ -59,23 +46,7 @@ from rearrival.commands.search_vllm import (
 from rearrival.commands.values import Values, checked_config
 
 if TYPE_CHECKING:
-    from rearrival.commands.profile import ProfileChoice
     from rearrival.search.outputs import OutputPaths
-
-DEFAULT_CONFIG = Path("config/config.yaml")
-ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
-AT_RATE_HORIZON_S = 600.0  # advise --rate: ten minutes of open traffic ...
-AT_RATE_WARMUP_S = 60.0  # ... measured after the first minute
-ProfileOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--profile",
-        help=f"{PROFILE_HELP} With --substrate vllm: a vLLM profile (docs/DESIGN.md §15).",
-    ),
-]
-# ctx.obj key set on the ``rearrival study search`` group: a workflow stage, whose profile
-# is the one its rule passes (a missing calibration is an error, never the published one).
-STAGE = "workflow_stage"
 
 
 def _file_option(flag: str, default_name: str) -> typer.models.OptionInfo:
@@ -118,47 +89,6 @@ def _output_paths(
     )
 
 
-def _no_collection_passes() -> None:
-    """Turn off the cyclic garbage collector for this short-lived command: numpy, pandas
-    and numba leave about a million objects that every full collection walks again
-    (0.2-0.3 s of a 1.7 s paper-space search); the search frees its memory by reference
-    counting and creates no large cyclic garbage."""
-    import gc
-
-    gc.disable()
-
-
-def _profile(cfg, path: Path | None, ctx: typer.Context | None = None) -> ProfileChoice:
-    """The profile a search or advice predicts with, checked against the config's model:
-    in a workflow stage --profile, else the config's choice (a missing file is an error);
-    run by hand, the rule of ``rearrival.commands.profile``."""
-    from dataclasses import replace
-
-    from rearrival.commands.profile import ProfileChoice, choose_profile
-
-    given = None if path is None else str(path)
-    if ((ctx.obj if ctx is not None else None) or {}).get(STAGE):
-        chosen = cfg.measurement if given is None else replace(cfg.measurement, profile=given)
-        return ProfileChoice(chosen.prediction_profile(), "", stage=True)
-    return choose_profile(cfg.measurement, given)
-
-
-def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    from rearrival.config.search import SearchError
-
-    if text is None:
-        return None
-    try:
-        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
-    except ValueError as exc:
-        raise SearchError(
-            f"option {option} {text!r}: give comma-separated integers, e.g. 16,32,48"
-        ) from exc
-    if not values:
-        raise SearchError(f"option {option} is empty: give comma-separated integers")
-    return values
-
-
 def _load(config: Path, ctx: typer.Context | None = None):
     """The study and its search settings, with the ``rearrival search`` options applied."""
     from rearrival.config.search import SearchSettings
@@ -177,14 +107,6 @@ def _load(config: Path, ctx: typer.Context | None = None):
 def _study(ctx: typer.Context | None) -> str | None:
     """The study whose own search (``--study``) the verb runs; None: the top-level one."""
     return ((ctx.obj if ctx is not None else None) or {}).get("search_study")
-
-
-def _vllm_knobs(substrate: str, rbln_axes: dict[str, object], **knobs: str | None) -> dict:
-    """The vLLM knobs given (parsed by ``search_vllm.given_options``), after refusing
-    the options of the other substrate: search and advise take the same ones alike."""
-    given = search_vllm.given_options(_int_list, **knobs)
-    search_vllm.check_substrate(substrate, {**given, **rbln_axes})
-    return given
 
 
 def search(
@@ -218,7 +140,7 @@ def search(
     before a subcommand apply to it too (`rearrival search --n 16,32 shard ...`). With
     --substrate vllm: max_num_seqs, KV pools, token budgets and (GPU) capture sizes,
     scored exactly in one process (docs/DESIGN.md §15)."""
-    given = _vllm_knobs(
+    given = vllm_knobs(
         substrate,
         {"batch_sizes": batch_sizes, "max_buckets": max_buckets},
         max_num_seqs=max_num_seqs,
@@ -235,7 +157,7 @@ def search(
                 f"--substrate vllm runs the whole search in one process; drop "
                 f"`{ctx.invoked_subcommand}` (plans, shard and merge split the RBLN search)"
             )
-        _no_collection_passes()
+        no_collection_passes()
         search_vllm.search(
             checked_config(config, "search", study, values),
             out=out,
@@ -247,7 +169,7 @@ def search(
             profile_path=profile,
             given=given,
             memory_filter=memory_filter,
-            n=_int_list("--n", n),
+            n=int_list("--n", n),
             study=study,
             warn=warn,
         )
@@ -255,8 +177,8 @@ def search(
     overrides = {
         key: value
         for key, value in (
-            ("n", _int_list("--n", n)),
-            ("batch_sizes", _int_list("--batch-sizes", batch_sizes)),
+            ("n", int_list("--n", n)),
+            ("batch_sizes", int_list("--batch-sizes", batch_sizes)),
             ("max_buckets", max_buckets),
             ("memory_filter", memory_filter),
         )
@@ -270,12 +192,12 @@ def search(
     }
     if ctx.invoked_subcommand is not None:
         return
-    _no_collection_passes()
+    no_collection_passes()
     paths = _output_paths(
         "--out", out, scores, selected, summary_file, plans_out, plans_dir is None
     )
     cfg = checked_config(config, "search", study, values)
-    chosen = _profile(cfg, profile, ctx)
+    chosen = chosen_profile(cfg, profile, ctx)
     if plans_dir is not None:
         from rearrival.search.plan_dir import search_plan_dir
 
@@ -353,7 +275,7 @@ def shard(
 
     cfg, settings = _load(config, ctx)
     count = shards or settings.shards
-    chosen = _profile(cfg, profile, ctx)
+    chosen = chosen_profile(cfg, profile, ctx)
     costs = chosen.profile
     frame = run_shard(
         search_candidates(settings, costs),
@@ -407,7 +329,7 @@ def merge(
             raise SearchError(
                 f"{path}: not a readable shard file ({exc}); re-run `rearrival search shard`"
             ) from exc
-    chosen = _profile(cfg, profile, ctx)
+    chosen = chosen_profile(cfg, profile, ctx)
     costs = chosen.profile
     summary = write_outputs(
         combine_shards(frames),
@@ -420,291 +342,6 @@ def merge(
     chosen.announce()
     warn(summary["caveats"])
     typer.echo(f"{out_dir or paths.selected}: selected {summary['selected']['id']}")
-
-
-def advise(
-    config: ConfigOption = DEFAULT_CONFIG,
-    n: AdviseNOption = None,
-    plans_dir: AdvisePlansDirOption = None,
-    trace: AdviseTraceOption = None,
-    token_scale: AdviseTokenScaleOption = 1.0,
-    workload: AdviseWorkloadOption = "trace",
-    time_origin: AdviseTimeOriginOption = "first",
-    seed: AdviseSeedOption = 0,
-    resamples: AdviseResamplesOption = 100,
-    search_dir: AdviseSearchDirOption = None,
-    batch_sizes: AdviseBatchSizesOption = None,
-    max_buckets: AdviseMaxBucketsOption = None,
-    workers: WorkersOption = 2,
-    as_json: AdviseAsJsonOption = False,
-    profile: ProfileOption = None,
-    study: AdviseStudyOption = None,
-    substrate: SubstrateOption = "rbln",
-    max_num_seqs: MaxNumSeqsOption = None,
-    num_blocks: NumBlocksOption = None,
-    pool_sizes: PoolSizesOption = None,
-    max_num_batched_tokens: BudgetsOption = None,
-    block_sizes: BlockSizesOption = None,
-    capture_sizes: CaptureSizesOption = None,
-    baseline: BaselineOption = None,
-    max_model_len: MaxModelLenOption = None,
-    memory_filter: AdviseMemoryFilterOption = None,
-    rate: AdviseRateOption = None,
-    slo: AdviseSloOption = None,
-    attainment: AdviseAttainmentOption = 0.9,
-    horizon: AdviseHorizonOption = AT_RATE_HORIZON_S,
-    warmup: AdviseWarmupOption = AT_RATE_WARMUP_S,
-    replicas: AdviseReplicasOption = "1,2,4,8",
-    routers: AdviseRoutersOption = "round_robin,session_affinity",
-    step_cost: AdviseStepCostOption = None,
-) -> None:
-    """What to compile (paper V-D): baseline reuse loss, the search's pick, its predicted
-    saving, memory (with the headroom per device) and compile cost, and whether more
-    slots would still help and fit. With --substrate vllm: how much KV and which knobs,
-    the prefix-cache hit rate at each pool size beside its structural upper bound, the
-    prefill recomputed because tool waits let blocks be evicted, and the pick's saving
-    (docs/DESIGN.md §15). With --trace --rate R --slo: the capacity pick at R (docs/DESIGN.md
-    §17): the cheapest fleet meeting the SLO, its spread and its vllm serve / vllm-router
-    (or optimum-rbln) lines."""
-    if rate is not None or slo is not None:
-        _advise_at_rate(
-            trace,
-            rate,
-            slo,
-            {
-                "max_num_seqs": max_num_seqs,
-                "num_blocks": num_blocks,
-                "max_num_batched_tokens": max_num_batched_tokens,
-                "block_sizes": block_sizes,
-                "capture_sizes": capture_sizes,
-                "batch_sizes": batch_sizes,
-                "max_buckets": max_buckets,
-                "step_cost": step_cost,
-            },
-            substrate=substrate,
-            attainment=attainment,
-            horizon=horizon,
-            warmup=warmup,
-            seed=seed,
-            replicas=replicas,
-            routers=routers,
-            profile=profile,
-            token_scale=token_scale,
-            resamples=resamples,
-            workers=workers,
-            unused={"--plans": plans_dir, "--search": search_dir, "--study": study, "--n": n},
-        )
-        return
-    _check_workload_options(trace, workload, time_origin, seed, resamples)
-    given = _vllm_knobs(
-        substrate,
-        {"batch_sizes": batch_sizes, "max_buckets": max_buckets},
-        max_num_seqs=max_num_seqs,
-        num_blocks=num_blocks,
-        pool_sizes=pool_sizes,
-        token_budgets=max_num_batched_tokens,
-        block_sizes=block_sizes,
-        capture_sets=capture_sizes,
-        baseline=baseline,
-    )
-    if substrate == "vllm":
-        _advise_vllm(
-            config,
-            trace=trace,
-            plans_dir=plans_dir,
-            search_dir=search_dir,
-            profile_path=profile,
-            given=given,
-            memory_filter=memory_filter,
-            n=n,
-            study=study,
-            token_scale=token_scale,
-            max_model_len=max_model_len,
-            seed=seed,
-            resamples=resamples,
-            as_json=as_json,
-            workload=workload,
-            time_origin=time_origin,
-        )
-        return
-    if memory_filter is not None or max_model_len is not None:
-        raise search_vllm.SubstrateOptionError(
-            "--memory-filter, --max-model-len: only for --substrate vllm (the RBLN advice "
-            "checks memory always and imports at the profile's maximum sequence length)"
-        )
-    _advise_rbln(
-        config,
-        trace=trace,
-        plans_dir=plans_dir,
-        search_dir=search_dir,
-        n=n,
-        axes={"batch_sizes": batch_sizes, "max_buckets": max_buckets},
-        token_scale=token_scale,
-        workload=workload,
-        time_origin=time_origin,
-        seed=seed,
-        resamples=resamples,
-        workers=workers,
-        profile=profile,
-        study=study,
-        as_json=as_json,
-    )
-
-
-def _advise_rbln(
-    config: Path,
-    *,
-    trace: Path | None,
-    plans_dir: Path | None,
-    search_dir: Path | None,
-    n: str | None,
-    axes: dict,
-    token_scale: float,
-    workload: str,
-    time_origin: str,
-    seed: int,
-    resamples: int,
-    workers: int,
-    profile: Path | None,
-    study: str | None,
-    as_json: bool,
-) -> None:
-    """``advise`` on RBLN: the config's evaluation inputs, a plans directory or a trace,
-    with the pick of a finished search or of the search run now on ``axes``."""
-    from rearrival.config.search import SearchError
-    from rearrival.config.study import load_study_config
-    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
-    from rearrival.model.plans.trace_plans import TraceError
-    from rearrival.search.advise import advise as make_advice
-    from rearrival.search.advise import to_markdown
-    from rearrival.search.trace_advice import advise_trace
-
-    if trace is not None and plans_dir is not None:
-        raise SearchError("options --trace and --plans both give the inputs; pass one")
-    check_at_most("--resamples", resamples, MAX_RESAMPLES, RESAMPLES_WHY)
-    _no_collection_passes()
-    cfg = load_study_config(config)
-    n_set = _int_list("--n", n)
-    axes = {
-        key: value
-        for key, value in (
-            ("batch_sizes", _int_list("--batch-sizes", axes["batch_sizes"])),
-            ("max_buckets", axes["max_buckets"]),
-        )
-        if value is not None
-    }
-    if axes and search_dir is not None:
-        raise SearchError(
-            "options --batch-sizes, --max-buckets shape the search advise runs now; with "
-            "--search the pick is that search's: drop one of them"
-        )
-    chosen = _profile(cfg, profile)
-    costs = chosen.profile
-    if trace is None:
-        advice = make_advice(
-            cfg,
-            n=n_set,
-            plans_dir=plans_dir,
-            search_dir=search_dir,
-            workers=workers,
-            profile=costs,
-            study=study,
-            axes=axes,
-        )
-    else:
-        try:
-            advice = advise_trace(
-                cfg,
-                trace,
-                n=n_set,
-                token_scale=token_scale,
-                search_dir=search_dir,
-                seed=seed,
-                resamples=resamples,
-                workers=workers,
-                profile=costs,
-                workload=workload,
-                time_origin=time_origin,
-                axes=axes,
-            )
-        except TraceError as exc:
-            typer.echo(f"rearrival: error: {exc}", err=True)
-            raise typer.Exit(2) from None
-    chosen.announce()
-    typer.echo(json.dumps(advice, indent=2, sort_keys=True) if as_json else to_markdown(advice))
-
-
-def _advise_at_rate(
-    trace: Path | None,
-    rate: float | None,
-    slo: str | None,
-    raw: dict[str, str | int | None],
-    *,
-    unused: dict[str, object],
-    **settings: object,
-) -> None:
-    """``advise --trace T --rate R --slo ...`` (``capacity.advise_at_rate``), after
-    refusing what it cannot use."""
-    from rearrival.commands.capacity import CapacityOptionError, advise_at_rate
-
-    if trace is None or rate is None or slo is None:
-        raise CapacityOptionError(
-            "options --rate and --slo go together, with --trace: advise --trace T --rate R "
-            "--slo ttft=0.3,tpot=0.03"
-        )
-    named = [option for option, value in unused.items() if value is not None]
-    if named:
-        raise CapacityOptionError(
-            f"{', '.join(named)}: not used by advise --rate (the pool is the trace's "
-            "sessions); drop them"
-        )
-    advise_at_rate(trace, rate, slo, raw, **settings)
-
-
-def _check_workload_options(
-    trace: Path | None, workload: str, time_origin: str, seed: int, resamples: int
-) -> None:
-    """Refuse workload options that would be silently ignored: --workload and
-    --time-origin shape a trace's inputs; --seed and --resamples only drawn workloads."""
-    from rearrival.config.search import SearchError
-    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
-
-    check_at_most("--resamples", resamples, MAX_RESAMPLES, RESAMPLES_WHY)  # a bound first
-    if trace is None and (workload != "trace" or time_origin != "first"):
-        raise SearchError("options --workload, --time-origin: only with --trace")
-    if workload != "drawn" and (seed != 0 or resamples != 100):
-        raise SearchError(
-            "options --seed, --resamples: only with --trace --workload drawn (the trace's "
-            "own timing draws nothing)"
-        )
-    if workload == "drawn" and time_origin != "first":
-        raise SearchError(
-            "option --time-origin: drawn workloads start every session at t = 0; drop it"
-        )
-
-
-def _advise_vllm(config: Path, *, search_dir: Path | None, **options) -> None:
-    """``advise --substrate vllm``: the trace, plans or config inputs searched now."""
-    from rearrival.config.search import SearchError
-    from rearrival.config.study import load_study_config
-    from rearrival.limits import MAX_RESAMPLES, RESAMPLES_WHY, check_at_most
-    from rearrival.model.plans.trace_plans import TraceError
-
-    if options["trace"] is not None and options["plans_dir"] is not None:
-        raise SearchError("options --trace and --plans both give the inputs; pass one")
-    if search_dir is not None:
-        raise SearchError(
-            "option --search: with --substrate vllm the advice searches its inputs itself "
-            "(a finished vLLM search's selected.json holds no per-pool table); drop --search"
-        )
-    check_at_most("--resamples", options["resamples"], MAX_RESAMPLES, RESAMPLES_WHY)
-    _no_collection_passes()
-    options["n"] = _int_list("--n", options["n"])
-    try:
-        search_vllm.advise(load_study_config(config), **options)
-    except TraceError as exc:
-        typer.echo(f"rearrival: error: {exc}", err=True)
-        raise typer.Exit(2) from None
 
 
 def search_app(stage: bool = False) -> typer.Typer:

@@ -16,6 +16,17 @@ from typing import Annotated
 
 import typer
 
+from rearrival.commands.profile import PROFILE_HELP
+
+DEFAULT_CONFIG = Path("config/config.yaml")
+ConfigOption = Annotated[Path, typer.Option("--config", help="Study definition (YAML).")]
+ProfileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        help=f"{PROFILE_HELP} With --substrate vllm: a vLLM profile (docs/DESIGN.md §15).",
+    ),
+]
 WORKERS_HELP = (
     "Worker processes (each holds its own copy of the candidates' tables; counted in the "
     "search's memory bound of 2 GiB)."

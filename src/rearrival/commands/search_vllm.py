@@ -1,8 +1,8 @@
 """``rearrival search`` and ``rearrival advise`` with ``--substrate vllm`` (docs/DESIGN.md
 §15 "Search and advice"): the vLLM options, which substrate reads which option, and
-the two verbs' bodies for this substrate. The RBLN bodies stay in ``commands.search``;
-``SUBSTRATES`` names both, and an option of one substrate given to the other is refused
-in one line."""
+the two verbs' bodies for this substrate. The RBLN bodies stay in ``commands.search`` and
+``commands.advise``; ``SUBSTRATES`` names both, and an option of one substrate given to
+the other is refused in one line."""
 
 from __future__ import annotations
 
