@@ -4,9 +4,9 @@ requests runs as the next size compiled at build time, the rest of it padding.
 RBLN compiles decoder graphs for a bucket set whose largest bucket is the batch size; a
 vLLM GPU server captures CUDA graphs for a set of sizes and runs a batch above the largest
 eagerly, unpadded. The configuration types (``rearrival.model.configuration``) check their
-knobs here, and so does the simulator's own config (``SimConfig``, which that module
-builds and so cannot import), so the checks and the slots default exist once; the
-simulators and the emulator pad with these functions.
+knobs here (the simulator's own ``SimConfig`` is an ``RblnConfiguration``), so the
+checks and the slots default exist once; the simulators and the emulator pad with these
+functions.
 """
 
 from __future__ import annotations

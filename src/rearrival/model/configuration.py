@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rearrival.errors import RearrivalError
 from rearrival.limits import (
@@ -45,8 +45,10 @@ from rearrival.model.buckets import (
     sizes_problem,
     slots_problem,
 )
-from rearrival.model.simulator.rbln.config import SimConfig
 from rearrival.vocabulary import RULE_SETS
+
+if TYPE_CHECKING:
+    from rearrival.model.simulator.rbln.config import SimConfig
 
 
 class ConfigurationError(RearrivalError, ValueError):
@@ -63,7 +65,7 @@ def _as_int_tuple(value: Any, name: str) -> tuple[int, ...]:
     sizes = int_sizes(value)
     if sizes is None:
         raise ConfigurationError(
-            f"configuration field '{name}' must be a list of integers such as 1,2,4,8", (name,)
+            f"{name} {value!r} must be a list of integers such as 1,2,4,8", (name,)
         )
     return sizes
 
@@ -102,10 +104,25 @@ class Configuration:
 
     def named(self, name: str) -> Configuration:
         """The same knobs under a study's name for them."""
-        return type(self)(**self.as_dict(), name=name)
+        return replace(self, name=name)
 
 
 _RBLN_ID = re.compile(r"(\d+):([\d,]+)(?:/(\d+))?")
+
+_VALID_GRIDS: set[tuple[tuple[int, ...], int]] = set()  # (buckets, batch_size) checked
+
+
+def _check_grid(buckets: tuple[int, ...], batch_size: Any) -> None:
+    """Refuse a bucket set that cannot serve ``batch_size``; a grid once checked is
+    remembered (a search builds the same few grids for thousands of candidates)."""
+    exact = type(batch_size) is int and all(type(b) is int for b in buckets)  # bool == int
+    if exact and (buckets, batch_size) in _VALID_GRIDS:
+        return
+    problem = bucket_set_problem(buckets, batch_size)
+    if problem is not None:
+        raise ConfigurationError(problem, ("buckets", "batch_size"))
+    if exact and len(_VALID_GRIDS) < 100_000:
+        _VALID_GRIDS.add((buckets, batch_size))
 
 
 @dataclass(frozen=True)
@@ -121,16 +138,22 @@ class RblnConfiguration(Configuration):
     substrate: ClassVar[str] = "rbln"
 
     def __post_init__(self) -> None:
-        buckets = _as_int_tuple(self.buckets, "buckets")
-        problem = bucket_set_problem(buckets, self.batch_size)
-        if problem is not None:
-            raise ConfigurationError(problem, ("buckets", "batch_size"))
-        slots = default_slots(self.slots, self.batch_size)
-        problem = slots_problem(slots)
-        if problem is not None:
-            raise ConfigurationError(problem, ("slots",))
+        try:
+            buckets = _as_int_tuple(self.buckets, "buckets")
+            _check_grid(buckets, self.batch_size)
+            slots = default_slots(self.slots, self.batch_size)
+            problem = slots_problem(slots)
+            if problem is not None:
+                raise ConfigurationError(problem, ("slots",))
+        except ConfigurationError as exc:
+            raise self.refused(exc) from None
         object.__setattr__(self, "buckets", buckets)
         object.__setattr__(self, "slots", slots)
+
+    @classmethod
+    def refused(cls, error: ConfigurationError) -> ConfigurationError:
+        """The error a refused knob raises (a subtype may name itself in it)."""
+        return error
 
     @classmethod
     def from_id(cls, text: str, name: str = "") -> RblnConfiguration:
@@ -170,14 +193,12 @@ class RblnConfiguration(Configuration):
             raise ConfigurationError(
                 f"rule set {rules!r}: use one of {', '.join(RULE_SETS)}", ("rules",)
             )
+        # imported here: SimConfig extends this module's RblnConfiguration
+        from rearrival.model.simulator.rbln.config import SimConfig
+
         release, dummy_block = RULE_SETS[rules]
         return SimConfig(
-            buckets=self.buckets,
-            batch_size=self.batch_size,
-            slots=self.slots,
-            release=release,
-            dummy_block=dummy_block,
-            fixed_arrivals=fixed_arrivals,
+            self.buckets, self.batch_size, self.slots, release, dummy_block, fixed_arrivals
         )
 
     def tiebreak(self) -> tuple[Any, ...]:

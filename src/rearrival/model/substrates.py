@@ -51,14 +51,14 @@ class Fleet:
 
 @dataclass(frozen=True)
 class Substrate:
-    """One substrate: its configuration types (a study's, and on RBLN the predictor's own
-    ``SimConfig`` that adds the rule set), its profile type, the predictor's rule sets
+    """One substrate: its configuration type (on RBLN the predictor's own ``SimConfig``
+    is one, with the rule set added), its profile type, the predictor's rule sets
     with the one every registered prediction uses, the arrival tolerance, and the two
     entry points: ``simulate(plan, configuration, profile, rules, arrivals)`` for one
     engine and ``fleet(...)`` for R of them."""
 
     name: str
-    configuration_types: tuple[type, ...]
+    configuration_type: type
     profile_type: type
     rule_sets: tuple[str, ...]
     registered_rules: str
@@ -72,10 +72,10 @@ class Substrate:
 
     def check(self, configuration: Any, name: str) -> None:
         """Refuse a configuration of another substrate in one line naming it."""
-        if not isinstance(configuration, self.configuration_types):
+        if not isinstance(configuration, self.configuration_type):
             raise SubstrateError(
                 f"configuration {name} is not a {self.name} configuration; a {self.name} "
-                f"profile predicts {self.configuration_types[0].__name__}s"
+                f"profile predicts {self.configuration_type.__name__}s"
             )
 
 
@@ -327,7 +327,7 @@ def _vllm_outcome(
 SUBSTRATES: dict[str, Substrate] = {
     "rbln": Substrate(
         "rbln",
-        (RblnConfiguration, SimConfig),
+        RblnConfiguration,
         Profile,
         tuple(RULE_SETS),
         PREDICTION,
@@ -338,7 +338,7 @@ SUBSTRATES: dict[str, Substrate] = {
     ),
     "vllm": Substrate(
         "vllm",
-        (VllmConfiguration,),
+        VllmConfiguration,
         VllmProfile,
         (VLLM_RULES,),
         VLLM_RULES,
@@ -360,11 +360,11 @@ def substrate(name: str) -> Substrate:
 def substrate_of(configuration: Any) -> Substrate:
     """The entry whose configuration type ``configuration`` is."""
     for entry in SUBSTRATES.values():
-        if isinstance(configuration, entry.configuration_types):
+        if isinstance(configuration, entry.configuration_type):
             return entry
     raise SubstrateError(
-        f"{type(configuration).__name__} is no substrate's configuration: give a SimConfig "
-        "(RBLN) or a VllmConfiguration"
+        f"{type(configuration).__name__} is no substrate's configuration: give an "
+        "RblnConfiguration (a SimConfig is one) or a VllmConfiguration"
     )
 
 

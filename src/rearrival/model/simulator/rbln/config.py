@@ -1,6 +1,7 @@
-"""The RBLN predictor's configuration and rule variant (``sim``, docs/DESIGN.md §4):
-``SimConfig`` validates one configuration (bucket set, batch_size, KV slots) and simulator
-variant with the checks of ``rearrival.model.buckets``."""
+"""The RBLN predictor's configuration (``sim``, docs/DESIGN.md §4): ``SimConfig`` is the
+compiled configuration (``rearrival.model.configuration.RblnConfiguration``: bucket set,
+batch_size, KV slots, checked there once) plus the predictor's rule set (the KV ``release``
+and the ``dummy_block`` rule) and, for variant (a), the fixed re-arrival times."""
 
 from __future__ import annotations
 
@@ -8,20 +9,20 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rearrival.errors import RearrivalError
-from rearrival.model.buckets import bucket_set_problem, default_slots, int_sizes, slots_problem
+from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 from rearrival.vocabulary import DUMMY_BLOCKS, RELEASES
 
 
-class SimConfigError(RearrivalError, ValueError):
+class SimConfigError(ConfigurationError):
     """A simulator configuration that cannot run; the message names the field and the fix.
 
     ``fields`` names the SimConfig fields at fault, so a caller that set them from its own
     options (the CLI) can name those options."""
 
-    def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.fields = fields
+
+def _lead(fields: tuple[str, ...]) -> str:
+    names = "/".join(f"'{name}'" for name in fields)
+    return f"SimConfig field{'s' if len(fields) > 1 else ''} {names}"
 
 
 def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, ...]:
@@ -47,53 +48,28 @@ def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, .
     return times
 
 
-_VALID_GRIDS: set[tuple[tuple[int, ...], int]] = set()  # (buckets, batch_size) checked
-
-
 @dataclass(frozen=True)
-class SimConfig:
-    """One configuration (bucket set, batch_size, KV slots) plus the simulator variant.
+class SimConfig(RblnConfiguration):
+    """One configuration (bucket set, batch_size, KV slots) under one predictor rule set.
 
-    Stages build it from the one compiled-configuration type
-    (``RblnConfiguration.sim_config(rules)``, rearrival.model.configuration); built
-    directly (the public API, ``rearrival simulate``) it checks its knobs with the same
-    functions (rearrival.model.buckets). ``slots`` defaults to batch_size (eager attention
-    allocates one slot per sequence of the batch); after construction it is always an
-    int. ``fixed_arrivals`` (variant (a)) is a sequence of one time in seconds per
-    re-arrival in (session, round) order, or a mapping from the re-arrival index 0..R-1
-    (the session index for a two-round plan); it is stored as a tuple.
+    Stages build it from the configuration (``RblnConfiguration.sim_config(rules)``, the
+    rule sets of ``rearrival.vocabulary.RULE_SETS``); built directly (the public API,
+    ``rearrival simulate``) its knobs get the configuration's own checks, and any rule
+    combination may be given. ``slots`` defaults to batch_size (eager attention allocates
+    one slot per sequence of the batch); after construction it is always an int.
+    ``fixed_arrivals`` (variant (a)) is a sequence of one time in seconds per re-arrival
+    in (session, round) order, or a mapping from the re-arrival index 0..R-1 (the session
+    index for a two-round plan); it is stored as a tuple.
     """
 
     buckets: tuple[int, ...] = (1, 2, 4, 8)
     batch_size: int = 8
-    slots: int | None = None
     release: str = "deferred"
     dummy_block: str = "off"
     fixed_arrivals: Mapping[int, float] | Sequence[float] | None = None
 
     def __post_init__(self) -> None:
-        buckets = int_sizes(self.buckets)
-        if buckets is None:
-            raise SimConfigError(
-                "SimConfig field 'buckets' must be a list of integers such as 1,2,4,8", ("buckets",)
-            )
-        key = (buckets, self.batch_size)
-        if (
-            key not in _VALID_GRIDS
-            or type(self.batch_size) is not int
-            or not all(type(b) is int for b in buckets)
-        ):  # bool equals int in the key
-            problem = bucket_set_problem(buckets, self.batch_size)
-            if problem is not None:
-                raise SimConfigError(
-                    f"SimConfig fields 'buckets'/'batch_size': {problem}", ("buckets", "batch_size")
-                )
-            if len(_VALID_GRIDS) < 100_000:
-                _VALID_GRIDS.add(key)
-        slots = default_slots(self.slots, self.batch_size)
-        problem = slots_problem(slots)
-        if problem is not None:
-            raise SimConfigError(f"SimConfig field {problem}", ("slots",))
+        super().__post_init__()
         if self.release not in RELEASES:
             raise SimConfigError(
                 f"SimConfig field 'release' {self.release!r}: use one of {', '.join(RELEASES)}",
@@ -106,6 +82,8 @@ class SimConfig:
                 ("dummy_block",),
             )
         fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
-        object.__setattr__(self, "buckets", buckets)
-        object.__setattr__(self, "slots", slots)
         object.__setattr__(self, "fixed_arrivals", fixed)
+
+    @classmethod
+    def refused(cls, error: ConfigurationError) -> ConfigurationError:
+        return SimConfigError(f"{_lead(error.fields)}: {error}", error.fields)
