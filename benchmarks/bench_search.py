@@ -36,7 +36,7 @@ import yaml
 
 from rearrival.config.search import SearchSettings
 from rearrival.config.study import load_study_config
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.search.candidates import baseline_of, enumerate_candidates, search_candidates
 from rearrival.search.evaluate import evaluate, pool_workers
 from rearrival.search.inputs import make_plans
@@ -59,7 +59,7 @@ def verify(results, cands, plans, count: int, seed: int = 0) -> None:
         cand = rng.choice(cands)
         key, plan = rng.choice(plans)
         got = rows.loc[(cand.id, key.inputs, key.name)]
-        res = simulate(plan, cand.sim_config())
+        res = simulate(plan, SimConfig.of(cand))
         if (got["device_s"], got["reuse_hits"]) != (res.device_s, res.reuse_hits):
             raise SystemExit(
                 f"MISMATCH {cand.id} {key.relpath}: {got['device_s']} vs {res.device_s}"

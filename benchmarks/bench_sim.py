@@ -198,7 +198,7 @@ def batch_evaluation(plans: list, passes: int, sample: int) -> tuple[float, floa
     for plan, args in calls:  # warm-up and check
         core.run_batch(*args)
         for index in rng.sample(range(len(cands)), 3):
-            result = simulate(plan, cands[index].sim_config())
+            result = simulate(plan, SimConfig.of(cands[index]))
             if (args[9][index, 0], args[10][index, 0]) != (result.device_s, result.reuse_hits):
                 sys.exit(f"BATCH MISMATCH: N={plan.n} {cands[index].id}")
     times = []
@@ -208,7 +208,7 @@ def batch_evaluation(plans: list, passes: int, sample: int) -> tuple[float, floa
             core.run_batch(*args)
         times.append(time.process_time() - start)
     batch_s = statistics.median(times) / (len(cands) * len(plans))
-    pairs = [(rng.choice(plans), rng.choice(cands).sim_config()) for _ in range(sample)]
+    pairs = [(rng.choice(plans), SimConfig.of(rng.choice(cands))) for _ in range(sample)]
     start = time.process_time()
     for plan, config in pairs:
         simulate_reference(plan, config)

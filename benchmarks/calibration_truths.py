@@ -33,7 +33,7 @@ from rearrival.measure.emulate.truth import load_truth
 from rearrival.measure.records import finish_manifest, manifest_template, read_run, write_run
 from rearrival.model.cost.profile import load_profile, measured_profile
 from rearrival.model.plans.plangen import derive_seed
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.search.run import select
 from rearrival.workflow.plans import study_plan
 
@@ -139,7 +139,7 @@ def main() -> None:
                         t, a = observed[key]
                         true[label] += t
                         chan[label] += a
-                        pred[label] += simulate(plan, conf.sim_config(), profile).device_s
+                        pred[label] += simulate(plan, SimConfig.of(conf), profile).device_s
                 for label in list(confs)[1:]:
                     r_true = true[label] / true["baseline"]
                     r_chan = chan[label] / chan["baseline"]

@@ -19,7 +19,7 @@ from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import measured_profile
 from rearrival.model.plans.plan import write_plan
 from rearrival.model.plans.plangen import MultiRoundSpec, generate_multi_round_plan
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.search.advise import (
     advise,
     full_reuse_tokens,
@@ -232,7 +232,7 @@ def best_by_hand(plans, cands) -> RblnConfiguration:
     fewer buckets and slots."""
 
     def total(cand: RblnConfiguration) -> float:
-        return math.fsum(simulate(p, cand.sim_config()).device_s for p in plans)
+        return math.fsum(simulate(p, SimConfig.of(cand)).device_s for p in plans)
 
     base = total(BASELINE)
     return min(cands, key=lambda c: (total(c) / base, c.tiebreak()))

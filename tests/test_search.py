@@ -20,7 +20,7 @@ from rearrival.config.search import SearchError, SearchSettings
 from rearrival.model.configuration import ConfigurationError, RblnConfiguration
 from rearrival.model.cost.memory import device_memory
 from rearrival.model.cost.profile import ProfileError, measured_profile
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.parquet import write_frame
 from rearrival.search import evaluate as evaluate_module
 from rearrival.search.candidates import (
@@ -73,7 +73,7 @@ def tiny_plans(settings: SearchSettings):
 
 
 def direct(plan, cand: RblnConfiguration) -> Outcome:
-    r = simulate(plan, cand.sim_config())
+    r = simulate(plan, SimConfig.of(cand))
     return Outcome(
         r.device_s, r.decode_s, r.prefill_s, r.reuse_hits, r.re_arrivals, r.computed_prefill_tokens
     )

@@ -14,7 +14,7 @@ from rearrival.measure.emulate.driver import run_emulated
 from rearrival.measure.records import RunRecord
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.plans.plangen import derive_seed, generate_plan
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 
 BASELINE = RblnConfiguration((1, 2, 4, 8), 8)
 MORE_SLOTS = RblnConfiguration((1, 2, 4, 8, 16), 16)
@@ -44,7 +44,7 @@ def validation(request):
     for replicate in range(REPLICATES):
         plan = generate_plan(n, study_seed=STUDY_SEED, replicate=replicate, block=9)
         for side, configuration in enumerate((BASELINE, MORE_SLOTS)):
-            sums["pred"][side] += simulate(plan, configuration.sim_config()).device_s
+            sums["pred"][side] += simulate(plan, SimConfig.of(configuration)).device_s
             a, b, counts = measured(plan, configuration, replicate)
             sums["a"][side] += a
             sums["b"][side] += b

@@ -200,8 +200,8 @@ def _substrate_space(
         space = _vllm_space(options, axes, drawn, vllm_profile)
         model = model or (vllm_profile.model_id if vllm_profile is not None else "MODEL")
         return space, cost, provenance, {"model": model}
-    from rearrival.model.configuration import RULE_SETS
     from rearrival.model.cost.profile import load_profile
+    from rearrival.vocabulary import RULE_SETS
 
     if rules not in RULE_SETS:
         raise CapacityOptionError(f"option --rules {rules!r}: use one of {', '.join(RULE_SETS)}")

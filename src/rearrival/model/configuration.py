@@ -22,10 +22,10 @@ design, a search result) rebuilds the right one from its mapping.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rearrival.errors import RearrivalError
 from rearrival.limits import (
@@ -45,10 +45,6 @@ from rearrival.model.buckets import (
     sizes_problem,
     slots_problem,
 )
-from rearrival.vocabulary import RULE_SETS
-
-if TYPE_CHECKING:
-    from rearrival.model.simulator.rbln.config import SimConfig
 
 
 class ConfigurationError(RearrivalError, ValueError):
@@ -183,23 +179,6 @@ class RblnConfiguration(Configuration):
 
     def as_dict(self) -> dict[str, Any]:
         return {"buckets": list(self.buckets), "batch_size": self.batch_size, "slots": self.slots}
-
-    def sim_config(
-        self, rules: str = "base", fixed_arrivals: Sequence[float] | None = None
-    ) -> SimConfig:
-        """The predictor's configuration under one of its rule sets (``RULE_SETS``: "base"
-        the paper's predictor, "dummy" the S9 rule, "stack" the measured stack)."""
-        if rules not in RULE_SETS:
-            raise ConfigurationError(
-                f"rule set {rules!r}: use one of {', '.join(RULE_SETS)}", ("rules",)
-            )
-        # imported here: SimConfig extends this module's RblnConfiguration
-        from rearrival.model.simulator.rbln.config import SimConfig
-
-        release, dummy_block = RULE_SETS[rules]
-        return SimConfig(
-            self.buckets, self.batch_size, self.slots, release, dummy_block, fixed_arrivals
-        )
 
     def tiebreak(self) -> tuple[Any, ...]:
         """Among equal predicted cost prefer fewer buckets (compile time, artifact size),

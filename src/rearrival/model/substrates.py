@@ -89,7 +89,7 @@ def _rbln_simulate(
     """The paper's predictor under one of its rule sets (``RULE_SETS``)."""
     from rearrival.model.simulator.rbln.sim import simulate
 
-    return simulate(plan, configuration.sim_config(rules, arrivals), profile)
+    return simulate(plan, SimConfig.of(configuration, rules, arrivals), profile)
 
 
 def _vllm_simulate(

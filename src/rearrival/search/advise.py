@@ -28,7 +28,7 @@ from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.memory import DeviceMemory, device_memory
 from rearrival.model.cost.profile import Profile, calibration_note, measured_profile
 from rearrival.model.plans.plan import Plan, check_context
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.search.candidates import baseline_of, candidate_record
 from rearrival.search.caveats import import_caveats, n_caveats, overlap_caveat
 from rearrival.search.deploy import rbln_deployment
@@ -66,7 +66,7 @@ def predict(
     plans: Sequence[Plan], candidate: RblnConfiguration, profile: Profile | None = None
 ) -> dict[str, Any]:
     """Base-simulator totals over the inputs (seconds summed first) and the summed h(n->b)."""
-    results = [simulate(p, candidate.sim_config(), profile) for p in plans]
+    results = [simulate(p, SimConfig.of(candidate), profile) for p in plans]
     histogram: dict[str, int] = {}
     for r in results:
         for (n, b), steps in r.histogram_nb.items():

@@ -32,7 +32,7 @@ from typing import Any
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 
 EXACT = 1e-9  # scores are exactly rounded sums; closer than this they are the same number
 # The largest concurrency the paper measured (Section II-C: N in {3, ..., 12, 16}); the
@@ -122,7 +122,7 @@ def sessions_overlap(plan: Plan, baseline: RblnConfiguration, profile: Profile) 
     """Whether two sessions of ``plan`` are ever in the system at once under the
     baseline: each session from its first arrival to its last completion."""
     spans: dict[int, list[float]] = {}
-    for record in simulate(plan, baseline.sim_config(), profile).requests:
+    for record in simulate(plan, SimConfig.of(baseline), profile).requests:
         span = spans.setdefault(record.session, [record.arrival_s, record.complete_s])
         span[0], span[1] = min(span[0], record.arrival_s), max(span[1], record.complete_s)
     return spans_overlap(spans.values())

@@ -15,7 +15,7 @@ from rearrival.config.search import SearchError
 from rearrival.model.configuration import RblnConfiguration
 from rearrival.model.cost.profile import Profile, measured_profile
 from rearrival.model.plans.plan import Plan
-from rearrival.model.simulator.rbln.sim import compiled_core, core_inputs, simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, compiled_core, core_inputs, simulate
 from rearrival.progress import progress
 from rearrival.search.inputs import INPUT_SETS, PlanKey
 from rearrival.search.space import plan_footprint
@@ -149,7 +149,7 @@ def _python_batch(
     too large for the compiled core's int64 keys)."""
     for row, index in enumerate(reps):
         cand = arrays.candidates[index]
-        result = simulate(plan, cand.sim_config(), profile, core="compiled")
+        result = simulate(plan, SimConfig.of(cand), profile, core="compiled")
         out_f[row, :3] = (result.device_s, result.decode_s, result.prefill_s)
         out_i[row, :2] = (result.reuse_hits, result.computed_prefill_tokens)
 

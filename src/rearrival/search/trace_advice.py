@@ -36,7 +36,7 @@ from rearrival.model.plans.otel_import import plans_from_otel
 from rearrival.model.plans.plan import MultiRoundSession, Plan, PlanMeta
 from rearrival.model.plans.trace_plans import ImportResult, LongerContext
 from rearrival.model.plans.tracelab_import import plans_from_trace
-from rearrival.model.simulator.rbln.sim import simulate
+from rearrival.model.simulator.rbln.sim import SimConfig, simulate
 from rearrival.progress import progress
 from rearrival.search.advise import (
     advise,
@@ -111,7 +111,7 @@ def peak_sessions(plan: Plan, baseline: RblnConfiguration, profile: Profile) -> 
     to last completion, on the baseline's schedule): what ``--workload drawn`` departs
     from when it starts N together."""
     spans: dict[int, list[float]] = {}
-    for record in simulate(plan, baseline.sim_config(), profile).requests:
+    for record in simulate(plan, SimConfig.of(baseline), profile).requests:
         span = spans.setdefault(record.session, [math.inf, -math.inf])
         span[0] = min(span[0], record.arrival_s)
         span[1] = max(span[1], record.complete_s)
@@ -196,7 +196,7 @@ def workload_plans(
 
 
 def _device_s(plan: Plan, cand: RblnConfiguration, profile: Profile) -> float:
-    return simulate(plan, cand.sim_config(), profile).device_s
+    return simulate(plan, SimConfig.of(cand), profile).device_s
 
 
 def search_on(
@@ -231,7 +231,7 @@ def per_round_loss(plans: Sequence[Plan], cand: RblnConfiguration, profile: Prof
     """Re-arrivals, KV misses and prefill tokens beyond full reuse, by round index."""
     rows: dict[int, dict[str, int]] = {}
     for plan in plans:
-        result = simulate(plan, cand.sim_config(), profile)
+        result = simulate(plan, SimConfig.of(cand), profile)
         prompts = {s.session: s.prompts() for s in plan.sessions}
         for record in result.requests:
             if record.round == 0:

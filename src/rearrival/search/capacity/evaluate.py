@@ -38,6 +38,7 @@ from rearrival.model.fleet.latency import (
     measured_mask,
 )
 from rearrival.model.fleet.routers import ROUTERS
+from rearrival.model.simulator.rbln.config import SimConfig
 from rearrival.model.simulator.vllm.open_kernel import OpenKernelPlans
 from rearrival.search.capacity.bisection import Trial, find_goodput, is_monotone, rounded
 from rearrival.search.capacity.space import Fleet
@@ -142,7 +143,7 @@ def evaluate(workload: Workload, fleet: Fleet, rate: float, plan: Any = None) ->
     plan = workload.plan(rate) if plan is None else plan
     configuration = fleet.configuration
     if configuration.substrate == "rbln":
-        configuration = configuration.sim_config(workload.rules)
+        configuration = SimConfig.of(configuration, workload.rules)
     result = simulate_fleet(plan, configuration, workload.cost, fleet.replicas, fleet.router)
     window = measured(result.requests, workload.warmup_s, workload.horizon_s)
     values = [latency(r) for r in window]  # once: attainment and the p90s both read them

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rearrival.model.configuration import ConfigurationError, RblnConfiguration
-from rearrival.vocabulary import DUMMY_BLOCKS, RELEASES
+from rearrival.vocabulary import DUMMY_BLOCKS, RELEASES, RULE_SETS
 
 
 class SimConfigError(ConfigurationError):
@@ -52,8 +52,8 @@ def _fixed_times(value: Mapping[int, float] | Sequence[float]) -> tuple[float, .
 class SimConfig(RblnConfiguration):
     """One configuration (bucket set, batch_size, KV slots) under one predictor rule set.
 
-    Stages build it from the configuration (``RblnConfiguration.sim_config(rules)``, the
-    rule sets of ``rearrival.vocabulary.RULE_SETS``); built directly (the public API,
+    Stages build it from a configuration under one of the predictor's rule sets
+    (``SimConfig.of(configuration, rules)``); built directly (the public API,
     ``rearrival simulate``) its knobs get the configuration's own checks, and any rule
     combination may be given. ``slots`` defaults to batch_size (eager attention allocates
     one slot per sequence of the batch); after construction it is always an int.
@@ -83,6 +83,29 @@ class SimConfig(RblnConfiguration):
             )
         fixed = None if self.fixed_arrivals is None else _fixed_times(self.fixed_arrivals)
         object.__setattr__(self, "fixed_arrivals", fixed)
+
+    @classmethod
+    def of(
+        cls,
+        configuration: RblnConfiguration,
+        rules: str = "base",
+        fixed_arrivals: Sequence[float] | None = None,
+    ) -> SimConfig:
+        """``configuration`` under one of the predictor's rule sets (``RULE_SETS``: "base"
+        the paper's predictor, "dummy" the S9 rule, "stack" the measured stack)."""
+        if rules not in RULE_SETS:
+            raise ConfigurationError(
+                f"rule set {rules!r}: use one of {', '.join(RULE_SETS)}", ("rules",)
+            )
+        release, dummy_block = RULE_SETS[rules]
+        return cls(
+            configuration.buckets,
+            configuration.batch_size,
+            configuration.slots,
+            release,
+            dummy_block,
+            fixed_arrivals,
+        )
 
     @classmethod
     def refused(cls, error: ConfigurationError) -> ConfigurationError:
