@@ -26,75 +26,47 @@ from rearrival.vocabulary import (
 
 def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult:
     """The event core in plain Python: the fallback of ``simulate`` and the readable
-    statement of what ``core`` compiles (same operations, same
-    order)."""
+    statement of what ``core`` compiles (same operations, same order)."""
     # Per-plan and per-configuration work is cached (plan_arrays, request_tables,
     # step_table) and the loop below works on locals.
     arrays = checked_arrays(plan, config)
-    prompt, gen, gap = arrays.prompt, arrays.gen, arrays.gap
-    round_of, next_fixed = arrays.round_of, arrays.next_fixed
-    follower, follow_gap = arrays.follower, arrays.follow_gap
+    gen, round_of = arrays.gen, arrays.round_of
+    next_fixed, follower = arrays.next_fixed, arrays.follower
+    gap, fixed, follow_gap = arrays.gap, config.fixed_arrivals, arrays.follow_gap
     miss_cost, pair_off, pair_reuse, pair_cost, owners = request_tables(plan, arrays, profile)
     step_s, bucket_of = step_table(config, profile)
-    requests = arrays.requests
     batch = config.batch_size
-    fixed = config.fixed_arrivals
     eps = ARRIVAL_TOLERANCE_S
 
-    # KV slots: rearrival.model.simulator.rbln.slots is the model. SlotPool.admit, .finish and
-    # .pre_evict are written out below on the pool's public state instead of called (as in the
-    # compiled core): they run once per request of every simulation, and the calls with admit's
-    # generic per-session look-up took about a quarter of a simulation.
+    # KV slots: rearrival.model.simulator.rbln.slots is the model. SlotPool.admit is written
+    # out below on the pool's public state instead of called (as in the compiled core): it
+    # runs once per request of every simulation, and the call with its generic per-session
+    # look-up took about a quarter of a simulation.
     slots = config.slots
     pool = SlotPool(slots, config.release)
-    deferred = pool.deferred
-    release_deferred = pool.release_deferred
+    deferred, release_deferred = pool.deferred, pool.release_deferred
     pad_below = batch if config.dummy_block == "pre-evict" else 0  # dummy block when n < this
     reserve_below = batch if config.dummy_block == "reserved" else 0  # reserved when n < this
     # "free - reserved + evictable >= 1" is the cheap form of pool.can_secure(reserved)
-    free = pool.free
-    evictable = pool.evictable
-    pending = pool.pending
-    slot_owner = pool.owner
-    slot_key = pool.key
+    free, evictable, pending = pool.free, pool.evictable, pool.pending
+    slot_owner, slot_key = pool.owner, pool.key
 
-    # Per-request columns indexed by rid; first token time and computed tokens are
-    # derived when records are built, so the hot loop does not store them.
-    arrival = [0.0] * requests
-    admit_s = [0.0] * requests
-    complete_s = [0.0] * requests
-    cached = [0] * requests
-    prefill_s = [0.0] * requests
-    slot_of = [0] * requests
-    evicted_tag = [NO_OWNER] * requests
-    running_at = [0] * requests
-
+    columns = _request_columns(arrays.requests)
+    arrival, admit_s, complete_s, cached, prefill_s, slot_of, evicted_tag, running_at = columns
     # heap of (arrival time, rid) of the queued requests: FIFO in arrival order, except
     # that a fixed arrival time before the completion that queued it orders it by that time
     waiting: list[tuple[float, int]] = []
-    # heap of (arrival time, rid): every session's round 0 at its start, then each
-    # re-arrival when the round before it completes and a renewed session's round 0 when
-    # its leader's last round completes (docs/DESIGN.md §16; simultaneous: rid = session order)
-    arrivals = [
-        (when, rid)
-        for when, rid, leader in zip(arrays.start, arrays.first[:-1], arrays.leader, strict=True)
-        if leader < 0
-    ]
-    heapify(arrivals)
-    for when, rid in arrivals:
-        arrival[rid] = when
+    arrivals = _first_arrivals(arrays, arrival)
     # Heap of ``decode clock at completion << shift | rid``: ordered like (clock, rid)
     # pairs, but plain ints, so a push builds no tuple and the heap compares ints.
     running: list[int] = []
-    shift = requests.bit_length()
+    shift = arrays.requests.bit_length()
     rid_mask = (1 << shift) - 1
     hist = [0] * (batch + 1)
     stretches: list[list[Any]] = []
     evictions: list[tuple[float, int, int, str]] = []
-    t = 0.0
-    clock = 0  # decode steps so far
-    prefill_total = 0.0
-    interference = 0.0
+    t, clock = 0.0, 0  # the time; decode steps so far
+    prefill_total = interference = 0.0
     stretch_n = 0  # n of the stretch a decode step would extend (0: a prefill came after it)
     inf = math.inf
     due = arrivals[0][0] if arrivals else inf  # earliest pending arrival
@@ -154,7 +126,7 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                 steps = gen[rid] - 1
                 if steps:
                     heappush(running, (clock + steps) << shift | rid)
-                else:
+                else:  # done with its prefill
                     complete_s[rid] = t
                     if deferred:  # SlotPool.finish
                         pending.append(slot)
@@ -244,20 +216,74 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
                 if when < due:
                     due = when
 
-    # One plain loop, not a comprehension plus a generator sum: ~5% of a simulation at
-    # batch 16. The sum runs in n order, as before.
+    totals = (prefill_total, interference, t)
+    return _result(config, arrays, (step_s, bucket_of), hist, totals, columns, stretches, evictions)
+
+
+def _request_columns(requests: int) -> tuple[list[Any], ...]:
+    """The per-request columns the loop writes, indexed by rid: arrival, admit, complete,
+    cached tokens, prefill time, slot, evicted tag, running at admission. The first token
+    time and the computed tokens are derived when records are built, so the hot loop does
+    not store them."""
+    zeros, ints = [0.0] * requests, [0] * requests
+    return (
+        zeros.copy(),
+        zeros.copy(),
+        zeros.copy(),
+        ints.copy(),
+        zeros,
+        ints.copy(),
+        [NO_OWNER] * requests,
+        ints,
+    )
+
+
+def _first_arrivals(arrays: Any, arrival: list[float]) -> list[tuple[float, int]]:
+    """The heap of (arrival time, rid) as the loop starts: every session's round 0 sent
+    at its start (a renewed session's round 0 waits for its leader's last round, and each
+    later round for the round before; docs/DESIGN.md §16; simultaneous: rid = session
+    order). Each time is written into ``arrival``."""
+    arrivals = [
+        (when, rid)
+        for when, rid, leader in zip(arrays.start, arrays.first[:-1], arrays.leader, strict=True)
+        if leader < 0
+    ]
+    heapify(arrivals)
+    for when, rid in arrivals:
+        arrival[rid] = when
+    return arrivals
+
+
+def _result(
+    config: SimConfig,
+    arrays: Any,
+    step_tables: tuple[list[float], list[int]],
+    hist: list[int],
+    totals: tuple[float, float, float],
+    columns: tuple[list[Any], ...],
+    stretches: list[list[Any]],
+    evictions: list[tuple[float, int, int, str]],
+) -> SimResult:
+    """The loop's outcome as a ``SimResult``: the (n, b(n)) histogram and D's decode part
+    summed in n order, the totals (prefill, interference, makespan) and the columns in the
+    result's order (the plan's prompts beside them)."""
+    step_s, bucket_of = step_tables
     histogram = {}
     decode_total = 0.0
-    for n in range(1, batch + 1):
+    # One plain loop, not a comprehension plus a generator sum: ~5% of a simulation at
+    # batch 16. The sum runs in n order.
+    for n in range(1, config.batch_size + 1):
         steps = hist[n]
         if steps:
             histogram[(n, bucket_of[n])] = steps
             decode_total += steps * step_s[n]
-    columns = (
+    arrival, admit_s, complete_s, cached, prefill_s, slot_of, evicted_tag, running_at = columns
+    prefill_total, interference, makespan = totals
+    ordered = (
         arrival,
         admit_s,
         complete_s,
-        prompt,
+        arrays.prompt,
         cached,
         prefill_s,
         slot_of,
@@ -271,8 +297,8 @@ def simulate_python(plan: Any, config: SimConfig, profile: Profile) -> SimResult
         decode_total,
         prefill_total,
         interference,
-        t,
-        columns,
+        makespan,
+        ordered,
         stretches,
         evictions,
     )
